@@ -1,0 +1,258 @@
+"""App: the task registry and the entry point of the Python API. No I/O at construction.
+
+    from cronwheel import App, cron
+
+    app = App("sqlite:///cronwheel.db")
+
+    @app.task(schedule=cron("0 7 * * mon-fri", tz="Europe/Paris"), retries=3)
+    def send_digest(ctx) -> None: ...
+
+Declared schedules become jobs (named after the task unless ``job_name`` is
+given) when a scheduler starts (``App.sync_jobs``): an upsert, so redeploying
+the same code changes nothing and a changed schedule moves the job's cursor.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+
+from cronwheel.domain.clock import Clock, SystemClock
+from cronwheel.domain.models import Firing, Job, JobPolicies, JobSpec
+from cronwheel.domain.policies import MisfirePolicy
+from cronwheel.domain.schedules import AtSchedule, NowSchedule, Schedule
+from cronwheel.errors import ValidationError
+from cronwheel.store.protocol import Store
+from cronwheel.store.url import DEFAULT_STORE_URL, open_store
+from cronwheel.worker.context import Context
+from cronwheel.worker.registry import TaskRegistry
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def first_fire_at(schedule: Schedule, now: datetime, *, allow_past: bool = False) -> datetime | None:
+    """The first instant a newly registered schedule fires at.
+
+    ``at`` in the past is rejected unless ``allow_past`` (then it fires once,
+    at once, as a misfire catch-up); ``now`` fires now.
+    """
+    if isinstance(schedule, NowSchedule):
+        return now
+    if isinstance(schedule, AtSchedule):
+        if schedule.at < now and not allow_past:
+            raise ValidationError(
+                f"{schedule.at.isoformat()} is in the past (pass allow_past to fire it anyway)",
+                field="schedule.at",
+            )
+        return schedule.at
+    return schedule.next_after(now)
+
+
+def build_policies(
+    *,
+    retries: int | None = None,
+    max_attempts: int | None = None,
+    **overrides: Any,
+) -> JobPolicies:
+    """JobPolicies from friendly keyword arguments (``retries=3`` = 4 attempts)."""
+    if retries is not None and max_attempts is not None:
+        raise ValidationError("give retries or max_attempts, not both", field="retries")
+    values = {k: v for k, v in overrides.items() if v is not None}
+    if retries is not None:
+        if not isinstance(retries, int) or retries < 0:
+            raise ValidationError("must be a non-negative integer", field="retries")
+        values["max_attempts"] = retries + 1
+    elif max_attempts is not None:
+        values["max_attempts"] = max_attempts
+    for key, value in list(values.items()):
+        if key in {"retry_backoff", "retry_backoff_max", "visibility_timeout", "timeout",
+                   "misfire_grace", "catchup_window"} and isinstance(value, int | float):
+            values[key] = timedelta(seconds=value)
+    if "misfire" in values:
+        try:
+            values["misfire"] = MisfirePolicy(values["misfire"])
+        except ValueError:
+            raise ValidationError("must be one of fire_once, fire_all, skip", field="misfire") from None
+    try:
+        return JobPolicies(**values)
+    except TypeError as exc:
+        raise ValidationError(str(exc), field="policies") from None
+
+
+@dataclass(slots=True)
+class Task(Generic[P, R]):
+    """A registered task: call it directly, or ``.enqueue(...)`` it to run on a worker."""
+
+    app: App
+    name: str
+    fn: Callable[Concatenate[Context, P], R]
+    schedule: Schedule | None = None
+    job_name: str | None = None
+    policies: JobPolicies = field(default_factory=JobPolicies)
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, ctx: Context, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(ctx, *args, **kwargs)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Firing:
+        return self.app.enqueue(self.name, *args, **kwargs)
+
+    def job_spec(self) -> JobSpec | None:
+        if self.schedule is None:
+            return None
+        return JobSpec(
+            name=self.job_name or self.name,
+            task=self.name,
+            schedule=self.schedule,
+            args=self.args,
+            kwargs=self.kwargs,
+            namespace=self.app.namespace,
+            policies=self.policies,
+        )
+
+
+class App:
+    def __init__(
+        self,
+        store_url: str = DEFAULT_STORE_URL,
+        *,
+        namespace: str = "default",
+        clock: Clock | None = None,
+    ) -> None:
+        self.store_url = store_url
+        self.namespace = namespace
+        self.clock: Clock = clock or SystemClock()
+        self.registry = TaskRegistry()
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self._store: Store | None = None
+        self._doorbell: Any = None
+
+    @property
+    def store(self) -> Store:
+        """The store, opened (and migrated) on first use."""
+        if self._store is None:
+            self._store = open_store(self.store_url, clock=self.clock)
+        return self._store
+
+    def use_store(self, store: Store) -> None:
+        self._store = store
+
+    def close(self) -> None:
+        if self._doorbell is not None:
+            self._doorbell.close()
+            self._doorbell = None
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    # -- registration ----------------------------------------------------------------
+    @overload
+    def task(self, fn: Callable[Concatenate[Context, P], R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        schedule: Schedule | None = None,
+        job_name: str | None = None,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        **policies: Any,
+    ) -> Callable[[Callable[Concatenate[Context, P], R]], Task[P, R]]: ...
+
+    def task(
+        self,
+        fn: Callable[Concatenate[Context, P], R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        schedule: Schedule | None = None,
+        job_name: str | None = None,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        **policies: Any,
+    ) -> Task[P, R] | Callable[[Callable[Concatenate[Context, P], R]], Task[P, R]]:
+        """Register a handler ``fn(ctx, *args, **kwargs)``; with ``schedule=`` it also
+        declares a job. Policy keywords: retries / max_attempts, retry_backoff,
+        visibility_timeout, timeout, misfire, misfire_grace, catchup_window,
+        max_catchup, priority."""
+        built = build_policies(**policies)
+
+        def register(f: Callable[Concatenate[Context, P], R]) -> Task[P, R]:
+            task_name = name or f.__name__
+            self.registry.add(task_name, f)
+            handle: Task[P, R] = Task(
+                app=self, name=task_name, fn=f, schedule=schedule, job_name=job_name,
+                policies=built, args=tuple(args), kwargs=dict(kwargs or {}),
+            )
+            handle.job_spec()  # validate the declared job now, at import time
+            self.tasks[task_name] = handle
+            return handle
+
+        if fn is not None:
+            return register(fn)
+        return register
+
+    # -- jobs --------------------------------------------------------------------------
+    def declared_jobs(self) -> list[JobSpec]:
+        return [spec for t in self.tasks.values() if (spec := t.job_spec()) is not None]
+
+    def sync_jobs(self) -> list[tuple[Job, bool]]:
+        """Upsert every job declared with ``@app.task(schedule=...)``."""
+        now = self.clock.now()
+        return [
+            self.store.upsert_job(spec, first_fire_at=first_fire_at(spec.schedule, now))
+            for spec in self.declared_jobs()
+        ]
+
+    def schedule(
+        self,
+        task: str | Task[Any, Any],
+        schedule: Schedule,
+        *,
+        name: str | None = None,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        allow_past: bool = False,
+        replace: bool = True,
+        **policies: Any,
+    ) -> Job:
+        """Create (or, with ``replace``, upsert) a job running ``task`` on ``schedule``."""
+        task_name = task.name if isinstance(task, Task) else task
+        spec = JobSpec(
+            name=name or task_name, task=task_name, schedule=schedule, args=tuple(args),
+            kwargs=dict(kwargs or {}), namespace=self.namespace, policies=build_policies(**policies),
+        )
+        first = first_fire_at(schedule, self.clock.now(), allow_past=allow_past)
+        if replace:
+            job, _ = self.store.upsert_job(spec, first_fire_at=first)
+            return job
+        return self.store.create_job(spec, first_fire_at=first)
+
+    def enqueue(self, task: str | Task[Any, Any], /, *args: Any, **kwargs: Any) -> Firing:
+        """Run ``task(ctx, *args, **kwargs)`` on a worker as soon as possible."""
+        task_name = task.name if isinstance(task, Task) else task
+        base = self.tasks.get(task_name)
+        spec = JobSpec(
+            name=f"{task_name}@{uuid.uuid4().hex[:12]}", task=task_name, schedule=NowSchedule(),
+            args=args, kwargs=kwargs, namespace=self.namespace,
+            policies=base.policies if base is not None else JobPolicies(),
+        )
+        firing = self.store.enqueue_now(spec)
+        self._ring()
+        return firing
+
+    def _ring(self) -> None:
+        if self._doorbell is None:
+            from cronwheel.wakeup import Doorbell
+
+            self._doorbell = Doorbell(self.store)
+        self._doorbell.ring()

@@ -1,0 +1,60 @@
+"""Options and helpers shared by the CLI commands."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from cronwheel.store.url import DEFAULT_STORE_URL
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def store_option(f: F) -> F:
+    return click.option(
+        "--store",
+        "store_url",
+        envvar="CRONWHEEL_STORE",
+        default=DEFAULT_STORE_URL,
+        show_default=True,
+        help="Store URL: sqlite:///path.db or postgresql://user@host/db (env CRONWHEEL_STORE).",
+    )(f)
+
+
+def log_options(f: F) -> F:
+    f = click.option(
+        "--log-level",
+        type=click.Choice(["debug", "info", "warning", "error"]),
+        default=None,
+        help="Log level (env CRONWHEEL_LOG_LEVEL; default info).",
+    )(f)
+    return click.option(
+        "--log-format",
+        type=click.Choice(["console", "json"]),
+        default=None,
+        help="Human-readable lines or one JSON object per line (env CRONWHEEL_LOG_FORMAT).",
+    )(f)
+
+
+def log_args(log_level: str | None, log_format: str | None) -> list[str]:
+    args: list[str] = []
+    if log_level:
+        args += ["--log-level", log_level]
+    if log_format:
+        args += ["--log-format", log_format]
+    return args
+
+
+def setup_logs(log_level: str | None, log_format: str | None, role: str) -> None:
+    from cronwheel import logs
+
+    logs.configure(level=log_level, json=None if log_format is None else log_format == "json",
+                   role=role)
+
+
+def open_cli_store(store_url: str) -> Any:
+    from cronwheel.store.url import open_store
+
+    return open_store(store_url)

@@ -1,0 +1,93 @@
+"""``cronwheel firings list|show|cancel|retry``."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from cronwheel.cli.common import open_cli_store, store_option
+from cronwheel.domain.firing import FiringState
+
+_STATES = [s.value for s in FiringState]
+
+
+@click.group("firings")
+def firings_group() -> None:
+    """Inspect and control firings (one occurrence of a job each)."""
+
+
+@firings_group.command("list")
+@click.option("--job", "job_name", help="Only this job's firings.")
+@click.option("--state", "states", multiple=True, type=click.Choice(_STATES),
+              help="Only these states (repeatable).")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--namespace", default="default", show_default=True)
+@store_option
+def list_command(job_name: str | None, states: tuple[str, ...], limit: int, as_json: bool,
+                 namespace: str, store_url: str) -> None:
+    """List recent firings, newest first."""
+    from cronwheel.cli import render
+
+    store = open_cli_store(store_url)
+    try:
+        job_id = store.get_job(namespace, job_name).id if job_name else None
+        firings = store.list_firings(job_id=job_id, namespace=namespace,
+                                     states=[FiringState(s) for s in states] or None, limit=limit)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps([f.to_dict() for f in firings], indent=2, ensure_ascii=False))
+    else:
+        render.firings_table(firings)
+
+
+@firings_group.command("show")
+@click.argument("firing_id", type=click.IntRange(1))
+@click.option("--json", "as_json", is_flag=True)
+@store_option
+def show_command(firing_id: int, as_json: bool, store_url: str) -> None:
+    """Show one firing: state, attempts, timings, lateness, error."""
+    from cronwheel.cli import render
+    from cronwheel.domain.models import FiringId
+
+    store = open_cli_store(store_url)
+    try:
+        firing = store.get_firing(FiringId(firing_id))
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps(firing.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        render.firing_detail(firing)
+
+
+@firings_group.command("cancel")
+@click.argument("firing_id", type=click.IntRange(1))
+@store_option
+def cancel_command(firing_id: int, store_url: str) -> None:
+    """Cancel a firing: at once if queued, cooperatively if running."""
+    from cronwheel.domain.models import FiringId
+
+    store = open_cli_store(store_url)
+    try:
+        result = store.cancel_firing(FiringId(firing_id))
+    finally:
+        store.close()
+    click.echo(f"{result.outcome}: firing {firing_id} is {result.firing.state.value}")
+
+
+@firings_group.command("retry")
+@click.argument("firing_id", type=click.IntRange(1))
+@store_option
+def retry_command(firing_id: int, store_url: str) -> None:
+    """Re-drive a DEAD firing: queue it again with a fresh attempt budget."""
+    from cronwheel.domain.models import FiringId
+
+    store = open_cli_store(store_url)
+    try:
+        firing = store.redrive_firing(FiringId(firing_id))
+    finally:
+        store.close()
+    click.echo(f"queued: firing {firing_id} will run again (attempt {firing.attempt + 1})")

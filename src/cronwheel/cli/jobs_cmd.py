@@ -1,0 +1,192 @@
+"""``cronwheel jobs add|list|show|pause|resume|delete``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from cronwheel.cli.common import open_cli_store, store_option
+from cronwheel.errors import ValidationError
+
+_NS = click.option("--namespace", default="default", show_default=True, help="Job namespace.")
+
+
+def _json_arg(text: str | None, field: str, kind: type) -> Any:
+    if text is None:
+        return kind()
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValidationError(f"is not valid JSON: {exc.args[0]}", field=field) from None
+    if not isinstance(value, kind):
+        raise ValidationError(f"must be a JSON {'array' if kind is list else 'object'}", field=field)
+    return value
+
+
+@click.group("jobs")
+def jobs_group() -> None:
+    """Create, inspect and control jobs."""
+
+
+@jobs_group.command("add")
+@click.argument("name")
+@click.option("--task", required=True, help="Registered task name the job runs.")
+@click.option("--cron", "cron_expr", help="Cron expression (5 or 6 fields, or @daily ...).")
+@click.option("--tz", default="UTC", show_default=True, help="IANA time zone of --cron.")
+@click.option("--dst-gap", type=click.Choice(["next_valid", "skip", "shift"]))
+@click.option("--dst-overlap", type=click.Choice(["once", "twice"]))
+@click.option("--every", "every_text", help="Fixed interval, e.g. 30s, 5m, 1h30m.")
+@click.option("--anchor", help="RFC 3339 instant the --every interval is aligned to.")
+@click.option("--at", "at_text", help="One instant, RFC 3339 with offset.")
+@click.option("--allow-past", is_flag=True, help="Accept an --at in the past (fires at once).")
+@click.option("--now", "now_flag", is_flag=True, help="Fire once, immediately.")
+@click.option("--args", "args_json", help="JSON array of positional arguments.")
+@click.option("--kwargs", "kwargs_json", help="JSON object of keyword arguments.")
+@click.option("--retries", type=click.IntRange(0, 999), help="Retries after a failed attempt.")
+@click.option("--timeout", "timeout_text", help="Handler time limit, e.g. 30s.")
+@click.option("--visibility-timeout", "vt_text", help="Claim lease, e.g. 30s.")
+@click.option("--misfire", type=click.Choice(["fire_once", "fire_all", "skip"]))
+@click.option("--priority", type=float, help="Weight (0.01-1000, default 1).")
+@click.option("--paused", is_flag=True, help="Create the job paused.")
+@click.option("--replace", is_flag=True, help="Update the job if the name exists.")
+@_NS
+@store_option
+def add_command(name: str, task: str, cron_expr: str | None, tz: str, dst_gap: str | None,
+                dst_overlap: str | None, every_text: str | None, anchor: str | None,
+                at_text: str | None, allow_past: bool, now_flag: bool, args_json: str | None,
+                kwargs_json: str | None, retries: int | None, timeout_text: str | None,
+                vt_text: str | None, misfire: str | None, priority: float | None, paused: bool,
+                replace: bool, namespace: str, store_url: str) -> None:
+    """Add a job NAME running TASK on one schedule (--cron, --every, --at or --now)."""
+    from cronwheel.app import build_policies, first_fire_at
+    from cronwheel.domain import schedules
+    from cronwheel.domain.clock import SystemClock
+    from cronwheel.domain.models import JobSpec
+
+    chosen = [x for x in (cron_expr, every_text, at_text) if x is not None] + (["now"] if now_flag else [])
+    if len(chosen) != 1:
+        raise ValidationError("give exactly one of --cron, --every, --at, --now", field="schedule")
+    if cron_expr is not None:
+        schedule: Any = schedules.cron(cron_expr, tz, dst_gap=dst_gap, dst_overlap=dst_overlap)  # type: ignore[arg-type]
+    elif every_text is not None:
+        anchor_at = schedules.parse_instant(anchor, "anchor") if anchor else None
+        schedule = schedules.every(every_text, anchor=anchor_at)
+    elif at_text is not None:
+        schedule = schedules.at(at_text)
+    else:
+        schedule = schedules.now()
+    policies = build_policies(
+        retries=retries,
+        timeout=schedules.parse_duration(timeout_text) if timeout_text else None,
+        visibility_timeout=schedules.parse_duration(vt_text) if vt_text else None,
+        misfire=misfire, priority=priority,
+    )
+    spec = JobSpec(name=name, task=task, schedule=schedule,
+                   args=tuple(_json_arg(args_json, "args", list)),
+                   kwargs=_json_arg(kwargs_json, "kwargs", dict), namespace=namespace,
+                   policies=policies, paused=paused)
+    first = first_fire_at(schedule, SystemClock().now(), allow_past=allow_past)
+    store = open_cli_store(store_url)
+    try:
+        if replace:
+            job, changed = store.upsert_job(spec, first_fire_at=first)
+            verb = "updated" if changed else "unchanged"
+        else:
+            job, verb = store.create_job(spec, first_fire_at=first), "created"
+    finally:
+        store.close()
+    nxt = job.next_fire_at.isoformat() if job.next_fire_at else "never"
+    click.echo(f"{verb} job {job.name!r} (id {job.id}): {schedule.describe()}; next firing {nxt}")
+
+
+@jobs_group.command("list")
+@click.option("--prefix", help="Only names starting with this text (taken literally).")
+@click.option("--task", help="Only jobs of this task.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@_NS
+@store_option
+def list_command(prefix: str | None, task: str | None, limit: int, as_json: bool,
+                 namespace: str, store_url: str) -> None:
+    """List jobs with their next firing."""
+    from cronwheel.cli import render
+
+    store = open_cli_store(store_url)
+    try:
+        jobs = store.list_jobs(namespace=namespace, name_prefix=prefix, task=task, limit=limit)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps([render.job_dict(j) for j in jobs], indent=2, ensure_ascii=False))
+    else:
+        render.jobs_table(jobs)
+
+
+def _job_action(name: str, namespace: str, store_url: str, action: str) -> None:
+    store = open_cli_store(store_url)
+    try:
+        if action == "delete":
+            store.delete_job(namespace, name)
+        else:
+            store.set_paused(namespace, name, action == "pause")
+    finally:
+        store.close()
+    click.echo(f"{action}d job {name!r}" if action != "pause" else f"paused job {name!r}")
+
+
+@jobs_group.command("show")
+@click.argument("name")
+@click.option("--count", type=click.IntRange(1, 100), default=5, show_default=True,
+              help="Upcoming firings to preview.")
+@click.option("--json", "as_json", is_flag=True)
+@_NS
+@store_option
+def show_command(name: str, count: int, as_json: bool, namespace: str, store_url: str) -> None:
+    """Show one job: schedule, policies, cursor, upcoming and recent firings."""
+    from cronwheel.cli import render
+
+    store = open_cli_store(store_url)
+    try:
+        job = store.get_job(namespace, name)
+        firings = store.list_firings(job_id=job.id, limit=10)
+        events = store.job_events(job.id, limit=10)
+    finally:
+        store.close()
+    if as_json:
+        doc = render.job_dict(job) | {
+            "upcoming": render.upcoming(job, count),
+            "recent_firings": [f.to_dict() for f in firings],
+            "missed": [render.event_dict(e) for e in events],
+        }
+        click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
+    else:
+        render.job_detail(job, render.upcoming(job, count), firings, events)
+
+
+@jobs_group.command("pause")
+@click.argument("name")
+@_NS
+@store_option
+def pause_command(name: str, namespace: str, store_url: str) -> None:
+    """Stop firing a job (missed instants follow its misfire policy on resume)."""
+    _job_action(name, namespace, store_url, "pause")
+
+
+@jobs_group.command("resume")
+@click.argument("name")
+@_NS
+@store_option
+def resume_command(name: str, namespace: str, store_url: str) -> None:
+    """Resume a paused job."""
+    _job_action(name, namespace, store_url, "resume")
+
+
+@jobs_group.command("delete")
+@click.argument("name")
+@_NS
+@store_option
+def delete_command(name: str, namespace: str, store_url: str) -> None:
+    """Delete a job and its firing history."""
+    _job_action(name, namespace, store_url, "delete")

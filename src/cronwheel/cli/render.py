@@ -1,0 +1,191 @@
+"""Rendering for the CLI: rich tables for people, plain dicts for ``--json``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from cronwheel.domain.firing import format_instant
+from cronwheel.domain.models import Firing, Job, JobEvent
+from cronwheel.store.protocol import StoreStatus
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=False)
+
+
+def _ts(v: datetime | None) -> str | None:
+    return None if v is None else format_instant(v)
+
+
+def _tz_of(job: Job) -> str:
+    return str(job.spec.schedule.to_dict().get("tz", "UTC"))
+
+
+def job_dict(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "namespace": job.namespace,
+        "name": job.name,
+        "task": job.spec.task,
+        "schedule": job.spec.schedule.to_dict(),
+        "schedule_text": job.spec.schedule.describe(),
+        "args": list(job.spec.args),
+        "kwargs": job.spec.kwargs,
+        "policies": job.spec.policies.to_dict(),
+        "paused": job.paused,
+        "next_fire_at": _ts(job.next_fire_at),
+        "last_fired_at": _ts(job.last_fired_at),
+        "missed_total": job.missed_total,
+        "created_at": _ts(job.created_at),
+        "updated_at": _ts(job.updated_at),
+    }
+
+
+def event_dict(event: JobEvent) -> dict[str, Any]:
+    return {
+        "at": _ts(event.at),
+        "kind": event.kind,
+        "first": _ts(event.first_at),
+        "last": _ts(event.last_at),
+        "count": event.count,
+        "exact": event.exact,
+        "reason": event.detail,
+    }
+
+
+def upcoming(job: Job, count: int) -> list[dict[str, Any]]:
+    """The next ``count`` instants from the job's cursor, in UTC and the job's zone."""
+    from zoneinfo import ZoneInfo
+
+    zone = ZoneInfo(_tz_of(job))
+    out: list[dict[str, Any]] = []
+    t = job.next_fire_at
+    while t is not None and len(out) < count:
+        out.append({"utc": format_instant(t), "local": t.astimezone(zone).isoformat()})
+        t = job.spec.schedule.next_after(t)
+    return out
+
+
+def jobs_table(jobs: list[Job]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{len(jobs)} job(s)", title_justify="left")
+    for col in ("id", "name", "task", "schedule", "next firing (UTC)", "state"):
+        table.add_column(col, overflow="fold")
+    for job in jobs:
+        state = "paused" if job.paused else ("done" if job.next_fire_at is None else "active")
+        table.add_row(str(job.id), job.name, job.spec.task, job.spec.schedule.describe(),
+                      _ts(job.next_fire_at) or "—", state)
+    _console().print(table)
+
+
+def job_detail(job: Job, nexts: list[dict[str, Any]], firings: list[Firing],
+               events: list[JobEvent]) -> None:
+    console = _console()
+    console.print(f"[bold]{job.name}[/bold]  (id {job.id}, namespace {job.namespace})")
+    console.print(f"  task      {job.spec.task}")
+    console.print(f"  schedule  {job.spec.schedule.describe()}")
+    console.print(f"  state     {'paused' if job.paused else 'active'}; "
+                  f"last fired {_ts(job.last_fired_at) or 'never'}; missed {job.missed_total}")
+    p = job.spec.policies
+    console.print(f"  policies  attempts {p.max_attempts}, misfire {p.misfire.value}, "
+                  f"visibility {p.visibility_timeout.total_seconds():g}s, priority {p.priority:g}")
+    console.print("  upcoming:")
+    for n in nexts:
+        console.print(f"    {n['local']}   ({n['utc']})")
+    if firings:
+        firings_table(firings, title="recent firings")
+    for e in events:
+        console.print(f"  {e.kind}: {e.count}{'' if e.exact else '+'} instant(s) "
+                      f"{_ts(e.first_at)} .. {_ts(e.last_at)} ({e.detail})")
+
+
+def firings_table(firings: list[Firing], *, title: str | None = None) -> None:
+    from rich.table import Table
+
+    table = Table(title=title or f"{len(firings)} firing(s)", title_justify="left")
+    for col in ("id", "job", "scheduled for (UTC)", "state", "attempt", "lateness", "worker"):
+        table.add_column(col, overflow="fold")
+    for f in firings:
+        late = f.lateness
+        table.add_row(str(f.id), f.job_name, format_instant(f.scheduled_for), f.state.value,
+                      f"{f.attempt}/{f.max_attempts}",
+                      "—" if late is None else f"{late.total_seconds() * 1000:.1f} ms",
+                      f.worker_id or "—")
+    _console().print(table)
+
+
+def firing_detail(f: Firing) -> None:
+    console = _console()
+    for key, value in f.to_dict().items():
+        if key == "error" and value:
+            console.print("error:")
+            console.print(str(value), markup=False)
+        else:
+            console.print(f"{key:16} {value}", markup=False)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def status_dict(s: StoreStatus) -> dict[str, Any]:
+    lease = s.lease
+    leader_alive = lease is not None and lease.expires_at > s.now
+    return {
+        "now": _ts(s.now),
+        "leader": lease.holder if leader_alive and lease else None,
+        "epoch": lease.epoch if lease else None,
+        "lease_expires_at": _ts(lease.expires_at) if lease else None,
+        "jobs": s.jobs,
+        "paused_jobs": s.paused_jobs,
+        "queue_depth": s.counts.get("queued", 0),
+        "running": s.counts.get("running", 0),
+        "last_hour": {k: v for k, v in s.counts.items() if k not in ("queued", "running")},
+        "oldest_queued_due_at": _ts(s.oldest_queued_due_at),
+        "lateness_ms": {
+            "count": len(s.lateness_ms),
+            "p50": percentile(s.lateness_ms, 50),
+            "p99": percentile(s.lateness_ms, 99),
+            "max": max(s.lateness_ms) if s.lateness_ms else None,
+        },
+        "nodes": [
+            {
+                "id": n.id,
+                "kind": n.kind,
+                "pid": n.pid,
+                "heartbeat_at": _ts(n.heartbeat_at),
+                "heartbeat_age_s": round((s.now - n.heartbeat_at).total_seconds(), 1),
+            }
+            for n in s.nodes
+        ],
+    }
+
+
+def status_view(doc: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    console = _console()
+    leader = doc["leader"] or "[red]none (no live leader)[/red]"
+    console.print(f"leader  {leader}   epoch {doc['epoch']}")
+    console.print(f"jobs    {doc['jobs']} ({doc['paused_jobs']} paused)   queue depth "
+                  f"{doc['queue_depth']}   running {doc['running']}")
+    late = doc["lateness_ms"]
+    if late["count"]:
+        console.print(f"lateness (last {late['count']} runs)  p50 {late['p50']:.1f} ms   "
+                      f"p99 {late['p99']:.1f} ms   max {late['max']:.1f} ms")
+    if doc["last_hour"]:
+        console.print("last hour  " + "   ".join(f"{k} {v}" for k, v in sorted(doc["last_hour"].items())))
+    table = Table(title="nodes", title_justify="left")
+    for col in ("kind", "id", "pid", "last heartbeat"):
+        table.add_column(col)
+    for n in doc["nodes"]:
+        table.add_row(n["kind"], n["id"], str(n["pid"]), f"{n['heartbeat_age_s']} s ago")
+    console.print(table)

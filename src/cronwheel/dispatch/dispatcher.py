@@ -1,0 +1,309 @@
+"""The dispatcher: the leader's loop that turns job cursors into queued firings.
+
+One step (``step()``), driven by a thread in production and by tests under a
+FakeClock:
+
+1. Leadership: renew the dispatcher lease every ``lease_ttl / 3``; acquire it
+   when it has expired (epoch + 1). Losing it clears all in-memory state.
+2. Load: every ``scan_interval``, or at once when jobs changed, load the jobs
+   due within ``lookahead`` (an index range scan) into the timing wheel, each
+   keyed by job id with deadline ``next_fire_at - lead``.
+3. Fire: expired wheel entries are planned (misfire policy, catch-up bounds)
+   and enqueued in batched, fenced transactions that also advance each job's
+   cursor by compare-and-swap. A fenced-out batch means another node leads:
+   log ``lease_lost`` and stand by at once.
+4. Reap: re-queue claims whose visibility timeout has expired.
+
+The dispatcher never runs user code (see DESIGN.md: one handler holding the
+GIL pushed dispatch p99 from 7 ms to 274 ms).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+import structlog
+
+from cronwheel.dispatch.wheel import TimingWheel
+from cronwheel.domain.clock import Clock
+from cronwheel.domain.models import Job, JobId, Lease
+from cronwheel.domain.policies import plan_firings
+from cronwheel.errors import LeaseLostError, StoreUnavailableError
+from cronwheel.store.protocol import DISPATCHER_LEASE, JobAdvance, PlannedFiring, Store
+
+log = structlog.get_logger("cronwheel.dispatcher")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DispatcherConfig:
+    lease_ttl: timedelta = timedelta(seconds=5)
+    tick: timedelta = timedelta(milliseconds=10)
+    lookahead: timedelta = timedelta(seconds=5)
+    lead: timedelta = timedelta(milliseconds=500)
+    scan_interval: timedelta = timedelta(seconds=1)
+    change_poll: timedelta = timedelta(milliseconds=50)
+    reap_interval: timedelta = timedelta(seconds=1)
+    batch_size: int = 1000
+    scan_limit: int = 50_000
+
+    @property
+    def renew_interval(self) -> timedelta:
+        return self.lease_ttl / 3
+
+
+@dataclass(slots=True)
+class DispatcherStats:
+    enqueued: int = 0
+    duplicates: int = 0
+    stale: int = 0
+    missed: int = 0
+    lease_lost: int = 0
+    fenced_writes: int = 0
+    terms: int = 0
+    reaped: int = 0
+    store_errors: int = 0
+    batches: list[int] = field(default_factory=list)
+
+
+def make_holder_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        *,
+        config: DispatcherConfig | None = None,
+        holder: str | None = None,
+        on_enqueued: Callable[[int], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.config = config or DispatcherConfig()
+        self.holder = holder or make_holder_id()
+        self.on_enqueued = on_enqueued
+        self.lease: Lease | None = None
+        self.stats = DispatcherStats()
+        self._wheel: TimingWheel[JobId, Job] = TimingWheel(tick=self.config.tick, now=clock.now())
+        self._next_renew = 0.0
+        self._next_scan = 0.0
+        self._next_change_poll = 0.0
+        self._next_reap = 0.0
+        self._jobs_version = -1
+        self._wake = threading.Event()
+
+    @property
+    def is_leader(self) -> bool:
+        return self.lease is not None
+
+    def wake(self) -> None:
+        """Ask the loop to run a step now (e.g. a job changed)."""
+        self._next_change_poll = 0.0
+        self._wake.set()
+
+    # -- one step ------------------------------------------------------------------
+    def step(self) -> float:
+        """Run one iteration; return how many seconds to sleep before the next."""
+        mono = self.clock.monotonic()
+        try:
+            if mono >= self._next_renew:
+                self._renew(mono)
+            if self.lease is None:
+                return max(0.05, self._next_renew - self.clock.monotonic())
+            self._maybe_scan(mono)
+            self._fire_expired()
+            if mono >= self._next_reap:
+                self._next_reap = mono + self.config.reap_interval.total_seconds()
+                reaped = self.store.requeue_expired()
+                if reaped:
+                    self.stats.reaped += reaped
+                    log.info("claims_requeued", count=reaped)
+        except LeaseLostError as exc:
+            self._step_down(str(exc))
+        except StoreUnavailableError as exc:
+            self.stats.store_errors += 1
+            log.warning("store_unavailable", error=str(exc))
+            return 0.5
+        return self._sleep_for()
+
+    def _sleep_for(self) -> float:
+        mono = self.clock.monotonic()
+        until = min(self._next_renew, self._next_scan, self._next_reap, self._next_change_poll)
+        expiry = self._wheel.next_expiry()
+        if expiry is not None:
+            until = min(until, mono + (expiry - self.clock.now()).total_seconds())
+        return max(0.0, min(until - mono, 1.0))
+
+    # -- leadership -------------------------------------------------------------------
+    def _renew(self, mono: float) -> None:
+        lease = self.store.acquire_lease(DISPATCHER_LEASE, self.holder, self.config.lease_ttl)
+        renew_s = self.config.renew_interval.total_seconds()
+        if lease is None:
+            if self.lease is not None:
+                self._step_down("lease held by another node")
+            self._next_renew = mono + renew_s
+            return
+        if self.lease is None or lease.epoch != self.lease.epoch:
+            if self.lease is not None:
+                self._step_down("lease expired before renewal")
+            self.stats.terms += 1
+            log.info("lease_acquired", holder=self.holder, epoch=lease.epoch)
+            self._wheel.clear()
+            self._jobs_version = -1
+            self._next_scan = 0.0
+            self._next_reap = 0.0
+        self.lease = lease
+        self._next_renew = mono + renew_s
+
+    def _step_down(self, reason: str) -> None:
+        if self.lease is not None:
+            self.stats.lease_lost += 1
+            log.warning("lease_lost", holder=self.holder, epoch=self.lease.epoch, reason=reason)
+        self.lease = None
+        self._wheel.clear()
+        self._next_renew = self.clock.monotonic() + self.config.renew_interval.total_seconds()
+
+    def release(self) -> None:
+        """Clean shutdown: hand leadership over without waiting for the TTL."""
+        if self.lease is not None:
+            try:
+                self.store.release_lease(self.lease)
+                log.info("lease_released", holder=self.holder, epoch=self.lease.epoch)
+            except StoreUnavailableError:
+                pass
+            self.lease = None
+
+    # -- loading ---------------------------------------------------------------------
+    def _maybe_scan(self, mono: float) -> None:
+        changed = False
+        if mono >= self._next_change_poll:
+            self._next_change_poll = mono + self.config.change_poll.total_seconds()
+            version = self.store.jobs_version()
+            changed = version != self._jobs_version
+            self._jobs_version = version
+        if not changed and mono < self._next_scan:
+            return
+        self._next_scan = mono + self.config.scan_interval.total_seconds()
+        now = self.clock.now()
+        jobs = self.store.due_jobs(now + self.config.lookahead, limit=self.config.scan_limit)
+        if changed:
+            # A job may have been paused, deleted or rescheduled: drop what the
+            # store no longer says is due (the cursor CAS would refuse it anyway).
+            due_ids = {job.id for job in jobs}
+            for job_id in [k for k in self._wheel.keys() if k not in due_ids]:
+                self._wheel.remove(job_id)
+        for job in jobs:
+            self._schedule(job)
+        if len(jobs) >= self.config.scan_limit:
+            self._next_scan = mono  # more are due than one scan returns: scan again at once
+
+    def _schedule(self, job: Job) -> None:
+        assert job.next_fire_at is not None
+        if self._wheel.deadline_of(job.id) is not None:
+            current = self._wheel.remove(job.id)
+            if current is not None and current.next_fire_at == job.next_fire_at:
+                self._wheel.insert(job.id, job.next_fire_at - self.config.lead, current)
+                return
+        self._wheel.insert(job.id, job.next_fire_at - self.config.lead, job)
+
+    # -- firing ------------------------------------------------------------------------
+    def _fire_expired(self) -> None:
+        expired = self._wheel.advance(self.clock.now())
+        if not expired:
+            return
+        jobs = [job for _, job in expired]
+        size = self.config.batch_size
+        for start in range(0, len(jobs), size):
+            self._enqueue_batch(jobs[start : start + size])
+
+    def _enqueue_batch(self, jobs: list[Job]) -> None:
+        assert self.lease is not None
+        now = self.clock.now()
+        horizon = now + self.config.lead
+        advances: list[JobAdvance] = []
+        planned: dict[JobId, Job] = {}
+        for job in jobs:
+            assert job.next_fire_at is not None
+            p = job.spec.policies
+            plan = plan_firings(
+                job.spec.schedule.next_after,
+                job.next_fire_at,
+                now=now,
+                horizon=horizon,
+                policy=p.misfire,
+                misfire_grace=p.misfire_grace,
+                catchup_window=p.catchup_window,
+                max_catchup=p.max_catchup,
+            )
+            if not plan.fire and not plan.missed and plan.next_cursor == job.next_fire_at:
+                self._schedule(job)  # woke early (tick rounding): wait for its instant
+                continue
+            advances.append(
+                JobAdvance(
+                    job_id=job.id,
+                    expected_next_fire_at=job.next_fire_at,
+                    new_next_fire_at=plan.next_cursor,
+                    firings=[PlannedFiring(scheduled_for=t) for t in plan.fire],
+                    missed=plan.missed,
+                )
+            )
+            planned[job.id] = replace(job, next_fire_at=plan.next_cursor)
+            for m in plan.missed:
+                self.stats.missed += m.count
+                log.warning(
+                    "firings_missed",
+                    job=job.name,
+                    first=m.first.isoformat(),
+                    last=m.last.isoformat(),
+                    count=m.count,
+                    exact=m.exact,
+                    policy=p.misfire.value,
+                )
+        if not advances:
+            return
+        try:
+            result = self.store.enqueue(self.lease, advances)
+        except LeaseLostError:
+            self.stats.fenced_writes += 1
+            raise
+        self.stats.enqueued += len(result.inserted)
+        self.stats.duplicates += result.duplicates
+        self.stats.stale += len(result.stale)
+        self.stats.batches.append(len(result.inserted))
+        if result.inserted:
+            log.debug("firings_enqueued", count=len(result.inserted), epoch=self.lease.epoch)
+            if self.on_enqueued is not None:
+                self.on_enqueued(len(result.inserted))
+        if result.duplicates:
+            log.warning("firings_deduplicated", count=result.duplicates)
+        stale = set(result.stale)
+        if stale:
+            self._next_scan = 0.0  # reload the changed jobs
+        horizon_load = now + self.config.lookahead
+        for job_id, job in planned.items():
+            if job_id in stale or job.next_fire_at is None:
+                continue
+            if job.next_fire_at <= horizon_load:
+                self._schedule(job)
+
+    # -- loop ------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        """Step until ``stop`` is set; then release the lease."""
+        while not stop.is_set():
+            delay = self.step()
+            if delay > 0:
+                self._wake.wait(delay)
+                self._wake.clear()
+        self.release()
+
+    def next_fire_preview(self) -> datetime | None:
+        expiry = self._wheel.next_expiry()
+        return None if expiry is None else expiry + self.config.lead

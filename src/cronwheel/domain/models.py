@@ -1,0 +1,336 @@
+"""Frozen value types shared by the store, the dispatcher and the workers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, NewType
+
+from cronwheel.domain.firing import FiringState, format_instant, idempotency_key
+from cronwheel.domain.policies import MisfirePolicy
+from cronwheel.errors import ValidationError
+
+if TYPE_CHECKING:
+    from cronwheel.domain.schedules import Schedule
+
+JobId = NewType("JobId", int)
+FiringId = NewType("FiringId", int)
+Epoch = NewType("Epoch", int)
+
+NAME_MAX = 200
+NAMESPACE_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+TASK_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
+PAYLOAD_MAX_BYTES = 256 * 1024
+
+
+def validate_name(name: object, field_name: str = "name") -> str:
+    """Job names are free text (stored byte-exactly) but bounded and printable."""
+    if not isinstance(name, str):
+        raise ValidationError("must be a string", field=field_name)
+    if not name or not name.strip():
+        raise ValidationError("must not be empty", field=field_name)
+    if len(name) > NAME_MAX:
+        raise ValidationError(f"must be at most {NAME_MAX} characters", field=field_name)
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise ValidationError("must not contain control characters", field=field_name)
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in name):
+        raise ValidationError("must not contain lone surrogates", field=field_name)
+    return name
+
+
+def validate_namespace(namespace: object) -> str:
+    if not isinstance(namespace, str) or not NAMESPACE_RE.match(namespace):
+        raise ValidationError(
+            "must be 1-63 characters of a-z, 0-9, '_', '.', '-' starting with a letter or digit",
+            field="namespace",
+        )
+    return namespace
+
+
+def validate_task(task: object) -> str:
+    if not isinstance(task, str) or not TASK_RE.match(task):
+        raise ValidationError(
+            "must be a task name: a letter or '_' then letters, digits, '_', '.', ':' or '-'",
+            field="task",
+        )
+    return task
+
+
+def encode_payload(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> str:
+    """Arguments as canonical JSON; raises ValidationError when not JSON-safe or too large."""
+    try:
+        text = json.dumps(
+            {"args": list(args), "kwargs": kwargs},
+            sort_keys=True,
+            separators=(",", ":"),
+            allow_nan=False,
+            ensure_ascii=False,
+        )
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"must be JSON-serialisable: {exc}", field="args") from None
+    if len(text.encode("utf-8", "surrogatepass")) > PAYLOAD_MAX_BYTES:
+        raise ValidationError(f"must encode to at most {PAYLOAD_MAX_BYTES} bytes", field="args")
+    return text
+
+
+def _positive(value: timedelta, field_name: str) -> timedelta:
+    if not isinstance(value, timedelta) or value <= timedelta(0):
+        raise ValidationError("must be a positive duration", field=field_name)
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobPolicies:
+    """How a job's firings are retried, leased and caught up. Defaults suit most jobs."""
+
+    max_attempts: int = 3
+    retry_backoff: timedelta = timedelta(seconds=1)
+    retry_backoff_max: timedelta = timedelta(minutes=10)
+    visibility_timeout: timedelta = timedelta(seconds=30)
+    timeout: timedelta | None = None
+    misfire: MisfirePolicy = MisfirePolicy.FIRE_ONCE
+    misfire_grace: timedelta = timedelta(seconds=60)
+    catchup_window: timedelta = timedelta(days=1)
+    max_catchup: int = 100
+    priority: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_attempts, int) or not 1 <= self.max_attempts <= 1000:
+            raise ValidationError("must be an integer from 1 to 1000", field="max_attempts")
+        _positive(self.retry_backoff, "retry_backoff")
+        _positive(self.retry_backoff_max, "retry_backoff_max")
+        _positive(self.visibility_timeout, "visibility_timeout")
+        if self.visibility_timeout < timedelta(seconds=1):
+            raise ValidationError("must be at least 1 second", field="visibility_timeout")
+        if self.timeout is not None:
+            _positive(self.timeout, "timeout")
+        try:
+            object.__setattr__(self, "misfire", MisfirePolicy(self.misfire))
+        except ValueError:
+            raise ValidationError(
+                "must be one of fire_once, fire_all, skip", field="misfire"
+            ) from None
+        if not isinstance(self.misfire_grace, timedelta) or self.misfire_grace < timedelta(0):
+            raise ValidationError("must be a non-negative duration", field="misfire_grace")
+        _positive(self.catchup_window, "catchup_window")
+        if not isinstance(self.max_catchup, int) or not 1 <= self.max_catchup <= 10_000:
+            raise ValidationError("must be an integer from 1 to 10000", field="max_catchup")
+        if (
+            not isinstance(self.priority, int | float)
+            or self.priority != self.priority
+            or not 0.01 <= self.priority <= 1000
+        ):
+            raise ValidationError("must be a number from 0.01 to 1000", field="priority")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_attempts": self.max_attempts,
+            "retry_backoff_s": self.retry_backoff.total_seconds(),
+            "retry_backoff_max_s": self.retry_backoff_max.total_seconds(),
+            "visibility_timeout_s": self.visibility_timeout.total_seconds(),
+            "timeout_s": None if self.timeout is None else self.timeout.total_seconds(),
+            "misfire": self.misfire.value,
+            "misfire_grace_s": self.misfire_grace.total_seconds(),
+            "catchup_window_s": self.catchup_window.total_seconds(),
+            "max_catchup": self.max_catchup,
+            "priority": float(self.priority),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> JobPolicies:
+        def td(key: str) -> timedelta:
+            return timedelta(seconds=float(d[key]))
+
+        return cls(
+            max_attempts=int(d["max_attempts"]),
+            retry_backoff=td("retry_backoff_s"),
+            retry_backoff_max=td("retry_backoff_max_s"),
+            visibility_timeout=td("visibility_timeout_s"),
+            timeout=None if d.get("timeout_s") is None else td("timeout_s"),
+            misfire=MisfirePolicy(d["misfire"]),
+            misfire_grace=td("misfire_grace_s"),
+            catchup_window=td("catchup_window_s"),
+            max_catchup=int(d["max_catchup"]),
+            priority=float(d["priority"]),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSpec:
+    """What a user registers: a task, a schedule, arguments and policies."""
+
+    name: str
+    task: str
+    schedule: Schedule
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    namespace: str = "default"
+    policies: JobPolicies = field(default_factory=JobPolicies)
+    paused: bool = False
+
+    def __post_init__(self) -> None:
+        validate_name(self.name)
+        validate_task(self.task)
+        validate_namespace(self.namespace)
+        if not isinstance(self.kwargs, dict):
+            raise ValidationError("must be an object", field="kwargs")
+        object.__setattr__(self, "args", tuple(self.args))
+
+    @property
+    def payload(self) -> str:
+        return encode_payload(self.args, self.kwargs)
+
+    def spec_hash(self) -> str:
+        """Changes whenever anything a user declared changes (upserts compare it)."""
+        doc = json.dumps(
+            {
+                "task": self.task,
+                "schedule": self.schedule.to_dict(),
+                "payload": self.payload,
+                "policies": self.policies.to_dict(),
+            },
+            sort_keys=True,
+            ensure_ascii=False,
+        )
+        return hashlib.sha256(doc.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """A job as stored, with its cursor."""
+
+    id: JobId
+    spec: JobSpec
+    next_fire_at: datetime | None
+    last_fired_at: datetime | None
+    paused: bool
+    missed_total: int
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def namespace(self) -> str:
+        return self.spec.namespace
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Firing:
+    """One occurrence of a job, as stored."""
+
+    id: FiringId
+    job_id: JobId
+    job_name: str
+    namespace: str
+    task: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    scheduled_for: datetime
+    due_at: datetime
+    state: FiringState
+    attempt: int
+    max_attempts: int
+    priority: float
+    enqueued_at: datetime
+    enqueued_epoch: int | None
+    claim_token: str | None = None
+    worker_id: str | None = None
+    lease_until: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    error: str | None = None
+    note: str | None = None
+    cancel_requested_at: datetime | None = None
+
+    @property
+    def idempotency_key(self) -> str:
+        return idempotency_key(self.job_id, self.scheduled_for)
+
+    @property
+    def lateness(self) -> timedelta | None:
+        if self.started_at is None:
+            return None
+        return self.started_at - self.scheduled_for
+
+    def to_dict(self) -> dict[str, Any]:
+        def ts(v: datetime | None) -> str | None:
+            return None if v is None else format_instant(v)
+
+        lateness = self.lateness
+        return {
+            "id": self.id,
+            "job_id": self.job_id,
+            "job": self.job_name,
+            "namespace": self.namespace,
+            "task": self.task,
+            "state": self.state.value,
+            "scheduled_for": ts(self.scheduled_for),
+            "due_at": ts(self.due_at),
+            "attempt": self.attempt,
+            "max_attempts": self.max_attempts,
+            "priority": self.priority,
+            "idempotency_key": self.idempotency_key,
+            "worker_id": self.worker_id,
+            "enqueued_at": ts(self.enqueued_at),
+            "enqueued_epoch": self.enqueued_epoch,
+            "started_at": ts(self.started_at),
+            "finished_at": ts(self.finished_at),
+            "lateness_ms": None if lateness is None else round(lateness.total_seconds() * 1000, 3),
+            "error": self.error,
+            "note": self.note,
+            "cancel_requested": self.cancel_requested_at is not None,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimedFiring:
+    """A firing a worker holds: the attempt's claim token and the policies it runs under."""
+
+    firing: Firing
+    claim_token: str
+    lease_until: datetime
+    policies: JobPolicies
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lease:
+    """A named lease (the dispatcher's leadership). ``epoch`` is the fencing token."""
+
+    name: str
+    holder: str
+    epoch: Epoch
+    expires_at: datetime
+    acquired_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeInfo:
+    id: str
+    kind: str  # "scheduler" | "worker"
+    hostname: str
+    pid: int
+    started_at: datetime
+    heartbeat_at: datetime
+    wake_addr: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobEvent:
+    """A fate recorded for occurrences that produced no run (missed, skipped...)."""
+
+    id: int
+    job_id: JobId
+    at: datetime
+    kind: str
+    first_at: datetime | None
+    last_at: datetime | None
+    count: int
+    exact: bool
+    detail: str | None = None

@@ -1,0 +1,554 @@
+"""Schedule values: ``now``, ``at``, ``every`` and ``cron``.
+
+Each is a frozen value validated at construction (a bad expression raises at
+import time of the user's module, not at 3 a.m.). ``next_after(t)`` is pure and
+stateless: the first firing instant strictly after the aware instant ``t``, or
+``None`` once the schedule is exhausted. All instants are aware UTC.
+
+``to_dict()`` gives a JSON-safe mapping that :func:`schedule_from_dict` turns
+back into an equal value::
+
+    {"kind": "now"}
+    {"kind": "at", "at": "2026-05-01T09:00:00Z"}
+    {"kind": "every", "interval": "1h30m", "anchor": "1970-01-01T00:00:00Z"}
+    {"kind": "cron", "cron": "0 9 * * mon-fri", "tz": "Europe/Berlin",
+     "dst_gap": null, "dst_overlap": null}          # null: the default policy
+
+Past-instant checks (an ``at`` in the past) need a clock and belong to the registrar.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any, ClassVar, Protocol, cast
+from zoneinfo import ZoneInfo
+
+from cronwheel.domain.cron import CronExpr, parse_cron
+from cronwheel.domain.tz import (
+    DST_GAP_POLICIES,
+    DST_OVERLAP_POLICIES,
+    DstGap,
+    DstOverlap,
+    Resolved,
+    load_zone,
+    resolve_wall,
+    transition_near,
+)
+from cronwheel.errors import CronwheelError, InvalidScheduleError, ValidationError
+
+__all__ = [
+    "AtSchedule",
+    "CronSchedule",
+    "EverySchedule",
+    "NowSchedule",
+    "Schedule",
+    "at",
+    "cron",
+    "every",
+    "format_duration",
+    "format_instant",
+    "now",
+    "parse_duration",
+    "parse_instant",
+    "schedule_from_dict",
+]
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MIN_INTERVAL = timedelta(milliseconds=1)
+MAX_INTERVAL = timedelta(days=36525)  # 100 years
+_TINY = timedelta(microseconds=1)
+
+
+class Schedule(Protocol):
+    """What every schedule value offers."""
+
+    @property
+    def kind(self) -> str:
+        """``"now"``, ``"at"``, ``"every"`` or ``"cron"``."""
+        ...
+
+    def next_after(self, t: datetime) -> datetime | None:
+        """The first firing instant strictly after the aware ``t``; ``None`` when exhausted."""
+        ...
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe mapping that :func:`schedule_from_dict` turns back into an equal value."""
+        ...
+
+    def describe(self) -> str:
+        """A short human description."""
+        ...
+
+
+def _aware_utc(value: object, field_name: str) -> datetime:
+    if not isinstance(value, datetime):
+        raise InvalidScheduleError(
+            f"expected an aware datetime, got {type(value).__name__}", field=field_name
+        )
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidScheduleError(
+            "naive datetime: give a time zone (e.g. tzinfo=UTC)", field=field_name
+        )
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidScheduleError("instant out of range", field=field_name) from None
+
+
+def _instant_arg(t: datetime) -> datetime:
+    if t.tzinfo is None or t.utcoffset() is None:
+        raise ValueError("next_after needs an aware datetime")
+    return t.astimezone(UTC)
+
+
+# --- durations and instants -------------------------------------------------------
+
+_DURATION_UNITS = {
+    "w": timedelta(weeks=1),
+    "d": timedelta(days=1),
+    "h": timedelta(hours=1),
+    "m": timedelta(minutes=1),
+    "s": timedelta(seconds=1),
+    "ms": timedelta(milliseconds=1),
+    "us": timedelta(microseconds=1),
+}
+_UNIT_ORDER = list(_DURATION_UNITS)
+_DURATION_PART = re.compile(r"([0-9]{1,12})(ms|us|w|d|h|m|s)", re.ASCII)
+
+
+def parse_duration(text: str, *, field: str = "duration") -> timedelta:
+    """Parse ``"90s"``, ``"5m"``, ``"1h30m"``, ``"2d"``, ``"500ms"`` (units w d h m s ms us).
+
+    Units appear at most once, largest first; the result is positive and at most
+    100 years. Raises :class:`ValidationError` naming ``field`` otherwise.
+    """
+    if not isinstance(text, str):
+        raise ValidationError(f"expected a string, got {type(text).__name__}", field=field)
+    if not text or len(text) > 64:
+        raise ValidationError("expected a duration such as '90s', '5m' or '1h30m'", field=field)
+    total = timedelta()
+    position = 0
+    last_unit = -1
+    while position < len(text):
+        match = _DURATION_PART.match(text, position)
+        if match is None:
+            raise ValidationError(
+                f"bad duration {text!r}: expected e.g. '90s', '5m', '1h30m', '500ms'", field=field
+            )
+        unit_index = _UNIT_ORDER.index(match.group(2))
+        if unit_index <= last_unit:
+            raise ValidationError(
+                f"bad duration {text!r}: units must appear once, largest first", field=field
+            )
+        last_unit = unit_index
+        try:
+            total += int(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        except OverflowError:
+            raise ValidationError(f"duration {text!r} is too large", field=field) from None
+        position = match.end()
+    if total <= timedelta():
+        raise ValidationError(f"duration {text!r} must be positive", field=field)
+    if total > MAX_INTERVAL:
+        raise ValidationError(f"duration {text!r} exceeds 100 years", field=field)
+    return total
+
+
+def format_duration(delta: timedelta) -> str:
+    """The canonical text of a positive duration, inverse of :func:`parse_duration`."""
+    micros = delta // _TINY
+    parts = []
+    for unit, size in _DURATION_UNITS.items():
+        count, micros = divmod(micros, size // _TINY)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts) or "0s"
+
+
+_INSTANT_RE = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})"
+    r"(?:\.([0-9]{1,9}))?(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))",
+    re.ASCII,
+)
+
+
+def parse_instant(text: str, field: str) -> datetime:
+    """Parse a strict RFC 3339 timestamp with ``Z`` or an offset into an aware UTC datetime.
+
+    ``2026-03-29T01:00:00Z``, ``2026-03-29T03:00:00.5+02:00``. Rejects dates
+    without times, naive times, offsets of 24 h or more, leap seconds, year 0 and
+    anything out of datetime's range (digits beyond microseconds are truncated).
+    """
+    if not isinstance(text, str):
+        raise ValidationError(f"expected a string, got {type(text).__name__}", field=field)
+    match = _INSTANT_RE.fullmatch(text) if len(text) <= 40 else None
+    if match is None:
+        raise ValidationError(
+            f"{text[:40]!r} is not an RFC 3339 timestamp with an offset, "
+            f"e.g. '2026-03-29T01:00:00Z'",
+            field=field,
+        )
+    year, month, day, hour, minute, second, frac, zulu, sign, off_h, off_m = match.groups()
+    if int(second) == 60:
+        raise ValidationError("leap seconds are not supported", field=field)
+    if not zulu and (int(off_h) > 23 or int(off_m) > 59):
+        raise ValidationError(f"offset {sign}{off_h}:{off_m} is out of range", field=field)
+    offset = timedelta()
+    if not zulu:
+        offset = timedelta(hours=int(off_h), minutes=int(off_m))
+        offset = -offset if sign == "-" else offset
+    try:
+        local = datetime(
+            int(year),
+            int(month),
+            int(day),
+            int(hour),
+            int(minute),
+            int(second),
+            int((frac or "0").ljust(6, "0")[:6]),
+            tzinfo=timezone(offset),
+        )
+        return local.astimezone(UTC)
+    except (ValueError, OverflowError) as exc:
+        raise ValidationError(f"{text!r} is not a valid instant: {exc}", field=field) from None
+
+
+def format_instant(instant: datetime) -> str:
+    """RFC 3339 in UTC with ``Z``; microseconds only when present."""
+    return instant.astimezone(UTC).replace(tzinfo=None).isoformat() + "Z"
+
+
+# --- the schedules -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NowSchedule:
+    """Fire once, immediately; the registrar sets that first instant itself."""
+
+    kind: ClassVar[str] = "now"
+
+    def next_after(self, t: datetime) -> datetime | None:
+        _instant_arg(t)
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "now"}
+
+    def describe(self) -> str:
+        return "now"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AtSchedule:
+    """Fire once at ``at`` (an aware datetime, stored as UTC)."""
+
+    kind: ClassVar[str] = "at"
+    at: datetime
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "at", _aware_utc(self.at, "at"))
+
+    def next_after(self, t: datetime) -> datetime | None:
+        return self.at if self.at > _instant_arg(t) else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "at", "at": format_instant(self.at)}
+
+    def describe(self) -> str:
+        return f"at {format_instant(self.at)}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EverySchedule:
+    """Fire at ``anchor + k * interval`` for every integer k (1 ms <= interval <= 100 years).
+
+    Anchoring (rather than "interval after the last run") keeps the rhythm fixed
+    across restarts and slow runs.
+    """
+
+    kind: ClassVar[str] = "every"
+    interval: timedelta
+    anchor: datetime = EPOCH
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.interval, timedelta):
+            raise InvalidScheduleError("expected a timedelta", field="interval")
+        if not MIN_INTERVAL <= self.interval <= MAX_INTERVAL:
+            raise InvalidScheduleError(
+                f"interval {self.interval} must be between 1 ms and 100 years", field="interval"
+            )
+        object.__setattr__(self, "anchor", _aware_utc(self.anchor, "anchor"))
+
+    def next_after(self, t: datetime) -> datetime | None:
+        t = _instant_arg(t)
+        k = (t - self.anchor) // self.interval + 1
+        try:
+            return self.anchor + k * self.interval
+        except OverflowError:
+            return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "every",
+            "interval": format_duration(self.interval),
+            "anchor": format_instant(self.anchor),
+        }
+
+    def describe(self) -> str:
+        text = f"every {format_duration(self.interval)}"
+        return text if self.anchor == EPOCH else f"{text} from {format_instant(self.anchor)}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CronSchedule:
+    """A cron expression evaluated in an IANA zone under a DST policy.
+
+    ``dst_gap``/``dst_overlap`` left as ``None`` take the default: an hour field
+    of ``*`` or ``*/n`` means real time (``skip``/``twice``), a fixed hour field
+    means wall time (``next_valid``/``once``). See :mod:`cronwheel.domain.tz`.
+    """
+
+    kind: ClassVar[str] = "cron"
+    expr: str
+    tz: str = "UTC"
+    dst_gap: DstGap | None = None
+    dst_overlap: DstOverlap | None = None
+    _expr: CronExpr = field(init=False, repr=False, compare=False)
+    _zone: ZoneInfo = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        parsed = parse_cron(self.expr)
+        zone = load_zone(self.tz)
+        if self.dst_gap is not None and self.dst_gap not in DST_GAP_POLICIES:
+            raise InvalidScheduleError(
+                f"unknown policy {self.dst_gap!r} (choose next_valid, skip or shift)",
+                field="dst_gap",
+            )
+        if self.dst_overlap is not None and self.dst_overlap not in DST_OVERLAP_POLICIES:
+            raise InvalidScheduleError(
+                f"unknown policy {self.dst_overlap!r} (choose once or twice)", field="dst_overlap"
+            )
+        object.__setattr__(self, "expr", parsed.source)
+        object.__setattr__(self, "_expr", parsed)
+        object.__setattr__(self, "_zone", zone)
+
+    @property
+    def expr_obj(self) -> CronExpr:
+        return self._expr
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return self._zone
+
+    @property
+    def gap(self) -> DstGap:
+        """The effective gap policy (explicit, else the default for the hour field)."""
+        if self.dst_gap is not None:
+            return self.dst_gap
+        return "skip" if self._expr.hour_is_wildcard else "next_valid"
+
+    @property
+    def overlap(self) -> DstOverlap:
+        """The effective overlap policy (explicit, else the default for the hour field)."""
+        if self.dst_overlap is not None:
+            return self.dst_overlap
+        return "twice" if self._expr.hour_is_wildcard else "once"
+
+    def next_after(self, t: datetime) -> datetime | None:
+        resolved = self.next_after_with_note(t)
+        return None if resolved is None else resolved.utc
+
+    def next_after_with_note(self, t: datetime) -> Resolved | None:
+        """The first firing strictly after ``t`` with its DST note (``None``: exhausted).
+
+        Wall times are matched in order, but around a transition a later wall time
+        can be an earlier instant (an overlap's repeated hour, a shifted gap), so
+        the scan starts up to one transition's size before ``t``'s wall time and
+        stops once no later wall time can beat the best instant found. Away from
+        transitions that is one ``next_wall`` call. Instants are unique: walls
+        that resolve to the same instant yield it once (an un-noted one wins).
+        """
+        t = _instant_arg(t)
+        zone, expr, gap, overlap = self._zone, self._expr, self.gap, self.overlap
+        try:
+            near = transition_near(zone, t)
+            back = abs(near[1] - near[0]) if near else timedelta()
+            cursor = t.astimezone(zone).replace(tzinfo=None) - back - _TINY
+            best: Resolved | None = None
+            stop: datetime | None = None
+            while True:
+                wall = expr.next_wall(cursor)
+                if wall is None:
+                    return best
+                if stop is not None and best is not None and _past_stop(wall, stop, best):
+                    return best
+                for candidate in resolve_wall(wall, zone, gap, overlap):
+                    if candidate.utc <= t:
+                        continue
+                    if _better(candidate, best):
+                        best = candidate
+                        stop = _stop_wall(zone, candidate, wall)
+                    break
+                if stop is not None and best is not None and _past_stop(wall, stop, best):
+                    return best
+                cursor = wall
+        except OverflowError:
+            return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "cron",
+            "cron": self.expr,
+            "tz": self.tz,
+            "dst_gap": self.dst_gap,
+            "dst_overlap": self.dst_overlap,
+        }
+
+    def describe(self) -> str:
+        return f"cron '{self.expr}' in {self.tz} (dst: {self.gap}/{self.overlap})"
+
+
+def _better(candidate: Resolved, best: Resolved | None) -> bool:
+    if best is None or candidate.utc < best.utc:
+        return True
+    return candidate.utc == best.utc and best.note is not None and candidate.note is None
+
+
+def _stop_wall(zone: ZoneInfo, best: Resolved, wall: datetime) -> datetime:
+    """Wall time from which no wall can resolve to an instant before ``best``.
+
+    Any wall ``w`` resolves to instants >= ``w - offset`` for an offset in force
+    near that instant, so with the largest offset near ``best`` the bound is
+    ``best + largest``. With no transition near, that is ``best``'s own wall time.
+    """
+    near = transition_near(zone, best.utc)
+    if near is None:
+        return wall
+    return best.utc.replace(tzinfo=None) + max(near)
+
+
+def _past_stop(wall: datetime, stop: datetime, best: Resolved) -> bool:
+    return wall > stop or (wall == stop and best.note is None)
+
+
+# --- constructors ------------------------------------------------------------------
+
+
+def cron(
+    expr: str,
+    tz: str = "UTC",
+    *,
+    dst_gap: DstGap | None = None,
+    dst_overlap: DstOverlap | None = None,
+) -> CronSchedule:
+    """A cron schedule; the zone defaults to UTC, never to the host's zone."""
+    return CronSchedule(expr=expr, tz=tz, dst_gap=dst_gap, dst_overlap=dst_overlap)
+
+
+def every(interval: timedelta | str | float, *, anchor: datetime | None = None) -> EverySchedule:
+    """Fire every ``interval`` (timedelta, text like ``"1h30m"``, or seconds as a number).
+
+    Instants are ``anchor + k * interval``; the anchor defaults to the Unix epoch
+    so the rhythm survives restarts without drift.
+    """
+    if isinstance(interval, bool):
+        raise InvalidScheduleError("expected a duration, got bool", field="interval")
+    if isinstance(interval, str):
+        try:
+            delta = parse_duration(interval, field="interval")
+        except ValidationError as exc:
+            raise InvalidScheduleError(exc.message, field="interval") from None
+    elif isinstance(interval, int | float):
+        if not math.isfinite(interval) or interval <= 0:
+            raise InvalidScheduleError(
+                f"interval must be a positive number of seconds, got {interval!r}",
+                field="interval",
+            )
+        try:
+            delta = timedelta(seconds=interval)
+        except OverflowError:
+            raise InvalidScheduleError("interval exceeds 100 years", field="interval") from None
+    else:
+        delta = interval
+    return EverySchedule(interval=delta, anchor=EPOCH if anchor is None else anchor)
+
+
+def at(instant: datetime | str) -> AtSchedule:
+    """Fire once at an aware datetime or an RFC 3339 string with an offset."""
+    if isinstance(instant, str):
+        try:
+            instant = parse_instant(instant, "at")
+        except ValidationError as exc:
+            raise InvalidScheduleError(exc.message, field="at") from None
+    return AtSchedule(at=instant)
+
+
+def now() -> NowSchedule:
+    """Fire once, as soon as the job is registered."""
+    return NowSchedule()
+
+
+_DICT_KEYS: dict[str, frozenset[str]] = {
+    "now": frozenset({"kind"}),
+    "at": frozenset({"kind", "at"}),
+    "every": frozenset({"kind", "interval", "anchor"}),
+    "cron": frozenset({"kind", "cron", "tz", "dst_gap", "dst_overlap"}),
+}
+
+
+def schedule_from_dict(d: Mapping[str, Any]) -> Schedule:
+    """Rebuild a schedule from :meth:`Schedule.to_dict` output, validating like the constructors.
+
+    Errors name the field as ``schedule.<key>`` (``schedule.cron``, ``schedule.tz``).
+    """
+    if not isinstance(d, Mapping):
+        raise InvalidScheduleError("expected an object", field="schedule")
+    kind = d.get("kind")
+    if not isinstance(kind, str) or kind not in _DICT_KEYS:
+        raise InvalidScheduleError(
+            f"unknown kind {kind!r} (expected now, at, every or cron)", field="schedule.kind"
+        )
+    for key in d:
+        if key not in _DICT_KEYS[kind]:
+            raise InvalidScheduleError(
+                f"unknown key for a {kind} schedule", field=f"schedule.{key}"
+            )
+    try:
+        return _build(kind, d)
+    except CronwheelError as exc:
+        exc.field = f"schedule.{exc.field or kind}"
+        raise
+
+
+def _require_str(d: Mapping[str, Any], key: str, *, optional: bool = False) -> str | None:
+    value = d.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise InvalidScheduleError(f"expected a string, got {type(value).__name__}", field=key)
+    return value
+
+
+def _build(kind: str, d: Mapping[str, Any]) -> Schedule:
+    if kind == "now":
+        return NowSchedule()
+    if kind == "at":
+        return at(cast(str, _require_str(d, "at")))
+    if kind == "every":
+        interval = cast(str, _require_str(d, "interval"))
+        anchor_text = _require_str(d, "anchor", optional=True)
+        anchor = None if anchor_text is None else parse_instant(anchor_text, "anchor")
+        return every(interval, anchor=anchor)
+    expr = cast(str, _require_str(d, "cron"))
+    tz = _require_str(d, "tz", optional=True)
+    gap = _require_str(d, "dst_gap", optional=True)
+    overlap = _require_str(d, "dst_overlap", optional=True)
+    return CronSchedule(
+        expr=expr,
+        tz="UTC" if tz is None else tz,
+        dst_gap=cast("DstGap | None", gap),
+        dst_overlap=cast("DstOverlap | None", overlap),
+    )

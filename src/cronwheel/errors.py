@@ -1,0 +1,88 @@
+"""The error tree of cronwheel.
+
+Every error a user can see derives from :class:`CronwheelError` and carries a
+stable machine-readable ``code`` and, where one input is to blame, the ``field``
+that names it (``schedule.cron``, ``tz``, ``args`` ...)::
+
+    CronwheelError
+    ├── ValidationError                    bad input: names the field and the reason
+    │   ├── InvalidScheduleError           a cron expression, interval or instant that is wrong
+    │   │   └── UnknownTimezoneError       not an IANA zone name of the tz database
+    ├── NotFoundError
+    │   ├── JobNotFoundError
+    │   ├── FiringNotFoundError
+    │   └── TaskNotFoundError
+    ├── ConflictError                      a unique name or idempotency key is taken
+    ├── InvalidTransitionError             a firing state change the state machine forbids
+    ├── StoreError                         the store failed in a way that is not transient
+    │   └── StoreUnavailableError          transient: retry later (locked, connection lost)
+    └── LeaseLostError                     a leader write was fenced out: step down now
+"""
+
+from __future__ import annotations
+
+
+class CronwheelError(Exception):
+    """Root of every cronwheel error."""
+
+    code: str = "error"
+
+    def __init__(self, message: str, *, field: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        if code is not None:
+            self.code = code
+
+    def __str__(self) -> str:
+        if self.field:
+            return f"{self.field}: {self.message}"
+        return self.message
+
+
+class ValidationError(CronwheelError):
+    code = "invalid_input"
+
+
+class InvalidScheduleError(ValidationError):
+    code = "invalid_schedule"
+
+
+class UnknownTimezoneError(InvalidScheduleError):
+    code = "unknown_timezone"
+
+
+class NotFoundError(CronwheelError):
+    code = "not_found"
+
+
+class JobNotFoundError(NotFoundError):
+    code = "job_not_found"
+
+
+class FiringNotFoundError(NotFoundError):
+    code = "firing_not_found"
+
+
+class TaskNotFoundError(NotFoundError):
+    code = "task_not_found"
+
+
+class ConflictError(CronwheelError):
+    code = "conflict"
+
+
+class InvalidTransitionError(CronwheelError):
+    code = "invalid_transition"
+
+
+class StoreError(CronwheelError):
+    code = "store_error"
+
+
+class StoreUnavailableError(StoreError):
+    code = "store_unavailable"
+
+
+class LeaseLostError(CronwheelError):
+    code = "lease_lost"

@@ -1,0 +1,198 @@
+"""Process roles: scheduler, worker, and the all-in-one ``serve`` supervisor.
+
+Scheduler and workers are separate OS processes (the dispatcher never runs user
+code). ``serve`` starts one scheduler and N workers as child processes of the
+same Python, restarts a child that dies (with backoff), and on SIGINT/SIGTERM
+stops them all gracefully: the leader releases its lease, workers finish what
+they run and record it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from cronwheel.app import App
+from cronwheel.dispatch.dispatcher import Dispatcher, DispatcherConfig
+from cronwheel.domain.models import NodeInfo
+from cronwheel.errors import StoreUnavailableError, ValidationError
+from cronwheel.worker.worker import Worker, WorkerConfig
+
+log = structlog.get_logger("cronwheel.node")
+EXAMPLE_APP = "cronwheel.examples:app"
+
+
+def load_app(ref: str | None, store_url: str | None) -> App:
+    """Import ``module:attribute`` (the built-in example app when ``ref`` is None)."""
+    ref = ref or EXAMPLE_APP
+    module_name, _, attr = ref.partition(":")
+    if not module_name or not attr:
+        raise ValidationError("must look like module:attribute, e.g. myapp:app", field="APP")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValidationError(f"cannot import {module_name!r}: {exc}", field="APP") from None
+    app = getattr(module, attr, None)
+    if not isinstance(app, App):
+        raise ValidationError(f"{ref!r} is not a cronwheel.App", field="APP")
+    if store_url:
+        app.store_url = store_url
+    return app
+
+
+def _install_stop_handlers(on_stop: Any) -> None:
+    def handler(signum: int, frame: Any) -> None:
+        on_stop()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def run_scheduler(app: App, config: DispatcherConfig | None = None) -> None:
+    """Run a dispatcher (leader or standby) until SIGINT/SIGTERM."""
+    from cronwheel.wakeup import Doorbell
+
+    store = app.store
+    for job, changed in app.sync_jobs():
+        if changed:
+            log.info("job_synced", job=job.name, schedule=job.spec.schedule.describe(),
+                     next_fire_at=None if job.next_fire_at is None else job.next_fire_at.isoformat())
+    bell = Doorbell(store)
+    dispatcher = Dispatcher(store, app.clock, config=config, on_enqueued=lambda n: bell.ring())
+    stop = threading.Event()
+
+    def request_stop() -> None:
+        stop.set()
+        dispatcher.wake()
+
+    _install_stop_handlers(request_stop)
+    node = NodeInfo(id=dispatcher.holder, kind="scheduler", hostname=socket.gethostname(),
+                    pid=os.getpid(), started_at=app.clock.now(), heartbeat_at=app.clock.now())
+    _retry_store(lambda: store.register_node(node), stop)
+    beat = threading.Thread(target=_node_heartbeat, args=(store, node.id, stop), daemon=True)
+    beat.start()
+    log.info("scheduler_started", holder=dispatcher.holder)
+    try:
+        dispatcher.run(stop)
+    finally:
+        try:
+            store.remove_node(node.id)
+        except StoreUnavailableError:
+            pass
+        bell.close()
+        log.info("scheduler_stopped", holder=dispatcher.holder, enqueued=dispatcher.stats.enqueued)
+
+
+def _node_heartbeat(store: Any, node_id: str, stop: threading.Event) -> None:
+    while not stop.wait(2.0):
+        try:
+            store.heartbeat_node(node_id)
+        except StoreUnavailableError as exc:
+            log.warning("store_unavailable", error=str(exc))
+
+
+def _retry_store(fn: Any, stop: threading.Event) -> None:
+    delay = 0.2
+    while not stop.is_set():
+        try:
+            fn()
+            return
+        except StoreUnavailableError as exc:
+            log.warning("store_unavailable", error=str(exc), retry_in_s=delay)
+            stop.wait(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def run_worker(app: App, config: WorkerConfig | None = None) -> None:
+    """Run a worker until SIGINT/SIGTERM (then finish running handlers and exit)."""
+    worker = Worker(app.store, app.registry, app.clock, config=config)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await worker.run(stop)
+
+    asyncio.run(main())
+
+
+@dataclass(slots=True)
+class _Child:
+    name: str
+    argv: list[str]
+    proc: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    started: float = 0.0
+
+
+def serve(app_ref: str | None, store_url: str, *, workers: int = 1, concurrency: int = 16,
+          log_args: list[str] | None = None) -> int:
+    """Supervise one scheduler and ``workers`` worker processes; return the exit code."""
+    base = [sys.executable, "-m", "cronwheel"]
+    common = ["--store", store_url, *(log_args or [])]
+    ref = [app_ref] if app_ref else []
+    children = [_Child("scheduler", [*base, "scheduler", *common, *ref])]
+    children += [
+        _Child(f"worker-{i + 1}", [*base, "worker", *common, "--concurrency", str(concurrency),
+                                   "--role", f"worker-{i + 1}", *ref])
+        for i in range(workers)
+    ]
+    stopping = threading.Event()
+    _install_stop_handlers(stopping.set)
+
+    def start(child: _Child) -> None:
+        child.proc = subprocess.Popen(child.argv)
+        child.started = time.monotonic()
+        log.info("process_started", process=child.name, pid=child.proc.pid)
+
+    for child in children:
+        start(child)
+    while not stopping.wait(0.2):
+        for child in children:
+            assert child.proc is not None
+            code = child.proc.poll()
+            if code is None:
+                continue
+            # A child that ran for a while restarts at once; one that crash-loops backs off.
+            quick = time.monotonic() - child.started < 5
+            child.restarts = child.restarts + 1 if quick else 0
+            delay = min(0.5 * 2**child.restarts, 30.0) if quick else 0.0
+            log.warning("process_exited", process=child.name, code=code, restart_in_s=delay)
+            if code == 2 and quick:
+                # exit code 2 is a usage error: restarting would only repeat it
+                stopping.set()
+                break
+            if stopping.wait(delay):
+                break
+            start(child)
+    for child in children:
+        if child.proc is not None and child.proc.poll() is None:
+            child.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 35
+    code = 0
+    for child in children:
+        if child.proc is None:
+            continue
+        try:
+            rc = child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.proc.kill()
+            rc = child.proc.wait()
+        if rc == 2:
+            code = 2
+    log.info("serve_stopped")
+    return code

@@ -1,0 +1,165 @@
+"""Conversions between stored rows and domain values, shared by both stores."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cronwheel.domain.firing import FiringState
+from cronwheel.domain.models import (
+    Firing,
+    FiringId,
+    Job,
+    JobEvent,
+    JobId,
+    JobPolicies,
+    JobSpec,
+    NodeInfo,
+)
+from cronwheel.domain.schedules import schedule_from_dict
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+SHARDS = 256
+
+
+def to_us(instant: datetime) -> int:
+    """Aware datetime -> integer microseconds since the Unix epoch."""
+    delta = instant - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_us(us: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=us)
+
+
+def opt_us(instant: datetime | None) -> int | None:
+    return None if instant is None else to_us(instant)
+
+
+def opt_dt(us: int | None) -> datetime | None:
+    return None if us is None else from_us(us)
+
+
+def shard_of(namespace: str, name: str) -> int:
+    """A fixed shard key for hot statements (see DESIGN.md, scale path)."""
+    return zlib.crc32(f"{namespace}\x00{name}".encode("utf-8", "surrogatepass")) % SHARDS
+
+
+def job_params(spec: JobSpec) -> dict[str, Any]:
+    policies = spec.policies
+    return {
+        "namespace": spec.namespace,
+        "name": spec.name,
+        "task": spec.task,
+        "schedule": json.dumps(spec.schedule.to_dict(), sort_keys=True),
+        "payload": spec.payload,
+        "policies": json.dumps(policies.to_dict(), sort_keys=True),
+        "spec_hash": spec.spec_hash(),
+        "priority": float(policies.priority),
+        "max_attempts": policies.max_attempts,
+        "visibility_us": int(policies.visibility_timeout.total_seconds() * 1_000_000),
+        "paused": int(spec.paused),
+        "shard": shard_of(spec.namespace, spec.name),
+    }
+
+
+def _load(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def _instant(value: Any) -> datetime | None:
+    """SQLite rows hold microseconds; PostgreSQL rows hold timestamptz."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.astimezone(UTC)
+    return from_us(int(value))
+
+
+def _req(value: Any) -> datetime:
+    instant = _instant(value)
+    assert instant is not None
+    return instant
+
+
+def job_from_row(row: Mapping[str, Any]) -> Job:
+    payload = _load(row["payload"])
+    spec = JobSpec(
+        name=row["name"],
+        task=row["task"],
+        schedule=schedule_from_dict(_load(row["schedule"])),
+        args=tuple(payload["args"]),
+        kwargs=payload["kwargs"],
+        namespace=row["namespace"],
+        policies=JobPolicies.from_dict(_load(row["policies"])),
+        paused=bool(row["paused"]),
+    )
+    return Job(
+        id=JobId(row["id"]),
+        spec=spec,
+        next_fire_at=_instant(row["next_fire_at"]),
+        last_fired_at=_instant(row["last_fired_at"]),
+        paused=bool(row["paused"]),
+        missed_total=int(row["missed_total"]),
+        created_at=_req(row["created_at"]),
+        updated_at=_req(row["updated_at"]),
+    )
+
+
+def firing_from_row(row: Mapping[str, Any]) -> Firing:
+    payload = _load(row["payload"])
+    return Firing(
+        id=FiringId(row["id"]),
+        job_id=JobId(row["job_id"]),
+        job_name=row["job_name"],
+        namespace=row["namespace"],
+        task=row["task"],
+        args=tuple(payload["args"]),
+        kwargs=payload["kwargs"],
+        scheduled_for=_req(row["scheduled_for"]),
+        due_at=_req(row["due_at"]),
+        state=FiringState(row["state"]),
+        attempt=int(row["attempt"]),
+        max_attempts=int(row["max_attempts"]),
+        priority=float(row["priority"]),
+        enqueued_at=_req(row["enqueued_at"]),
+        enqueued_epoch=row["enqueued_epoch"],
+        claim_token=row["claim_token"],
+        worker_id=row["worker_id"],
+        lease_until=_instant(row["lease_until"]),
+        started_at=_instant(row["started_at"]),
+        finished_at=_instant(row["finished_at"]),
+        error=row["error"],
+        note=row["note"],
+        cancel_requested_at=_instant(row["cancel_requested_at"]),
+    )
+
+
+def node_from_row(row: Mapping[str, Any]) -> NodeInfo:
+    return NodeInfo(
+        id=row["id"],
+        kind=row["kind"],
+        hostname=row["hostname"],
+        pid=int(row["pid"]),
+        started_at=_req(row["started_at"]),
+        heartbeat_at=_req(row["heartbeat_at"]),
+        wake_addr=row["wake_addr"],
+        info=_load(row["info"]) or {},
+    )
+
+
+def event_from_row(row: Mapping[str, Any]) -> JobEvent:
+    return JobEvent(
+        id=int(row["id"]),
+        job_id=JobId(row["job_id"]),
+        at=_req(row["at"]),
+        kind=row["kind"],
+        first_at=_instant(row["first_at"]),
+        last_at=_instant(row["last_at"]),
+        count=int(row["count"]),
+        exact=bool(row["exact"]),
+        detail=row["detail"],
+    )

@@ -1,0 +1,270 @@
+"""The Store port: the single source of truth, behind semantic methods.
+
+Two implementations (SQLite, PostgreSQL) pass one contract suite
+(``tests/contract``). Contracts every implementation keeps:
+
+- Instants in and out are aware UTC datetimes. Expiry of leases and claims is
+  judged by the *store's* clock (``now()`` in SQL on PostgreSQL; on SQLite,
+  whose processes share one host, the clock the store was built with).
+- Every state change is a compare-and-swap: an update that matches no row
+  changes nothing and is reported, never silently retried against newer state.
+- Every leader write carries its :class:`Lease` and checks holder, epoch and
+  expiry in the same transaction; a mismatch raises :class:`LeaseLostError`
+  and writes nothing.
+- Transient failures (locked database, lost connection) raise
+  :class:`StoreUnavailableError` after bounded internal retries; callers back
+  off and try again. They are never reported as lost work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from cronwheel.domain.firing import FiringState
+from cronwheel.domain.models import (
+    ClaimedFiring,
+    Firing,
+    FiringId,
+    Job,
+    JobEvent,
+    JobId,
+    JobSpec,
+    Lease,
+    NodeInfo,
+)
+from cronwheel.domain.policies import MissedRange
+
+DISPATCHER_LEASE = "dispatcher"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlannedFiring:
+    scheduled_for: datetime
+    note: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobAdvance:
+    """One job's part of an enqueue batch.
+
+    The job's cursor moves from ``expected_next_fire_at`` to ``new_next_fire_at``
+    (compare-and-swap), and only if that succeeds are ``firings`` inserted and
+    ``missed`` recorded: the cursor and the firings move together or not at all.
+    """
+
+    job_id: JobId
+    expected_next_fire_at: datetime
+    new_next_fire_at: datetime | None
+    firings: Sequence[PlannedFiring] = ()
+    missed: Sequence[MissedRange] = ()
+
+
+@dataclass(slots=True, kw_only=True)
+class EnqueueResult:
+    inserted: list[FiringId] = field(default_factory=list)
+    duplicates: int = 0  # (job_id, scheduled_for) already existed: the unique key held
+    stale: list[JobId] = field(default_factory=list)  # cursor CAS failed: job changed meanwhile
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Completion:
+    """The outcome of one attempt, reported by the worker that holds the claim."""
+
+    firing_id: FiringId
+    claim_token: str
+    succeeded: bool
+    started_at: datetime
+    finished_at: datetime
+    error: str | None = None
+    retry_at: datetime | None = None  # when to try again (None: no retry, go DEAD)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelResult:
+    outcome: str  # "cancelled" | "cancel_requested" | "already_final"
+    firing: Firing
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreStatus:
+    now: datetime
+    lease: Lease | None
+    counts: dict[str, int]  # firings by state (active states, and terminal within the window)
+    jobs: int
+    paused_jobs: int
+    oldest_queued_due_at: datetime | None
+    nodes: list[NodeInfo]
+    lateness_ms: list[float]  # recent successful starts, newest first (bounded)
+
+
+class Store(Protocol):
+    # -- lifecycle --------------------------------------------------------------
+    def migrate(self) -> int:
+        """Bring the schema to the latest version (idempotent); return that version."""
+        ...
+
+    def close(self) -> None: ...
+
+    def now(self) -> datetime:
+        """The store's clock: the one leases and claims are judged by."""
+        ...
+
+    # -- jobs ---------------------------------------------------------------------
+    def create_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> Job:
+        """Insert a job whose cursor starts at ``first_fire_at``.
+
+        Raises ConflictError when ``(namespace, name)`` exists.
+        """
+        ...
+
+    def upsert_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> tuple[Job, bool]:
+        """Create, or replace the spec of the job with this name; return (job, changed).
+
+        The same spec twice is a no-op (``changed`` False, cursor untouched). A
+        changed schedule moves the cursor to ``first_fire_at``.
+        """
+        ...
+
+    def get_job(self, namespace: str, name: str) -> Job:
+        """Raises JobNotFoundError."""
+        ...
+
+    def get_job_by_id(self, job_id: JobId) -> Job:
+        """Raises JobNotFoundError."""
+        ...
+
+    def list_jobs(
+        self,
+        *,
+        namespace: str | None = None,
+        name_prefix: str | None = None,
+        task: str | None = None,
+        after_id: int = 0,
+        limit: int = 100,
+    ) -> list[Job]:
+        """Jobs ordered by id, those with ``id > after_id`` (cursor pagination)."""
+        ...
+
+    def set_paused(
+        self, namespace: str, name: str, paused: bool, *, resume_from: datetime | None = None
+    ) -> Job:
+        """Pause or resume. Resuming keeps the cursor: missed instants follow the misfire policy."""
+        ...
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        """Delete a job and its firing history. Raises JobNotFoundError."""
+        ...
+
+    def due_jobs(self, horizon: datetime, *, limit: int) -> list[Job]:
+        """Unpaused jobs with ``next_fire_at <= horizon``, earliest first: an index range scan."""
+        ...
+
+    def jobs_version(self) -> int:
+        """A number that changes whenever a job is created, changed, paused or deleted."""
+        ...
+
+    def job_events(self, job_id: JobId, *, limit: int = 100) -> list[JobEvent]: ...
+
+    # -- leadership ---------------------------------------------------------------
+    def acquire_lease(self, name: str, holder: str, ttl: timedelta) -> Lease | None:
+        """Renew the lease if ``holder`` holds it unexpired, else take it over if it has
+        expired (epoch + 1). Returns the lease held afterwards, or None if another holder
+        has it."""
+        ...
+
+    def release_lease(self, lease: Lease) -> None:
+        """Give the lease up early (clean shutdown) if still held by this holder and epoch."""
+        ...
+
+    def get_lease(self, name: str) -> Lease | None: ...
+
+    # -- dispatch (leader writes, fenced) -----------------------------------------
+    def enqueue(self, lease: Lease, advances: Sequence[JobAdvance]) -> EnqueueResult:
+        """In ONE transaction: check ``lease`` (holder, epoch, unexpired by the store's
+        clock) or raise LeaseLostError; for each advance, CAS the job's cursor and, if it
+        moved, insert its firings QUEUED (a duplicate ``(job_id, scheduled_for)`` is
+        ignored and counted) and record its missed ranges."""
+        ...
+
+    def requeue_expired(self, *, limit: int = 1000) -> int:
+        """Reaper: RUNNING firings whose claim lease has expired go back to QUEUED (or DEAD
+        when attempts are exhausted); their attempt is recorded as expired. Returns the count."""
+        ...
+
+    # -- immediate work -----------------------------------------------------------
+    def enqueue_now(self, spec: JobSpec) -> Firing:
+        """Create a one-shot job and its QUEUED firing due now, in one transaction."""
+        ...
+
+    # -- workers ------------------------------------------------------------------
+    def claim(
+        self,
+        worker_id: str,
+        *,
+        tasks: Sequence[str],
+        limit: int,
+        prefetch: timedelta = timedelta(0),
+    ) -> list[ClaimedFiring]:
+        """Atomically take up to ``limit`` QUEUED firings of these tasks whose
+        ``due_at <= now + prefetch``, in virtual-deadline order: each becomes RUNNING with
+        attempt + 1, a fresh claim token, and ``lease_until = now + its visibility timeout``.
+        Safe against concurrent claimers (no firing is claimed twice)."""
+        ...
+
+    def heartbeat(
+        self, worker_id: str, claims: Sequence[tuple[FiringId, str]]
+    ) -> set[FiringId]:
+        """Extend the leases of these claims by their visibility timeouts. Returns the
+        firings whose claim is no longer held (reassigned, cancelled): the worker must stop
+        them and its late result will be rejected."""
+        ...
+
+    def cancel_requested(self, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
+        """Which of these held claims have a pending cancellation request."""
+        ...
+
+    def complete(self, completions: Sequence[Completion]) -> list[bool]:
+        """Record outcomes (CAS on state RUNNING + claim token); True where accepted.
+        A failure with ``retry_at`` and attempts left goes back to QUEUED due then;
+        otherwise DEAD."""
+        ...
+
+    # -- firings ------------------------------------------------------------------
+    def get_firing(self, firing_id: FiringId) -> Firing:
+        """Raises FiringNotFoundError."""
+        ...
+
+    def list_firings(
+        self,
+        *,
+        job_id: JobId | None = None,
+        namespace: str | None = None,
+        states: Sequence[FiringState] | None = None,
+        before_id: int | None = None,
+        limit: int = 100,
+    ) -> list[Firing]:
+        """Newest first (by id); ``before_id`` pages backwards."""
+        ...
+
+    def cancel_firing(self, firing_id: FiringId) -> CancelResult:
+        """QUEUED → CANCELLED at once ("cancelled"); RUNNING → request cooperative cancel
+        ("cancel_requested"); a final firing is left alone ("already_final")."""
+        ...
+
+    def redrive_firing(self, firing_id: FiringId) -> Firing:
+        """DEAD → QUEUED due now, with a fresh attempt budget. InvalidTransitionError otherwise."""
+        ...
+
+    # -- nodes ----------------------------------------------------------------------
+    def register_node(self, node: NodeInfo) -> None: ...
+
+    def heartbeat_node(self, node_id: str) -> None: ...
+
+    def remove_node(self, node_id: str) -> None: ...
+
+    def list_nodes(self, *, alive_within: timedelta | None = None) -> list[NodeInfo]: ...
+
+    def status(self) -> StoreStatus: ...

@@ -1,0 +1,3 @@
+from cronwheel.store.sqlite.store import SqliteStore
+
+__all__ = ["SqliteStore"]

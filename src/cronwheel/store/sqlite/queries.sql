@@ -1,0 +1,139 @@
+-- SQLite queries of SqliteStore. Instants are INTEGER microseconds UTC.
+
+-- name: insert_job
+INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
+                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard)
+VALUES (:namespace, :name, :task, :schedule, :payload, :policies, :spec_hash, :priority,
+        :max_attempts, :visibility_us, :paused, :next_fire_at, :now, :now, :shard)
+RETURNING *
+
+-- name: update_job_spec
+UPDATE jobs
+SET task = :task, schedule = :schedule, payload = :payload, policies = :policies,
+    spec_hash = :spec_hash, priority = :priority, max_attempts = :max_attempts,
+    visibility_us = :visibility_us, next_fire_at = :next_fire_at, updated_at = :now
+WHERE id = :id
+RETURNING *
+
+-- name: bump_jobs_version
+INSERT INTO meta (key, value) VALUES ('jobs_version', '1')
+ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1
+
+-- name: due_jobs
+SELECT * FROM jobs
+WHERE paused = 0 AND next_fire_at IS NOT NULL AND next_fire_at <= :horizon
+ORDER BY next_fire_at
+LIMIT :limit
+
+-- name: fence_check
+SELECT epoch FROM leases
+WHERE name = :name AND holder = :holder AND epoch = :epoch AND expires_at > :now
+
+-- name: advance_job
+UPDATE jobs
+SET next_fire_at = :new_next,
+    last_fired_at = COALESCE(:last_fired, last_fired_at),
+    missed_total = missed_total + :missed
+WHERE id = :job_id AND next_fire_at = :expected AND paused = 0
+
+-- name: insert_firing
+INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for, due_at, vdeadline,
+                     state, max_attempts, priority, visibility_us, enqueued_at, enqueued_epoch,
+                     note, shard)
+SELECT id, namespace, name, task, payload, :scheduled_for, :due_at,
+       :due_at + CAST(:base_latency_us / priority AS INTEGER),
+       'queued', max_attempts, priority, visibility_us, :now, :epoch, :note, shard
+FROM jobs WHERE id = :job_id
+ON CONFLICT (job_id, scheduled_for) DO NOTHING
+
+-- name: insert_event
+INSERT INTO job_events (job_id, at, kind, first_at, last_at, count, exact, detail)
+VALUES (:job_id, :now, :kind, :first_at, :last_at, :count, :exact, :detail)
+
+-- name: claim
+UPDATE firings
+SET state = 'running',
+    attempt = attempt + 1,
+    claim_token = lower(hex(randomblob(16))),
+    worker_id = :worker_id,
+    lease_until = :now + visibility_us,
+    started_at = NULL,
+    finished_at = NULL
+WHERE id IN (
+    SELECT id FROM firings
+    WHERE state = 'queued' AND due_at <= :until
+      AND task IN (SELECT value FROM json_each(:tasks))
+    ORDER BY vdeadline
+    LIMIT :limit
+)
+RETURNING *
+
+-- name: heartbeat
+UPDATE firings SET lease_until = :now + visibility_us
+WHERE id = :id AND claim_token = :token AND state = 'running'
+
+-- name: complete_success
+UPDATE firings
+SET state = 'succeeded', started_at = :started_at, finished_at = :finished_at,
+    lease_until = NULL, error = NULL
+WHERE id = :id AND claim_token = :token AND state = 'running'
+RETURNING attempt
+
+-- name: complete_failure
+UPDATE firings
+SET state = CASE WHEN :retry_at IS NOT NULL AND attempt < max_attempts THEN 'queued' ELSE 'dead' END,
+    vdeadline = CASE WHEN :retry_at IS NOT NULL AND attempt < max_attempts
+                     THEN :retry_at + (vdeadline - due_at) ELSE vdeadline END,
+    due_at = CASE WHEN :retry_at IS NOT NULL AND attempt < max_attempts THEN :retry_at ELSE due_at END,
+    finished_at = CASE WHEN :retry_at IS NOT NULL AND attempt < max_attempts THEN NULL ELSE :finished_at END,
+    started_at = :started_at, claim_token = NULL, lease_until = NULL, error = :error
+WHERE id = :id AND claim_token = :token AND state = 'running'
+RETURNING attempt, worker_id
+
+-- name: insert_attempt
+INSERT OR REPLACE INTO firing_attempts (firing_id, attempt, worker_id, started_at, finished_at, outcome, error)
+VALUES (:firing_id, :attempt, :worker_id, :started_at, :finished_at, :outcome, :error)
+
+-- name: expired_claims
+SELECT id, attempt, max_attempts, worker_id, started_at FROM firings
+WHERE state = 'running' AND lease_until < :now
+ORDER BY lease_until
+LIMIT :limit
+
+-- name: expire_claim
+UPDATE firings
+SET state = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'queued' END,
+    finished_at = CASE WHEN attempt >= max_attempts THEN :now ELSE NULL END,
+    vdeadline = :now + (vdeadline - due_at),
+    due_at = CASE WHEN attempt >= max_attempts THEN due_at ELSE :now END,
+    claim_token = NULL, lease_until = NULL,
+    error = 'lease expired: worker ' || coalesce(worker_id, '?') || ' stopped heartbeating'
+WHERE id = :id AND state = 'running' AND lease_until < :now
+
+-- name: acquire_lease
+INSERT INTO leases (name, holder, epoch, expires_at, acquired_at)
+VALUES (:name, :holder, 1, :expires_at, :now)
+ON CONFLICT (name) DO UPDATE
+SET holder = excluded.holder,
+    epoch = CASE WHEN leases.holder = excluded.holder AND leases.expires_at > :now
+                 THEN leases.epoch ELSE leases.epoch + 1 END,
+    acquired_at = CASE WHEN leases.holder = excluded.holder AND leases.expires_at > :now
+                       THEN leases.acquired_at ELSE :now END,
+    expires_at = excluded.expires_at
+WHERE leases.expires_at <= :now OR leases.holder = excluded.holder
+RETURNING *
+
+-- name: status_counts
+SELECT 'queued' AS state, count(*) AS n FROM firings WHERE state = 'queued'
+UNION ALL
+SELECT 'running', count(*) FROM firings WHERE state = 'running'
+UNION ALL
+SELECT state, count(*) FROM firings
+WHERE finished_at IS NOT NULL AND finished_at >= :since
+GROUP BY state
+
+-- name: recent_lateness
+SELECT started_at - scheduled_for AS lateness_us FROM firings
+WHERE finished_at IS NOT NULL AND finished_at >= :since AND state = 'succeeded'
+ORDER BY finished_at DESC
+LIMIT :limit

@@ -1,0 +1,115 @@
+-- cronwheel schema for SQLite. Instants are INTEGER microseconds since the Unix
+-- epoch, UTC. Migrations are the `-- name: migration_N` blocks, applied in order,
+-- each in one transaction together with the bump of meta.schema_version.
+
+-- name: migration_1
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+CREATE TABLE jobs (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    namespace     TEXT    NOT NULL,
+    name          TEXT    NOT NULL,
+    task          TEXT    NOT NULL,
+    schedule      TEXT    NOT NULL,              -- JSON, Schedule.to_dict()
+    payload       TEXT    NOT NULL,              -- JSON {"args": [...], "kwargs": {...}}
+    policies      TEXT    NOT NULL,              -- JSON, JobPolicies.to_dict()
+    spec_hash     TEXT    NOT NULL,
+    priority      REAL    NOT NULL,              -- copies of hot policy values, for SQL
+    max_attempts  INTEGER NOT NULL,
+    visibility_us INTEGER NOT NULL,
+    paused        INTEGER NOT NULL DEFAULT 0,
+    next_fire_at  INTEGER,                       -- the durable cursor; NULL = exhausted
+    last_fired_at INTEGER,
+    missed_total  INTEGER NOT NULL DEFAULT 0,
+    created_at    INTEGER NOT NULL,
+    updated_at    INTEGER NOT NULL,
+    shard         INTEGER NOT NULL,
+    UNIQUE (namespace, name)
+);
+-- the due-jobs poll is a range scan of this index, never a scan of all jobs
+CREATE INDEX jobs_due ON jobs (next_fire_at) WHERE paused = 0 AND next_fire_at IS NOT NULL;
+
+CREATE TABLE firings (
+    id                  INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id              INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    namespace           TEXT    NOT NULL,
+    job_name            TEXT    NOT NULL,
+    task                TEXT    NOT NULL,
+    payload             TEXT    NOT NULL,
+    scheduled_for       INTEGER NOT NULL,
+    due_at              INTEGER NOT NULL,
+    vdeadline           INTEGER NOT NULL,        -- claim order: due_at + base_latency / priority
+    -- state machine (domain/firing.py):
+    --   'queued'    -- enqueue (leader, fenced) | lease_expired | retry | redrive
+    --   'running'   -- claim: queued -> running (attempt + 1, new claim_token)
+    --   'succeeded' -- running -> succeeded (CAS on claim_token)
+    --   'dead'      -- running -> dead (attempts exhausted)
+    --   'cancelled' -- queued -> cancelled | running -> cancelled (cancel deadline)
+    --   'skipped', 'missed' -- overlap / start deadline fates
+    state               TEXT    NOT NULL,
+    attempt             INTEGER NOT NULL DEFAULT 0,
+    max_attempts        INTEGER NOT NULL,
+    priority            REAL    NOT NULL,
+    visibility_us       INTEGER NOT NULL,
+    claim_token         TEXT,
+    worker_id           TEXT,
+    lease_until         INTEGER,
+    enqueued_at         INTEGER NOT NULL,
+    enqueued_epoch      INTEGER,                 -- fencing epoch of the leader that enqueued it
+    started_at          INTEGER,
+    finished_at         INTEGER,
+    error               TEXT,
+    note                TEXT,
+    cancel_requested_at INTEGER,
+    shard               INTEGER NOT NULL,
+    UNIQUE (job_id, scheduled_for)               -- a deposed leader's duplicate is rejected here
+);
+CREATE INDEX firings_claim ON firings (vdeadline) WHERE state = 'queued';
+CREATE INDEX firings_lease ON firings (lease_until) WHERE state = 'running';
+CREATE INDEX firings_finished ON firings (finished_at) WHERE finished_at IS NOT NULL;
+
+CREATE TABLE firing_attempts (
+    firing_id   INTEGER NOT NULL REFERENCES firings (id) ON DELETE CASCADE,
+    attempt     INTEGER NOT NULL,
+    worker_id   TEXT,
+    started_at  INTEGER,
+    finished_at INTEGER NOT NULL,
+    outcome     TEXT    NOT NULL,                -- 'failed' | 'lease_expired' | 'succeeded'
+    error       TEXT,
+    PRIMARY KEY (firing_id, attempt)
+);
+
+CREATE TABLE leases (
+    name        TEXT PRIMARY KEY,
+    holder      TEXT    NOT NULL,
+    epoch       INTEGER NOT NULL,                -- fencing token: +1 on every takeover
+    expires_at  INTEGER NOT NULL,
+    acquired_at INTEGER NOT NULL
+);
+
+CREATE TABLE nodes (
+    id           TEXT PRIMARY KEY,
+    kind         TEXT    NOT NULL,
+    hostname     TEXT    NOT NULL,
+    pid          INTEGER NOT NULL,
+    started_at   INTEGER NOT NULL,
+    heartbeat_at INTEGER NOT NULL,
+    wake_addr    TEXT,
+    info         TEXT    NOT NULL DEFAULT '{}'
+);
+
+CREATE TABLE job_events (
+    id       INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id   INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    at       INTEGER NOT NULL,
+    kind     TEXT    NOT NULL,                   -- 'missed' | ...
+    first_at INTEGER,
+    last_at  INTEGER,
+    count    INTEGER NOT NULL,
+    exact    INTEGER NOT NULL,
+    detail   TEXT
+);
+CREATE INDEX job_events_job ON job_events (job_id, id);

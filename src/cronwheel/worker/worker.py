@@ -1,0 +1,320 @@
+"""The worker: claims queued firings, runs their tasks, heartbeats, records outcomes.
+
+- Claims are leases: ``lease_until = now + visibility_timeout``, renewed by a
+  heartbeat while the handler runs. A worker that dies stops heartbeating and
+  the leader's reaper re-queues its firings (at-least-once).
+- Each claim carries a fresh token; every completion is a compare-and-swap on
+  it, so a stale (zombie) worker's late result is rejected.
+- Firings enqueued slightly ahead of their instant are claimed up to
+  ``prefetch`` early and started by a local timer exactly at ``due_at``: the
+  start is a timer expiry, not a database round trip.
+- Sync handlers run in a thread pool, async handlers on the event loop. Store
+  calls go through one dedicated thread so the loop never blocks on I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import socket
+import traceback
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import partial
+from typing import Any, TypeVar
+
+import structlog
+
+from cronwheel.domain.clock import Clock
+from cronwheel.domain.models import ClaimedFiring, FiringId, NodeInfo
+from cronwheel.domain.policies import retry_backoff
+from cronwheel.errors import CronwheelError, StoreUnavailableError
+from cronwheel.store.protocol import Completion, Store
+from cronwheel.worker.context import Context, make_context
+from cronwheel.worker.registry import TaskRegistry
+from cronwheel.wakeup import open_listener
+
+log = structlog.get_logger("cronwheel.worker")
+T = TypeVar("T")
+_ERROR_MAX = 8000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerConfig:
+    concurrency: int = 16
+    prefetch: timedelta = timedelta(milliseconds=700)
+    poll_interval: timedelta = timedelta(seconds=1)
+    heartbeat_interval: timedelta = timedelta(seconds=2)
+    node_heartbeat: timedelta = timedelta(seconds=2)
+    flush_interval: timedelta = timedelta(milliseconds=5)
+    flush_batch: int = 500
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    claimed: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    rejected: int = 0  # completions refused: the claim was lost (zombie)
+    lost_claims: int = 0
+    lateness_ms: list[float] = field(default_factory=list)
+
+
+def make_worker_id() -> str:
+    return f"worker:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Worker:
+    def __init__(
+        self,
+        store: Store,
+        registry: TaskRegistry,
+        clock: Clock,
+        *,
+        config: WorkerConfig | None = None,
+        worker_id: str | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.clock = clock
+        self.config = config or WorkerConfig()
+        self.worker_id = worker_id or make_worker_id()
+        self.stats = WorkerStats()
+        self._rng = rng or random.Random()
+        self._db = ThreadPoolExecutor(1, thread_name_prefix="cronwheel-store")
+        self._pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="cronwheel-task")
+        self._active: dict[FiringId, tuple[ClaimedFiring, Context]] = {}
+        self._done: list[Completion] = []
+        self._slot_freed: asyncio.Event | None = None
+        self._completions_ready: asyncio.Event | None = None
+
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._db, partial(fn, *args, **kwargs))
+
+    # -- running one firing ------------------------------------------------------------
+    async def execute(self, claim: ClaimedFiring) -> Completion | None:
+        """Run one claimed firing to an outcome. None when the claim was lost before start."""
+        firing = claim.firing
+        ctx = make_context(firing, claim.claim_token, self.worker_id)
+        self._active[firing.id] = (claim, ctx)
+        try:
+            delay = (firing.due_at - self.clock.now()).total_seconds()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if ctx.cancel_requested:
+                return None
+            return await self._invoke(claim, ctx)
+        finally:
+            self._active.pop(firing.id, None)
+
+    async def _invoke(self, claim: ClaimedFiring, ctx: Context) -> Completion:
+        firing = claim.firing
+        timeout = claim.policies.timeout
+        timeout_s = None if timeout is None else timeout.total_seconds()
+        started = self.clock.now()
+        lateness_ms = (started - firing.scheduled_for).total_seconds() * 1000
+        log.info("firing_started", job=firing.job_name, firing_id=firing.id,
+                 attempt=firing.attempt, lateness_ms=round(lateness_ms, 3))
+        error: str | None = None
+        try:
+            task = self.registry.get(firing.task)
+            if task.is_async:
+                await asyncio.wait_for(task.fn(ctx, *firing.args, **firing.kwargs), timeout_s)
+            else:
+                loop = asyncio.get_running_loop()
+                call = partial(task.fn, ctx, *firing.args, **firing.kwargs)
+                await asyncio.wait_for(loop.run_in_executor(self._pool, call), timeout_s)
+        except TimeoutError:
+            error = f"timed out after {timeout_s} s"
+            ctx.request_cancel()
+        except CronwheelError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        except Exception:
+            error = traceback.format_exc()[-_ERROR_MAX:]
+        finished = self.clock.now()
+        if error is None:
+            self.stats.succeeded += 1
+            self.stats.lateness_ms.append(lateness_ms)
+            log.info("firing_succeeded", job=firing.job_name, firing_id=firing.id,
+                     lateness_ms=round(lateness_ms, 3),
+                     duration_ms=round((finished - started).total_seconds() * 1000, 3))
+            return Completion(firing_id=firing.id, claim_token=claim.claim_token, succeeded=True,
+                              started_at=started, finished_at=finished)
+        self.stats.failed += 1
+        retry_at = None
+        if firing.attempt < firing.max_attempts:
+            p = claim.policies
+            retry_at = finished + retry_backoff(
+                firing.attempt, base=p.retry_backoff, maximum=p.retry_backoff_max, rng=self._rng
+            )
+        log.warning("firing_failed", job=firing.job_name, firing_id=firing.id,
+                    attempt=firing.attempt, max_attempts=firing.max_attempts,
+                    retry_at=None if retry_at is None else retry_at.isoformat(),
+                    error=error.strip().splitlines()[-1] if error.strip() else error)
+        return Completion(firing_id=firing.id, claim_token=claim.claim_token, succeeded=False,
+                          started_at=started, finished_at=finished, error=error, retry_at=retry_at)
+
+    async def _execute_and_report(self, claim: ClaimedFiring) -> None:
+        try:
+            completion = await self.execute(claim)
+            if completion is not None:
+                self._done.append(completion)
+                if self._completions_ready is not None:
+                    self._completions_ready.set()
+        finally:
+            if self._slot_freed is not None:
+                self._slot_freed.set()
+
+    async def flush(self) -> None:
+        """Write pending completions in one transaction."""
+        while self._done:
+            batch = self._done[: self.config.flush_batch]
+            accepted = await self._call(self.store.complete, batch)
+            del self._done[: len(batch)]
+            for completion, ok in zip(batch, accepted, strict=True):
+                if not ok:
+                    self.stats.rejected += 1
+                    log.warning("completion_rejected", firing_id=completion.firing_id,
+                                reason="claim no longer held (lease expired or cancelled)")
+
+    # -- test/driver helper ---------------------------------------------------------------
+    async def drain_once(self) -> int:
+        """Claim everything claimable now, run it concurrently, record the outcomes."""
+        claims = await self._call(
+            self.store.claim, self.worker_id, tasks=self.registry.names(),
+            limit=self.config.concurrency, prefetch=timedelta(0),
+        )
+        self.stats.claimed += len(claims)
+        await asyncio.gather(*(self._execute_and_report(c) for c in claims))
+        await self.flush()
+        return len(claims)
+
+    # -- the loops -------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        self._slot_freed = asyncio.Event()
+        self._completions_ready = asyncio.Event()
+        doorbell, wake_addr, transport = await open_listener()
+        node = NodeInfo(
+            id=self.worker_id, kind="worker", hostname=socket.gethostname(), pid=os.getpid(),
+            started_at=self.clock.now(), heartbeat_at=self.clock.now(), wake_addr=wake_addr,
+            info={"tasks": self.registry.names(), "concurrency": self.config.concurrency},
+        )
+        await self._call(self.store.register_node, node)
+        log.info("worker_started", worker_id=self.worker_id, tasks=self.registry.names(),
+                 concurrency=self.config.concurrency)
+        loops = [
+            asyncio.create_task(self._heartbeat_loop(stop)),
+            asyncio.create_task(self._flush_loop(stop)),
+        ]
+        running: set[asyncio.Task[None]] = set()
+        try:
+            await self._claim_loop(stop, doorbell.event, running)
+        finally:
+            # Graceful stop: let running handlers finish (bounded by the caller), record them.
+            if running:
+                await asyncio.wait(running, timeout=30)
+            for t in loops:
+                t.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            try:
+                await self.flush()
+                await self._call(self.store.remove_node, self.worker_id)
+            except StoreUnavailableError:
+                pass
+            transport.close()
+            self._db.shutdown(wait=False)
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            log.info("worker_stopped", worker_id=self.worker_id)
+
+    async def _claim_loop(
+        self, stop: asyncio.Event, rung: asyncio.Event, running: set[asyncio.Task[None]]
+    ) -> None:
+        assert self._slot_freed is not None
+        names = self.registry.names()
+        backoff = 0.1
+        while not stop.is_set():
+            rung.clear()
+            self._slot_freed.clear()
+            free = self.config.concurrency - len(self._active)
+            claimed = 0
+            if free > 0:
+                try:
+                    claims = await self._call(
+                        self.store.claim, self.worker_id, tasks=names, limit=free,
+                        prefetch=self.config.prefetch,
+                    )
+                    backoff = 0.1
+                except StoreUnavailableError as exc:
+                    log.warning("store_unavailable", error=str(exc), retry_in_s=backoff)
+                    await _wait_any([stop.wait()], backoff)
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+                claimed = len(claims)
+                self.stats.claimed += claimed
+                for claim in claims:
+                    # register before the task starts so `free` is right on the next pass
+                    task = asyncio.create_task(self._execute_and_report(claim))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                await asyncio.sleep(0)  # let the new tasks register themselves
+            if claimed and claimed == free:
+                continue  # there may be more: claim again as soon as slots free up
+            waits = [stop.wait(), rung.wait(), self._slot_freed.wait()] if free > 0 else [
+                stop.wait(), self._slot_freed.wait()]
+            await _wait_any(waits, self.config.poll_interval.total_seconds())
+
+    async def _flush_loop(self, stop: asyncio.Event) -> None:
+        assert self._completions_ready is not None
+        while not stop.is_set():
+            await self._completions_ready.wait()
+            self._completions_ready.clear()
+            await asyncio.sleep(self.config.flush_interval.total_seconds())
+            try:
+                await self.flush()
+            except StoreUnavailableError as exc:
+                log.warning("store_unavailable", error=str(exc))
+                await asyncio.sleep(0.5)
+                self._completions_ready.set()
+
+    async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
+        next_node_beat = 0.0
+        while not stop.is_set():
+            # renew at a third of the shortest visibility timeout held
+            interval = min(
+                [self.config.heartbeat_interval.total_seconds()]
+                + [c.policies.visibility_timeout.total_seconds() / 3 for c, _ in self._active.values()]
+            )
+            await _wait_any([stop.wait()], interval)
+            try:
+                claims = [(fid, c.claim_token) for fid, (c, _) in self._active.items()]
+                if claims:
+                    lost = await self._call(self.store.heartbeat, self.worker_id, claims)
+                    cancelled = await self._call(self.store.cancel_requested, claims)
+                    for fid in lost | cancelled:
+                        entry = self._active.get(fid)
+                        if entry is not None and not entry[1].cancel_requested:
+                            entry[1].request_cancel()
+                            if fid in lost:
+                                self.stats.lost_claims += 1
+                                log.warning("claim_lost", firing_id=fid)
+                mono = self.clock.monotonic()
+                if mono >= next_node_beat:
+                    next_node_beat = mono + self.config.node_heartbeat.total_seconds()
+                    await self._call(self.store.heartbeat_node, self.worker_id)
+            except StoreUnavailableError as exc:
+                log.warning("store_unavailable", error=str(exc))
+
+
+async def _wait_any(aws: list[Any], timeout: float) -> None:
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
