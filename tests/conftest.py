@@ -1,0 +1,18 @@
+"""Shared fixtures. PostgreSQL-backed tests skip on a machine without a server but
+FAIL in CI (CI=true): a missing service must never turn into a green run."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+PG_URL = os.environ.get("CRONWHEEL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def require_service(name: str, error: BaseException) -> None:
+    """Skip locally, fail in CI."""
+    if IN_CI:
+        pytest.fail(f"{name} is required in CI but unavailable: {error}")
+    pytest.skip(f"{name} unavailable: {error}")
