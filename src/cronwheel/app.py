@@ -130,7 +130,6 @@ class App:
         self.registry = TaskRegistry()
         self.tasks: dict[str, Task[Any, Any]] = {}
         self._store: Store | None = None
-        self._doorbell: Any = None
 
     @property
     def store(self) -> Store:
@@ -143,9 +142,6 @@ class App:
         self._store = store
 
     def close(self) -> None:
-        if self._doorbell is not None:
-            self._doorbell.close()
-            self._doorbell = None
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -246,13 +242,4 @@ class App:
             args=args, kwargs=kwargs, namespace=self.namespace,
             policies=base.policies if base is not None else JobPolicies(),
         )
-        firing = self.store.enqueue_now(spec)
-        self._ring()
-        return firing
-
-    def _ring(self) -> None:
-        if self._doorbell is None:
-            from cronwheel.wakeup import Doorbell
-
-            self._doorbell = Doorbell(self.store)
-        self._doorbell.ring()
+        return self.store.enqueue_now(spec)

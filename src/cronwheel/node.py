@@ -63,15 +63,12 @@ def _install_stop_handlers(on_stop: Any) -> None:
 
 def run_scheduler(app: App, config: DispatcherConfig | None = None) -> None:
     """Run a dispatcher (leader or standby) until SIGINT/SIGTERM."""
-    from cronwheel.wakeup import Doorbell
-
     store = app.store
     for job, changed in app.sync_jobs():
         if changed:
             log.info("job_synced", job=job.name, schedule=job.spec.schedule.describe(),
                      next_fire_at=None if job.next_fire_at is None else job.next_fire_at.isoformat())
-    bell = Doorbell(store)
-    dispatcher = Dispatcher(store, app.clock, config=config, on_enqueued=lambda n: bell.ring())
+    dispatcher = Dispatcher(store, app.clock, config=config)
     stop = threading.Event()
 
     def request_stop() -> None:
@@ -92,7 +89,6 @@ def run_scheduler(app: App, config: DispatcherConfig | None = None) -> None:
             store.remove_node(node.id)
         except StoreUnavailableError:
             pass
-        bell.close()
         log.info("scheduler_stopped", holder=dispatcher.holder, enqueued=dispatcher.stats.enqueued)
 
 

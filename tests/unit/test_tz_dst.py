@@ -312,6 +312,7 @@ def test_load_zone_accepts_iana_names(name: str) -> None:
         pytest.param("Europe/Berlin/", id="trailing-slash"),
         pytest.param("localtime", id="localtime"),
         pytest.param("posixrules", id="posixrules"),
+        pytest.param("Factory", id="factory"),
         pytest.param("Europe/Ber\u013ein", id="non-ascii"),
         pytest.param("x" * 5000, id="huge"),
     ],

@@ -62,9 +62,14 @@ DST_OVERLAP_POLICIES: tuple[str, ...] = get_args(DstOverlap)
 NEAR = timedelta(hours=36)
 
 
+# Names a system zoneinfo directory may list that are not zones of the tz database:
+# `localtime` is this host's zone (never a default here), `Factory` a placeholder.
+_NOT_ZONES = frozenset({"localtime", "posixrules", "Factory"})
+
+
 @functools.cache
 def _zone_names() -> frozenset[str]:
-    return frozenset(available_timezones())
+    return frozenset(available_timezones()) - _NOT_ZONES
 
 
 def load_zone(name: str) -> ZoneInfo:

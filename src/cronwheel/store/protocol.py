@@ -18,7 +18,7 @@ Two implementations (SQLite, PostgreSQL) pass one contract suite
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -36,6 +36,7 @@ from cronwheel.domain.models import (
     NodeInfo,
 )
 from cronwheel.domain.policies import MissedRange
+from cronwheel.wakeup import Wakeup
 
 DISPATCHER_LEASE = "dispatcher"
 
@@ -268,3 +269,10 @@ class Store(Protocol):
     def list_nodes(self, *, alive_within: timedelta | None = None) -> list[NodeInfo]: ...
 
     def status(self) -> StoreStatus: ...
+
+    # -- wake-ups ---------------------------------------------------------------------
+    def open_wakeup(self, callback: Callable[[], None]) -> Wakeup:
+        """Start listening for "work was queued" hints; ``callback`` may be called from any
+        thread. ``enqueue``, ``enqueue_now`` and ``redrive_firing``
+        send the hint after they commit. A lost hint costs only latency."""
+        ...

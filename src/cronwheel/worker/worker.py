@@ -36,7 +36,6 @@ from cronwheel.errors import CronwheelError, StoreUnavailableError
 from cronwheel.store.protocol import Completion, Store
 from cronwheel.worker.context import Context, make_context
 from cronwheel.worker.registry import TaskRegistry
-from cronwheel.wakeup import open_listener
 
 log = structlog.get_logger("cronwheel.worker")
 T = TypeVar("T")
@@ -199,7 +198,10 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         self._slot_freed = asyncio.Event()
         self._completions_ready = asyncio.Event()
-        doorbell, wake_addr, transport = await open_listener()
+        loop = asyncio.get_running_loop()
+        rung = asyncio.Event()
+        wakeup = self.store.open_wakeup(lambda: loop.call_soon_threadsafe(rung.set))
+        wake_addr = wakeup.address
         node = NodeInfo(
             id=self.worker_id, kind="worker", hostname=socket.gethostname(), pid=os.getpid(),
             started_at=self.clock.now(), heartbeat_at=self.clock.now(), wake_addr=wake_addr,
@@ -214,7 +216,7 @@ class Worker:
         ]
         running: set[asyncio.Task[None]] = set()
         try:
-            await self._claim_loop(stop, doorbell.event, running)
+            await self._claim_loop(stop, rung, running)
         finally:
             # Graceful stop: let running handlers finish (bounded by the caller), record them.
             if running:
@@ -227,7 +229,7 @@ class Worker:
                 await self._call(self.store.remove_node, self.worker_id)
             except StoreUnavailableError:
                 pass
-            transport.close()
+            wakeup.close()
             self._db.shutdown(wait=False)
             self._pool.shutdown(wait=False, cancel_futures=True)
             log.info("worker_stopped", worker_id=self.worker_id)

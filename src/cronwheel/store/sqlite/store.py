@@ -19,7 +19,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -59,6 +59,7 @@ from cronwheel.store.protocol import (
     StoreStatus,
 )
 from cronwheel.store.sql import load_queries
+from cronwheel.wakeup import Doorbell, UdpWakeup, Wakeup
 
 _PKG = "cronwheel.store.sqlite"
 _LOCK_RETRY_S = 30.0
@@ -94,6 +95,7 @@ class SqliteStore:
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute("PRAGMA foreign_keys=ON")
         self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        self._doorbell = Doorbell(self._worker_wake_addresses)
 
     # -- plumbing -----------------------------------------------------------------
     @contextmanager
@@ -173,8 +175,20 @@ class SqliteStore:
             return n
 
     def close(self) -> None:
+        self._doorbell.close()
         with self._lock:
             self._conn.close()
+
+    # -- wake-ups -------------------------------------------------------------------
+    def open_wakeup(self, callback: Callable[[], None]) -> Wakeup:
+        return UdpWakeup(callback)
+
+    def _worker_wake_addresses(self) -> list[str]:
+        return [
+            n.wake_addr
+            for n in self.list_nodes(alive_within=timedelta(seconds=30))
+            if n.kind == "worker" and n.wake_addr
+        ]
 
     # -- jobs -------------------------------------------------------------------------
     def create_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> Job:
@@ -369,6 +383,8 @@ class SqliteStore:
                             "detail": m.reason,
                         },
                     )
+        if result.inserted:
+            self._doorbell.ring()
         return result
 
     def requeue_expired(self, *, limit: int = 1000) -> int:
@@ -420,6 +436,7 @@ class SqliteStore:
                 },
             )
             row = conn.execute("SELECT * FROM firings WHERE id = ?", (cur.lastrowid,)).fetchone()
+        self._doorbell.ring()
         return codec.firing_from_row(row)
 
     # -- workers ------------------------------------------------------------------------
@@ -595,6 +612,7 @@ class SqliteStore:
                     f"only a dead firing can be retried; this one is {current['state']}",
                     field="state",
                 )
+        self._doorbell.ring()
         return codec.firing_from_row(row)
 
     # -- nodes ------------------------------------------------------------------------
