@@ -1,0 +1,213 @@
+"""Dispatcher + worker + SQLite store on a fake clock: the whole path of a firing."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+from cronwheel.domain.firing import FiringState
+from cronwheel.domain.schedules import at, cron, every
+from cronwheel.errors import LeaseLostError
+from tests.integration.conftest import Rig
+
+S = timedelta(seconds=1)
+MS = timedelta(milliseconds=1)
+
+
+def test_cron_job_fires_at_its_instants_not_before(rig: Rig) -> None:
+    job = rig.app.schedule("record", cron("*/10 * * * * *"), name="ten-seconds")
+    d = rig.dispatcher(lead=timedelta(milliseconds=500))
+    w = rig.worker()
+    rig.run([d], w, until=35 * S, step=50 * MS)
+    firings = sorted(rig.store.list_firings(job_id=job.id), key=lambda f: f.scheduled_for)
+    instants = [f.scheduled_for for f in firings]
+    assert instants == [datetime(2026, 3, 27, 23, 0, s, tzinfo=UTC) for s in (10, 20, 30)]
+    for f in firings:
+        assert f.state is FiringState.SUCCEEDED
+        # enqueued by the leader at most `lead` (+ one tick) ahead, never later than its instant
+        assert f.scheduled_for - 510 * MS <= f.enqueued_at <= f.scheduled_for
+        assert f.started_at is not None and f.started_at >= f.scheduled_for
+    assert [c["key"] for c in rig.calls] == [f.idempotency_key for f in firings]
+
+
+def test_dst_gap_next_valid_fires_at_the_transition(rig: Rig) -> None:
+    # Berlin springs forward on 2026-03-29 at 02:00 local (01:00Z): 02:30 does not exist.
+    job = rig.app.schedule("record", cron("30 2 * * *", tz="Europe/Berlin"), name="berlin")
+    assert job.next_fire_at == datetime(2026, 3, 28, 1, 30, tzinfo=UTC)  # 02:30 CET
+    rig.clock.set(datetime(2026, 3, 28, 1, 29, 50, tzinfo=UTC))
+    d = rig.dispatcher()
+    w = rig.worker()
+    rig.run([d], w, until=20 * S, step=S)
+    rig.clock.set(datetime(2026, 3, 29, 0, 59, 50, tzinfo=UTC))
+    rig.run([d], w, until=20 * S, step=S)
+    got = [c["scheduled_for"] for c in rig.calls]
+    assert got == [datetime(2026, 3, 28, 1, 30, tzinfo=UTC), datetime(2026, 3, 29, 1, 0, tzinfo=UTC)]
+
+
+def test_sync_and_async_handlers_get_args_and_context(rig: Rig) -> None:
+    rig.app.enqueue("record", 1, "two", k=3)
+    rig.app.enqueue("arecord", 42)
+    w = rig.worker()
+    assert asyncio.run(w.drain_once()) == 2
+    by_kind = {c.get("async", False): c for c in rig.calls}
+    assert by_kind[False]["args"] == (1, "two") and by_kind[False]["kwargs"] == {"k": 3}
+    assert by_kind[True]["value"] == 42
+    assert all(c["key"].count(":") >= 1 for c in rig.calls)
+
+
+def test_failures_retry_with_backoff_then_dead_with_traceback(rig: Rig) -> None:
+    job = rig.app.schedule("fail", at(rig.clock.now() + S), name="doomed", retries=2,
+                           retry_backoff=10, retry_backoff_max=60)
+    d = rig.dispatcher()
+    w = rig.worker()
+    rig.run([d], w, until=2 * S)
+    (f,) = rig.store.list_firings(job_id=job.id)
+    assert f.state is FiringState.QUEUED and f.attempt == 1
+    assert f.error is not None and "ValueError: handler exploded" in f.error
+    assert f.started_at is not None
+    assert 5 * S <= f.due_at - f.started_at <= 10 * S  # equal jitter: [base/2, base]
+    rig.run([d], w, until=11 * S)
+    f = rig.store.get_firing(f.id)
+    assert f.attempt == 2 and f.state is FiringState.QUEUED
+    assert f.started_at is not None
+    assert 10 * S <= f.due_at - f.started_at <= 20 * S  # doubled for the second retry
+    rig.run([d], w, until=25 * S)
+    f = rig.store.get_firing(f.id)
+    assert f.state is FiringState.DEAD and f.attempt == 3
+    assert [c["attempt"] for c in rig.calls] == [1, 2, 3]
+    assert len({c["key"] for c in rig.calls}) == 1  # one idempotency key across retries
+
+
+def test_only_one_of_two_dispatchers_leads_and_nothing_is_enqueued_twice(rig: Rig) -> None:
+    job = rig.app.schedule("record", every("1s"), name="every-second")
+    a = rig.dispatcher("node-a", lease_ttl=3 * S)
+    b = rig.dispatcher("node-b", lease_ttl=3 * S)
+    w = rig.worker()
+    rig.run([a, b], w, until=10 * S)
+    assert a.is_leader != b.is_leader
+    firings = rig.store.list_firings(job_id=job.id, limit=1000)
+    instants = sorted(f.scheduled_for for f in firings)
+    assert len(instants) == len(set(instants)) >= 9
+    assert all(y - x == S for x, y in zip(instants, instants[1:], strict=False))
+
+
+def test_frozen_leader_is_fenced_out_and_the_standby_loses_nothing(rig: Rig) -> None:
+    job = rig.app.schedule("record", every("1s"), name="every-second")
+    a = rig.dispatcher("node-a", lease_ttl=3 * S)
+    b = rig.dispatcher("node-b", lease_ttl=3 * S)
+    w = rig.worker()
+    rig.run([a, b], w, until=5 * S)
+    leader, standby = (a, b) if a.is_leader else (b, a)
+    old_epoch = leader.lease.epoch if leader.lease else -1
+    # The leader freezes (SIGSTOP): only the standby steps for 10 s.
+    rig.run([standby], w, until=10 * S)
+    assert standby.is_leader and standby.lease is not None and standby.lease.epoch == old_epoch + 1
+    # The old leader wakes up believing it leads; its next batch is fenced out.
+    assert leader.is_leader
+    rig.run([leader, standby], w, until=3 * S)
+    assert not leader.is_leader and leader.stats.lease_lost == 1
+    assert leader.stats.fenced_writes + leader.stats.lease_lost >= 1
+    instants = sorted(f.scheduled_for for f in rig.store.list_firings(job_id=job.id, limit=1000))
+    assert len(instants) == len(set(instants))
+    gaps = [y - x for x, y in zip(instants, instants[1:], strict=False)]
+    assert all(g == S for g in gaps), "no instant lost across the takeover"
+    epochs = {f.enqueued_epoch for f in rig.store.list_firings(job_id=job.id, limit=1000)}
+    assert epochs == {old_epoch, old_epoch + 1}
+
+
+def test_a_fenced_write_raises_and_writes_nothing(rig: Rig) -> None:
+    from cronwheel.store.protocol import DISPATCHER_LEASE, JobAdvance, PlannedFiring
+
+    job = rig.app.schedule("record", every("1m"), name="j")
+    old = rig.store.acquire_lease(DISPATCHER_LEASE, "old", 2 * S)
+    rig.clock.advance(3 * S)
+    assert rig.store.acquire_lease(DISPATCHER_LEASE, "new", 2 * S) is not None
+    assert old is not None and job.next_fire_at is not None
+    try:
+        rig.store.enqueue(old, [JobAdvance(job_id=job.id, expected_next_fire_at=job.next_fire_at,
+                                           new_next_fire_at=None,
+                                           firings=[PlannedFiring(scheduled_for=job.next_fire_at)])])
+    except LeaseLostError:
+        pass
+    else:  # pragma: no cover - the assertion below explains
+        raise AssertionError("a deposed leader's enqueue must raise LeaseLostError")
+    assert rig.store.list_firings(job_id=job.id) == []
+
+
+def test_misfire_fire_once_after_an_outage(rig: Rig) -> None:
+    job = rig.app.schedule("record", every("1m"), name="m", misfire="fire_once", misfire_grace=5)
+    rig.clock.advance(timedelta(minutes=30, seconds=20))  # nobody led for half an hour
+    d = rig.dispatcher()
+    w = rig.worker()
+    rig.run([d], w, until=2 * S)
+    firings = rig.store.list_firings(job_id=job.id)
+    assert [f.scheduled_for for f in firings] == [datetime(2026, 3, 27, 23, 30, tzinfo=UTC)]
+    stored = rig.store.get_job_by_id(job.id)
+    assert stored.missed_total == 29
+    assert stored.next_fire_at == datetime(2026, 3, 27, 23, 31, tzinfo=UTC)
+    (event,) = rig.store.job_events(job.id)
+    assert event.count == 29 and event.first_at == datetime(2026, 3, 27, 23, 1, tzinfo=UTC)
+
+
+def test_misfire_fire_all_is_capped_and_skip_fires_nothing(rig: Rig) -> None:
+    fire_all = rig.app.schedule("record", every("1m"), name="all", misfire="fire_all",
+                                misfire_grace=5, max_catchup=10, catchup_window=20 * 60)
+    skip = rig.app.schedule("record", every("1m"), name="skip", misfire="skip", misfire_grace=5)
+    rig.clock.advance(timedelta(minutes=30, seconds=20))
+    d = rig.dispatcher()
+    rig.run([d], None, until=S)
+    got = sorted(f.scheduled_for for f in rig.store.list_firings(job_id=fire_all.id))
+    assert got == [datetime(2026, 3, 27, 23, m, tzinfo=UTC) for m in range(21, 31)]
+    assert rig.store.get_job_by_id(fire_all.id).missed_total == 20
+    assert rig.store.list_firings(job_id=skip.id) == []
+    assert rig.store.get_job_by_id(skip.id).missed_total == 30
+
+
+def test_paused_job_does_not_fire_and_resume_applies_the_misfire_policy(rig: Rig) -> None:
+    job = rig.app.schedule("record", every("10s"), name="p", misfire_grace=1)
+    d = rig.dispatcher()
+    rig.run([d], None, until=15 * S)
+    assert len(rig.store.list_firings(job_id=job.id)) == 1
+    rig.store.set_paused("default", "p", True)
+    rig.run([d], None, until=60 * S)
+    assert len(rig.store.list_firings(job_id=job.id)) == 1
+    rig.store.set_paused("default", "p", False)
+    rig.run([d], None, until=2 * S)
+    firings = rig.store.list_firings(job_id=job.id)
+    assert len(firings) == 2  # one catch-up (fire_once), the rest recorded as missed
+    assert rig.store.get_job_by_id(job.id).missed_total == 5
+
+
+def test_rescheduling_a_job_takes_effect_without_a_restart(rig: Rig) -> None:
+    job = rig.app.schedule("record", every("1h"), name="r")
+    d = rig.dispatcher()
+    rig.run([d], None, until=2 * S)
+    rig.app.schedule("record", every("5s"), name="r")
+    rig.run([d], None, until=12 * S)
+    assert len(rig.store.list_firings(job_id=job.id)) == 2
+
+
+def test_expired_claims_are_requeued_by_the_leader(rig: Rig) -> None:
+    rig.app.schedule("record", at(rig.clock.now() + S), name="x", visibility_timeout=5)
+    d = rig.dispatcher()
+    rig.run([d], None, until=2 * S)
+    (claim,) = rig.store.claim("dead-worker", tasks=["record"], limit=1)
+    rig.run([d], None, until=7 * S)
+    f = rig.store.get_firing(claim.firing.id)
+    assert f.state is FiringState.QUEUED and d.stats.reaped == 1
+    w = rig.worker()
+    rig.run([d], w, until=S)
+    f = rig.store.get_firing(claim.firing.id)
+    assert f.state is FiringState.SUCCEEDED and f.attempt == 2
+    assert rig.calls[0]["key"] == claim.firing.idempotency_key and rig.calls[0]["attempt"] == 2
+
+
+def test_herd_of_one_shot_jobs_is_enqueued_in_batches(rig: Rig) -> None:
+    due = rig.clock.now() + 3 * S
+    for i in range(2500):
+        rig.app.schedule("record", at(due), name=f"herd-{i}")
+    d = rig.dispatcher(batch_size=1000)
+    rig.run([d], None, until=4 * S)
+    assert d.stats.enqueued == 2500 and d.stats.duplicates == 0
+    assert max(d.stats.batches) <= 1000
+    assert rig.store.status().counts["queued"] == 2500
