@@ -34,7 +34,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def first_fire_at(schedule: Schedule, now: datetime, *, allow_past: bool = False) -> datetime | None:
+def first_fire_at(
+    schedule: Schedule, now: datetime, *, allow_past: bool = False
+) -> datetime | None:
     """The first instant a newly registered schedule fires at.
 
     ``at`` in the past is rejected unless ``allow_past`` (then it fires once,
@@ -69,14 +71,22 @@ def build_policies(
     elif max_attempts is not None:
         values["max_attempts"] = max_attempts
     for key, value in list(values.items()):
-        if key in {"retry_backoff", "retry_backoff_max", "visibility_timeout", "timeout",
-                   "misfire_grace", "catchup_window"} and isinstance(value, int | float):
+        if key in {
+            "retry_backoff",
+            "retry_backoff_max",
+            "visibility_timeout",
+            "timeout",
+            "misfire_grace",
+            "catchup_window",
+        } and isinstance(value, int | float):
             values[key] = timedelta(seconds=value)
     if "misfire" in values:
         try:
             values["misfire"] = MisfirePolicy(values["misfire"])
         except ValueError:
-            raise ValidationError("must be one of fire_once, fire_all, skip", field="misfire") from None
+            raise ValidationError(
+                "must be one of fire_once, fire_all, skip", field="misfire"
+            ) from None
     try:
         return JobPolicies(**values)
     except TypeError as exc:
@@ -186,8 +196,14 @@ class App:
             task_name = name or f.__name__
             self.registry.add(task_name, f)
             handle: Task[P, R] = Task(
-                app=self, name=task_name, fn=f, schedule=schedule, job_name=job_name,
-                policies=built, args=tuple(args), kwargs=dict(kwargs or {}),
+                app=self,
+                name=task_name,
+                fn=f,
+                schedule=schedule,
+                job_name=job_name,
+                policies=built,
+                args=tuple(args),
+                kwargs=dict(kwargs or {}),
             )
             handle.job_spec()  # validate the declared job now, at import time
             self.tasks[task_name] = handle
@@ -224,8 +240,13 @@ class App:
         """Create (or, with ``replace``, upsert) a job running ``task`` on ``schedule``."""
         task_name = task.name if isinstance(task, Task) else task
         spec = JobSpec(
-            name=name or task_name, task=task_name, schedule=schedule, args=tuple(args),
-            kwargs=dict(kwargs or {}), namespace=self.namespace, policies=build_policies(**policies),
+            name=name or task_name,
+            task=task_name,
+            schedule=schedule,
+            args=tuple(args),
+            kwargs=dict(kwargs or {}),
+            namespace=self.namespace,
+            policies=build_policies(**policies),
         )
         first = first_fire_at(schedule, self.clock.now(), allow_past=allow_past)
         if replace:
@@ -238,8 +259,12 @@ class App:
         task_name = task.name if isinstance(task, Task) else task
         base = self.tasks.get(task_name)
         spec = JobSpec(
-            name=f"{task_name}@{uuid.uuid4().hex[:12]}", task=task_name, schedule=NowSchedule(),
-            args=args, kwargs=kwargs, namespace=self.namespace,
+            name=f"{task_name}@{uuid.uuid4().hex[:12]}",
+            task=task_name,
+            schedule=NowSchedule(),
+            args=args,
+            kwargs=kwargs,
+            namespace=self.namespace,
             policies=base.policies if base is not None else JobPolicies(),
         )
         return self.store.enqueue_now(spec)

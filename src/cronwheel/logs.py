@@ -12,11 +12,17 @@ import sys
 
 import structlog
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-           "error": logging.ERROR}
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 
 
-def configure(*, level: str | None = None, json: bool | None = None, role: str | None = None) -> None:
+def configure(
+    *, level: str | None = None, json: bool | None = None, role: str | None = None
+) -> None:
     level = (level or os.environ.get("CRONWHEEL_LOG_LEVEL") or "info").lower()
     if json is None:
         json = os.environ.get("CRONWHEEL_LOG_FORMAT", "").lower() == "json"

@@ -10,6 +10,7 @@ they run and record it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import os
 import signal
@@ -54,7 +55,7 @@ def load_app(ref: str | None, store_url: str | None) -> App:
 
 
 def _install_stop_handlers(on_stop: Any) -> None:
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: Any) -> None:  # noqa: ARG001 - signal handler signature
         on_stop()
 
     signal.signal(signal.SIGTERM, handler)
@@ -66,8 +67,12 @@ def run_scheduler(app: App, config: DispatcherConfig | None = None) -> None:
     store = app.store
     for job, changed in app.sync_jobs():
         if changed:
-            log.info("job_synced", job=job.name, schedule=job.spec.schedule.describe(),
-                     next_fire_at=None if job.next_fire_at is None else job.next_fire_at.isoformat())
+            log.info(
+                "job_synced",
+                job=job.name,
+                schedule=job.spec.schedule.describe(),
+                next_fire_at=None if job.next_fire_at is None else job.next_fire_at.isoformat(),
+            )
     dispatcher = Dispatcher(store, app.clock, config=config)
     stop = threading.Event()
 
@@ -76,8 +81,14 @@ def run_scheduler(app: App, config: DispatcherConfig | None = None) -> None:
         dispatcher.wake()
 
     _install_stop_handlers(request_stop)
-    node = NodeInfo(id=dispatcher.holder, kind="scheduler", hostname=socket.gethostname(),
-                    pid=os.getpid(), started_at=app.clock.now(), heartbeat_at=app.clock.now())
+    node = NodeInfo(
+        id=dispatcher.holder,
+        kind="scheduler",
+        hostname=socket.gethostname(),
+        pid=os.getpid(),
+        started_at=app.clock.now(),
+        heartbeat_at=app.clock.now(),
+    )
     _retry_store(lambda: store.register_node(node), stop)
     beat = threading.Thread(target=_node_heartbeat, args=(store, node.id, stop), daemon=True)
     beat.start()
@@ -85,10 +96,8 @@ def run_scheduler(app: App, config: DispatcherConfig | None = None) -> None:
     try:
         dispatcher.run(stop)
     finally:
-        try:
+        with contextlib.suppress(StoreUnavailableError):
             store.remove_node(node.id)
-        except StoreUnavailableError:
-            pass
         log.info("scheduler_stopped", holder=dispatcher.holder, enqueued=dispatcher.stats.enqueued)
 
 
@@ -135,16 +144,33 @@ class _Child:
     started: float = 0.0
 
 
-def serve(app_ref: str | None, store_url: str, *, workers: int = 1, concurrency: int = 16,
-          log_args: list[str] | None = None) -> int:
+def serve(
+    app_ref: str | None,
+    store_url: str,
+    *,
+    workers: int = 1,
+    concurrency: int = 16,
+    log_args: list[str] | None = None,
+) -> int:
     """Supervise one scheduler and ``workers`` worker processes; return the exit code."""
     base = [sys.executable, "-m", "cronwheel"]
     common = ["--store", store_url, *(log_args or [])]
     ref = [app_ref] if app_ref else []
     children = [_Child("scheduler", [*base, "scheduler", *common, *ref])]
     children += [
-        _Child(f"worker-{i + 1}", [*base, "worker", *common, "--concurrency", str(concurrency),
-                                   "--role", f"worker-{i + 1}", *ref])
+        _Child(
+            f"worker-{i + 1}",
+            [
+                *base,
+                "worker",
+                *common,
+                "--concurrency",
+                str(concurrency),
+                "--role",
+                f"worker-{i + 1}",
+                *ref,
+            ],
+        )
         for i in range(workers)
     ]
     stopping = threading.Event()

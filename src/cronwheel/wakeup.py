@@ -10,6 +10,7 @@ committing new work. The PostgreSQL store uses LISTEN/NOTIFY instead.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -97,10 +98,9 @@ class Doorbell:
                 self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
                 self._sock.setblocking(False)
             for addr in self._addrs:
-                try:
+                # a dead worker's port raises: it leaves the list at the next refresh
+                with contextlib.suppress(OSError):
                     self._sock.sendto(_RING, addr)
-                except OSError:
-                    pass  # a dead worker's port: it leaves the list at the next refresh
 
     def close(self) -> None:
         with self._lock:

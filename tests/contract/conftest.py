@@ -46,7 +46,7 @@ def _sqlite(tmp_path: Any) -> Iterator[Harness]:
         others.append(s)
         return s
 
-    yield Harness(store=store, advance=lambda d: clock.advance(d), open_another=another)
+    yield Harness(store=store, advance=clock.advance, open_another=another)
     for s in others:
         s.close()
     store.close()

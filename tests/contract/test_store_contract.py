@@ -39,7 +39,7 @@ def _fire(h: Harness, job, *instants, lease=None):
     """Enqueue firings for ``job`` at these instants, advancing its cursor past them."""
     lease = lease or _lease(h)
     new_next = instants[-1] + timedelta(minutes=1)
-    result = h.store.enqueue(
+    return h.store.enqueue(
         lease,
         [
             JobAdvance(
@@ -50,7 +50,6 @@ def _fire(h: Harness, job, *instants, lease=None):
             )
         ],
     )
-    return result
 
 
 def _job(h: Harness, name: str = "job", **kw):
@@ -66,8 +65,13 @@ def test_migrate_is_idempotent(harness: Harness) -> None:
 
 # -- jobs ----------------------------------------------------------------------------------
 def test_create_and_get_job_round_trips_the_spec(harness: Harness) -> None:
-    s = JobSpec(name="rt ✓ ‮ 'x'; DROP TABLE jobs;--", task="t", schedule=every("90s"),
-                args=(1, "two", None), kwargs={"k": [1, 2]})
+    s = JobSpec(
+        name="rt ✓ \u202e 'x'; DROP TABLE jobs;--",
+        task="t",
+        schedule=every("90s"),
+        args=(1, "two", None),
+        kwargs={"k": [1, 2]},
+    )
     job = harness.store.create_job(s, first_fire_at=harness.now())
     got = harness.store.get_job("default", s.name)
     assert got.id == job.id
@@ -96,7 +100,9 @@ def test_missing_job_raises_not_found(harness: Harness) -> None:
         harness.store.set_paused("default", "nope", True)
 
 
-def test_upsert_same_spec_is_a_noop_and_changes_move_only_what_they_should(harness: Harness) -> None:
+def test_upsert_same_spec_is_a_noop_and_changes_move_only_what_they_should(
+    harness: Harness,
+) -> None:
     now = harness.now()
     job, changed = harness.store.upsert_job(spec("u"), first_fire_at=now + S)
     assert changed
@@ -107,7 +113,9 @@ def test_upsert_same_spec_is_a_noop_and_changes_move_only_what_they_should(harne
     pol, changed = harness.store.upsert_job(spec("u", max_attempts=7), first_fire_at=now + 5 * S)
     assert changed and pol.next_fire_at == now + S and pol.spec.policies.max_attempts == 7
     # a schedule change moves it
-    sch, changed = harness.store.upsert_job(spec("u", schedule=every("5m")), first_fire_at=now + 9 * S)
+    sch, changed = harness.store.upsert_job(
+        spec("u", schedule=every("5m")), first_fire_at=now + 9 * S
+    )
     assert changed and sch.next_fire_at == now + 9 * S and sch.id == job.id
 
 
@@ -127,8 +135,9 @@ def test_due_jobs_is_a_bounded_ordered_range(harness: Harness) -> None:
     for i, offset in enumerate([30, 10, 20, 500]):
         harness.store.create_job(spec(f"j{i}"), first_fire_at=now + offset * S)
     harness.store.create_job(spec("exhausted"), first_fire_at=None)
-    harness.store.create_job(JobSpec(name="paused", task="t", schedule=every("1m"), paused=True),
-                             first_fire_at=now)
+    harness.store.create_job(
+        JobSpec(name="paused", task="t", schedule=every("1m"), paused=True), first_fire_at=now
+    )
     due = harness.store.due_jobs(now + 60 * S, limit=10)
     assert [j.name for j in due] == ["j1", "j2", "j0"]
     assert [j.name for j in harness.store.due_jobs(now + 60 * S, limit=2)] == ["j1", "j2"]
@@ -248,11 +257,18 @@ def test_missed_ranges_are_recorded(harness: Harness) -> None:
     job = _job(harness)
     t = job.next_fire_at
     lease = _lease(harness)
-    harness.store.enqueue(lease, [JobAdvance(
-        job_id=job.id, expected_next_fire_at=t, new_next_fire_at=t + 10 * S,
-        firings=[PlannedFiring(scheduled_for=t + 5 * S)],
-        missed=[MissedRange(first=t, last=t + 4 * S, count=5)],
-    )])
+    harness.store.enqueue(
+        lease,
+        [
+            JobAdvance(
+                job_id=job.id,
+                expected_next_fire_at=t,
+                new_next_fire_at=t + 10 * S,
+                firings=[PlannedFiring(scheduled_for=t + 5 * S)],
+                missed=[MissedRange(first=t, last=t + 4 * S, count=5)],
+            )
+        ],
+    )
     assert harness.store.get_job_by_id(job.id).missed_total == 5
     (event,) = harness.store.job_events(job.id)
     assert (event.kind, event.count, event.first_at, event.last_at) == ("missed", 5, t, t + 4 * S)
@@ -262,7 +278,9 @@ def test_missed_ranges_are_recorded(harness: Harness) -> None:
 def _queued(h: Harness, n: int = 1, task: str = "t", priority: float = 1.0, name: str = "q"):
     ids = []
     for i in range(n):
-        job = h.store.create_job(spec(f"{name}{i}", task=task, priority=priority), first_fire_at=h.now())
+        job = h.store.create_job(
+            spec(f"{name}{i}", task=task, priority=priority), first_fire_at=h.now()
+        )
         ids += _fire(h, job, job.next_fire_at).inserted
     return ids
 
@@ -322,11 +340,19 @@ def test_concurrent_claimers_never_share_a_firing(harness: Harness) -> None:
 # -- completion, retries, reaper ----------------------------------------------------------------
 def _complete(h: Harness, claim, ok: bool = True, retry_in: timedelta | None = None, token=None):
     now = h.now()
-    return h.store.complete([Completion(
-        firing_id=claim.firing.id, claim_token=token or claim.claim_token, succeeded=ok,
-        started_at=now, finished_at=now, error=None if ok else "boom",
-        retry_at=None if retry_in is None else now + retry_in,
-    )])[0]
+    return h.store.complete(
+        [
+            Completion(
+                firing_id=claim.firing.id,
+                claim_token=token or claim.claim_token,
+                succeeded=ok,
+                started_at=now,
+                finished_at=now,
+                error=None if ok else "boom",
+                retry_at=None if retry_in is None else now + retry_in,
+            )
+        ]
+    )[0]
 
 
 def test_completion_is_a_compare_and_swap_on_the_claim_token(harness: Harness) -> None:
@@ -345,7 +371,9 @@ def test_failure_retries_after_backoff_then_goes_dead(harness: Harness) -> None:
     (c1,) = harness.store.claim("w", tasks=["t"], limit=1)
     assert _complete(harness, c1, ok=False, retry_in=10 * S)
     f = harness.store.get_firing(fid)
-    assert f.state is FiringState.QUEUED and f.due_at == harness.now() + 10 * S and f.error == "boom"
+    assert (
+        f.state is FiringState.QUEUED and f.due_at == harness.now() + 10 * S and f.error == "boom"
+    )
     assert harness.store.claim("w", tasks=["t"], limit=1) == []
     harness.advance(10 * S)
     (c2,) = harness.store.claim("w", tasks=["t"], limit=1)
@@ -412,7 +440,9 @@ def test_redrive_only_dead_firings(harness: Harness) -> None:
 
 
 def test_enqueue_now_creates_a_due_firing(harness: Harness) -> None:
-    f = harness.store.enqueue_now(JobSpec(name="adhoc-1", task="t", schedule=every("1h"), args=(7,)))
+    f = harness.store.enqueue_now(
+        JobSpec(name="adhoc-1", task="t", schedule=every("1h"), args=(7,))
+    )
     assert f.state is FiringState.QUEUED and f.args == (7,) and f.scheduled_for == harness.now()
     (c,) = harness.store.claim("w", tasks=["t"], limit=5)
     assert c.firing.id == f.id
@@ -423,10 +453,20 @@ def test_nodes_and_status(harness: Harness) -> None:
     from cronwheel.domain.models import NodeInfo
 
     now = harness.now()
-    harness.store.register_node(NodeInfo(id="n1", kind="worker", hostname="h", pid=1,
-                                         started_at=now, heartbeat_at=now, wake_addr="udp://127.0.0.1:9"))
-    harness.store.register_node(NodeInfo(id="n2", kind="scheduler", hostname="h", pid=2,
-                                         started_at=now, heartbeat_at=now))
+    harness.store.register_node(
+        NodeInfo(
+            id="n1",
+            kind="worker",
+            hostname="h",
+            pid=1,
+            started_at=now,
+            heartbeat_at=now,
+            wake_addr="udp://127.0.0.1:9",
+        )
+    )
+    harness.store.register_node(
+        NodeInfo(id="n2", kind="scheduler", hostname="h", pid=2, started_at=now, heartbeat_at=now)
+    )
     harness.advance(20 * S)
     harness.store.heartbeat_node("n2")
     assert [n.id for n in harness.store.list_nodes(alive_within=10 * S)] == ["n2"]

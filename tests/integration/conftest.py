@@ -36,8 +36,14 @@ class Rig:
     def worker(self, **config: Any) -> Worker:
         return Worker(self.store, self.app.registry, self.clock, config=WorkerConfig(**config))
 
-    def run(self, dispatchers: list[Dispatcher], worker: Worker | None, *, until: timedelta,
-            step: timedelta = timedelta(milliseconds=100)) -> None:
+    def run(
+        self,
+        dispatchers: list[Dispatcher],
+        worker: Worker | None,
+        *,
+        until: timedelta,
+        step: timedelta = timedelta(milliseconds=100),
+    ) -> None:
         """Advance the fake clock in steps, stepping every dispatcher and draining the worker."""
         end = self.clock.now() + until
         while self.clock.now() < end:
@@ -61,10 +67,16 @@ def rig(tmp_path: Any) -> Iterator[Rig]:
 
     @app.task
     def record(ctx: Any, *args: Any, **kwargs: Any) -> None:
-        r.calls.append({
-            "key": ctx.idempotency_key, "attempt": ctx.attempt, "scheduled_for": ctx.scheduled_for,
-            "started": clock.now(), "args": args, "kwargs": kwargs,
-        })
+        r.calls.append(
+            {
+                "key": ctx.idempotency_key,
+                "attempt": ctx.attempt,
+                "scheduled_for": ctx.scheduled_for,
+                "started": clock.now(),
+                "args": args,
+                "kwargs": kwargs,
+            }
+        )
 
     @app.task
     def fail(ctx: Any) -> None:

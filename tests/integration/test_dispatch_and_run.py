@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from datetime import UTC, datetime, timedelta
 
 from cronwheel.domain.firing import FiringState
@@ -41,7 +42,10 @@ def test_dst_gap_next_valid_fires_at_the_transition(rig: Rig) -> None:
     rig.clock.set(datetime(2026, 3, 29, 0, 59, 50, tzinfo=UTC))
     rig.run([d], w, until=20 * S, step=S)
     got = [c["scheduled_for"] for c in rig.calls]
-    assert got == [datetime(2026, 3, 28, 1, 30, tzinfo=UTC), datetime(2026, 3, 29, 1, 0, tzinfo=UTC)]
+    assert got == [
+        datetime(2026, 3, 28, 1, 30, tzinfo=UTC),
+        datetime(2026, 3, 29, 1, 0, tzinfo=UTC),
+    ]
 
 
 def test_sync_and_async_handlers_get_args_and_context(rig: Rig) -> None:
@@ -56,8 +60,14 @@ def test_sync_and_async_handlers_get_args_and_context(rig: Rig) -> None:
 
 
 def test_failures_retry_with_backoff_then_dead_with_traceback(rig: Rig) -> None:
-    job = rig.app.schedule("fail", at(rig.clock.now() + S), name="doomed", retries=2,
-                           retry_backoff=10, retry_backoff_max=60)
+    job = rig.app.schedule(
+        "fail",
+        at(rig.clock.now() + S),
+        name="doomed",
+        retries=2,
+        retry_backoff=10,
+        retry_backoff_max=60,
+    )
     d = rig.dispatcher()
     w = rig.worker()
     rig.run([d], w, until=2 * S)
@@ -88,7 +98,7 @@ def test_only_one_of_two_dispatchers_leads_and_nothing_is_enqueued_twice(rig: Ri
     firings = rig.store.list_firings(job_id=job.id, limit=1000)
     instants = sorted(f.scheduled_for for f in firings)
     assert len(instants) == len(set(instants)) >= 9
-    assert all(y - x == S for x, y in zip(instants, instants[1:], strict=False))
+    assert all(y - x == S for x, y in itertools.pairwise(instants))
 
 
 def test_frozen_leader_is_fenced_out_and_the_standby_loses_nothing(rig: Rig) -> None:
@@ -109,7 +119,7 @@ def test_frozen_leader_is_fenced_out_and_the_standby_loses_nothing(rig: Rig) -> 
     assert leader.stats.fenced_writes + leader.stats.lease_lost >= 1
     instants = sorted(f.scheduled_for for f in rig.store.list_firings(job_id=job.id, limit=1000))
     assert len(instants) == len(set(instants))
-    gaps = [y - x for x, y in zip(instants, instants[1:], strict=False)]
+    gaps = [y - x for x, y in itertools.pairwise(instants)]
     assert all(g == S for g in gaps), "no instant lost across the takeover"
     epochs = {f.enqueued_epoch for f in rig.store.list_firings(job_id=job.id, limit=1000)}
     assert epochs == {old_epoch, old_epoch + 1}
@@ -124,9 +134,17 @@ def test_a_fenced_write_raises_and_writes_nothing(rig: Rig) -> None:
     assert rig.store.acquire_lease(DISPATCHER_LEASE, "new", 2 * S) is not None
     assert old is not None and job.next_fire_at is not None
     try:
-        rig.store.enqueue(old, [JobAdvance(job_id=job.id, expected_next_fire_at=job.next_fire_at,
-                                           new_next_fire_at=None,
-                                           firings=[PlannedFiring(scheduled_for=job.next_fire_at)])])
+        rig.store.enqueue(
+            old,
+            [
+                JobAdvance(
+                    job_id=job.id,
+                    expected_next_fire_at=job.next_fire_at,
+                    new_next_fire_at=None,
+                    firings=[PlannedFiring(scheduled_for=job.next_fire_at)],
+                )
+            ],
+        )
     except LeaseLostError:
         pass
     else:  # pragma: no cover - the assertion below explains
@@ -150,8 +168,15 @@ def test_misfire_fire_once_after_an_outage(rig: Rig) -> None:
 
 
 def test_misfire_fire_all_is_capped_and_skip_fires_nothing(rig: Rig) -> None:
-    fire_all = rig.app.schedule("record", every("1m"), name="all", misfire="fire_all",
-                                misfire_grace=5, max_catchup=10, catchup_window=20 * 60)
+    fire_all = rig.app.schedule(
+        "record",
+        every("1m"),
+        name="all",
+        misfire="fire_all",
+        misfire_grace=5,
+        max_catchup=10,
+        catchup_window=20 * 60,
+    )
     skip = rig.app.schedule("record", every("1m"), name="skip", misfire="skip", misfire_grace=5)
     rig.clock.advance(timedelta(minutes=30, seconds=20))
     d = rig.dispatcher()

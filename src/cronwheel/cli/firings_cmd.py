@@ -19,22 +19,37 @@ def firings_group() -> None:
 
 @firings_group.command("list")
 @click.option("--job", "job_name", help="Only this job's firings.")
-@click.option("--state", "states", multiple=True, type=click.Choice(_STATES),
-              help="Only these states (repeatable).")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice(_STATES),
+    help="Only these states (repeatable).",
+)
 @click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--namespace", default="default", show_default=True)
 @store_option
-def list_command(job_name: str | None, states: tuple[str, ...], limit: int, as_json: bool,
-                 namespace: str, store_url: str) -> None:
+def list_command(
+    job_name: str | None,
+    states: tuple[str, ...],
+    limit: int,
+    as_json: bool,
+    namespace: str,
+    store_url: str,
+) -> None:
     """List recent firings, newest first."""
     from cronwheel.cli import render
 
     store = open_cli_store(store_url)
     try:
         job_id = store.get_job(namespace, job_name).id if job_name else None
-        firings = store.list_firings(job_id=job_id, namespace=namespace,
-                                     states=[FiringState(s) for s in states] or None, limit=limit)
+        firings = store.list_firings(
+            job_id=job_id,
+            namespace=namespace,
+            states=[FiringState(s) for s in states] or None,
+            limit=limit,
+        )
     finally:
         store.close()
     if as_json:

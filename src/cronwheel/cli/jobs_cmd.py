@@ -21,7 +21,9 @@ def _json_arg(text: str | None, field: str, kind: type) -> Any:
     except ValueError as exc:
         raise ValidationError(f"is not valid JSON: {exc.args[0]}", field=field) from None
     if not isinstance(value, kind):
-        raise ValidationError(f"must be a JSON {'array' if kind is list else 'object'}", field=field)
+        raise ValidationError(
+            f"must be a JSON {'array' if kind is list else 'object'}", field=field
+        )
     return value
 
 
@@ -53,19 +55,39 @@ def jobs_group() -> None:
 @click.option("--replace", is_flag=True, help="Update the job if the name exists.")
 @_NS
 @store_option
-def add_command(name: str, task: str, cron_expr: str | None, tz: str, dst_gap: str | None,
-                dst_overlap: str | None, every_text: str | None, anchor: str | None,
-                at_text: str | None, allow_past: bool, now_flag: bool, args_json: str | None,
-                kwargs_json: str | None, retries: int | None, timeout_text: str | None,
-                vt_text: str | None, misfire: str | None, priority: float | None, paused: bool,
-                replace: bool, namespace: str, store_url: str) -> None:
+def add_command(
+    name: str,
+    task: str,
+    cron_expr: str | None,
+    tz: str,
+    dst_gap: str | None,
+    dst_overlap: str | None,
+    every_text: str | None,
+    anchor: str | None,
+    at_text: str | None,
+    allow_past: bool,
+    now_flag: bool,
+    args_json: str | None,
+    kwargs_json: str | None,
+    retries: int | None,
+    timeout_text: str | None,
+    vt_text: str | None,
+    misfire: str | None,
+    priority: float | None,
+    paused: bool,
+    replace: bool,
+    namespace: str,
+    store_url: str,
+) -> None:
     """Add a job NAME running TASK on one schedule (--cron, --every, --at or --now)."""
     from cronwheel.app import build_policies, first_fire_at
     from cronwheel.domain import schedules
     from cronwheel.domain.clock import SystemClock
     from cronwheel.domain.models import JobSpec
 
-    chosen = [x for x in (cron_expr, every_text, at_text) if x is not None] + (["now"] if now_flag else [])
+    chosen = [x for x in (cron_expr, every_text, at_text) if x is not None] + (
+        ["now"] if now_flag else []
+    )
     if len(chosen) != 1:
         raise ValidationError("give exactly one of --cron, --every, --at, --now", field="schedule")
     if cron_expr is not None:
@@ -81,12 +103,19 @@ def add_command(name: str, task: str, cron_expr: str | None, tz: str, dst_gap: s
         retries=retries,
         timeout=schedules.parse_duration(timeout_text) if timeout_text else None,
         visibility_timeout=schedules.parse_duration(vt_text) if vt_text else None,
-        misfire=misfire, priority=priority,
+        misfire=misfire,
+        priority=priority,
     )
-    spec = JobSpec(name=name, task=task, schedule=schedule,
-                   args=tuple(_json_arg(args_json, "args", list)),
-                   kwargs=_json_arg(kwargs_json, "kwargs", dict), namespace=namespace,
-                   policies=policies, paused=paused)
+    spec = JobSpec(
+        name=name,
+        task=task,
+        schedule=schedule,
+        args=tuple(_json_arg(args_json, "args", list)),
+        kwargs=_json_arg(kwargs_json, "kwargs", dict),
+        namespace=namespace,
+        policies=policies,
+        paused=paused,
+    )
     first = first_fire_at(schedule, SystemClock().now(), allow_past=allow_past)
     store = open_cli_store(store_url)
     try:
@@ -108,8 +137,9 @@ def add_command(name: str, task: str, cron_expr: str | None, tz: str, dst_gap: s
 @click.option("--json", "as_json", is_flag=True)
 @_NS
 @store_option
-def list_command(prefix: str | None, task: str | None, limit: int, as_json: bool,
-                 namespace: str, store_url: str) -> None:
+def list_command(
+    prefix: str | None, task: str | None, limit: int, as_json: bool, namespace: str, store_url: str
+) -> None:
     """List jobs with their next firing."""
     from cronwheel.cli import render
 
@@ -138,8 +168,13 @@ def _job_action(name: str, namespace: str, store_url: str, action: str) -> None:
 
 @jobs_group.command("show")
 @click.argument("name")
-@click.option("--count", type=click.IntRange(1, 100), default=5, show_default=True,
-              help="Upcoming firings to preview.")
+@click.option(
+    "--count",
+    type=click.IntRange(1, 100),
+    default=5,
+    show_default=True,
+    help="Upcoming firings to preview.",
+)
 @click.option("--json", "as_json", is_flag=True)
 @_NS
 @store_option

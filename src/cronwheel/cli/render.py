@@ -77,30 +77,43 @@ def jobs_table(jobs: list[Job]) -> None:
         table.add_column(col, overflow="fold")
     for job in jobs:
         state = "paused" if job.paused else ("done" if job.next_fire_at is None else "active")
-        table.add_row(str(job.id), job.name, job.spec.task, job.spec.schedule.describe(),
-                      _ts(job.next_fire_at) or "—", state)
+        table.add_row(
+            str(job.id),
+            job.name,
+            job.spec.task,
+            job.spec.schedule.describe(),
+            _ts(job.next_fire_at) or "—",
+            state,
+        )
     _console().print(table)
 
 
-def job_detail(job: Job, nexts: list[dict[str, Any]], firings: list[Firing],
-               events: list[JobEvent]) -> None:
+def job_detail(
+    job: Job, nexts: list[dict[str, Any]], firings: list[Firing], events: list[JobEvent]
+) -> None:
     console = _console()
     console.print(f"[bold]{job.name}[/bold]  (id {job.id}, namespace {job.namespace})")
     console.print(f"  task      {job.spec.task}")
     console.print(f"  schedule  {job.spec.schedule.describe()}")
-    console.print(f"  state     {'paused' if job.paused else 'active'}; "
-                  f"last fired {_ts(job.last_fired_at) or 'never'}; missed {job.missed_total}")
+    console.print(
+        f"  state     {'paused' if job.paused else 'active'}; "
+        f"last fired {_ts(job.last_fired_at) or 'never'}; missed {job.missed_total}"
+    )
     p = job.spec.policies
-    console.print(f"  policies  attempts {p.max_attempts}, misfire {p.misfire.value}, "
-                  f"visibility {p.visibility_timeout.total_seconds():g}s, priority {p.priority:g}")
+    console.print(
+        f"  policies  attempts {p.max_attempts}, misfire {p.misfire.value}, "
+        f"visibility {p.visibility_timeout.total_seconds():g}s, priority {p.priority:g}"
+    )
     console.print("  upcoming:")
     for n in nexts:
         console.print(f"    {n['local']}   ({n['utc']})")
     if firings:
         firings_table(firings, title="recent firings")
     for e in events:
-        console.print(f"  {e.kind}: {e.count}{'' if e.exact else '+'} instant(s) "
-                      f"{_ts(e.first_at)} .. {_ts(e.last_at)} ({e.detail})")
+        console.print(
+            f"  {e.kind}: {e.count}{'' if e.exact else '+'} instant(s) "
+            f"{_ts(e.first_at)} .. {_ts(e.last_at)} ({e.detail})"
+        )
 
 
 def firings_table(firings: list[Firing], *, title: str | None = None) -> None:
@@ -111,10 +124,15 @@ def firings_table(firings: list[Firing], *, title: str | None = None) -> None:
         table.add_column(col, overflow="fold")
     for f in firings:
         late = f.lateness
-        table.add_row(str(f.id), f.job_name, format_instant(f.scheduled_for), f.state.value,
-                      f"{f.attempt}/{f.max_attempts}",
-                      "—" if late is None else f"{late.total_seconds() * 1000:.1f} ms",
-                      f.worker_id or "—")
+        table.add_row(
+            str(f.id),
+            f.job_name,
+            format_instant(f.scheduled_for),
+            f.state.value,
+            f"{f.attempt}/{f.max_attempts}",
+            "—" if late is None else f"{late.total_seconds() * 1000:.1f} ms",
+            f.worker_id or "—",
+        )
     _console().print(table)
 
 
@@ -175,14 +193,20 @@ def status_view(doc: dict[str, Any]) -> None:
     console = _console()
     leader = doc["leader"] or "[red]none (no live leader)[/red]"
     console.print(f"leader  {leader}   epoch {doc['epoch']}")
-    console.print(f"jobs    {doc['jobs']} ({doc['paused_jobs']} paused)   queue depth "
-                  f"{doc['queue_depth']}   running {doc['running']}")
+    console.print(
+        f"jobs    {doc['jobs']} ({doc['paused_jobs']} paused)   queue depth "
+        f"{doc['queue_depth']}   running {doc['running']}"
+    )
     late = doc["lateness_ms"]
     if late["count"]:
-        console.print(f"lateness (last {late['count']} runs)  p50 {late['p50']:.1f} ms   "
-                      f"p99 {late['p99']:.1f} ms   max {late['max']:.1f} ms")
+        console.print(
+            f"lateness (last {late['count']} runs)  p50 {late['p50']:.1f} ms   "
+            f"p99 {late['p99']:.1f} ms   max {late['max']:.1f} ms"
+        )
     if doc["last_hour"]:
-        console.print("last hour  " + "   ".join(f"{k} {v}" for k, v in sorted(doc["last_hour"].items())))
+        console.print(
+            "last hour  " + "   ".join(f"{k} {v}" for k, v in sorted(doc["last_hour"].items()))
+        )
     table = Table(title="nodes", title_justify="left")
     for col in ("kind", "id", "pid", "last heartbeat"):
         table.add_column(col)

@@ -15,13 +15,29 @@ _APP_HELP = "MODULE:APP of your cronwheel.App (default: the built-in example app
 @click.command("serve")
 @click.argument("app_ref", metavar="[MODULE:APP]", required=False)
 @store_option
-@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="Worker processes to start.")
-@click.option("--concurrency", type=click.IntRange(1, 1024), default=16, show_default=True,
-              help="Handlers each worker runs at once.")
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Worker processes to start.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 1024),
+    default=16,
+    show_default=True,
+    help="Handlers each worker runs at once.",
+)
 @log_options
-def serve_command(app_ref: str | None, store_url: str, workers: int, concurrency: int,
-                  log_level: str | None, log_format: str | None) -> None:
+def serve_command(
+    app_ref: str | None,
+    store_url: str,
+    workers: int,
+    concurrency: int,
+    log_level: str | None,
+    log_format: str | None,
+) -> None:
     """All-in-one node: a scheduler and worker processes on one store.
 
     \b
@@ -33,21 +49,41 @@ def serve_command(app_ref: str | None, store_url: str, workers: int, concurrency
     setup_logs(log_level, log_format, "serve")
     load_app(app_ref, store_url)  # fail fast (exit 2) on a bad APP before starting children
     open_cli_store(store_url).close()  # create and migrate the store once
-    click.echo(f"cronwheel serve: store {store_url}, {workers} worker process(es); "
-               "Ctrl-C to stop. Try `cronwheel status` and `cronwheel firings list` "
-               "in another terminal.", err=True)
-    sys.exit(serve(app_ref, store_url, workers=workers, concurrency=concurrency,
-                   log_args=log_args(log_level, log_format)))
+    click.echo(
+        f"cronwheel serve: store {store_url}, {workers} worker process(es); "
+        "Ctrl-C to stop. Try `cronwheel status` and `cronwheel firings list` "
+        "in another terminal.",
+        err=True,
+    )
+    sys.exit(
+        serve(
+            app_ref,
+            store_url,
+            workers=workers,
+            concurrency=concurrency,
+            log_args=log_args(log_level, log_format),
+        )
+    )
 
 
 @click.command("scheduler")
 @click.argument("app_ref", metavar="[MODULE:APP]", required=False)
 @store_option
-@click.option("--lease-ttl", type=click.FloatRange(1, 600), default=5.0, show_default=True,
-              help="Seconds a leader's lease lasts without renewal (takeover time).")
+@click.option(
+    "--lease-ttl",
+    type=click.FloatRange(1, 600),
+    default=5.0,
+    show_default=True,
+    help="Seconds a leader's lease lasts without renewal (takeover time).",
+)
 @log_options
-def scheduler_command(app_ref: str | None, store_url: str, lease_ttl: float,
-                      log_level: str | None, log_format: str | None) -> None:
+def scheduler_command(
+    app_ref: str | None,
+    store_url: str,
+    lease_ttl: float,
+    log_level: str | None,
+    log_format: str | None,
+) -> None:
     """Run a dispatcher: the leader fires jobs; others stand by to take over."""
     from cronwheel.dispatch.dispatcher import DispatcherConfig
     from cronwheel.node import load_app, run_scheduler
@@ -60,12 +96,23 @@ def scheduler_command(app_ref: str | None, store_url: str, lease_ttl: float,
 @click.command("worker")
 @click.argument("app_ref", metavar="[MODULE:APP]", required=False)
 @store_option
-@click.option("--concurrency", type=click.IntRange(1, 1024), default=16, show_default=True,
-              help="Handlers run at once.")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 1024),
+    default=16,
+    show_default=True,
+    help="Handlers run at once.",
+)
 @click.option("--role", default="worker", hidden=True)
 @log_options
-def worker_command(app_ref: str | None, store_url: str, concurrency: int, role: str,
-                   log_level: str | None, log_format: str | None) -> None:
+def worker_command(
+    app_ref: str | None,
+    store_url: str,
+    concurrency: int,
+    role: str,
+    log_level: str | None,
+    log_format: str | None,
+) -> None:
     """Run a worker: claim queued firings of this app's tasks and run them."""
     from cronwheel.node import load_app, run_worker
     from cronwheel.worker.worker import WorkerConfig

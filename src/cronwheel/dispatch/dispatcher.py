@@ -198,7 +198,7 @@ class Dispatcher:
             # A job may have been paused, deleted or rescheduled: drop what the
             # store no longer says is due (the cursor CAS would refuse it anyway).
             due_ids = {job.id for job in jobs}
-            for job_id in [k for k in self._wheel.keys() if k not in due_ids]:
+            for job_id in [k for k in self._wheel if k not in due_ids]:
                 self._wheel.remove(job_id)
         for job in jobs:
             self._schedule(job)

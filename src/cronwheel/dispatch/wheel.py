@@ -15,7 +15,7 @@ Pure data structure: it never reads a clock; time is what ``advance`` is given.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Generic, TypeVar
@@ -71,8 +71,9 @@ class TimingWheel(Generic[K, V]):
     def __contains__(self, key: object) -> bool:
         return key in self._entries
 
-    def keys(self) -> list[K]:
-        return list(self._entries)
+    def __iter__(self) -> Iterator[K]:
+        """The keys held (a snapshot: safe to remove while iterating)."""
+        return iter(list(self._entries))
 
     def deadline_of(self, key: K) -> datetime | None:
         entry = self._entries.get(key)
@@ -80,7 +81,12 @@ class TimingWheel(Generic[K, V]):
 
     def insert(self, key: K, deadline: datetime, value: V) -> None:
         self.remove(key)
-        entry = _Entry(key=key, deadline=deadline, tick=max(self._ceil_tick(deadline), self._current), value=value)
+        entry = _Entry(
+            key=key,
+            deadline=deadline,
+            tick=max(self._ceil_tick(deadline), self._current),
+            value=value,
+        )
         self._entries[key] = entry
         self._place(entry)
 

@@ -390,9 +390,8 @@ def _range_item(item: str, spec: _FieldSpec) -> range:
     step = int(step_text)
     if step == 0:
         raise _fail(f"{spec.name} field: step 0 in {item.lower()!r}")
-    limit = 7 if spec is _DOW else spec.size
-    if step > limit:
-        raise _fail(f"{spec.name} field: step {step} exceeds the field's {limit} values")
+    if step > spec.size:
+        raise _fail(f"{spec.name} field: step {step} exceeds the field's {spec.size} values")
     return range(low, high + 1, step)
 
 

@@ -8,8 +8,8 @@ same table is repeated as comments in the store schemas.
 ::
 
     SCHEDULED ──enqueue──▶ QUEUED ──claim──▶ RUNNING ──succeed──▶ SUCCEEDED
-        │                    │  ▲               │ ├──retry──▶ QUEUED (attempt+1 at the next claim, after backoff)
-        │                    │  ├─lease_expired─┘ └──fail───▶ DEAD   (attempts exhausted; re-drivable)
+        │                    │  ▲               │ ├──retry──▶ QUEUED (after backoff)
+        │                    │  ├─lease_expired─┘ └──fail───▶ DEAD   (no attempts left)
         │                    │  └──────redrive────────────────── DEAD
         └──────cancel────────┴──────▶ CANCELLED ◀── cancel_deadline / cancelled (cooperative stop)
                              ├──skip──▶ SKIPPED   (overlap policy)

@@ -149,9 +149,7 @@ class Store(Protocol):
         """Jobs ordered by id, those with ``id > after_id`` (cursor pagination)."""
         ...
 
-    def set_paused(
-        self, namespace: str, name: str, paused: bool, *, resume_from: datetime | None = None
-    ) -> Job:
+    def set_paused(self, namespace: str, name: str, paused: bool) -> Job:
         """Pause or resume. Resuming keeps the cursor: missed instants follow the misfire policy."""
         ...
 
@@ -215,9 +213,7 @@ class Store(Protocol):
         Safe against concurrent claimers (no firing is claimed twice)."""
         ...
 
-    def heartbeat(
-        self, worker_id: str, claims: Sequence[tuple[FiringId, str]]
-    ) -> set[FiringId]:
+    def heartbeat(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
         """Extend the leases of these claims by their visibility timeouts. Returns the
         firings whose claim is no longer held (reassigned, cancelled): the worker must stop
         them and its late result will be rejected."""

@@ -15,7 +15,9 @@ def sqlite_path(url: str) -> str | None:
     if url.startswith("sqlite://"):
         rest = url[len("sqlite://") :]
         if not rest.startswith("/"):
-            raise ValidationError("sqlite URLs look like sqlite:///relative.db or sqlite:////abs.db", field="store")
+            raise ValidationError(
+                "sqlite URLs look like sqlite:///relative.db or sqlite:////abs.db", field="store"
+            )
         path = rest[1:]
         if not path:
             raise ValidationError("the sqlite URL names no file", field="store")

@@ -86,7 +86,9 @@ class Worker:
         self.stats = WorkerStats()
         self._rng = rng or random.Random()
         self._db = ThreadPoolExecutor(1, thread_name_prefix="cronwheel-store")
-        self._pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="cronwheel-task")
+        self._pool = ThreadPoolExecutor(
+            self.config.concurrency, thread_name_prefix="cronwheel-task"
+        )
         self._active: dict[FiringId, tuple[ClaimedFiring, Context]] = {}
         self._done: list[Completion] = []
         self._slot_freed: asyncio.Event | None = None
@@ -118,8 +120,13 @@ class Worker:
         timeout_s = None if timeout is None else timeout.total_seconds()
         started = self.clock.now()
         lateness_ms = (started - firing.scheduled_for).total_seconds() * 1000
-        log.info("firing_started", job=firing.job_name, firing_id=firing.id,
-                 attempt=firing.attempt, lateness_ms=round(lateness_ms, 3))
+        log.info(
+            "firing_started",
+            job=firing.job_name,
+            firing_id=firing.id,
+            attempt=firing.attempt,
+            lateness_ms=round(lateness_ms, 3),
+        )
         error: str | None = None
         try:
             task = self.registry.get(firing.task)
@@ -140,11 +147,20 @@ class Worker:
         if error is None:
             self.stats.succeeded += 1
             self.stats.lateness_ms.append(lateness_ms)
-            log.info("firing_succeeded", job=firing.job_name, firing_id=firing.id,
-                     lateness_ms=round(lateness_ms, 3),
-                     duration_ms=round((finished - started).total_seconds() * 1000, 3))
-            return Completion(firing_id=firing.id, claim_token=claim.claim_token, succeeded=True,
-                              started_at=started, finished_at=finished)
+            log.info(
+                "firing_succeeded",
+                job=firing.job_name,
+                firing_id=firing.id,
+                lateness_ms=round(lateness_ms, 3),
+                duration_ms=round((finished - started).total_seconds() * 1000, 3),
+            )
+            return Completion(
+                firing_id=firing.id,
+                claim_token=claim.claim_token,
+                succeeded=True,
+                started_at=started,
+                finished_at=finished,
+            )
         self.stats.failed += 1
         retry_at = None
         if firing.attempt < firing.max_attempts:
@@ -152,12 +168,24 @@ class Worker:
             retry_at = finished + retry_backoff(
                 firing.attempt, base=p.retry_backoff, maximum=p.retry_backoff_max, rng=self._rng
             )
-        log.warning("firing_failed", job=firing.job_name, firing_id=firing.id,
-                    attempt=firing.attempt, max_attempts=firing.max_attempts,
-                    retry_at=None if retry_at is None else retry_at.isoformat(),
-                    error=error.strip().splitlines()[-1] if error.strip() else error)
-        return Completion(firing_id=firing.id, claim_token=claim.claim_token, succeeded=False,
-                          started_at=started, finished_at=finished, error=error, retry_at=retry_at)
+        log.warning(
+            "firing_failed",
+            job=firing.job_name,
+            firing_id=firing.id,
+            attempt=firing.attempt,
+            max_attempts=firing.max_attempts,
+            retry_at=None if retry_at is None else retry_at.isoformat(),
+            error=error.strip().splitlines()[-1] if error.strip() else error,
+        )
+        return Completion(
+            firing_id=firing.id,
+            claim_token=claim.claim_token,
+            succeeded=False,
+            started_at=started,
+            finished_at=finished,
+            error=error,
+            retry_at=retry_at,
+        )
 
     async def _execute_and_report(self, claim: ClaimedFiring) -> None:
         try:
@@ -179,15 +207,21 @@ class Worker:
             for completion, ok in zip(batch, accepted, strict=True):
                 if not ok:
                     self.stats.rejected += 1
-                    log.warning("completion_rejected", firing_id=completion.firing_id,
-                                reason="claim no longer held (lease expired or cancelled)")
+                    log.warning(
+                        "completion_rejected",
+                        firing_id=completion.firing_id,
+                        reason="claim no longer held (lease expired or cancelled)",
+                    )
 
     # -- test/driver helper ---------------------------------------------------------------
     async def drain_once(self) -> int:
         """Claim everything claimable now, run it concurrently, record the outcomes."""
         claims = await self._call(
-            self.store.claim, self.worker_id, tasks=self.registry.names(),
-            limit=self.config.concurrency, prefetch=timedelta(0),
+            self.store.claim,
+            self.worker_id,
+            tasks=self.registry.names(),
+            limit=self.config.concurrency,
+            prefetch=timedelta(0),
         )
         self.stats.claimed += len(claims)
         await asyncio.gather(*(self._execute_and_report(c) for c in claims))
@@ -203,13 +237,22 @@ class Worker:
         wakeup = self.store.open_wakeup(lambda: loop.call_soon_threadsafe(rung.set))
         wake_addr = wakeup.address
         node = NodeInfo(
-            id=self.worker_id, kind="worker", hostname=socket.gethostname(), pid=os.getpid(),
-            started_at=self.clock.now(), heartbeat_at=self.clock.now(), wake_addr=wake_addr,
+            id=self.worker_id,
+            kind="worker",
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            started_at=self.clock.now(),
+            heartbeat_at=self.clock.now(),
+            wake_addr=wake_addr,
             info={"tasks": self.registry.names(), "concurrency": self.config.concurrency},
         )
         await self._call(self.store.register_node, node)
-        log.info("worker_started", worker_id=self.worker_id, tasks=self.registry.names(),
-                 concurrency=self.config.concurrency)
+        log.info(
+            "worker_started",
+            worker_id=self.worker_id,
+            tasks=self.registry.names(),
+            concurrency=self.config.concurrency,
+        )
         loops = [
             asyncio.create_task(self._heartbeat_loop(stop)),
             asyncio.create_task(self._flush_loop(stop)),
@@ -248,7 +291,10 @@ class Worker:
             if free > 0:
                 try:
                     claims = await self._call(
-                        self.store.claim, self.worker_id, tasks=names, limit=free,
+                        self.store.claim,
+                        self.worker_id,
+                        tasks=names,
+                        limit=free,
                         prefetch=self.config.prefetch,
                     )
                     backoff = 0.1
@@ -267,8 +313,11 @@ class Worker:
                 await asyncio.sleep(0)  # let the new tasks register themselves
             if claimed and claimed == free:
                 continue  # there may be more: claim again as soon as slots free up
-            waits = [stop.wait(), rung.wait(), self._slot_freed.wait()] if free > 0 else [
-                stop.wait(), self._slot_freed.wait()]
+            waits = (
+                [stop.wait(), rung.wait(), self._slot_freed.wait()]
+                if free > 0
+                else [stop.wait(), self._slot_freed.wait()]
+            )
             await _wait_any(waits, self.config.poll_interval.total_seconds())
 
     async def _flush_loop(self, stop: asyncio.Event) -> None:
@@ -290,7 +339,10 @@ class Worker:
             # renew at a third of the shortest visibility timeout held
             interval = min(
                 [self.config.heartbeat_interval.total_seconds()]
-                + [c.policies.visibility_timeout.total_seconds() / 3 for c, _ in self._active.values()]
+                + [
+                    c.policies.visibility_timeout.total_seconds() / 3
+                    for c, _ in self._active.values()
+                ]
             )
             await _wait_any([stop.wait()], interval)
             try:

@@ -137,3 +137,28 @@ SELECT started_at - scheduled_for AS lateness_us FROM firings
 WHERE finished_at IS NOT NULL AND finished_at >= :since AND state = 'succeeded'
 ORDER BY finished_at DESC
 LIMIT :limit
+
+-- name: redrive
+UPDATE firings
+SET state = 'queued', due_at = :now, vdeadline = :now + (vdeadline - due_at),
+    max_attempts = attempt + (SELECT max_attempts FROM jobs WHERE jobs.id = firings.job_id),
+    finished_at = NULL, claim_token = NULL, lease_until = NULL
+WHERE id = :id AND state = 'dead'
+RETURNING *
+
+-- name: register_node
+INSERT INTO nodes (id, kind, hostname, pid, started_at, heartbeat_at, wake_addr, info)
+VALUES (:id, :kind, :hostname, :pid, :started_at, :now, :wake_addr, :info)
+ON CONFLICT (id) DO UPDATE
+SET heartbeat_at = excluded.heartbeat_at, wake_addr = excluded.wake_addr, info = excluded.info
+
+-- name: cancel_queued
+UPDATE firings
+SET state = 'cancelled', finished_at = :now, claim_token = NULL, lease_until = NULL
+WHERE id = :id AND state IN ('scheduled', 'queued')
+RETURNING *
+
+-- name: cancel_running
+UPDATE firings SET cancel_requested_at = coalesce(cancel_requested_at, :now)
+WHERE id = :id AND state = 'running'
+RETURNING *

@@ -28,6 +28,7 @@ from cronwheel.domain.clock import Clock, SystemClock
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import (
     ClaimedFiring,
+    Epoch,
     Firing,
     FiringId,
     Job,
@@ -37,7 +38,6 @@ from cronwheel.domain.models import (
     JobSpec,
     Lease,
     NodeInfo,
-    Epoch,
 )
 from cronwheel.domain.policies import BASE_LATENCY
 from cronwheel.errors import (
@@ -158,7 +158,9 @@ class SqliteStore:
     def migrate(self) -> int:
         migrations = load_queries(_PKG, "schema.sql")
         with self._tx() as conn:
-            conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+            )
             row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             version = int(row["value"]) if row else 0
             n = version
@@ -192,7 +194,10 @@ class SqliteStore:
 
     # -- jobs -------------------------------------------------------------------------
     def create_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> Job:
-        params = codec.job_params(spec) | {"next_fire_at": opt_us(first_fire_at), "now": self._now_us()}
+        params = codec.job_params(spec) | {
+            "next_fire_at": opt_us(first_fire_at),
+            "now": self._now_us(),
+        }
         with self._tx() as conn:
             try:
                 row = conn.execute(self._q["insert_job"], params).fetchone()
@@ -214,7 +219,8 @@ class SqliteStore:
             now = self._now_us()
             if row is None:
                 row = conn.execute(
-                    self._q["insert_job"], params | {"next_fire_at": opt_us(first_fire_at), "now": now}
+                    self._q["insert_job"],
+                    params | {"next_fire_at": opt_us(first_fire_at), "now": now},
                 ).fetchone()
             elif row["spec_hash"] == params["spec_hash"]:
                 return codec.job_from_row(row), False
@@ -266,9 +272,7 @@ class SqliteStore:
         sql = f"SELECT * FROM jobs WHERE {' AND '.join(where)} ORDER BY id LIMIT ?"
         return [codec.job_from_row(r) for r in self._read(sql, [*params, limit])]
 
-    def set_paused(
-        self, namespace: str, name: str, paused: bool, *, resume_from: datetime | None = None
-    ) -> Job:
+    def set_paused(self, namespace: str, name: str, paused: bool) -> Job:
         with self._tx() as conn:
             row = conn.execute(
                 "UPDATE jobs SET paused = ?, updated_at = ? WHERE namespace = ? AND name = ? "
@@ -282,7 +286,9 @@ class SqliteStore:
 
     def delete_job(self, namespace: str, name: str) -> None:
         with self._tx() as conn:
-            cur = conn.execute("DELETE FROM jobs WHERE namespace = ? AND name = ?", (namespace, name))
+            cur = conn.execute(
+                "DELETE FROM jobs WHERE namespace = ? AND name = ?", (namespace, name)
+            )
             if cur.rowcount == 0:
                 raise JobNotFoundError(f"no job named {name!r}", field="name")
             conn.execute(self._q["bump_jobs_version"])
@@ -420,9 +426,7 @@ class SqliteStore:
                 raise ConflictError(
                     f"a job named {spec.name!r} already exists", field="name", code="job_exists"
                 ) from None
-            conn.execute(
-                "UPDATE jobs SET last_fired_at = ? WHERE id = ?", (now, job["id"])
-            )
+            conn.execute("UPDATE jobs SET last_fired_at = ? WHERE id = ?", (now, job["id"]))
             cur = conn.execute(
                 self._q["insert_firing"],
                 {
@@ -468,7 +472,9 @@ class SqliteStore:
             marks = ",".join("?" * len(job_ids))
             policies = {
                 r["id"]: JobPolicies.from_dict(json.loads(r["policies"]))
-                for r in conn.execute(f"SELECT id, policies FROM jobs WHERE id IN ({marks})", job_ids)
+                for r in conn.execute(
+                    f"SELECT id, policies FROM jobs WHERE id IN ({marks})", job_ids
+                )
             }
         rows = sorted(rows, key=lambda r: r["vdeadline"])
         return [
@@ -488,7 +494,9 @@ class SqliteStore:
         with self._tx() as conn:
             now = self._now_us()
             for firing_id, token in claims:
-                cur = conn.execute(self._q["heartbeat"], {"id": firing_id, "token": token, "now": now})
+                cur = conn.execute(
+                    self._q["heartbeat"], {"id": firing_id, "token": token, "now": now}
+                )
                 if cur.rowcount == 0:
                     lost.add(firing_id)
         return lost
@@ -569,24 +577,19 @@ class SqliteStore:
             where.append("id < ?")
             params.append(before_id)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        rows = self._read(f"SELECT * FROM firings {clause} ORDER BY id DESC LIMIT ?", [*params, limit])
+        rows = self._read(
+            f"SELECT * FROM firings {clause} ORDER BY id DESC LIMIT ?", [*params, limit]
+        )
         return [codec.firing_from_row(r) for r in rows]
 
     def cancel_firing(self, firing_id: FiringId) -> CancelResult:
         with self._tx() as conn:
             now = self._now_us()
-            row = conn.execute(
-                "UPDATE firings SET state = 'cancelled', finished_at = ?, claim_token = NULL, "
-                "lease_until = NULL WHERE id = ? AND state IN ('scheduled', 'queued') RETURNING *",
-                (now, firing_id),
-            ).fetchone()
+            params = {"id": firing_id, "now": now}
+            row = conn.execute(self._q["cancel_queued"], params).fetchone()
             if row is not None:
                 return CancelResult(outcome="cancelled", firing=codec.firing_from_row(row))
-            row = conn.execute(
-                "UPDATE firings SET cancel_requested_at = coalesce(cancel_requested_at, ?) "
-                "WHERE id = ? AND state = 'running' RETURNING *",
-                (now, firing_id),
-            ).fetchone()
+            row = conn.execute(self._q["cancel_running"], params).fetchone()
             if row is not None:
                 return CancelResult(outcome="cancel_requested", firing=codec.firing_from_row(row))
             row = conn.execute("SELECT * FROM firings WHERE id = ?", (firing_id,)).fetchone()
@@ -597,15 +600,11 @@ class SqliteStore:
     def redrive_firing(self, firing_id: FiringId) -> Firing:
         with self._tx() as conn:
             now = self._now_us()
-            row = conn.execute(
-                "UPDATE firings SET state = 'queued', due_at = ?, vdeadline = ? + (vdeadline - due_at), "
-                "max_attempts = attempt + (SELECT max_attempts FROM jobs WHERE jobs.id = job_id), "
-                "finished_at = NULL, claim_token = NULL, lease_until = NULL "
-                "WHERE id = ? AND state = 'dead' RETURNING *",
-                (now, now, firing_id),
-            ).fetchone()
+            row = conn.execute(self._q["redrive"], {"id": firing_id, "now": now}).fetchone()
             if row is None:
-                current = conn.execute("SELECT state FROM firings WHERE id = ?", (firing_id,)).fetchone()
+                current = conn.execute(
+                    "SELECT state FROM firings WHERE id = ?", (firing_id,)
+                ).fetchone()
                 if current is None:
                     raise FiringNotFoundError(f"no firing with id {firing_id}", field="firing_id")
                 raise InvalidTransitionError(
@@ -619,25 +618,24 @@ class SqliteStore:
     def register_node(self, node: NodeInfo) -> None:
         with self._tx() as conn:
             conn.execute(
-                "INSERT INTO nodes (id, kind, hostname, pid, started_at, heartbeat_at, wake_addr, info) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-                "heartbeat_at = excluded.heartbeat_at, wake_addr = excluded.wake_addr, "
-                "info = excluded.info",
-                (
-                    node.id,
-                    node.kind,
-                    node.hostname,
-                    node.pid,
-                    to_us(node.started_at),
-                    self._now_us(),
-                    node.wake_addr,
-                    json.dumps(node.info),
-                ),
+                self._q["register_node"],
+                {
+                    "id": node.id,
+                    "kind": node.kind,
+                    "hostname": node.hostname,
+                    "pid": node.pid,
+                    "started_at": to_us(node.started_at),
+                    "now": self._now_us(),
+                    "wake_addr": node.wake_addr,
+                    "info": json.dumps(node.info),
+                },
             )
 
     def heartbeat_node(self, node_id: str) -> None:
         with self._tx() as conn:
-            conn.execute("UPDATE nodes SET heartbeat_at = ? WHERE id = ?", (self._now_us(), node_id))
+            conn.execute(
+                "UPDATE nodes SET heartbeat_at = ? WHERE id = ?", (self._now_us(), node_id)
+            )
 
     def remove_node(self, node_id: str) -> None:
         with self._tx() as conn:
@@ -687,7 +685,9 @@ def _statements(script: str) -> list[str]:
             if buf.strip():
                 out.append(buf.strip())
             buf = ""
-    if buf.strip() and not all(ln.strip().startswith("--") or not ln.strip() for ln in buf.splitlines()):
+    if buf.strip() and not all(
+        ln.strip().startswith("--") or not ln.strip() for ln in buf.splitlines()
+    ):
         raise StoreError(f"incomplete statement in schema: {buf[:80]!r}")
     return out
 
