@@ -88,9 +88,9 @@ class Doorbell:
             if now - self._loaded_at > self._refresh_s:
                 self._loaded_at = now
                 self._addrs = []
-                for addr in self._list_addresses():
-                    if addr.startswith("udp://"):
-                        host, _, port = addr[len("udp://") :].rpartition(":")
+                for url in self._list_addresses():
+                    if url.startswith("udp://"):
+                        host, _, port = url[len("udp://") :].rpartition(":")
                         self._addrs.append((host, int(port)))
             if not self._addrs:
                 return

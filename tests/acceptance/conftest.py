@@ -241,7 +241,8 @@ class Cluster:
                 proc.wait(timeout=10)
 
     # -- one-shot commands -------------------------------------------------------------
-    def cli(self, *args: str, store: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def cli(self, *args: str, store: bool = True,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
         argv = [sys.executable, "-m", "cronwheel", *args]
         if store:
             argv += ["--store", self.store_url]

@@ -7,14 +7,15 @@ the idempotency key is stable across redeliveries.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from tests.acceptance.conftest import Cluster, check_ledger, executions, wait_until
 
 from cronwheel import App, FiringState, at, idempotency_key, now
+from tests.acceptance.conftest import Cluster, check_ledger, executions, wait_until
 
 BURST = 300
 BURST_SLEEP_S = 0.05  # each burst execution takes a little while: the kill lands mid-burst
@@ -58,7 +59,8 @@ def test_kill_node_mid_burst_then_restart_loses_nothing(cluster: Cluster) -> Non
         epoch_before = store.get_lease("dispatcher").epoch
     assert cursor_at_kill is not None
     print(f"\nkilled {(datetime.now(UTC) - burst_at).total_seconds():+.2f} s after the burst "
-          f"instant: {done_at_kill} burst executions logged, store states {_burst_states(cluster)}, "
+          f"instant: {done_at_kill} burst executions logged, "
+          f"store states {_burst_states(cluster)}, "
           f"{len(in_flight)} firings RUNNING")
 
     # Down until the dead leader's lease has expired (and at least ~5 s), then restart.
@@ -133,12 +135,12 @@ def _check_catch_up(cluster: Cluster, cursor_at_kill: datetime, acquired_at: dat
     assert post, "no catchup firing after the restart"
     assert post[0].scheduled_for == catch_up, [f.scheduled_for for f in post[:3]]
     assert (post[0].enqueued_at - catch_up) > grace, "the catch-up firing was enqueued on time?"
-    gaps = {b.scheduled_for - a.scheduled_for for a, b in zip(post, post[1:], strict=False)}
+    gaps = {b.scheduled_for - a.scheduled_for for a, b in itertools.pairwise(post)}
     assert gaps <= {second}, sorted(gaps)
     # Before the kill the job fired every second too, and the store never holds a duplicate.
     pre = [f for f in all_firings if f.scheduled_for < cursor_at_kill]
     assert pre, "the catchup job never fired before the kill"
-    assert {b.scheduled_for - a.scheduled_for for a, b in zip(pre, pre[1:], strict=False)} <= {second}
+    assert {b.scheduled_for - a.scheduled_for for a, b in itertools.pairwise(pre)} <= {second}
     assert len({f.scheduled_for for f in all_firings}) == len(all_firings)
 
     finished = {f.idempotency_key for f in all_firings if f.state is FiringState.SUCCEEDED}

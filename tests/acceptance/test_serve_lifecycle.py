@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import signal
 import statistics
 import subprocess
@@ -9,6 +10,7 @@ import time
 from datetime import datetime
 
 import pytest
+
 from tests.acceptance.conftest import Cluster, check_ledger, executions, wait_until
 
 # Lateness bound of every steady-state execution (ledger start - scheduled instant).
@@ -34,7 +36,11 @@ def test_cron_every_second_fires_on_time(cluster: Cluster) -> None:
         return [e for e in executions(cluster.ledger(), job="tick")
                 if e["scheduled_for"] > worker_up]
 
-    runs = wait_until(lambda: (r := steady()) if len(r) >= WANTED else None, 30,
+    def enough() -> list[dict]:
+        runs = steady()
+        return runs if len(runs) >= WANTED else []
+
+    runs = wait_until(enough, 30,
                       message=lambda: f"{WANTED} tick executions; {cluster.diagnostics()}")
     runs = sorted(runs, key=lambda e: e["scheduled_for"])
     lateness = [e["start"] - e["scheduled_for"] for e in runs]
@@ -49,7 +55,7 @@ def test_cron_every_second_fires_on_time(cluster: Cluster) -> None:
     # Whole seconds, 1 s apart, no gap.
     instants = [e["scheduled_for"] for e in runs]
     assert all(t == int(t) for t in instants), instants
-    assert [b - a for a, b in zip(instants, instants[1:], strict=False)] == [1.0] * (len(runs) - 1)
+    assert [b - a for a, b in itertools.pairwise(instants)] == [1.0] * (len(runs) - 1)
     # Every firing the store has for the job up to the last observed one ran exactly once.
     with cluster.store() as store:
         job = store.get_job("default", "tick")

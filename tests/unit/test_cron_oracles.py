@@ -14,6 +14,11 @@ oracles disagree with each other, cronwheel follows cronsim (Debian cron):
 - One-value ranges: cronsim reads ``0-0/1`` as ``0/1`` (0 to the field's end);
   croniter reads ``2-2`` in the leading seconds field as every second. cronwheel
   reads both as the single value. Not generated; pinned in test_documented_disagreements.
+- ``nW`` with a restricted day-of-week (``1W * 0,1``) and ``n#k`` with a
+  restricted day-of-month (``1 * 0#1``): croniter does not OR them; cronsim does
+  for ``n#k`` and cronwheel applies the OR rule to every day form alike.
+- ``*`` inside a day list (``1,*/1``): cronsim and cronwheel look only at the
+  field's first character (restricted here: OR); croniter does not. Not compared.
 - Only one oracle knows some specials: ``nL`` and ``LW`` (cronsim), ``nW`` and
   ``?`` (croniter); ``L-n`` neither (covered by hand-written tests).
 """
@@ -41,7 +46,15 @@ DAYS = "SUN MON TUE WED THU FRI SAT".split()
 
 
 @st.composite
-def field(draw: Any, low: int, high: int, names: list[str] | None = None, *, start_step: bool = True) -> str:
+def field(
+    draw: Any,
+    low: int,
+    high: int,
+    names: list[str] | None = None,
+    *,
+    start_step: bool = True,
+    star_in_list: bool = True,
+) -> str:
     """``*`` or a list of values, ranges and steps within [low, high]."""
     if draw(st.integers(0, 4)) == 0:
         return "*"
@@ -68,18 +81,22 @@ def field(draw: Any, low: int, high: int, names: list[str] | None = None, *, sta
             return f"*/{step}"
         return f"{value(a)}/{step}" if start_step else value(a)
 
-    return ",".join(draw(st.lists(st.builds(item), min_size=1, max_size=3)))
+    items = draw(st.lists(st.builds(item), min_size=1, max_size=3))
+    if not star_in_list and len(items) > 1:
+        items = [i for i in items if not i.startswith("*")] or ["*/2"]
+    return ",".join(items)
 
 
 @st.composite
 def expressions(draw: Any, *, for_croniter: bool = False, seconds: bool | None = None) -> str:
     use_seconds = draw(st.booleans()) if seconds is None else seconds
+    plain = not for_croniter
     parts = [
         draw(field(0, 59)),
         draw(field(0, 23)),
-        draw(field(1, 31)),
+        draw(field(1, 31, star_in_list=plain)),
         draw(field(1, 12, MONTHS)),
-        draw(field(0, 7, DAYS, start_step=not for_croniter)),
+        draw(field(0, 7, DAYS, start_step=plain, star_in_list=plain)),
     ]
     extra = draw(st.integers(0, 5))
     if extra == 1:
@@ -87,10 +104,12 @@ def expressions(draw: Any, *, for_croniter: bool = False, seconds: bool | None =
     elif extra == 2:
         k, d = draw(st.integers(1, 5)), draw(st.integers(0, 6))
         parts[4] = f"{d}#{k}"
+        if for_croniter:  # croniter does not OR n#k with a restricted day-of-month
+            parts[2] = "*"
     elif extra == 3 and not for_croniter:
         parts[4] = f"{draw(st.integers(0, 7))}L"
-    elif extra == 3:
-        parts[2] = f"{draw(st.integers(1, 31))}W"
+    elif extra == 3:  # croniter ANDs nW with a restricted day-of-week (module doc)
+        parts[2], parts[4] = f"{draw(st.integers(1, 31))}W", "*"
     elif extra == 4 and not for_croniter:
         parts[2] = "LW"
     if use_seconds:
@@ -295,6 +314,14 @@ def test_documented_disagreements() -> None:
     it6 = croniter("2-2 * * * * *", start, second_at_beginning=True)
     assert it6.get_next(datetime) == datetime(2026, 1, 1, 0, 0, 1)
     assert mine("2-2 * * * * *", start, 1) == [datetime(2026, 1, 1, 0, 0, 2)]
+    # nW OR a restricted day-of-week: 2000-01-01 is a Saturday, so 1W is Monday the 3rd,
+    # but Sunday the 2nd matches the day-of-week field
+    assert mine("0 0 1W * 0,1", datetime(2000, 1, 1), 1) == [datetime(2000, 1, 2)]
+    assert by_croniter("0 0 1W * 0,1", datetime(2000, 1, 1), 1) == [datetime(2000, 1, 3)]
+    # 1 OR first Sunday: 2000-01-01 (Saturday) matches day-of-month 1
+    assert mine("0 0 1 * 0#1", datetime(1999, 12, 31), 1) == [datetime(2000, 1, 1)]
+    assert by_cronsim("0 0 1 * 0#1", datetime(1999, 12, 31), 1) == [datetime(2000, 1, 1)]
+    assert by_croniter("0 0 1 * 0#1", datetime(1999, 12, 31), 1) == [datetime(2000, 1, 2)]
     # reversed ranges: croniter wraps, cronsim and cronwheel reject
     assert by_croniter("0 0 * * fri-sun", start, 1) is not None
     assert by_cronsim("0 0 * * fri-sun", start, 1) is None

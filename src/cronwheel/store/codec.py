@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import (
@@ -22,6 +21,12 @@ from cronwheel.domain.models import (
 from cronwheel.domain.schedules import schedule_from_dict
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class Row(Protocol):
+    """A result row addressable by column name (sqlite3.Row, psycopg dict rows)."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
 SHARDS = 256
 
 
@@ -85,7 +90,7 @@ def _req(value: Any) -> datetime:
     return instant
 
 
-def job_from_row(row: Mapping[str, Any]) -> Job:
+def job_from_row(row: Row) -> Job:
     payload = _load(row["payload"])
     spec = JobSpec(
         name=row["name"],
@@ -109,7 +114,7 @@ def job_from_row(row: Mapping[str, Any]) -> Job:
     )
 
 
-def firing_from_row(row: Mapping[str, Any]) -> Firing:
+def firing_from_row(row: Row) -> Firing:
     payload = _load(row["payload"])
     return Firing(
         id=FiringId(row["id"]),
@@ -138,7 +143,7 @@ def firing_from_row(row: Mapping[str, Any]) -> Firing:
     )
 
 
-def node_from_row(row: Mapping[str, Any]) -> NodeInfo:
+def node_from_row(row: Row) -> NodeInfo:
     return NodeInfo(
         id=row["id"],
         kind=row["kind"],
@@ -151,7 +156,7 @@ def node_from_row(row: Mapping[str, Any]) -> NodeInfo:
     )
 
 
-def event_from_row(row: Mapping[str, Any]) -> JobEvent:
+def event_from_row(row: Row) -> JobEvent:
     return JobEvent(
         id=int(row["id"]),
         job_id=JobId(row["job_id"]),

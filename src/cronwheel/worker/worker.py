@@ -234,7 +234,11 @@ class Worker:
         self._completions_ready = asyncio.Event()
         loop = asyncio.get_running_loop()
         rung = asyncio.Event()
-        wakeup = self.store.open_wakeup(lambda: loop.call_soon_threadsafe(rung.set))
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(rung.set)
+
+        wakeup = self.store.open_wakeup(wake)
         wake_addr = wakeup.address
         node = NodeInfo(
             id=self.worker_id,

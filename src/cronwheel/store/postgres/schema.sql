@@ -1,0 +1,119 @@
+-- cronwheel schema for PostgreSQL. Instants are timestamptz; schedule, payload,
+-- policies and node info are jsonb. Migrations are the `-- name: migration_N`
+-- blocks, applied in order by PostgresStore.migrate(): all pending ones in ONE
+-- transaction under pg_advisory_xact_lock (a transaction-level lock: released at
+-- commit, safe on pooled connections), together with the bump of
+-- meta.schema_version, so two processes migrating at once apply each block once.
+-- Tables and columns mirror the SQLite schema one for one.
+
+-- name: migration_1
+CREATE TABLE IF NOT EXISTS meta (
+    key   text PRIMARY KEY,
+    value text NOT NULL
+);
+
+CREATE TABLE jobs (
+    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    namespace     text             NOT NULL,
+    name          text             NOT NULL,
+    task          text             NOT NULL,
+    schedule      jsonb            NOT NULL,     -- Schedule.to_dict()
+    payload       jsonb            NOT NULL,     -- {"args": [...], "kwargs": {...}}
+    policies      jsonb            NOT NULL,     -- JobPolicies.to_dict()
+    spec_hash     text             NOT NULL,
+    priority      double precision NOT NULL,     -- copies of hot policy values, for SQL
+    max_attempts  integer          NOT NULL,
+    visibility_us bigint           NOT NULL,
+    paused        boolean          NOT NULL DEFAULT false,
+    next_fire_at  timestamptz,                   -- the durable cursor; NULL = exhausted
+    last_fired_at timestamptz,
+    missed_total  bigint           NOT NULL DEFAULT 0,
+    created_at    timestamptz      NOT NULL,
+    updated_at    timestamptz      NOT NULL,
+    shard         smallint         NOT NULL,     -- hash(namespace, name) % 256 (scale path)
+    UNIQUE (namespace, name)
+);
+-- the due-jobs poll is a range scan of this index, never a scan of all jobs
+CREATE INDEX jobs_due ON jobs (next_fire_at) WHERE NOT paused AND next_fire_at IS NOT NULL;
+
+CREATE TABLE firings (
+    id                  bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id              bigint           NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    namespace           text             NOT NULL,
+    job_name            text             NOT NULL,
+    task                text             NOT NULL,
+    payload             jsonb            NOT NULL,
+    scheduled_for       timestamptz      NOT NULL,
+    due_at              timestamptz      NOT NULL,
+    vdeadline           timestamptz      NOT NULL, -- claim order: due_at + base_latency / priority
+    -- state machine (domain/firing.py):
+    --   'queued'    -- enqueue (leader, fenced) | lease_expired | retry | redrive
+    --   'running'   -- claim: queued -> running (attempt + 1, new claim_token)
+    --   'succeeded' -- running -> succeeded (CAS on claim_token)
+    --   'dead'      -- running -> dead (attempts exhausted)
+    --   'cancelled' -- queued -> cancelled | running -> cancelled (cancel deadline)
+    --   'skipped', 'missed' -- overlap / start deadline fates
+    state               text             NOT NULL,
+    attempt             integer          NOT NULL DEFAULT 0,
+    max_attempts        integer          NOT NULL,
+    priority            double precision NOT NULL,
+    visibility_us       bigint           NOT NULL,
+    claim_token         text,
+    worker_id           text,
+    lease_until         timestamptz,
+    enqueued_at         timestamptz      NOT NULL,
+    enqueued_epoch      bigint,                    -- fencing epoch of the leader that enqueued it
+    started_at          timestamptz,
+    finished_at         timestamptz,
+    error               text,
+    note                text,
+    cancel_requested_at timestamptz,
+    shard               smallint         NOT NULL,
+    UNIQUE (job_id, scheduled_for)                 -- a deposed leader's duplicate is rejected here
+);
+CREATE INDEX firings_claim ON firings (vdeadline) WHERE state = 'queued';
+CREATE INDEX firings_lease ON firings (lease_until) WHERE state = 'running';
+CREATE INDEX firings_finished ON firings (finished_at) WHERE finished_at IS NOT NULL;
+
+CREATE TABLE firing_attempts (
+    firing_id   bigint      NOT NULL REFERENCES firings (id) ON DELETE CASCADE,
+    attempt     integer     NOT NULL,
+    worker_id   text,
+    started_at  timestamptz,
+    finished_at timestamptz NOT NULL,
+    outcome     text        NOT NULL,            -- 'failed' | 'lease_expired' | 'succeeded'
+    error       text,
+    PRIMARY KEY (firing_id, attempt)
+);
+
+CREATE TABLE leases (
+    name        text PRIMARY KEY,
+    holder      text        NOT NULL,
+    epoch       bigint      NOT NULL,            -- fencing token: +1 on every takeover
+    expires_at  timestamptz NOT NULL,
+    acquired_at timestamptz NOT NULL
+);
+
+CREATE TABLE nodes (
+    id           text PRIMARY KEY,
+    kind         text        NOT NULL,
+    hostname     text        NOT NULL,
+    pid          integer     NOT NULL,
+    started_at   timestamptz NOT NULL,
+    heartbeat_at timestamptz NOT NULL,
+    wake_addr    text,
+    info         jsonb       NOT NULL DEFAULT '{}'
+);
+
+CREATE TABLE job_events (
+    id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id   bigint      NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    at       timestamptz NOT NULL,
+    kind     text        NOT NULL,               -- 'missed' | ...
+    first_at timestamptz,
+    last_at  timestamptz,
+    count    bigint      NOT NULL,
+    exact    boolean     NOT NULL,
+    detail   text
+);
+CREATE INDEX job_events_job ON job_events (job_id, id);
