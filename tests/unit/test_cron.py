@@ -25,53 +25,242 @@ def walls(expr: str, start: str, n: int = 4) -> list[str]:
 # --- accepted syntax ----------------------------------------------------------------
 
 NEXT_WALL_CASES = [
-    pytest.param("* * * * *", "2026-01-01 00:00:30", ["2026-01-01 00:01:00", "2026-01-01 00:02:00"], id="every-minute-strictly-after"),
-    pytest.param("*/15 * * * *", "2026-01-01 00:00:00", ["2026-01-01 00:15:00", "2026-01-01 00:30:00"], id="step"),
-    pytest.param("5,10-12 * * * *", "2026-01-01 00:00:00", ["2026-01-01 00:05:00", "2026-01-01 00:10:00", "2026-01-01 00:11:00", "2026-01-01 00:12:00", "2026-01-01 01:05:00"], id="list-and-range"),
-    pytest.param("10-30/10 * * * *", "2026-01-01 00:00:00", ["2026-01-01 00:10:00", "2026-01-01 00:20:00", "2026-01-01 00:30:00", "2026-01-01 01:10:00"], id="range-step"),
-    pytest.param("50/5 * * * *", "2026-01-01 00:00:00", ["2026-01-01 00:50:00", "2026-01-01 00:55:00", "2026-01-01 01:50:00"], id="start-step"),
-    pytest.param("0 9 * * mon-fri", "2026-01-02 10:00:00", ["2026-01-05 09:00:00", "2026-01-06 09:00:00"], id="weekday-names"),
-    pytest.param("0 0 1 jan,JUL *", "2026-01-01 00:00:00", ["2026-07-01 00:00:00", "2027-01-01 00:00:00"], id="month-names-case-insensitive"),
-    pytest.param("0 0 * * 7", "2026-01-01 00:00:00", ["2026-01-04 00:00:00", "2026-01-11 00:00:00"], id="dow-7-is-sunday"),
-    pytest.param("0 0 * * 0", "2026-01-01 00:00:00", ["2026-01-04 00:00:00", "2026-01-11 00:00:00"], id="dow-0-is-sunday"),
-    pytest.param("0 0 * * 5-7", "2026-01-01 00:00:00", ["2026-01-02 00:00:00", "2026-01-03 00:00:00", "2026-01-04 00:00:00", "2026-01-09 00:00:00"], id="dow-range-to-7"),
-    pytest.param("0 0 ? * mon", "2026-01-01 00:00:00", ["2026-01-05 00:00:00", "2026-01-12 00:00:00"], id="question-mark-dom"),
-    pytest.param("0 0 1 * ?", "2026-01-01 00:00:00", ["2026-02-01 00:00:00", "2026-03-01 00:00:00"], id="question-mark-dow"),
-    pytest.param("0 0 L * *", "2026-01-01 00:00:00", ["2026-01-31 00:00:00", "2026-02-28 00:00:00", "2026-03-31 00:00:00", "2026-04-30 00:00:00"], id="L-last-day"),
-    pytest.param("0 0 L 2 *", "2027-06-01 00:00:00", ["2028-02-29 00:00:00", "2029-02-28 00:00:00"], id="L-leap-february"),
-    pytest.param("0 0 L-2 * *", "2026-01-01 00:00:00", ["2026-01-29 00:00:00", "2026-02-26 00:00:00", "2026-03-29 00:00:00"], id="L-minus-n"),
-    pytest.param("0 0 L-30 * *", "2026-01-02 00:00:00", ["2026-03-01 00:00:00", "2026-05-01 00:00:00"], id="L-minus-30-only-31-day-months"),
+    pytest.param(
+        "* * * * *",
+        "2026-01-01 00:00:30",
+        ["2026-01-01 00:01:00", "2026-01-01 00:02:00"],
+        id="every-minute-strictly-after",
+    ),
+    pytest.param(
+        "*/15 * * * *",
+        "2026-01-01 00:00:00",
+        ["2026-01-01 00:15:00", "2026-01-01 00:30:00"],
+        id="step",
+    ),
+    pytest.param(
+        "5,10-12 * * * *",
+        "2026-01-01 00:00:00",
+        [
+            "2026-01-01 00:05:00",
+            "2026-01-01 00:10:00",
+            "2026-01-01 00:11:00",
+            "2026-01-01 00:12:00",
+            "2026-01-01 01:05:00",
+        ],
+        id="list-and-range",
+    ),
+    pytest.param(
+        "10-30/10 * * * *",
+        "2026-01-01 00:00:00",
+        [
+            "2026-01-01 00:10:00",
+            "2026-01-01 00:20:00",
+            "2026-01-01 00:30:00",
+            "2026-01-01 01:10:00",
+        ],
+        id="range-step",
+    ),
+    pytest.param(
+        "50/5 * * * *",
+        "2026-01-01 00:00:00",
+        ["2026-01-01 00:50:00", "2026-01-01 00:55:00", "2026-01-01 01:50:00"],
+        id="start-step",
+    ),
+    pytest.param(
+        "0 9 * * mon-fri",
+        "2026-01-02 10:00:00",
+        ["2026-01-05 09:00:00", "2026-01-06 09:00:00"],
+        id="weekday-names",
+    ),
+    pytest.param(
+        "0 0 1 jan,JUL *",
+        "2026-01-01 00:00:00",
+        ["2026-07-01 00:00:00", "2027-01-01 00:00:00"],
+        id="month-names-case-insensitive",
+    ),
+    pytest.param(
+        "0 0 * * 7",
+        "2026-01-01 00:00:00",
+        ["2026-01-04 00:00:00", "2026-01-11 00:00:00"],
+        id="dow-7-is-sunday",
+    ),
+    pytest.param(
+        "0 0 * * 0",
+        "2026-01-01 00:00:00",
+        ["2026-01-04 00:00:00", "2026-01-11 00:00:00"],
+        id="dow-0-is-sunday",
+    ),
+    pytest.param(
+        "0 0 * * 5-7",
+        "2026-01-01 00:00:00",
+        [
+            "2026-01-02 00:00:00",
+            "2026-01-03 00:00:00",
+            "2026-01-04 00:00:00",
+            "2026-01-09 00:00:00",
+        ],
+        id="dow-range-to-7",
+    ),
+    pytest.param(
+        "0 0 ? * mon",
+        "2026-01-01 00:00:00",
+        ["2026-01-05 00:00:00", "2026-01-12 00:00:00"],
+        id="question-mark-dom",
+    ),
+    pytest.param(
+        "0 0 1 * ?",
+        "2026-01-01 00:00:00",
+        ["2026-02-01 00:00:00", "2026-03-01 00:00:00"],
+        id="question-mark-dow",
+    ),
+    pytest.param(
+        "0 0 L * *",
+        "2026-01-01 00:00:00",
+        [
+            "2026-01-31 00:00:00",
+            "2026-02-28 00:00:00",
+            "2026-03-31 00:00:00",
+            "2026-04-30 00:00:00",
+        ],
+        id="L-last-day",
+    ),
+    pytest.param(
+        "0 0 L 2 *",
+        "2027-06-01 00:00:00",
+        ["2028-02-29 00:00:00", "2029-02-28 00:00:00"],
+        id="L-leap-february",
+    ),
+    pytest.param(
+        "0 0 L-2 * *",
+        "2026-01-01 00:00:00",
+        ["2026-01-29 00:00:00", "2026-02-26 00:00:00", "2026-03-29 00:00:00"],
+        id="L-minus-n",
+    ),
+    pytest.param(
+        "0 0 L-30 * *",
+        "2026-01-02 00:00:00",
+        ["2026-03-01 00:00:00", "2026-05-01 00:00:00"],
+        id="L-minus-30-only-31-day-months",
+    ),
     # 2026-02-15 is a Sunday -> Monday 16th; 2026-03-15 Sunday -> 16th; 2026-08-15 Saturday -> Friday 14th
-    pytest.param("0 0 15W * *", "2026-02-01 00:00:00", ["2026-02-16 00:00:00", "2026-03-16 00:00:00", "2026-04-15 00:00:00"], id="nW-nearest-weekday"),
-    pytest.param("0 0 15W 8 *", "2026-01-01 00:00:00", ["2026-08-14 00:00:00"], id="nW-saturday-to-friday"),
+    pytest.param(
+        "0 0 15W * *",
+        "2026-02-01 00:00:00",
+        ["2026-02-16 00:00:00", "2026-03-16 00:00:00", "2026-04-15 00:00:00"],
+        id="nW-nearest-weekday",
+    ),
+    pytest.param(
+        "0 0 15W 8 *", "2026-01-01 00:00:00", ["2026-08-14 00:00:00"], id="nW-saturday-to-friday"
+    ),
     # 2026-08-01 is a Saturday: 1W must not cross back into July -> Monday 3rd
-    pytest.param("0 0 1W 8 *", "2026-01-01 00:00:00", ["2026-08-03 00:00:00"], id="1W-saturday-does-not-cross-month"),
+    pytest.param(
+        "0 0 1W 8 *",
+        "2026-01-01 00:00:00",
+        ["2026-08-03 00:00:00"],
+        id="1W-saturday-does-not-cross-month",
+    ),
     # 2026-05-31 is a Sunday: 31W must not cross into June -> Friday 29th
-    pytest.param("0 0 31W 5 *", "2026-01-01 00:00:00", ["2026-05-29 00:00:00"], id="31W-sunday-does-not-cross-month"),
-    pytest.param("0 0 31W * *", "2026-03-01 00:00:00", ["2026-03-31 00:00:00", "2026-05-29 00:00:00"], id="31W-skips-short-months"),
+    pytest.param(
+        "0 0 31W 5 *",
+        "2026-01-01 00:00:00",
+        ["2026-05-29 00:00:00"],
+        id="31W-sunday-does-not-cross-month",
+    ),
+    pytest.param(
+        "0 0 31W * *",
+        "2026-03-01 00:00:00",
+        ["2026-03-31 00:00:00", "2026-05-29 00:00:00"],
+        id="31W-skips-short-months",
+    ),
     # last weekday: 2026-01-31 Sat -> 30th, 2026-02-28 Sat -> 27th, 2026-05-31 Sun -> 29th
-    pytest.param("0 0 LW * *", "2026-01-01 00:00:00", ["2026-01-30 00:00:00", "2026-02-27 00:00:00", "2026-03-31 00:00:00", "2026-04-30 00:00:00", "2026-05-29 00:00:00"], id="LW"),
-    pytest.param("0 0 * * 5L", "2026-01-01 00:00:00", ["2026-01-30 00:00:00", "2026-02-27 00:00:00", "2026-03-27 00:00:00"], id="nL-last-friday"),
+    pytest.param(
+        "0 0 LW * *",
+        "2026-01-01 00:00:00",
+        [
+            "2026-01-30 00:00:00",
+            "2026-02-27 00:00:00",
+            "2026-03-31 00:00:00",
+            "2026-04-30 00:00:00",
+            "2026-05-29 00:00:00",
+        ],
+        id="LW",
+    ),
+    pytest.param(
+        "0 0 * * 5L",
+        "2026-01-01 00:00:00",
+        ["2026-01-30 00:00:00", "2026-02-27 00:00:00", "2026-03-27 00:00:00"],
+        id="nL-last-friday",
+    ),
     pytest.param("0 0 * * friL", "2026-01-01 00:00:00", ["2026-01-30 00:00:00"], id="nL-with-name"),
-    pytest.param("0 0 * * 0L", "2026-01-01 00:00:00", ["2026-01-25 00:00:00", "2026-02-22 00:00:00", "2026-03-29 00:00:00"], id="nL-last-sunday"),
-    pytest.param("0 0 * * 1#1", "2026-01-01 00:00:00", ["2026-01-05 00:00:00", "2026-02-02 00:00:00", "2026-03-02 00:00:00"], id="hash-first-monday"),
-    pytest.param("0 0 * * mon#2", "2026-01-01 00:00:00", ["2026-01-12 00:00:00", "2026-02-09 00:00:00"], id="hash-with-name"),
-    pytest.param("0 0 * * 5#5", "2026-01-01 00:00:00", ["2026-01-30 00:00:00", "2026-05-29 00:00:00", "2026-07-31 00:00:00"], id="hash-fifth-skips-months"),
-    pytest.param("0 0 29 2 *", "2026-01-01 00:00:00", ["2028-02-29 00:00:00", "2032-02-29 00:00:00"], id="feb-29-leap-only"),
-    pytest.param("0 0 29 2 *", "2096-03-01 00:00:00", ["2104-02-29 00:00:00"], id="feb-29-skips-2100"),
-    pytest.param("0 0 31 * *", "2026-01-31 00:00:00", ["2026-03-31 00:00:00", "2026-05-31 00:00:00"], id="day-31-skips-short-months"),
-    pytest.param("30 * * * * *", "2026-01-01 00:00:00", ["2026-01-01 00:00:30", "2026-01-01 00:01:30"], id="seconds-field"),
-    pytest.param("*/20 0 0 * * *", "2026-01-01 00:00:00", ["2026-01-01 00:00:20", "2026-01-01 00:00:40", "2026-01-02 00:00:00"], id="seconds-step"),
-    pytest.param("59 23 31 12 *", "2026-12-31 23:59:00", ["2027-12-31 23:59:00"], id="year-rollover"),
+    pytest.param(
+        "0 0 * * 0L",
+        "2026-01-01 00:00:00",
+        ["2026-01-25 00:00:00", "2026-02-22 00:00:00", "2026-03-29 00:00:00"],
+        id="nL-last-sunday",
+    ),
+    pytest.param(
+        "0 0 * * 1#1",
+        "2026-01-01 00:00:00",
+        ["2026-01-05 00:00:00", "2026-02-02 00:00:00", "2026-03-02 00:00:00"],
+        id="hash-first-monday",
+    ),
+    pytest.param(
+        "0 0 * * mon#2",
+        "2026-01-01 00:00:00",
+        ["2026-01-12 00:00:00", "2026-02-09 00:00:00"],
+        id="hash-with-name",
+    ),
+    pytest.param(
+        "0 0 * * 5#5",
+        "2026-01-01 00:00:00",
+        ["2026-01-30 00:00:00", "2026-05-29 00:00:00", "2026-07-31 00:00:00"],
+        id="hash-fifth-skips-months",
+    ),
+    pytest.param(
+        "0 0 29 2 *",
+        "2026-01-01 00:00:00",
+        ["2028-02-29 00:00:00", "2032-02-29 00:00:00"],
+        id="feb-29-leap-only",
+    ),
+    pytest.param(
+        "0 0 29 2 *", "2096-03-01 00:00:00", ["2104-02-29 00:00:00"], id="feb-29-skips-2100"
+    ),
+    pytest.param(
+        "0 0 31 * *",
+        "2026-01-31 00:00:00",
+        ["2026-03-31 00:00:00", "2026-05-31 00:00:00"],
+        id="day-31-skips-short-months",
+    ),
+    pytest.param(
+        "30 * * * * *",
+        "2026-01-01 00:00:00",
+        ["2026-01-01 00:00:30", "2026-01-01 00:01:30"],
+        id="seconds-field",
+    ),
+    pytest.param(
+        "*/20 0 0 * * *",
+        "2026-01-01 00:00:00",
+        ["2026-01-01 00:00:20", "2026-01-01 00:00:40", "2026-01-02 00:00:00"],
+        id="seconds-step",
+    ),
+    pytest.param(
+        "59 23 31 12 *", "2026-12-31 23:59:00", ["2027-12-31 23:59:00"], id="year-rollover"
+    ),
     pytest.param("@yearly", "2026-06-01 00:00:00", ["2027-01-01 00:00:00"], id="macro-yearly"),
     pytest.param("@annually", "2026-06-01 00:00:00", ["2027-01-01 00:00:00"], id="macro-annually"),
     pytest.param("@monthly", "2026-06-01 00:00:00", ["2026-07-01 00:00:00"], id="macro-monthly"),
     pytest.param("@weekly", "2026-01-01 00:00:00", ["2026-01-04 00:00:00"], id="macro-weekly"),
     pytest.param("@daily", "2026-01-01 00:00:00", ["2026-01-02 00:00:00"], id="macro-daily"),
-    pytest.param("@MIDNIGHT", "2026-01-01 00:00:00", ["2026-01-02 00:00:00"], id="macro-midnight-uppercase"),
+    pytest.param(
+        "@MIDNIGHT", "2026-01-01 00:00:00", ["2026-01-02 00:00:00"], id="macro-midnight-uppercase"
+    ),
     pytest.param("@hourly", "2026-01-01 00:00:00", ["2026-01-01 01:00:00"], id="macro-hourly"),
-    pytest.param("  0\t9 * * *  ", "2026-01-01 00:00:00", ["2026-01-01 09:00:00"], id="tabs-and-outer-blanks"),
-    pytest.param("00 09 01 01 *", "2026-01-01 10:00:00", ["2027-01-01 09:00:00"], id="leading-zeros"),
+    pytest.param(
+        "  0\t9 * * *  ", "2026-01-01 00:00:00", ["2026-01-01 09:00:00"], id="tabs-and-outer-blanks"
+    ),
+    pytest.param(
+        "00 09 01 01 *", "2026-01-01 10:00:00", ["2027-01-01 09:00:00"], id="leading-zeros"
+    ),
 ]
 
 
@@ -83,13 +272,39 @@ def test_next_wall(expr: str, start: str, expected: list[str]) -> None:
 # The OR rule: both day fields restricted -> either; one starting with '*' -> both.
 OR_RULE_CASES = [
     # 2026-01: Fridays 2, 9, 16, 23, 30; the 13th is a Tuesday
-    pytest.param("0 0 13 * fri", ["2026-01-02", "2026-01-09", "2026-01-13", "2026-01-16"], id="both-restricted-OR"),
-    pytest.param("0 0 1-31 * mon", ["2026-01-02", "2026-01-03", "2026-01-04", "2026-01-05"], id="full-range-still-restricted-OR"),
-    pytest.param("0 0 */2 * mon", ["2026-01-05", "2026-01-19", "2026-02-09", "2026-02-23"], id="star-step-dom-is-star-AND"),
-    pytest.param("0 0 1 * */2", ["2026-02-01", "2026-03-01", "2026-08-01", "2026-09-01"], id="star-step-dow-is-star-AND"),
-    pytest.param("0 0 * * mon", ["2026-01-05", "2026-01-12", "2026-01-19", "2026-01-26"], id="dom-star-only-dow"),
-    pytest.param("0 0 13 * *", ["2026-01-13", "2026-02-13", "2026-03-13", "2026-04-13"], id="dow-star-only-dom"),
-    pytest.param("0 0 L * 5L", ["2026-01-30", "2026-01-31", "2026-02-27", "2026-02-28"], id="specials-OR"),
+    pytest.param(
+        "0 0 13 * fri",
+        ["2026-01-02", "2026-01-09", "2026-01-13", "2026-01-16"],
+        id="both-restricted-OR",
+    ),
+    pytest.param(
+        "0 0 1-31 * mon",
+        ["2026-01-02", "2026-01-03", "2026-01-04", "2026-01-05"],
+        id="full-range-still-restricted-OR",
+    ),
+    pytest.param(
+        "0 0 */2 * mon",
+        ["2026-01-05", "2026-01-19", "2026-02-09", "2026-02-23"],
+        id="star-step-dom-is-star-AND",
+    ),
+    pytest.param(
+        "0 0 1 * */2",
+        ["2026-02-01", "2026-03-01", "2026-08-01", "2026-09-01"],
+        id="star-step-dow-is-star-AND",
+    ),
+    pytest.param(
+        "0 0 * * mon",
+        ["2026-01-05", "2026-01-12", "2026-01-19", "2026-01-26"],
+        id="dom-star-only-dow",
+    ),
+    pytest.param(
+        "0 0 13 * *",
+        ["2026-01-13", "2026-02-13", "2026-03-13", "2026-04-13"],
+        id="dow-star-only-dom",
+    ),
+    pytest.param(
+        "0 0 L * 5L", ["2026-01-30", "2026-01-31", "2026-02-27", "2026-02-28"], id="specials-OR"
+    ),
 ]
 
 
@@ -220,7 +435,9 @@ REJECTIONS = [
     pytest.param("*/ * * * *", "minute field: bad step", id="step-missing"),
     pytest.param("*/1/2 * * * *", "minute field: bad step", id="double-step"),
     pytest.param("5-2 * * * *", "minute field: reversed range '5-2'", id="reversed-range"),
-    pytest.param("* * * * fri-sun", "day-of-week field: reversed range 'fri-sun'", id="reversed-names"),
+    pytest.param(
+        "* * * * fri-sun", "day-of-week field: reversed range 'fri-sun'", id="reversed-names"
+    ),
     pytest.param("1,,2 * * * *", "minute field: empty list item", id="empty-item"),
     pytest.param("1, * * * *", "minute field: empty list item", id="trailing-comma"),
     pytest.param(",1 * * * *", "minute field: empty list item", id="leading-comma"),
@@ -243,7 +460,9 @@ REJECTIONS = [
     pytest.param("@reboot", "unknown macro '@reboot'", id="macro-reboot"),
     pytest.param("@every 5m", "unknown macro", id="macro-unknown"),
     pytest.param("? * * * *", "minute field: '?' must stand alone", id="question-in-minute"),
-    pytest.param("* * ?/2 * *", "day-of-month field: '?' must stand alone", id="question-with-step"),
+    pytest.param(
+        "* * ?/2 * *", "day-of-month field: '?' must stand alone", id="question-with-step"
+    ),
     pytest.param("* * * * L", "day-of-week field: 'L' needs a weekday", id="dow-L-alone"),
     pytest.param("* * * * 5#6", "the k in n#k must be 1-5", id="hash-k-6"),
     pytest.param("* * * * 5#0", "the k in n#k must be 1-5", id="hash-k-0"),
@@ -252,7 +471,9 @@ REJECTIONS = [
     pytest.param("* * 32W * *", "day-of-month field: value 32 is out of range", id="W-32"),
     pytest.param("* * 1-5W * *", "day-of-month field: '1-5w' is not valid", id="W-on-range"),
     pytest.param("* * L/2 * *", "day-of-month field: 'l/2' is not valid", id="L-with-step"),
-    pytest.param("0 0 30 2 *", "never fires: day-of-month 30 does not occur in month(s) 2", id="never-feb-30"),
+    pytest.param(
+        "0 0 30 2 *", "never fires: day-of-month 30 does not occur in month(s) 2", id="never-feb-30"
+    ),
     pytest.param("0 0 31 2 *", "never fires", id="never-feb-31"),
     pytest.param("0 0 31 4,6,9,11 *", "month(s) 4,6,9,11", id="never-31-in-30-day-months"),
     pytest.param("0 0 30,31 2 *", "never fires", id="never-feb-30-31"),

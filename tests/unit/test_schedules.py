@@ -170,7 +170,9 @@ def test_cron_schedule_is_a_frozen_value() -> None:
         ({"expr": "* * * * *", "dst_overlap": "thrice"}, InvalidScheduleError, "dst_overlap"),
     ],
 )
-def test_cron_schedule_validates_at_construction(kwargs: dict[str, Any], exc: type[Exception], field: str) -> None:
+def test_cron_schedule_validates_at_construction(
+    kwargs: dict[str, Any], exc: type[Exception], field: str
+) -> None:
     with pytest.raises(exc) as info:
         CronSchedule(**kwargs)
     assert getattr(info.value, "field", None) == field
@@ -181,7 +183,9 @@ def test_every() -> None:
     assert every(1.5).interval == timedelta(seconds=1.5)
     assert every(60).interval == timedelta(minutes=1)
     assert every(timedelta(hours=1)).describe() == "every 1h"
-    schedule = every("1h30m", anchor=datetime(2026, 1, 1, 0, 10, tzinfo=timezone(timedelta(hours=2))))
+    schedule = every(
+        "1h30m", anchor=datetime(2026, 1, 1, 0, 10, tzinfo=timezone(timedelta(hours=2)))
+    )
     assert schedule.anchor == u("2025-12-31T22:10:00Z")
     assert schedule.anchor.tzinfo is UTC
     assert schedule.next_after(u("2026-01-01T00:00:00Z")) == u("2026-01-01T01:10:00Z")
@@ -194,7 +198,20 @@ def test_every() -> None:
 
 @pytest.mark.parametrize(
     "interval",
-    [0, -1, 0.0001, float("nan"), float("inf"), "0s", "5x", timedelta(0), timedelta(microseconds=999), timedelta(days=36526), True, 1e20],
+    [
+        0,
+        -1,
+        0.0001,
+        float("nan"),
+        float("inf"),
+        "0s",
+        "5x",
+        timedelta(0),
+        timedelta(microseconds=999),
+        timedelta(days=36526),
+        True,
+        1e20,
+    ],
 )
 def test_every_rejects(interval: Any) -> None:
     with pytest.raises(InvalidScheduleError) as info:
@@ -222,7 +239,9 @@ def test_at() -> None:
     assert schedule.describe() == "at 2026-05-01T09:00:00Z"
 
 
-@pytest.mark.parametrize("value", ["2026-05-01T09:00:00", "2026-05-01", datetime(2026, 5, 1, 9), "tomorrow"])
+@pytest.mark.parametrize(
+    "value", ["2026-05-01T09:00:00", "2026-05-01", datetime(2026, 5, 1, 9), "tomorrow"]
+)
 def test_at_rejects_naive(value: Any) -> None:
     with pytest.raises(InvalidScheduleError) as info:
         at(value)
@@ -248,7 +267,10 @@ def test_next_after_accepts_any_aware_zone() -> None:
 
 def test_cron_exhausted_near_year_9999() -> None:
     assert cron("0 0 1 1 *").next_after(datetime(9999, 6, 1, tzinfo=UTC)) is None
-    assert cron("0 0 1 1 *", "Pacific/Kiritimati").next_after(datetime(9999, 12, 31, 11, tzinfo=UTC)) is None
+    assert (
+        cron("0 0 1 1 *", "Pacific/Kiritimati").next_after(datetime(9999, 12, 31, 11, tzinfo=UTC))
+        is None
+    )
 
 
 # --- serialisation ------------------------------------------------------------------
@@ -275,9 +297,17 @@ def test_to_dict_round_trips_through_json(schedule: Schedule) -> None:
 
 def test_to_dict_shapes() -> None:
     assert cron("0 9 * * *", "Europe/Berlin").to_dict() == {
-        "kind": "cron", "cron": "0 9 * * *", "tz": "Europe/Berlin", "dst_gap": None, "dst_overlap": None,
+        "kind": "cron",
+        "cron": "0 9 * * *",
+        "tz": "Europe/Berlin",
+        "dst_gap": None,
+        "dst_overlap": None,
     }
-    assert every("1h30m").to_dict() == {"kind": "every", "interval": "1h30m", "anchor": "1970-01-01T00:00:00Z"}
+    assert every("1h30m").to_dict() == {
+        "kind": "every",
+        "interval": "1h30m",
+        "anchor": "1970-01-01T00:00:00Z",
+    }
     assert at("2026-05-01T09:00:00Z").to_dict() == {"kind": "at", "at": "2026-05-01T09:00:00Z"}
     assert now().to_dict() == {"kind": "now"}
 
@@ -340,7 +370,9 @@ GAP = st.sampled_from([None, "next_valid", "skip", "shift"])
 OVERLAP = st.sampled_from([None, "once", "twice"])
 # Instants near the spring/autumn transitions of several years, plus anywhere.
 NEAR_TRANSITIONS = st.builds(
-    lambda year, month, day, minutes: datetime(year, month, day, tzinfo=UTC) + timedelta(minutes=minutes),
+    lambda year, month, day, minutes: (
+        datetime(year, month, day, tzinfo=UTC) + timedelta(minutes=minutes)
+    ),
     st.integers(2010, 2030),
     st.sampled_from([3, 4, 9, 10, 11, 12]),
     st.integers(1, 28),
@@ -348,7 +380,9 @@ NEAR_TRANSITIONS = st.builds(
 )
 INSTANTS = st.one_of(
     NEAR_TRANSITIONS,
-    st.datetimes(min_value=datetime(1990, 1, 1), max_value=datetime(2060, 1, 1), timezones=st.just(UTC)),
+    st.datetimes(
+        min_value=datetime(1990, 1, 1), max_value=datetime(2060, 1, 1), timezones=st.just(UTC)
+    ),
 )
 
 
@@ -395,7 +429,9 @@ def test_cron_properties(expr: str, tz: str, gap: Any, overlap: Any, t: datetime
         assert schedule.expr_obj.matches(wall)
     elif first.note.startswith("dst_gap:next_valid"):
         assert schedule.gap == "next_valid"
-        assert offset_at(schedule.zone, first.utc - timedelta(seconds=1)) != offset_at(schedule.zone, first.utc)
+        assert offset_at(schedule.zone, first.utc - timedelta(seconds=1)) != offset_at(
+            schedule.zone, first.utc
+        )
     else:
         assert schedule.gap == "shift"
         before = offset_at(schedule.zone, first.utc - timedelta(days=2))
@@ -416,8 +452,12 @@ def test_cron_properties(expr: str, tz: str, gap: Any, overlap: Any, t: datetime
 @settings(max_examples=200, deadline=None)
 @given(
     st.timedeltas(min_value=timedelta(milliseconds=1), max_value=timedelta(days=3650)),
-    st.datetimes(min_value=datetime(1900, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)),
-    st.datetimes(min_value=datetime(1900, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)),
+    st.datetimes(
+        min_value=datetime(1900, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
+    ),
+    st.datetimes(
+        min_value=datetime(1900, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
+    ),
 )
 def test_every_properties(interval: timedelta, anchor: datetime, t: datetime) -> None:
     schedule = every(interval, anchor=anchor)

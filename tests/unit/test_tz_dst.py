@@ -32,7 +32,12 @@ from cronwheel.errors import UnknownTimezoneError
 
 GAPS = ("next_valid", "skip", "shift")
 OVERLAPS = ("once", "twice")
-NV, SH, FIRST, SECOND = "dst_gap:next_valid", "dst_gap:shift", "dst_overlap:first", "dst_overlap:second"
+NV, SH, FIRST, SECOND = (
+    "dst_gap:next_valid",
+    "dst_gap:shift",
+    "dst_overlap:first",
+    "dst_overlap:second",
+)
 
 
 def u(text: str) -> datetime:
@@ -53,98 +58,282 @@ def run(schedule: Any, after: str, n: int) -> list[tuple[str, str | None]]:
 
 # (id, zone, expr, after, {gap policy: expected}) — the overlap policy does not matter
 GAP_SCENARIOS: list[tuple[str, str, str, str, dict[str, list[tuple[str, str | None]]]]] = [
-    ("berlin-2026-03-29-0230", "Europe/Berlin", "30 2 * * *", "2026-03-28T12:00:00Z", {
-        "next_valid": [("2026-03-29T01:00:00Z", NV), ("2026-03-30T00:30:00Z", None)],
-        "skip": [("2026-03-30T00:30:00Z", None), ("2026-03-31T00:30:00Z", None)],
-        "shift": [("2026-03-29T01:30:00Z", SH), ("2026-03-30T00:30:00Z", None)],
-    }),
-    ("berlin-2027-03-28-0230", "Europe/Berlin", "30 2 * * *", "2027-03-27T12:00:00Z", {
-        "next_valid": [("2027-03-28T01:00:00Z", NV), ("2027-03-29T00:30:00Z", None)],
-        "skip": [("2027-03-29T00:30:00Z", None), ("2027-03-30T00:30:00Z", None)],
-        "shift": [("2027-03-28T01:30:00Z", SH), ("2027-03-29T00:30:00Z", None)],
-    }),
-    ("berlin-2026-03-29-every-15-in-hour-2", "Europe/Berlin", "*/15 2 * * *", "2026-03-28T12:00:00Z", {
-        # four wall times fall into the gap: next_valid fires ONCE at the transition
-        "next_valid": [("2026-03-29T01:00:00Z", NV), ("2026-03-30T00:00:00Z", None), ("2026-03-30T00:15:00Z", None)],
-        "skip": [("2026-03-30T00:00:00Z", None), ("2026-03-30T00:15:00Z", None), ("2026-03-30T00:30:00Z", None)],
-        "shift": [("2026-03-29T01:00:00Z", SH), ("2026-03-29T01:15:00Z", SH), ("2026-03-29T01:30:00Z", SH),
-                  ("2026-03-29T01:45:00Z", SH), ("2026-03-30T00:00:00Z", None)],
-    }),
-    ("berlin-2026-03-29-every-15-real-time", "Europe/Berlin", "*/15 * * * *", "2026-03-29T00:30:00Z", {
-        # 01:45 CET, then 03:00 CEST: the rhythm is kept; gap walls coincide with real ones
-        "next_valid": [("2026-03-29T00:45:00Z", None), ("2026-03-29T01:00:00Z", None), ("2026-03-29T01:15:00Z", None)],
-        "skip": [("2026-03-29T00:45:00Z", None), ("2026-03-29T01:00:00Z", None), ("2026-03-29T01:15:00Z", None)],
-        "shift": [("2026-03-29T00:45:00Z", None), ("2026-03-29T01:00:00Z", None), ("2026-03-29T01:15:00Z", None)],
-    }),
-    ("new-york-2026-03-08-0230", "America/New_York", "30 2 * * *", "2026-03-07T12:00:00Z", {
-        "next_valid": [("2026-03-08T07:00:00Z", NV), ("2026-03-09T06:30:00Z", None)],
-        "skip": [("2026-03-09T06:30:00Z", None), ("2026-03-10T06:30:00Z", None)],
-        "shift": [("2026-03-08T07:30:00Z", SH), ("2026-03-09T06:30:00Z", None)],
-    }),
-    ("new-york-2027-03-14-0230", "America/New_York", "30 2 * * *", "2027-03-13T12:00:00Z", {
-        "next_valid": [("2027-03-14T07:00:00Z", NV), ("2027-03-15T06:30:00Z", None)],
-        "skip": [("2027-03-15T06:30:00Z", None), ("2027-03-16T06:30:00Z", None)],
-        "shift": [("2027-03-14T07:30:00Z", SH), ("2027-03-15T06:30:00Z", None)],
-    }),
-    ("lord-howe-2026-10-04-0215-half-hour-gap", "Australia/Lord_Howe", "15 2 * * *", "2026-10-03T00:00:00Z", {
-        "next_valid": [("2026-10-03T15:30:00Z", NV), ("2026-10-04T15:15:00Z", None)],
-        "skip": [("2026-10-04T15:15:00Z", None), ("2026-10-05T15:15:00Z", None)],
-        "shift": [("2026-10-03T15:45:00Z", SH), ("2026-10-04T15:15:00Z", None)],  # +30 min
-    }),
-    ("lord-howe-2027-10-03-0215-half-hour-gap", "Australia/Lord_Howe", "15 2 * * *", "2027-10-02T00:00:00Z", {
-        "next_valid": [("2027-10-02T15:30:00Z", NV), ("2027-10-03T15:15:00Z", None)],
-        "skip": [("2027-10-03T15:15:00Z", None), ("2027-10-04T15:15:00Z", None)],
-        "shift": [("2027-10-02T15:45:00Z", SH), ("2027-10-03T15:15:00Z", None)],
-    }),
-    ("kolkata-2026-no-dst", "Asia/Kolkata", "30 2 * * *", "2026-03-28T00:00:00Z", {
-        p: [("2026-03-28T21:00:00Z", None), ("2026-03-29T21:00:00Z", None)] for p in GAPS
-    }),
-    ("kolkata-2027-no-dst", "Asia/Kolkata", "30 2 * * *", "2027-10-30T00:00:00Z", {
-        p: [("2027-10-30T21:00:00Z", None), ("2027-10-31T21:00:00Z", None)] for p in GAPS
-    }),
-    ("apia-2011-12-30-whole-day-missing", "Pacific/Apia", "0 12 * * *", "2011-12-29T12:00:00Z", {
-        "next_valid": [("2011-12-29T22:00:00Z", None), ("2011-12-30T10:00:00Z", NV), ("2011-12-30T22:00:00Z", None)],
-        "skip": [("2011-12-29T22:00:00Z", None), ("2011-12-30T22:00:00Z", None), ("2011-12-31T22:00:00Z", None)],
-        # shifted by 24 h the 30th lands on the real noon of the 31st: one instant, un-noted
-        "shift": [("2011-12-29T22:00:00Z", None), ("2011-12-30T22:00:00Z", None), ("2011-12-31T22:00:00Z", None)],
-    }),
+    (
+        "berlin-2026-03-29-0230",
+        "Europe/Berlin",
+        "30 2 * * *",
+        "2026-03-28T12:00:00Z",
+        {
+            "next_valid": [("2026-03-29T01:00:00Z", NV), ("2026-03-30T00:30:00Z", None)],
+            "skip": [("2026-03-30T00:30:00Z", None), ("2026-03-31T00:30:00Z", None)],
+            "shift": [("2026-03-29T01:30:00Z", SH), ("2026-03-30T00:30:00Z", None)],
+        },
+    ),
+    (
+        "berlin-2027-03-28-0230",
+        "Europe/Berlin",
+        "30 2 * * *",
+        "2027-03-27T12:00:00Z",
+        {
+            "next_valid": [("2027-03-28T01:00:00Z", NV), ("2027-03-29T00:30:00Z", None)],
+            "skip": [("2027-03-29T00:30:00Z", None), ("2027-03-30T00:30:00Z", None)],
+            "shift": [("2027-03-28T01:30:00Z", SH), ("2027-03-29T00:30:00Z", None)],
+        },
+    ),
+    (
+        "berlin-2026-03-29-every-15-in-hour-2",
+        "Europe/Berlin",
+        "*/15 2 * * *",
+        "2026-03-28T12:00:00Z",
+        {
+            # four wall times fall into the gap: next_valid fires ONCE at the transition
+            "next_valid": [
+                ("2026-03-29T01:00:00Z", NV),
+                ("2026-03-30T00:00:00Z", None),
+                ("2026-03-30T00:15:00Z", None),
+            ],
+            "skip": [
+                ("2026-03-30T00:00:00Z", None),
+                ("2026-03-30T00:15:00Z", None),
+                ("2026-03-30T00:30:00Z", None),
+            ],
+            "shift": [
+                ("2026-03-29T01:00:00Z", SH),
+                ("2026-03-29T01:15:00Z", SH),
+                ("2026-03-29T01:30:00Z", SH),
+                ("2026-03-29T01:45:00Z", SH),
+                ("2026-03-30T00:00:00Z", None),
+            ],
+        },
+    ),
+    (
+        "berlin-2026-03-29-every-15-real-time",
+        "Europe/Berlin",
+        "*/15 * * * *",
+        "2026-03-29T00:30:00Z",
+        {
+            # 01:45 CET, then 03:00 CEST: the rhythm is kept; gap walls coincide with real ones
+            "next_valid": [
+                ("2026-03-29T00:45:00Z", None),
+                ("2026-03-29T01:00:00Z", None),
+                ("2026-03-29T01:15:00Z", None),
+            ],
+            "skip": [
+                ("2026-03-29T00:45:00Z", None),
+                ("2026-03-29T01:00:00Z", None),
+                ("2026-03-29T01:15:00Z", None),
+            ],
+            "shift": [
+                ("2026-03-29T00:45:00Z", None),
+                ("2026-03-29T01:00:00Z", None),
+                ("2026-03-29T01:15:00Z", None),
+            ],
+        },
+    ),
+    (
+        "new-york-2026-03-08-0230",
+        "America/New_York",
+        "30 2 * * *",
+        "2026-03-07T12:00:00Z",
+        {
+            "next_valid": [("2026-03-08T07:00:00Z", NV), ("2026-03-09T06:30:00Z", None)],
+            "skip": [("2026-03-09T06:30:00Z", None), ("2026-03-10T06:30:00Z", None)],
+            "shift": [("2026-03-08T07:30:00Z", SH), ("2026-03-09T06:30:00Z", None)],
+        },
+    ),
+    (
+        "new-york-2027-03-14-0230",
+        "America/New_York",
+        "30 2 * * *",
+        "2027-03-13T12:00:00Z",
+        {
+            "next_valid": [("2027-03-14T07:00:00Z", NV), ("2027-03-15T06:30:00Z", None)],
+            "skip": [("2027-03-15T06:30:00Z", None), ("2027-03-16T06:30:00Z", None)],
+            "shift": [("2027-03-14T07:30:00Z", SH), ("2027-03-15T06:30:00Z", None)],
+        },
+    ),
+    (
+        "lord-howe-2026-10-04-0215-half-hour-gap",
+        "Australia/Lord_Howe",
+        "15 2 * * *",
+        "2026-10-03T00:00:00Z",
+        {
+            "next_valid": [("2026-10-03T15:30:00Z", NV), ("2026-10-04T15:15:00Z", None)],
+            "skip": [("2026-10-04T15:15:00Z", None), ("2026-10-05T15:15:00Z", None)],
+            "shift": [("2026-10-03T15:45:00Z", SH), ("2026-10-04T15:15:00Z", None)],  # +30 min
+        },
+    ),
+    (
+        "lord-howe-2027-10-03-0215-half-hour-gap",
+        "Australia/Lord_Howe",
+        "15 2 * * *",
+        "2027-10-02T00:00:00Z",
+        {
+            "next_valid": [("2027-10-02T15:30:00Z", NV), ("2027-10-03T15:15:00Z", None)],
+            "skip": [("2027-10-03T15:15:00Z", None), ("2027-10-04T15:15:00Z", None)],
+            "shift": [("2027-10-02T15:45:00Z", SH), ("2027-10-03T15:15:00Z", None)],
+        },
+    ),
+    (
+        "kolkata-2026-no-dst",
+        "Asia/Kolkata",
+        "30 2 * * *",
+        "2026-03-28T00:00:00Z",
+        {p: [("2026-03-28T21:00:00Z", None), ("2026-03-29T21:00:00Z", None)] for p in GAPS},
+    ),
+    (
+        "kolkata-2027-no-dst",
+        "Asia/Kolkata",
+        "30 2 * * *",
+        "2027-10-30T00:00:00Z",
+        {p: [("2027-10-30T21:00:00Z", None), ("2027-10-31T21:00:00Z", None)] for p in GAPS},
+    ),
+    (
+        "apia-2011-12-30-whole-day-missing",
+        "Pacific/Apia",
+        "0 12 * * *",
+        "2011-12-29T12:00:00Z",
+        {
+            "next_valid": [
+                ("2011-12-29T22:00:00Z", None),
+                ("2011-12-30T10:00:00Z", NV),
+                ("2011-12-30T22:00:00Z", None),
+            ],
+            "skip": [
+                ("2011-12-29T22:00:00Z", None),
+                ("2011-12-30T22:00:00Z", None),
+                ("2011-12-31T22:00:00Z", None),
+            ],
+            # shifted by 24 h the 30th lands on the real noon of the 31st: one instant, un-noted
+            "shift": [
+                ("2011-12-29T22:00:00Z", None),
+                ("2011-12-30T22:00:00Z", None),
+                ("2011-12-31T22:00:00Z", None),
+            ],
+        },
+    ),
 ]
 
 # (id, zone, expr, after, {overlap policy: expected}) — the gap policy does not matter
 OVERLAP_SCENARIOS: list[tuple[str, str, str, str, dict[str, list[tuple[str, str | None]]]]] = [
-    ("berlin-2026-10-25-0230", "Europe/Berlin", "30 2 * * *", "2026-10-24T12:00:00Z", {
-        "once": [("2026-10-25T00:30:00Z", FIRST), ("2026-10-26T01:30:00Z", None)],
-        "twice": [("2026-10-25T00:30:00Z", FIRST), ("2026-10-25T01:30:00Z", SECOND), ("2026-10-26T01:30:00Z", None)],
-    }),
-    ("berlin-2027-10-31-0230", "Europe/Berlin", "30 2 * * *", "2027-10-30T12:00:00Z", {
-        "once": [("2027-10-31T00:30:00Z", FIRST), ("2027-11-01T01:30:00Z", None)],
-        "twice": [("2027-10-31T00:30:00Z", FIRST), ("2027-10-31T01:30:00Z", SECOND), ("2027-11-01T01:30:00Z", None)],
-    }),
-    ("berlin-2026-10-25-every-30", "Europe/Berlin", "*/30 * * * *", "2026-10-24T23:45:00Z", {
-        "once": [("2026-10-25T00:00:00Z", FIRST), ("2026-10-25T00:30:00Z", FIRST), ("2026-10-25T02:00:00Z", None)],
-        "twice": [("2026-10-25T00:00:00Z", FIRST), ("2026-10-25T00:30:00Z", FIRST), ("2026-10-25T01:00:00Z", SECOND),
-                  ("2026-10-25T01:30:00Z", SECOND), ("2026-10-25T02:00:00Z", None)],
-    }),
-    ("new-york-2026-11-01-0130", "America/New_York", "30 1 * * *", "2026-10-31T12:00:00Z", {
-        "once": [("2026-11-01T05:30:00Z", FIRST), ("2026-11-02T06:30:00Z", None)],
-        "twice": [("2026-11-01T05:30:00Z", FIRST), ("2026-11-01T06:30:00Z", SECOND), ("2026-11-02T06:30:00Z", None)],
-    }),
-    ("new-york-2027-11-07-0130", "America/New_York", "30 1 * * *", "2027-11-06T12:00:00Z", {
-        "once": [("2027-11-07T05:30:00Z", FIRST), ("2027-11-08T06:30:00Z", None)],
-        "twice": [("2027-11-07T05:30:00Z", FIRST), ("2027-11-07T06:30:00Z", SECOND), ("2027-11-08T06:30:00Z", None)],
-    }),
-    ("lord-howe-2026-04-05-0145-half-hour-overlap", "Australia/Lord_Howe", "45 1 * * *", "2026-04-04T00:00:00Z", {
-        "once": [("2026-04-04T14:45:00Z", FIRST), ("2026-04-05T15:15:00Z", None)],
-        "twice": [("2026-04-04T14:45:00Z", FIRST), ("2026-04-04T15:15:00Z", SECOND), ("2026-04-05T15:15:00Z", None)],
-    }),
-    ("lord-howe-2027-04-04-0145-half-hour-overlap", "Australia/Lord_Howe", "45 1 * * *", "2027-04-03T00:00:00Z", {
-        "once": [("2027-04-03T14:45:00Z", FIRST), ("2027-04-04T15:15:00Z", None)],
-        "twice": [("2027-04-03T14:45:00Z", FIRST), ("2027-04-03T15:15:00Z", SECOND), ("2027-04-04T15:15:00Z", None)],
-    }),
-    ("moscow-2014-10-26-permanent-winter", "Europe/Moscow", "30 1 * * *", "2014-10-25T12:00:00Z", {
-        "once": [("2014-10-25T21:30:00Z", FIRST), ("2014-10-26T22:30:00Z", None)],
-        "twice": [("2014-10-25T21:30:00Z", FIRST), ("2014-10-25T22:30:00Z", SECOND), ("2014-10-26T22:30:00Z", None)],
-    }),
+    (
+        "berlin-2026-10-25-0230",
+        "Europe/Berlin",
+        "30 2 * * *",
+        "2026-10-24T12:00:00Z",
+        {
+            "once": [("2026-10-25T00:30:00Z", FIRST), ("2026-10-26T01:30:00Z", None)],
+            "twice": [
+                ("2026-10-25T00:30:00Z", FIRST),
+                ("2026-10-25T01:30:00Z", SECOND),
+                ("2026-10-26T01:30:00Z", None),
+            ],
+        },
+    ),
+    (
+        "berlin-2027-10-31-0230",
+        "Europe/Berlin",
+        "30 2 * * *",
+        "2027-10-30T12:00:00Z",
+        {
+            "once": [("2027-10-31T00:30:00Z", FIRST), ("2027-11-01T01:30:00Z", None)],
+            "twice": [
+                ("2027-10-31T00:30:00Z", FIRST),
+                ("2027-10-31T01:30:00Z", SECOND),
+                ("2027-11-01T01:30:00Z", None),
+            ],
+        },
+    ),
+    (
+        "berlin-2026-10-25-every-30",
+        "Europe/Berlin",
+        "*/30 * * * *",
+        "2026-10-24T23:45:00Z",
+        {
+            "once": [
+                ("2026-10-25T00:00:00Z", FIRST),
+                ("2026-10-25T00:30:00Z", FIRST),
+                ("2026-10-25T02:00:00Z", None),
+            ],
+            "twice": [
+                ("2026-10-25T00:00:00Z", FIRST),
+                ("2026-10-25T00:30:00Z", FIRST),
+                ("2026-10-25T01:00:00Z", SECOND),
+                ("2026-10-25T01:30:00Z", SECOND),
+                ("2026-10-25T02:00:00Z", None),
+            ],
+        },
+    ),
+    (
+        "new-york-2026-11-01-0130",
+        "America/New_York",
+        "30 1 * * *",
+        "2026-10-31T12:00:00Z",
+        {
+            "once": [("2026-11-01T05:30:00Z", FIRST), ("2026-11-02T06:30:00Z", None)],
+            "twice": [
+                ("2026-11-01T05:30:00Z", FIRST),
+                ("2026-11-01T06:30:00Z", SECOND),
+                ("2026-11-02T06:30:00Z", None),
+            ],
+        },
+    ),
+    (
+        "new-york-2027-11-07-0130",
+        "America/New_York",
+        "30 1 * * *",
+        "2027-11-06T12:00:00Z",
+        {
+            "once": [("2027-11-07T05:30:00Z", FIRST), ("2027-11-08T06:30:00Z", None)],
+            "twice": [
+                ("2027-11-07T05:30:00Z", FIRST),
+                ("2027-11-07T06:30:00Z", SECOND),
+                ("2027-11-08T06:30:00Z", None),
+            ],
+        },
+    ),
+    (
+        "lord-howe-2026-04-05-0145-half-hour-overlap",
+        "Australia/Lord_Howe",
+        "45 1 * * *",
+        "2026-04-04T00:00:00Z",
+        {
+            "once": [("2026-04-04T14:45:00Z", FIRST), ("2026-04-05T15:15:00Z", None)],
+            "twice": [
+                ("2026-04-04T14:45:00Z", FIRST),
+                ("2026-04-04T15:15:00Z", SECOND),
+                ("2026-04-05T15:15:00Z", None),
+            ],
+        },
+    ),
+    (
+        "lord-howe-2027-04-04-0145-half-hour-overlap",
+        "Australia/Lord_Howe",
+        "45 1 * * *",
+        "2027-04-03T00:00:00Z",
+        {
+            "once": [("2027-04-03T14:45:00Z", FIRST), ("2027-04-04T15:15:00Z", None)],
+            "twice": [
+                ("2027-04-03T14:45:00Z", FIRST),
+                ("2027-04-03T15:15:00Z", SECOND),
+                ("2027-04-04T15:15:00Z", None),
+            ],
+        },
+    ),
+    (
+        "moscow-2014-10-26-permanent-winter",
+        "Europe/Moscow",
+        "30 1 * * *",
+        "2014-10-25T12:00:00Z",
+        {
+            "once": [("2014-10-25T21:30:00Z", FIRST), ("2014-10-26T22:30:00Z", None)],
+            "twice": [
+                ("2014-10-25T21:30:00Z", FIRST),
+                ("2014-10-25T22:30:00Z", SECOND),
+                ("2014-10-26T22:30:00Z", None),
+            ],
+        },
+    ),
 ]
 
 
@@ -153,16 +342,32 @@ def _params() -> list[Any]:
     for name, zone, expr, after, by_gap in GAP_SCENARIOS:
         for gap in GAPS:
             for overlap in OVERLAPS:
-                params.append(pytest.param(zone, expr, after, gap, overlap, by_gap[gap], id=f"{name}-{gap}-{overlap}"))
+                params.append(
+                    pytest.param(
+                        zone, expr, after, gap, overlap, by_gap[gap], id=f"{name}-{gap}-{overlap}"
+                    )
+                )
     for name, zone, expr, after, by_overlap in OVERLAP_SCENARIOS:
         for gap in GAPS:
             for overlap in OVERLAPS:
-                params.append(pytest.param(zone, expr, after, gap, overlap, by_overlap[overlap], id=f"{name}-{gap}-{overlap}"))
+                params.append(
+                    pytest.param(
+                        zone,
+                        expr,
+                        after,
+                        gap,
+                        overlap,
+                        by_overlap[overlap],
+                        id=f"{name}-{gap}-{overlap}",
+                    )
+                )
     return params
 
 
 @pytest.mark.parametrize(("zone", "expr", "after", "gap", "overlap", "expected"), _params())
-def test_dst_table(zone: str, expr: str, after: str, gap: str, overlap: str, expected: list[tuple[str, str | None]]) -> None:
+def test_dst_table(
+    zone: str, expr: str, after: str, gap: str, overlap: str, expected: list[tuple[str, str | None]]
+) -> None:
     schedule = cron(expr, zone, dst_gap=gap, dst_overlap=overlap)  # type: ignore[arg-type]
     assert run(schedule, after, len(expected)) == expected
     # next_after agrees with next_after_with_note
@@ -173,11 +378,28 @@ def test_dst_table(zone: str, expr: str, after: str, gap: str, overlap: str, exp
     ("expr", "after", "expected"),
     [
         # after the first 01:30 (EDT) comes the second 01:30 (EST) with twice ...
-        pytest.param("30 1 * * *", "2026-11-01T05:30:00Z", "2026-11-01T06:30:00Z", id="twice-second-occurrence"),
+        pytest.param(
+            "30 1 * * *",
+            "2026-11-01T05:30:00Z",
+            "2026-11-01T06:30:00Z",
+            id="twice-second-occurrence",
+        ),
         # ... and from inside the repeated hour, before either occurrence's end
-        pytest.param("30 1 * * *", "2026-11-01T05:45:00Z", "2026-11-01T06:30:00Z", id="twice-from-inside-overlap"),
-        pytest.param("30 1 * * *", "2026-11-01T06:10:00Z", "2026-11-01T06:30:00Z", id="twice-from-second-hour"),
-        pytest.param("30 1 * * *", "2026-11-01T06:30:00Z", "2026-11-02T06:30:00Z", id="twice-after-second"),
+        pytest.param(
+            "30 1 * * *",
+            "2026-11-01T05:45:00Z",
+            "2026-11-01T06:30:00Z",
+            id="twice-from-inside-overlap",
+        ),
+        pytest.param(
+            "30 1 * * *",
+            "2026-11-01T06:10:00Z",
+            "2026-11-01T06:30:00Z",
+            id="twice-from-second-hour",
+        ),
+        pytest.param(
+            "30 1 * * *", "2026-11-01T06:30:00Z", "2026-11-02T06:30:00Z", id="twice-after-second"
+        ),
     ],
 )
 def test_new_york_overlap_from_inside(expr: str, after: str, expected: str) -> None:
@@ -213,7 +435,10 @@ def test_every_minute_through_gap_is_real_time() -> None:
 
 
 def test_defaults_follow_hour_field() -> None:
-    assert (cron("*/15 * * * *", "Europe/Berlin").gap, cron("*/15 * * * *", "Europe/Berlin").overlap) == ("skip", "twice")
+    assert (
+        cron("*/15 * * * *", "Europe/Berlin").gap,
+        cron("*/15 * * * *", "Europe/Berlin").overlap,
+    ) == ("skip", "twice")
     assert (cron("0 */2 * * *").gap, cron("0 */2 * * *").overlap) == ("skip", "twice")
     assert (cron("30 2 * * *").gap, cron("30 2 * * *").overlap) == ("next_valid", "once")
     assert cron("30 2 * * *", dst_gap="shift").gap == "shift"
@@ -228,28 +453,133 @@ BERLIN = "Europe/Berlin"
 @pytest.mark.parametrize(
     ("zone", "wall", "gap", "overlap", "expected"),
     [
-        pytest.param(BERLIN, "2026-03-29T02:30", "next_valid", "once", [("2026-03-29T01:00:00Z", NV)], id="gap-next-valid"),
+        pytest.param(
+            BERLIN,
+            "2026-03-29T02:30",
+            "next_valid",
+            "once",
+            [("2026-03-29T01:00:00Z", NV)],
+            id="gap-next-valid",
+        ),
         pytest.param(BERLIN, "2026-03-29T02:30", "skip", "once", [], id="gap-skip"),
-        pytest.param(BERLIN, "2026-03-29T02:30", "shift", "twice", [("2026-03-29T01:30:00Z", SH)], id="gap-shift"),
-        pytest.param(BERLIN, "2026-03-29T02:00", "next_valid", "once", [("2026-03-29T01:00:00Z", NV)], id="gap-start"),
-        pytest.param(BERLIN, "2026-03-29T02:59:59", "shift", "once", [("2026-03-29T01:59:59Z", SH)], id="gap-last-second"),
-        pytest.param(BERLIN, "2026-03-29T03:00", "next_valid", "once", [("2026-03-29T01:00:00Z", None)], id="gap-end-is-plain"),
-        pytest.param(BERLIN, "2026-03-29T01:59:59", "skip", "once", [("2026-03-29T00:59:59Z", None)], id="before-gap"),
-        pytest.param(BERLIN, "2026-10-25T02:30", "skip", "once", [("2026-10-25T00:30:00Z", FIRST)], id="overlap-once"),
-        pytest.param(BERLIN, "2026-10-25T02:30", "skip", "twice", [("2026-10-25T00:30:00Z", FIRST), ("2026-10-25T01:30:00Z", SECOND)], id="overlap-twice"),
-        pytest.param(BERLIN, "2026-10-25T03:00", "skip", "twice", [("2026-10-25T02:00:00Z", None)], id="overlap-end-is-plain"),
-        pytest.param("Australia/Lord_Howe", "2026-10-04T02:15", "shift", "once", [("2026-10-03T15:45:00Z", SH)], id="lord-howe-shift-30min"),
-        pytest.param("Australia/Lord_Howe", "2026-10-04T02:15", "next_valid", "once", [("2026-10-03T15:30:00Z", NV)], id="lord-howe-next-valid"),
-        pytest.param("Asia/Kolkata", "2026-03-29T02:30", "skip", "twice", [("2026-03-28T21:00:00Z", None)], id="kolkata-plain"),
-        pytest.param("Pacific/Apia", "2011-12-30T12:00", "next_valid", "once", [("2011-12-30T10:00:00Z", NV)], id="apia-next-valid"),
-        pytest.param("Pacific/Apia", "2011-12-30T12:00", "shift", "once", [("2011-12-30T22:00:00Z", SH)], id="apia-shift-24h"),
-        pytest.param("UTC", "2026-03-29T02:30", "skip", "twice", [("2026-03-29T02:30:00Z", None)], id="utc"),
+        pytest.param(
+            BERLIN,
+            "2026-03-29T02:30",
+            "shift",
+            "twice",
+            [("2026-03-29T01:30:00Z", SH)],
+            id="gap-shift",
+        ),
+        pytest.param(
+            BERLIN,
+            "2026-03-29T02:00",
+            "next_valid",
+            "once",
+            [("2026-03-29T01:00:00Z", NV)],
+            id="gap-start",
+        ),
+        pytest.param(
+            BERLIN,
+            "2026-03-29T02:59:59",
+            "shift",
+            "once",
+            [("2026-03-29T01:59:59Z", SH)],
+            id="gap-last-second",
+        ),
+        pytest.param(
+            BERLIN,
+            "2026-03-29T03:00",
+            "next_valid",
+            "once",
+            [("2026-03-29T01:00:00Z", None)],
+            id="gap-end-is-plain",
+        ),
+        pytest.param(
+            BERLIN,
+            "2026-03-29T01:59:59",
+            "skip",
+            "once",
+            [("2026-03-29T00:59:59Z", None)],
+            id="before-gap",
+        ),
+        pytest.param(
+            BERLIN,
+            "2026-10-25T02:30",
+            "skip",
+            "once",
+            [("2026-10-25T00:30:00Z", FIRST)],
+            id="overlap-once",
+        ),
+        pytest.param(
+            BERLIN,
+            "2026-10-25T02:30",
+            "skip",
+            "twice",
+            [("2026-10-25T00:30:00Z", FIRST), ("2026-10-25T01:30:00Z", SECOND)],
+            id="overlap-twice",
+        ),
+        pytest.param(
+            BERLIN,
+            "2026-10-25T03:00",
+            "skip",
+            "twice",
+            [("2026-10-25T02:00:00Z", None)],
+            id="overlap-end-is-plain",
+        ),
+        pytest.param(
+            "Australia/Lord_Howe",
+            "2026-10-04T02:15",
+            "shift",
+            "once",
+            [("2026-10-03T15:45:00Z", SH)],
+            id="lord-howe-shift-30min",
+        ),
+        pytest.param(
+            "Australia/Lord_Howe",
+            "2026-10-04T02:15",
+            "next_valid",
+            "once",
+            [("2026-10-03T15:30:00Z", NV)],
+            id="lord-howe-next-valid",
+        ),
+        pytest.param(
+            "Asia/Kolkata",
+            "2026-03-29T02:30",
+            "skip",
+            "twice",
+            [("2026-03-28T21:00:00Z", None)],
+            id="kolkata-plain",
+        ),
+        pytest.param(
+            "Pacific/Apia",
+            "2011-12-30T12:00",
+            "next_valid",
+            "once",
+            [("2011-12-30T10:00:00Z", NV)],
+            id="apia-next-valid",
+        ),
+        pytest.param(
+            "Pacific/Apia",
+            "2011-12-30T12:00",
+            "shift",
+            "once",
+            [("2011-12-30T22:00:00Z", SH)],
+            id="apia-shift-24h",
+        ),
+        pytest.param(
+            "UTC", "2026-03-29T02:30", "skip", "twice", [("2026-03-29T02:30:00Z", None)], id="utc"
+        ),
     ],
 )
-def test_resolve_wall(zone: str, wall: str, gap: Any, overlap: Any, expected: list[tuple[str, str | None]]) -> None:
+def test_resolve_wall(
+    zone: str, wall: str, gap: Any, overlap: Any, expected: list[tuple[str, str | None]]
+) -> None:
     got = resolve_wall(datetime.fromisoformat(wall), load_zone(zone), gap, overlap)
     assert all(r.utc.tzinfo is UTC for r in got)
-    assert [(r.utc.strftime("%Y-%m-%dT%H:%M:%SZ"), None if r.note is None else r.note.split(" ")[0]) for r in got] == expected
+    assert [
+        (r.utc.strftime("%Y-%m-%dT%H:%M:%SZ"), None if r.note is None else r.note.split(" ")[0])
+        for r in got
+    ] == expected
 
 
 def test_resolve_wall_notes_are_readable() -> None:
@@ -258,7 +588,9 @@ def test_resolve_wall_notes_are_readable() -> None:
     assert nv.note == "dst_gap:next_valid (02:30 does not exist; fired at the transition)"
     (sh,) = resolve_wall(datetime(2026, 3, 29, 2, 30), berlin, "shift", "once")
     assert sh.note == "dst_gap:shift (02:30 does not exist; moved by 1 h to 03:30)"
-    (lh,) = resolve_wall(datetime(2026, 10, 4, 2, 15), load_zone("Australia/Lord_Howe"), "shift", "once")
+    (lh,) = resolve_wall(
+        datetime(2026, 10, 4, 2, 15), load_zone("Australia/Lord_Howe"), "shift", "once"
+    )
     assert lh.note is not None
     assert "moved by 30 min to 02:45" in lh.note
     first, second = resolve_wall(datetime(2026, 10, 25, 2, 30), berlin, "skip", "twice")
@@ -289,7 +621,17 @@ def test_transition_near() -> None:
 # --- zones --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["UTC", "Etc/UTC", "Europe/Berlin", "US/Eastern", "America/Argentina/Buenos_Aires", "Pacific/Apia"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "UTC",
+        "Etc/UTC",
+        "Europe/Berlin",
+        "US/Eastern",
+        "America/Argentina/Buenos_Aires",
+        "Pacific/Apia",
+    ],
+)
 def test_load_zone_accepts_iana_names(name: str) -> None:
     assert load_zone(name).key == name
 

@@ -25,6 +25,7 @@ _COMMANDS: dict[str, str] = {
     "worker": "cronwheel.cli.run_cmds:worker_command",
     "migrate": "cronwheel.cli.run_cmds:migrate_command",
     "status": "cronwheel.cli.status_cmd:status_command",
+    "bench": "cronwheel.cli.bench_cmd:bench_command",
     "jobs": "cronwheel.cli.jobs_cmd:jobs_group",
     "firings": "cronwheel.cli.firings_cmd:firings_group",
 }

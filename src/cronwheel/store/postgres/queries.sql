@@ -18,6 +18,15 @@ VALUES (%(namespace)s, %(name)s, %(task)s, %(schedule)s::jsonb, %(payload)s::jso
         %(paused)s, %(next_fire_at)s, :now, :now, %(shard)s)
 RETURNING *
 
+-- name: insert_job_if_absent
+INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
+                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard)
+VALUES (%(namespace)s, %(name)s, %(task)s, %(schedule)s::jsonb, %(payload)s::jsonb,
+        %(policies)s::jsonb, %(spec_hash)s, %(priority)s, %(max_attempts)s, %(visibility_us)s,
+        %(paused)s, %(next_fire_at)s, :now, :now, %(shard)s)
+ON CONFLICT (namespace, name) DO NOTHING
+RETURNING *
+
 -- name: job_for_update
 SELECT * FROM jobs WHERE namespace = %(namespace)s AND name = %(name)s FOR UPDATE
 

@@ -1,0 +1,2 @@
+"""``cronwheel bench``: workloads run against a real store with the scheduler and workers
+as separate OS processes, as in production."""

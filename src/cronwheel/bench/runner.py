@@ -1,0 +1,296 @@
+"""Benchmark workloads. Each returns a result dict; the CLI renders a table or JSON.
+
+Every run uses its own fresh store (a temporary SQLite file, or a fresh schema-less
+reset of the given PostgreSQL database), starts one scheduler and ``workers`` worker
+processes, registers the workload's jobs, waits until every expected firing has
+finished (or a deadline), stops the processes and reads the outcome from the store:
+lateness = handler start - scheduled instant; lost = expected firings that never
+succeeded; duplicated = more than one firing row (or success) per expected instant.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from cronwheel.domain.clock import SystemClock
+from cronwheel.domain.firing import FiringState
+from cronwheel.domain.models import JobPolicies, JobSpec
+from cronwheel.domain.schedules import at
+from cronwheel.store.protocol import Store
+from cronwheel.store.url import open_store, sqlite_path
+
+BENCH_APP = "cronwheel.bench.app:app"
+TASK = "bench.noop"
+
+
+@dataclass(slots=True)
+class BenchResult:
+    workload: str
+    store: str
+    expected: int
+    ran: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    lateness_ms: dict[str, float | None] = field(default_factory=dict)
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload,
+            "store": self.store,
+            "expected": self.expected,
+            "ran": self.ran,
+            "lost": self.lost,
+            "duplicated": self.duplicated,
+            "lateness_ms": self.lateness_ms,
+            **self.figures,
+        }
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q / 100
+    lo = int(k)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+class Cluster:
+    """One scheduler and N worker processes on a store, stopped on exit."""
+
+    def __init__(self, store_url: str, workers: int, concurrency: int, log_dir: Path) -> None:
+        self.store_url = store_url
+        self.workers = workers
+        self.concurrency = concurrency
+        self.log_dir = log_dir
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._logs: list[Any] = []
+
+    def _spawn(self, role: str, *args: str) -> subprocess.Popen[bytes]:
+        log = open(self.log_dir / f"{role}.log", "wb")  # noqa: SIM115 - closed in stop()
+        self._logs.append(log)
+        env = dict(os.environ, CRONWHEEL_LOG_LEVEL="warning", CRONWHEEL_LOG_FORMAT="json")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cronwheel", *args, "--store", self.store_url, BENCH_APP],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def start(self) -> None:
+        self.scheduler = self._spawn("scheduler", "scheduler")
+        for i in range(self.workers):
+            self._spawn(f"worker-{i + 1}", "worker", "--concurrency", str(self.concurrency))
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for f in self._logs:
+            f.close()
+
+    def __enter__(self) -> Cluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def fresh_store(url: str | None, tmp: Path) -> tuple[str, Store]:
+    """A store URL with nothing in it (a temp SQLite file by default)."""
+    if url is None or sqlite_path(url) is not None and url in ("", "sqlite"):
+        url = f"sqlite:///{tmp / 'bench.db'}"
+    store = open_store(url)
+    reset = getattr(store, "reset_for_benchmark", None)
+    if callable(reset):
+        reset()
+    elif sqlite_path(url) is not None:
+        store.close()
+        path = sqlite_path(url)
+        assert path is not None
+        for suffix in ("", "-wal", "-shm"):
+            Path(path + suffix).unlink(missing_ok=True)
+        store = open_store(url)
+    return url, store
+
+
+def wait_until(done: Callable[[], bool], timeout_s: float, interval_s: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if done():
+            return True
+        time.sleep(interval_s)
+    return done()
+
+
+def _finished(store: Store, n: int) -> bool:
+    st = store.status()
+    return (
+        st.counts.get("queued", 0) == 0
+        and st.counts.get("running", 0) == 0
+        and (sum(v for k, v in st.counts.items() if k not in ("queued", "running")) >= n)
+    )
+
+
+def collect(store: Store, result: BenchResult, job_ids: set[int]) -> list[float]:
+    """Fill ran/lost/duplicated/lateness from the store; return lateness values (ms)."""
+    per_job: dict[int, int] = {}
+    lateness: list[float] = []
+    before: int | None = None
+    while True:
+        page = store.list_firings(before_id=before, limit=5000)
+        if not page:
+            break
+        for f in page:
+            if f.job_id not in job_ids:
+                continue
+            per_job[f.job_id] = per_job.get(f.job_id, 0) + 1
+            if f.state is FiringState.SUCCEEDED and f.started_at is not None:
+                result.ran += 1
+                lateness.append((f.started_at - f.scheduled_for).total_seconds() * 1000)
+        before = page[-1].id
+    result.duplicated = sum(c - 1 for c in per_job.values() if c > 1)
+    result.lost = result.expected - result.ran
+    result.lateness_ms = {
+        "p50": _r(percentile(lateness, 50)),
+        "p99": _r(percentile(lateness, 99)),
+        "max": _r(max(lateness) if lateness else None),
+    }
+    return lateness
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
+
+
+def _register_at_jobs(store: Store, instants: list[Any], prefix: str) -> set[int]:
+    ids: set[int] = set()
+    policies = JobPolicies(misfire_grace=timedelta(minutes=10))
+    for i, instant in enumerate(instants):
+        spec = JobSpec(name=f"{prefix}-{i}", task=TASK, schedule=at(instant), policies=policies)
+        ids.add(store.create_job(spec, first_fire_at=instant).id)
+    return ids
+
+
+def run_precision(
+    url: str | None,
+    *,
+    count: int,
+    spacing_ms: int,
+    workers: int,
+    concurrency: int,
+    progress: Callable[[int, int], None],
+) -> BenchResult:
+    with tempfile.TemporaryDirectory() as tmp:
+        url, store = fresh_store(url, Path(tmp))
+        result = BenchResult(workload="precision", store=_kind(url), expected=count)
+        with Cluster(url, workers, concurrency, Path(tmp)):
+            start = SystemClock().now() + timedelta(seconds=4)
+            instants = [start + timedelta(milliseconds=spacing_ms * i) for i in range(count)]
+            ids = _register_at_jobs(store, instants, "precision")
+            total_s = 4 + count * spacing_ms / 1000 + 30
+            wait_until(lambda: progress(_done(store), count) or _finished(store, count), total_s)
+        collect(store, result, ids)
+        store.close()
+        result.figures["spacing_ms"] = spacing_ms
+        return result
+
+
+def run_herd(
+    url: str | None,
+    *,
+    count: int,
+    workers: int,
+    concurrency: int,
+    progress: Callable[[int, int], None],
+) -> BenchResult:
+    with tempfile.TemporaryDirectory() as tmp:
+        url, store = fresh_store(url, Path(tmp))
+        result = BenchResult(workload="herd", store=_kind(url), expected=count)
+        with Cluster(url, workers, concurrency, Path(tmp)):
+            t_reg = time.monotonic()
+            due = SystemClock().now() + timedelta(seconds=8 + count / 5000)
+            ids = _register_at_jobs(store, [due] * count, "herd")
+            result.figures["register_s"] = round(time.monotonic() - t_reg, 3)
+            wait_until(
+                lambda: progress(_done(store), count) or _finished(store, count),
+                (due - SystemClock().now()).total_seconds() + 120,
+            )
+        lateness = collect(store, result, ids)
+        store.close()
+        result.figures["last_started_after_s"] = _r(max(lateness) / 1000 if lateness else None)
+        if lateness:
+            spread = max(lateness) - min(lateness)
+            result.figures["firings_per_s"] = round(len(lateness) / max(spread / 1000, 1e-3))
+        return result
+
+
+def run_drain(
+    url: str | None,
+    *,
+    count: int,
+    workers: int,
+    concurrency: int,
+    progress: Callable[[int, int], None],
+) -> BenchResult:
+    from cronwheel.domain.schedules import now as now_schedule
+
+    with tempfile.TemporaryDirectory() as tmp:
+        url, store = fresh_store(url, Path(tmp))
+        result = BenchResult(workload="drain", store=_kind(url), expected=count)
+        ids: set[int] = set()
+        # Queue everything first, then start the processes: the figure is the drain
+        # rate of the workers, not the producer's enqueue rate.
+        for i in range(count):
+            spec = JobSpec(name=f"drain-{i}", task=TASK, schedule=now_schedule())
+            ids.add(store.enqueue_now(spec).job_id)
+        with Cluster(url, workers, concurrency, Path(tmp)):
+            wait_until(lambda: progress(_done(store), count) or _finished(store, count), 300)
+        collect(store, result, ids)
+        firings = [f for f in _all_firings(store) if f.job_id in ids and f.started_at]
+        store.close()
+        if firings:
+            first = min(f.started_at for f in firings if f.started_at)
+            last = max(f.finished_at for f in firings if f.finished_at)
+            span = (last - first).total_seconds()
+            result.figures["jobs_per_s"] = round(len(firings) / max(span, 1e-3))
+        return result
+
+
+def _all_firings(store: Store) -> list[Any]:
+    out: list[Any] = []
+    before: int | None = None
+    while page := store.list_firings(before_id=before, limit=5000):
+        out += page
+        before = page[-1].id
+    return out
+
+
+def _done(store: Store) -> int:
+    st = store.status()
+    return sum(v for k, v in st.counts.items() if k not in ("queued", "running"))
+
+
+def _kind(url: str) -> str:
+    return "sqlite" if sqlite_path(url) is not None else "postgresql"

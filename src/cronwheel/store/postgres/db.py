@@ -1,0 +1,175 @@
+"""Plumbing of PostgresStore: the connection pool, transactions with retries, error
+mapping at the edge, and the store's clock expression.
+
+Error mapping (the only place psycopg exceptions are turned into cronwheel's):
+
+- serialization failure / deadlock (SQLSTATE 40001 / 40P01): the transaction was
+  rolled back by the server, so it is retried here, a few times with jitter;
+- a lost or refused connection, an admin shutdown, a pool timeout, a query or lock
+  timeout: :class:`StoreUnavailableError` — after a small bounded retry for reads;
+  a write is not retried because a connection lost during COMMIT leaves its outcome
+  unknown (every write is a compare-and-swap, so the caller's retry is safe);
+- any other driver error: :class:`StoreError` (a bug or a schema mismatch).
+
+Domain errors raised by the transaction body (ConflictError, LeaseLostError, ...)
+pass through untouched and roll the transaction back.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, LiteralString, TypeVar, cast
+
+import psycopg
+from psycopg import errors as pgerrors
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from cronwheel.errors import CronwheelError, StoreError, StoreUnavailableError
+from cronwheel.store.sql import load_queries
+
+T = TypeVar("T")
+Conn = psycopg.Connection[DictRow]
+
+_PKG = "cronwheel.store.postgres"
+_NOW = re.compile(r"(?<![:\w]):now\b")
+# The store's clock in SQL. now() is the transaction's start on the server: one
+# instant for every statement of a transaction. The two parameters are test hooks
+# (see DbTime) and are NULL / zero in production.
+NOW_SQL = "(coalesce(%(_pin)s::timestamptz, now()) + %(_off)s::interval)"
+
+_TX_RETRIES = 5  # serialization failures and deadlocks
+_READ_RETRIES = 2  # connection errors on reads
+
+
+def load_sql(filename: str) -> dict[str, str]:
+    """The named blocks of one of this package's .sql files, with ``:now`` expanded."""
+    return {k: _NOW.sub(NOW_SQL, v) for k, v in load_queries(_PKG, filename).items()}
+
+
+def query(text: str) -> LiteralString:
+    """SQL text of this package's .sql files (never user text) as psycopg's query type."""
+    return cast(LiteralString, text)
+
+
+@dataclass(eq=False)
+class DbTime:
+    """How the store reads the database's clock, with two hooks for tests.
+
+    ``offset`` is added to the server's ``now()`` in every SQL expression of "now";
+    ``frozen_at``, when set, replaces ``now()`` (the contract suite freezes the clock
+    at the server's own time, then moves it with ``offset`` like a FakeClock). Stores
+    opened on one schema by one test share one instance. Both stay unset in production.
+    """
+
+    offset: timedelta = timedelta(0)
+    frozen_at: datetime | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def advance(self, delta: timedelta) -> None:
+        with self._lock:
+            self.offset += delta
+
+    def params(self) -> dict[str, Any]:
+        return {"_pin": self.frozen_at, "_off": self.offset}
+
+
+class Database:
+    """A pool of autocommit connections; ``run`` executes one unit of work."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None,
+        pool_size: int,
+        timeout_s: float,
+        time: DbTime,
+    ) -> None:
+        self.time = time
+        self.conninfo = _conninfo(url, schema)
+        self._timeout_s = timeout_s
+        self.pool: ConnectionPool[Conn] = ConnectionPool(
+            self.conninfo,
+            connection_class=Conn,
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            min_size=1,
+            max_size=pool_size,
+            # one cheap round trip per checkout; after a server restart the stale
+            # connections are discarded here instead of failing the caller
+            check=ConnectionPool.check_connection,
+            timeout=timeout_s,
+            reconnect_timeout=0,  # keep trying to reconnect for as long as the store lives
+            name="cronwheel",
+            open=False,
+        )
+        self.pool.open(wait=False)
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def params(self, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        out = self.time.params()
+        if values:
+            out.update(values)
+        return out
+
+    def run(self, body: Callable[[Conn], T], *, write: bool) -> T:
+        """Run ``body`` on a pooled connection: in one transaction when ``write``."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with self.pool.connection() as conn:
+                    if not write:
+                        return body(conn)
+                    with conn.transaction():
+                        return body(conn)
+            except CronwheelError:
+                raise
+            except (pgerrors.SerializationFailure, pgerrors.DeadlockDetected) as exc:
+                if attempt > _TX_RETRIES:
+                    raise StoreUnavailableError(f"postgresql: {_first_line(exc)}") from exc
+                time.sleep(random.uniform(0.001, 0.005 * 2**attempt))  # noqa: S311 - jitter
+            except PoolTimeout as exc:
+                raise StoreUnavailableError(
+                    f"postgresql: no connection within {self._timeout_s:g}s ({_first_line(exc)})"
+                ) from exc
+            except psycopg.OperationalError as exc:
+                # connection lost, admin shutdown, statement/lock timeout, ...
+                if write or attempt > _READ_RETRIES:
+                    raise StoreUnavailableError(f"postgresql: {_first_line(exc)}") from exc
+                time.sleep(0.05 * attempt)
+            except psycopg.InterfaceError as exc:  # e.g. a connection closed under us
+                raise StoreUnavailableError(f"postgresql: {_first_line(exc)}") from exc
+            except psycopg.Error as exc:
+                raise StoreError(f"postgresql: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _conninfo(url: str, schema: str | None) -> str:
+    """The URL's parameters, plus UTC session time zone and the schema's search_path."""
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise StoreError(f"bad PostgreSQL URL: {exc}", field="store") from exc
+    options = [str(params.pop("options", "") or "").strip(), "-c TimeZone=UTC"]
+    if schema is not None:
+        if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):
+            raise StoreError(f"bad schema name {schema!r}", field="schema")
+        options.append(f"-c search_path={schema}")
+    params["options"] = " ".join(o for o in options if o)
+    params.setdefault("application_name", "cronwheel")
+    params.setdefault("connect_timeout", 5)
+    return make_conninfo("", **params)
