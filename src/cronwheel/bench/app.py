@@ -14,10 +14,10 @@ app = App()
 
 
 @app.task(name="bench.noop")
-def noop(ctx: Context) -> None:
+def noop(_ctx: Context) -> None:
     return None
 
 
 @app.task(name="bench.async_noop")
-async def async_noop(ctx: Context) -> None:
+async def async_noop(_ctx: Context) -> None:
     return None

@@ -119,7 +119,7 @@ class Cluster:
 
 def fresh_store(url: str | None, tmp: Path) -> tuple[str, Store]:
     """A store URL with nothing in it (a temp SQLite file by default)."""
-    if url is None or sqlite_path(url) is not None and url in ("", "sqlite"):
+    if url is None:
         url = f"sqlite:///{tmp / 'bench.db'}"
     store = open_store(url)
     reset = getattr(store, "reset_for_benchmark", None)
@@ -285,6 +285,12 @@ def _all_firings(store: Store) -> list[Any]:
         out += page
         before = page[-1].id
     return out
+
+
+def _report(store: Store, count: int, progress: Callable[[int, int], None]) -> bool:
+    """Update the progress bar; True when every expected firing has finished."""
+    progress(_done(store), count)
+    return _finished(store, count)
 
 
 def _done(store: Store) -> int:

@@ -121,14 +121,19 @@ class Database:
             out.update(values)
         return out
 
-    def run(self, body: Callable[[Conn], T], *, write: bool) -> T:
-        """Run ``body`` on a pooled connection: in one transaction when ``write``."""
+    def run(self, body: Callable[[Conn], T], *, write: bool, atomic: bool = True) -> T:
+        """Run ``body`` on a pooled connection.
+
+        ``write``: in one transaction (BEGIN ... COMMIT), unless ``atomic`` is False —
+        for a body of a single statement, which autocommit makes atomic by itself.
+        Reads (not ``write``) are retried on connection errors; writes are not.
+        """
         attempt = 0
         while True:
             attempt += 1
             try:
                 with self.pool.connection() as conn:
-                    if not write:
+                    if not (write and atomic):
                         return body(conn)
                     with conn.transaction():
                         return body(conn)

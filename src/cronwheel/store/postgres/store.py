@@ -49,7 +49,7 @@ from cronwheel.errors import (
     LeaseLostError,
 )
 from cronwheel.store import codec
-from cronwheel.store.postgres.db import Conn, Database, DbTime, load_sql, query
+from cronwheel.store.postgres.db import NOW_SQL, Conn, Database, DbTime, load_sql, query
 from cronwheel.store.postgres.listen import PgListenWakeup
 from cronwheel.store.protocol import (
     DISPATCHER_LEASE,
@@ -338,7 +338,7 @@ class PostgresStore:
                 ) from None
             assert job is not None
             conn.execute(
-                query(f"UPDATE jobs SET last_fired_at = {_now()} WHERE id = %(id)s"),
+                query(f"UPDATE jobs SET last_fired_at = {NOW_SQL} WHERE id = %(id)s"),
                 self._db.params({"id": job["id"]}),
             )
             row = self._one(
@@ -401,20 +401,18 @@ class PostgresStore:
         if not completions:
             return []
         # a firing reported twice in one batch is decided in order, one round each
-        rounds = _rounds(completions, lambda c: c.firing_id)
+        rounds = _rounds(range(len(completions)), lambda i: completions[i].firing_id)
 
         def body(conn: Conn) -> list[bool]:
-            accepted: list[bool] = []
+            accepted = [False] * len(completions)
             for batch in rounds:
-                done = {r["id"] for r in self._exec(conn, "complete_batch", _complete_params(batch))}
-                accepted.extend(c.firing_id in done for c in batch)
+                params = _complete_params([completions[i] for i in batch])
+                done = {r["id"] for r in self._exec(conn, "complete_batch", params)}
+                for i in batch:
+                    accepted[i] = completions[i].firing_id in done
             return accepted
 
-        flags = self._db.run(body, write=True, atomic=len(rounds) > 1)
-        # rounds keep their items' relative order; map the answers back to input order
-        order = [id(c) for batch in rounds for c in batch]
-        by_item = dict(zip(order, flags, strict=True))
-        return [by_item[id(c)] for c in completions]
+        return self._db.run(body, write=True, atomic=len(rounds) > 1)
 
     # -- firings --------------------------------------------------------------------------
     def get_firing(self, firing_id: FiringId) -> Firing:
@@ -543,12 +541,6 @@ class PostgresStore:
 
 
 # -- helpers ----------------------------------------------------------------------------------
-def _now() -> str:
-    from cronwheel.store.postgres.db import NOW_SQL
-
-    return NOW_SQL
-
-
 def _utc(value: datetime) -> datetime:
     return value.astimezone(UTC)
 
