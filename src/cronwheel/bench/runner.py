@@ -210,7 +210,7 @@ def run_precision(
             instants = [start + timedelta(milliseconds=spacing_ms * i) for i in range(count)]
             ids = _register_at_jobs(store, instants, "precision")
             total_s = 4 + count * spacing_ms / 1000 + 30
-            wait_until(lambda: progress(_done(store), count) or _finished(store, count), total_s)
+            wait_until(lambda: _report(store, count, progress), total_s)
         collect(store, result, ids)
         store.close()
         result.figures["spacing_ms"] = spacing_ms
@@ -234,7 +234,7 @@ def run_herd(
             ids = _register_at_jobs(store, [due] * count, "herd")
             result.figures["register_s"] = round(time.monotonic() - t_reg, 3)
             wait_until(
-                lambda: progress(_done(store), count) or _finished(store, count),
+                lambda: _report(store, count, progress),
                 (due - SystemClock().now()).total_seconds() + 120,
             )
         lateness = collect(store, result, ids)
@@ -266,7 +266,7 @@ def run_drain(
             spec = JobSpec(name=f"drain-{i}", task=TASK, schedule=now_schedule())
             ids.add(store.enqueue_now(spec).job_id)
         with Cluster(url, workers, concurrency, Path(tmp)):
-            wait_until(lambda: progress(_done(store), count) or _finished(store, count), 300)
+            wait_until(lambda: _report(store, count, progress), 300)
         collect(store, result, ids)
         firings = [f for f in _all_firings(store) if f.job_id in ids and f.started_at]
         store.close()
