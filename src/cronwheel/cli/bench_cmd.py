@@ -123,4 +123,4 @@ def _table(docs: list[dict[str, Any]]) -> None:
             str(late.get("max")),
             ", ".join(f"{k}={v}" for k, v in extra.items()),
         )
-    Console().print(table)
+    Console(width=200).print(table)

@@ -77,7 +77,7 @@ class PostgresStore:
         self,
         url: str,
         *,
-        clock: Clock | None = None,  # noqa: ARG002 - ignored: leases are judged by now() in SQL
+        clock: Clock | None = None,  # ignored: leases are judged by now() in SQL
         schema: str | None = None,
         pool_size: int = 8,
         timeout_s: float = 5.0,
@@ -130,7 +130,9 @@ class PostgresStore:
                 "SELECT pg_advisory_xact_lock("
                 "hashtextextended('cronwheel.migrate:' || coalesce(current_schema(), ''), 0))"
             )
-            conn.execute("CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)"
+            )
             row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             version = int(row["value"]) if row else 0
             n = version
@@ -286,7 +288,9 @@ class PostgresStore:
 
     def release_lease(self, lease: Lease) -> None:
         params = {"name": lease.name, "holder": lease.holder, "epoch": lease.epoch}
-        self._db.run(lambda conn: self._exec(conn, "release_lease", params), write=True, atomic=False)
+        self._db.run(
+            lambda conn: self._exec(conn, "release_lease", params), write=True, atomic=False
+        )
 
     def get_lease(self, name: str) -> Lease | None:
         rows = self._read("SELECT * FROM leases WHERE name = %(name)s", {"name": name})
@@ -342,7 +346,9 @@ class PostgresStore:
                 self._db.params({"id": job["id"]}),
             )
             row = self._one(
-                conn, "insert_now_firing", {"job_id": job["id"], "base_latency_us": _BASE_LATENCY_US}
+                conn,
+                "insert_now_firing",
+                {"job_id": job["id"], "base_latency_us": _BASE_LATENCY_US},
             )
             self._exec(conn, "notify_work")
             assert row is not None
@@ -361,8 +367,15 @@ class PostgresStore:
     ) -> list[ClaimedFiring]:
         if limit <= 0 or not tasks:
             return []
-        params = {"worker_id": worker_id, "tasks": list(tasks), "limit": limit, "prefetch": prefetch}
-        rows = self._db.run(lambda conn: self._exec(conn, "claim", params), write=True, atomic=False)
+        params = {
+            "worker_id": worker_id,
+            "tasks": list(tasks),
+            "limit": limit,
+            "prefetch": prefetch,
+        }
+        rows = self._db.run(
+            lambda conn: self._exec(conn, "claim", params), write=True, atomic=False
+        )
         rows.sort(key=lambda r: (r["vdeadline"], r["id"]))
         policies: dict[int, JobPolicies] = {}
         claimed = []
@@ -445,7 +458,9 @@ class PostgresStore:
             where.append("id < %(before_id)s")
             params["before_id"] = before_id
         clause = "WHERE " + " AND ".join(where) if where else ""
-        rows = self._read(f"SELECT * FROM firings {clause} ORDER BY id DESC LIMIT %(limit)s", params)
+        rows = self._read(
+            f"SELECT * FROM firings {clause} ORDER BY id DESC LIMIT %(limit)s", params
+        )
         return [codec.firing_from_row(r) for r in rows]
 
     def cancel_firing(self, firing_id: FiringId) -> CancelResult:
@@ -495,7 +510,9 @@ class PostgresStore:
             "wake_addr": node.wake_addr,
             "info": json.dumps(node.info),
         }
-        self._db.run(lambda conn: self._exec(conn, "register_node", params), write=True, atomic=False)
+        self._db.run(
+            lambda conn: self._exec(conn, "register_node", params), write=True, atomic=False
+        )
 
     def heartbeat_node(self, node_id: str) -> None:
         params = {"id": node_id}
@@ -524,7 +541,10 @@ class PostgresStore:
                 counts[row["state"]] = counts.get(row["state"], 0) + int(row["n"])
             jobs = self._one(conn, "status_jobs")
             assert jobs is not None
-            lateness = [float(r["lateness_ms"]) for r in self._exec(conn, "recent_lateness", {"limit": 1000})]
+            lateness = [
+                float(r["lateness_ms"])
+                for r in self._exec(conn, "recent_lateness", {"limit": 1000})
+            ]
             return counts, jobs, lateness
 
         counts, jobs, lateness = self._db.run(body, write=False)
