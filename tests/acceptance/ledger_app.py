@@ -99,13 +99,13 @@ def sleepy(ctx: Context) -> None:
     append_line(_entry(ctx, "done", start, time.time()))
 
 
-@app.task(schedule=_declared("tick", cron("* * * * * *")))
+@app.task(schedule=_declared("tick", cron("* * * * * *")), visibility_timeout=2)
 def tick(ctx: Context) -> None:
     """Every second, by a 6-field cron expression."""
     _record(ctx)
 
 
-@app.task(schedule=_declared("fast", every("200ms")))
+@app.task(schedule=_declared("fast", every("200ms")), visibility_timeout=2)
 def fast(ctx: Context) -> None:
     """Every 200 ms (anchored to the epoch)."""
     _record(ctx)

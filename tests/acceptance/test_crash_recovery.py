@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import signal
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -35,6 +37,7 @@ def test_kill_node_mid_burst_then_restart_loses_nothing(cluster: Cluster) -> Non
 
     # 300 one-shot jobs due in the same (whole) second, a few seconds ahead.
     burst_at = datetime.fromtimestamp(math.ceil(time.time() + 3), UTC)
+    registering = time.monotonic()
     app = App(cluster.store_url)
     try:
         jobs = [app.schedule("record", at(burst_at), name=f"burst-{i:03d}", args=(BURST_SLEEP_S,),
@@ -42,6 +45,7 @@ def test_kill_node_mid_burst_then_restart_loses_nothing(cluster: Cluster) -> Non
                 for i in range(BURST)]
     finally:
         app.close()
+    print(f"\nregistered {BURST} jobs in {time.monotonic() - registering:.2f} s")
     assert datetime.now(UTC) < burst_at, "registering the burst took longer than its lead time"
     expected = {idempotency_key(job.id, burst_at) for job in jobs}
 
@@ -58,7 +62,7 @@ def test_kill_node_mid_burst_then_restart_loses_nothing(cluster: Cluster) -> Non
         cursor_at_kill = store.get_job("default", "catchup").next_fire_at
         epoch_before = store.get_lease("dispatcher").epoch
     assert cursor_at_kill is not None
-    print(f"\nkilled {(datetime.now(UTC) - burst_at).total_seconds():+.2f} s after the burst "
+    print(f"killed {(datetime.now(UTC) - burst_at).total_seconds():+.2f} s after the burst "
           f"instant: {done_at_kill} burst executions logged, "
           f"store states {_burst_states(cluster)}, "
           f"{len(in_flight)} firings RUNNING")
@@ -206,3 +210,45 @@ def test_worker_killed_mid_run_is_redelivered_with_the_same_key(cluster: Cluster
     assert shown["worker_id"] == final.worker_id
     assert f":{worker_b.pid}:" in final.worker_id
     assert scheduler.events("claims_requeued"), "the reaper never re-queued the expired claim"
+
+
+@pytest.mark.slow
+def test_a_stale_worker_cannot_overwrite_the_redelivered_result(cluster: Cluster) -> None:
+    """Worker A is paused (SIGSTOP) mid-run past its visibility timeout; B runs the
+    redelivery and succeeds; A resumes and finishes: its completion must be rejected by
+    the claim-token compare-and-swap, leaving B's attempt as the recorded outcome."""
+    app = App(cluster.store_url)
+    try:
+        job = app.schedule("sleepy", now(), name="slow", visibility_timeout=2, retries=3)
+    finally:
+        app.close()
+    cluster.start("scheduler", "--lease-ttl", "2")
+    worker_a = cluster.start("worker", env={"LEDGER_SLEEP_S": "3"}, name="worker-a")
+    wait_until(lambda: [e for e in cluster.ledger() if e["phase"] == "start"], 30,
+               message=lambda: f"worker A to start the firing; {cluster.diagnostics()}")
+    os.kill(worker_a.pid, signal.SIGSTOP)
+    try:
+        worker_b = cluster.start("worker", env={"LEDGER_SLEEP_S": "0.2"}, name="worker-b")
+
+        def firing():
+            with cluster.store() as store:
+                (f,) = store.list_firings(job_id=job.id, limit=10)
+                return f
+
+        done = wait_until(lambda: (f := firing()).state is FiringState.SUCCEEDED and f, 30,
+                          message=lambda: f"B to finish the redelivery; {cluster.diagnostics()}")
+    finally:
+        os.kill(worker_a.pid, signal.SIGCONT)
+    rejected = wait_until(lambda: worker_a.events("completion_rejected"), 20,
+                          message=lambda: f"A's late completion to be rejected; {worker_a.tail()}")
+    assert rejected[0]["firing_id"] == done.id
+    after = firing()
+    assert (after.state, after.attempt, after.worker_id) == (
+        FiringState.SUCCEEDED, 2, done.worker_id)
+    assert f":{worker_b.pid}:" in after.worker_id
+    assert (after.started_at, after.finished_at) == (done.started_at, done.finished_at)
+    runs = executions(cluster.ledger(), job="slow")
+    # At-least-once: both ran to the end, with the same key; only B's result counts.
+    assert sorted((e["pid"], e["attempt"]) for e in runs) == sorted(
+        [(worker_a.pid, 1), (worker_b.pid, 2)])
+    assert {e["key"] for e in runs} == {done.idempotency_key}

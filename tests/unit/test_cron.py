@@ -142,7 +142,7 @@ NEXT_WALL_CASES = [
         ["2026-03-01 00:00:00", "2026-05-01 00:00:00"],
         id="L-minus-30-only-31-day-months",
     ),
-    # 2026-02-15 is a Sunday -> Monday 16th; 2026-03-15 Sunday -> 16th; 2026-08-15 Saturday -> Friday 14th
+    # 2026-02-15 and 2026-03-15 are Sundays -> Monday 16th; 2026-08-15 Saturday -> Friday 14th
     pytest.param(
         "0 0 15W * *",
         "2026-02-01 00:00:00",

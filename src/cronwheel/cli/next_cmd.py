@@ -14,7 +14,12 @@ from typing import Any
 import click
 
 from cronwheel.domain.clock import SystemClock
-from cronwheel.domain.schedules import CronSchedule, format_instant, parse_instant
+from cronwheel.domain.schedules import (
+    CronSchedule,
+    format_instant,
+    next_firings,
+    parse_instant,
+)
 from cronwheel.domain.tz import DST_GAP_POLICIES, DST_OVERLAP_POLICIES, Resolved
 
 MAX_COUNT = 1000
@@ -31,18 +36,6 @@ def _human_delta(delta: timedelta) -> str:
         if count:
             parts.append(f"{count}{unit}")
     return " ".join(parts[:2])
-
-
-def _rows(schedule: CronSchedule, after: datetime, count: int) -> list[Resolved]:
-    rows: list[Resolved] = []
-    cursor = after
-    for _ in range(count):
-        resolved = schedule.next_after_with_note(cursor)
-        if resolved is None:
-            break
-        rows.append(resolved)
-        cursor = resolved.utc
-    return rows
 
 
 def _as_json(schedule: CronSchedule, rows: list[Resolved]) -> str:
@@ -64,10 +57,10 @@ def _print_table(
     schedule: CronSchedule, rows: list[Resolved], after: datetime, after_given: bool
 ) -> None:
     # rich is imported here, not at the top: `cronwheel next --json` should not pay for it.
-    from rich import box  # noqa: PLC0415
-    from rich.console import Console  # noqa: PLC0415
-    from rich.markup import escape  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
+    from rich import box
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
 
     gap_src = "explicit" if schedule.dst_gap is not None else "default"
     overlap_src = "explicit" if schedule.dst_overlap is not None else "default"
@@ -122,7 +115,7 @@ def _print_table(
     help="Repeated wall times: once or twice (default depends on the hour field).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
-def next_command(  # noqa: PLR0917 - click passes each option positionally
+def next_command(
     expr: str,
     tz: str,
     after: str | None,
@@ -139,7 +132,7 @@ def next_command(  # noqa: PLR0917 - click passes each option positionally
         dst_overlap=dst_overlap,  # type: ignore[arg-type]
     )
     start = SystemClock().now() if after is None else parse_instant(after, "--after")
-    rows = _rows(schedule, start, count)
+    rows = next_firings(schedule, start, count)
     if as_json:
         click.echo(_as_json(schedule, rows))
     else:

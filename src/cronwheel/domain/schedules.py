@@ -35,8 +35,7 @@ from cronwheel.domain.tz import (
     DstOverlap,
     Resolved,
     load_zone,
-    resolve_wall,
-    transition_near,
+    next_instant,
 )
 from cronwheel.errors import CronwheelError, InvalidScheduleError, ValidationError
 
@@ -51,6 +50,7 @@ __all__ = [
     "every",
     "format_duration",
     "format_instant",
+    "next_firings",
     "now",
     "parse_duration",
     "parse_instant",
@@ -364,39 +364,12 @@ class CronSchedule:
     def next_after_with_note(self, t: datetime) -> Resolved | None:
         """The first firing strictly after ``t`` with its DST note (``None``: exhausted).
 
-        Wall times are matched in order, but around a transition a later wall time
-        can be an earlier instant (an overlap's repeated hour, a shifted gap), so
-        the scan starts up to one transition's size before ``t``'s wall time and
-        stops once no later wall time can beat the best instant found. Away from
-        transitions that is one ``next_wall`` call. Instants are unique: walls
-        that resolve to the same instant yield it once (an un-noted one wins).
+        See :func:`cronwheel.domain.tz.next_instant` for how overlaps and gaps are
+        searched; instants are unique and strictly increasing under iteration.
         """
-        t = _instant_arg(t)
-        zone, expr, gap, overlap = self._zone, self._expr, self.gap, self.overlap
-        try:
-            near = transition_near(zone, t)
-            back = abs(near[1] - near[0]) if near else timedelta()
-            cursor = t.astimezone(zone).replace(tzinfo=None) - back - _TINY
-            best: Resolved | None = None
-            stop: datetime | None = None
-            while True:
-                wall = expr.next_wall(cursor)
-                if wall is None:
-                    return best
-                if stop is not None and best is not None and _past_stop(wall, stop, best):
-                    return best
-                for candidate in resolve_wall(wall, zone, gap, overlap):
-                    if candidate.utc <= t:
-                        continue
-                    if _better(candidate, best):
-                        best = candidate
-                        stop = _stop_wall(zone, candidate, wall)
-                    break
-                if stop is not None and best is not None and _past_stop(wall, stop, best):
-                    return best
-                cursor = wall
-        except OverflowError:
-            return None
+        return next_instant(
+            self._expr.next_wall, self._zone, self.gap, self.overlap, _instant_arg(t)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -411,27 +384,21 @@ class CronSchedule:
         return f"cron '{self.expr}' in {self.tz} (dst: {self.gap}/{self.overlap})"
 
 
-def _better(candidate: Resolved, best: Resolved | None) -> bool:
-    if best is None or candidate.utc < best.utc:
-        return True
-    return candidate.utc == best.utc and best.note is not None and candidate.note is None
+def next_firings(schedule: CronSchedule, after: datetime, count: int) -> list[Resolved]:
+    """Up to ``count`` successive firings strictly after ``after``, with DST notes.
 
-
-def _stop_wall(zone: ZoneInfo, best: Resolved, wall: datetime) -> datetime:
-    """Wall time from which no wall can resolve to an instant before ``best``.
-
-    Any wall ``w`` resolves to instants >= ``w - offset`` for an offset in force
-    near that instant, so with the largest offset near ``best`` the bound is
-    ``best + largest``. With no transition near, that is ``best``'s own wall time.
+    The preview of ``cronwheel next`` and ``POST /v1/schedules/preview``; fewer
+    than ``count`` once the schedule is exhausted (beyond datetime's range).
     """
-    near = transition_near(zone, best.utc)
-    if near is None:
-        return wall
-    return best.utc.replace(tzinfo=None) + max(near)
-
-
-def _past_stop(wall: datetime, stop: datetime, best: Resolved) -> bool:
-    return wall > stop or (wall == stop and best.note is None)
+    rows: list[Resolved] = []
+    cursor = after
+    for _ in range(count):
+        resolved = schedule.next_after_with_note(cursor)
+        if resolved is None:
+            break
+        rows.append(resolved)
+        cursor = resolved.utc
+    return rows
 
 
 # --- constructors ------------------------------------------------------------------

@@ -27,12 +27,15 @@ that is the only I/O here, and it happens when a zone is first loaded.
 
 Transition search assumes two facts about the tz database (true for every zone
 since 1900): offset changes are more than 72 hours apart, and no single change
-exceeds 24 hours. :func:`transition_near` relies on them.
+exceeds 24 hours. :func:`transition_near` and :func:`next_instant` rely on them;
+the schedule tests check :func:`next_instant` against brute-force enumeration
+in zones with 30-minute, 1-hour and 24-hour jumps.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, get_args
@@ -47,6 +50,7 @@ __all__ = [
     "DstOverlap",
     "Resolved",
     "load_zone",
+    "next_instant",
     "offset_at",
     "resolve_wall",
     "transition_near",
@@ -203,3 +207,74 @@ def resolve_wall(
     transition = _transition_instant(zone, wall - off1, wall - off0)
     note = f"dst_gap:next_valid ({label} does not exist; fired at the transition)"
     return [Resolved(transition, note)]
+
+
+_TINY = timedelta(microseconds=1)
+
+
+def next_instant(
+    next_wall: Callable[[datetime], datetime | None],
+    zone: ZoneInfo,
+    gap: DstGap,
+    overlap: DstOverlap,
+    t: datetime,
+) -> Resolved | None:
+    """The first instant strictly after the aware ``t`` at which a wall-time pattern fires.
+
+    ``next_wall(w)`` gives the first matching naive wall time strictly after
+    ``w`` (``CronExpr.next_wall``). Wall times come in order, but around a
+    transition a later wall time can be an earlier instant (an overlap's
+    repeated hour, a shifted gap), so the scan starts up to one transition's
+    size before ``t``'s wall time and stops once no later wall time can beat the
+    best instant found. Away from transitions that is a single ``next_wall``
+    call. Wall times resolving to the same instant give it once, un-noted
+    preferred. ``None`` when ``next_wall`` is exhausted or time runs out (year 9999).
+    """
+    try:
+        near = transition_near(zone, t)
+        back = abs(near[1] - near[0]) if near else timedelta()
+        cursor = t.astimezone(zone).replace(tzinfo=None) - back - _TINY
+        best: Resolved | None = None
+        stop: datetime | None = None
+        while True:
+            wall = next_wall(cursor)
+            if wall is None:
+                return best
+            if best is not None and stop is not None and _past_stop(wall, stop, best):
+                return best
+            for candidate in resolve_wall(wall, zone, gap, overlap):
+                if candidate.utc > t:
+                    if _better(candidate, best):
+                        best = candidate
+                        stop = _stop_wall(zone, candidate, wall)
+                    break
+            if best is not None and stop is not None and _past_stop(wall, stop, best):
+                return best
+            cursor = wall
+    except OverflowError:
+        return None
+
+
+def _better(candidate: Resolved, best: Resolved | None) -> bool:
+    if best is None or candidate.utc < best.utc:
+        return True
+    return candidate.utc == best.utc and best.note is not None and candidate.note is None
+
+
+def _stop_wall(zone: ZoneInfo, best: Resolved, wall: datetime) -> datetime:
+    """The wall time from which no wall time can resolve to an instant before ``best``.
+
+    A wall time ``w`` resolves to instants no earlier than ``w - offset`` for
+    some offset in force near that instant; only instants near ``best`` can
+    compete (the module's assumptions), so with the largest offset there the
+    bound is ``best + largest``. With no transition near, that is ``best``'s own
+    wall time.
+    """
+    near = transition_near(zone, best.utc)
+    if near is None:
+        return wall
+    return best.utc.replace(tzinfo=None) + max(near)
+
+
+def _past_stop(wall: datetime, stop: datetime, best: Resolved) -> bool:
+    return wall > stop or (wall == stop and best.note is None)

@@ -272,3 +272,108 @@ class Store(Protocol):
         thread. ``enqueue``, ``enqueue_now`` and ``redrive_firing``
         send the hint after they commit. A lost hint costs only latency."""
         ...
+
+
+# -- HTTP API support (issue 5) ------------------------------------------------------
+# Appended as a separate port so the core Store stays as it was; every Store
+# implementation used behind ``cronwheel api`` implements both.
+
+JOB_STATES = ("active", "paused", "done")  # search_jobs(state=...): see its docstring
+TOKEN_ROLES = ("read", "write", "admin")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiToken:
+    """A bearer token as stored: only the sha256 hex of its secret, never the secret."""
+
+    id: int
+    namespace: str
+    role: str  # "read" | "write" | "admin"
+    label: str | None
+    secret_hash: str
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AddedFirings:
+    inserted: list[Firing]
+    duplicates: int  # instants that already had a firing of this job: left alone
+
+
+class ApiStore(Store, Protocol):
+    def ping(self) -> None:
+        """Run a trivial query; raise StoreUnavailableError unless the store answers."""
+        ...
+
+    # -- tokens -------------------------------------------------------------------
+    def create_token(
+        self, *, namespace: str, role: str, label: str | None, secret_hash: str
+    ) -> ApiToken:
+        """Insert a token (``role`` one of TOKEN_ROLES); ids are assigned by the store."""
+        ...
+
+    def get_token(self, token_id: int) -> ApiToken | None:
+        """The token with this id, revoked or not; None when there is none."""
+        ...
+
+    def list_tokens(self, *, namespace: str | None = None) -> list[ApiToken]:
+        """Tokens ordered by id, revoked ones included, optionally of one namespace."""
+        ...
+
+    def revoke_token(self, token_id: int) -> ApiToken:
+        """Set ``revoked_at`` to now (kept if already set: idempotent). Raises NotFoundError."""
+        ...
+
+    # -- jobs and firings, namespace-scoped ---------------------------------------------
+    def search_jobs(
+        self,
+        namespace: str,
+        *,
+        state: str | None = None,
+        task: str | None = None,
+        name_prefix: str | None = None,
+        after_id: int = 0,
+        limit: int = 100,
+    ) -> list[Job]:
+        """``list_jobs`` of one namespace plus a state filter: ``active`` (not paused,
+        ``next_fire_at`` set), ``paused``, ``done`` (not paused, ``next_fire_at`` NULL).
+        ``name_prefix`` is literal (no LIKE wildcards). Ordered by id, ``id > after_id``."""
+        ...
+
+    def list_job_firings(
+        self,
+        job_id: JobId,
+        *,
+        states: Sequence[FiringState] | None = None,
+        scheduled_from: datetime | None = None,
+        scheduled_to: datetime | None = None,
+        before_id: int | None = None,
+        limit: int = 100,
+    ) -> list[Firing]:
+        """One job's firings, newest first (by id), ``id < before_id`` when given, with
+        ``scheduled_from <= scheduled_for < scheduled_to`` for the bounds given."""
+        ...
+
+    def add_firings(
+        self, namespace: str, name: str, scheduled_for: Sequence[datetime], *, note: str
+    ) -> AddedFirings:
+        """Insert QUEUED firings of the job due at these instants (trigger, backfill), in
+        one transaction, without moving the job's cursor. An instant that already has a
+        firing of the job is counted in ``duplicates``. Sends the wake-up hint.
+        Raises JobNotFoundError."""
+        ...
+
+    def enqueue_now_once(
+        self, spec: JobSpec, *, key_hash: str, request_hash: str
+    ) -> tuple[Firing, bool]:
+        """``enqueue_now`` guarded by an idempotency key, in one transaction: when
+        ``(spec.namespace, key_hash)`` is recorded with the same ``request_hash``, return
+        (that firing, False) and create nothing; with another ``request_hash`` raise
+        ConflictError; else enqueue, record the key and return (firing, True). A key is
+        forgotten when its firing is deleted."""
+        ...
+
+    def job_backlog(self, namespace: str, *, limit: int = 50) -> dict[str, int]:
+        """QUEUED + RUNNING firings per job name of one namespace, largest first."""
+        ...

@@ -74,7 +74,7 @@ class DbTime:
 
     offset: timedelta = timedelta(0)
     frozen_at: datetime | None = None
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def advance(self, delta: timedelta) -> None:
         with self._lock:
@@ -109,7 +109,10 @@ class Database:
             # connections are discarded here instead of failing the caller
             check=ConnectionPool.check_connection,
             timeout=timeout_s,
-            reconnect_timeout=0,  # keep trying to reconnect for as long as the store lives
+            # give a failed connection attempt up at once: the next caller starts a
+            # fresh one, so the pool is back the moment the server is (the default
+            # backs off for up to 5 minutes); callers see StoreUnavailableError meanwhile
+            reconnect_timeout=0,
             name="cronwheel",
             open=False,
         )

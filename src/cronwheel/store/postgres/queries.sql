@@ -13,7 +13,7 @@ SELECT :now AS now
 -- name: insert_job
 INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
                   max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard)
-VALUES (%(namespace)s, %(name)s, %(task)s, %(schedule)s::jsonb, %(payload)s::jsonb,
+VALUES (%(namespace)s, %(name)s, %(task)s, %(schedule)s::jsonb, %(payload)s::json,
         %(policies)s::jsonb, %(spec_hash)s, %(priority)s, %(max_attempts)s, %(visibility_us)s,
         %(paused)s, %(next_fire_at)s, :now, :now, %(shard)s)
 RETURNING *
@@ -21,7 +21,7 @@ RETURNING *
 -- name: insert_job_if_absent
 INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
                   max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard)
-VALUES (%(namespace)s, %(name)s, %(task)s, %(schedule)s::jsonb, %(payload)s::jsonb,
+VALUES (%(namespace)s, %(name)s, %(task)s, %(schedule)s::jsonb, %(payload)s::json,
         %(policies)s::jsonb, %(spec_hash)s, %(priority)s, %(max_attempts)s, %(visibility_us)s,
         %(paused)s, %(next_fire_at)s, :now, :now, %(shard)s)
 ON CONFLICT (namespace, name) DO NOTHING
@@ -32,7 +32,7 @@ SELECT * FROM jobs WHERE namespace = %(namespace)s AND name = %(name)s FOR UPDAT
 
 -- name: update_job_spec
 UPDATE jobs
-SET task = %(task)s, schedule = %(schedule)s::jsonb, payload = %(payload)s::jsonb,
+SET task = %(task)s, schedule = %(schedule)s::jsonb, payload = %(payload)s::json,
     policies = %(policies)s::jsonb, spec_hash = %(spec_hash)s, priority = %(priority)s,
     max_attempts = %(max_attempts)s, visibility_us = %(visibility_us)s,
     next_fire_at = CASE WHEN schedule = %(schedule)s::jsonb THEN next_fire_at

@@ -1,5 +1,7 @@
--- cronwheel schema for PostgreSQL. Instants are timestamptz; schedule, payload,
--- policies and node info are jsonb. Migrations are the `-- name: migration_N`
+-- cronwheel schema for PostgreSQL. Instants are timestamptz; schedule, policies
+-- and node info are jsonb. A payload is `json`, not jsonb: it is the user's
+-- arguments, opaque to SQL, and must come back exactly as given — jsonb rejects
+-- "\u0000" in strings and rewrites numbers (1e+300 comes back as an integer). Migrations are the `-- name: migration_N`
 -- blocks, applied in order by PostgresStore.migrate(): all pending ones in ONE
 -- transaction under pg_advisory_xact_lock (a transaction-level lock: released at
 -- commit, safe on pooled connections), together with the bump of
@@ -18,7 +20,7 @@ CREATE TABLE jobs (
     name          text             NOT NULL,
     task          text             NOT NULL,
     schedule      jsonb            NOT NULL,     -- Schedule.to_dict()
-    payload       jsonb            NOT NULL,     -- {"args": [...], "kwargs": {...}}
+    payload       json             NOT NULL,     -- {"args": [...], "kwargs": {...}}, verbatim
     policies      jsonb            NOT NULL,     -- JobPolicies.to_dict()
     spec_hash     text             NOT NULL,
     priority      double precision NOT NULL,     -- copies of hot policy values, for SQL
@@ -42,7 +44,7 @@ CREATE TABLE firings (
     namespace           text             NOT NULL,
     job_name            text             NOT NULL,
     task                text             NOT NULL,
-    payload             jsonb            NOT NULL,
+    payload             json             NOT NULL,
     scheduled_for       timestamptz      NOT NULL,
     due_at              timestamptz      NOT NULL,
     vdeadline           timestamptz      NOT NULL, -- claim order: due_at + base_latency / priority

@@ -18,9 +18,9 @@ is how they are kept:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Hashable, Sequence
-from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from psycopg import errors as pgerrors
 from psycopg.rows import DictRow
@@ -29,7 +29,6 @@ from cronwheel.domain.clock import Clock
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import (
     ClaimedFiring,
-    Epoch,
     Firing,
     FiringId,
     Job,
@@ -40,7 +39,6 @@ from cronwheel.domain.models import (
     Lease,
     NodeInfo,
 )
-from cronwheel.domain.policies import BASE_LATENCY
 from cronwheel.errors import (
     ConflictError,
     FiringNotFoundError,
@@ -51,19 +49,25 @@ from cronwheel.errors import (
 from cronwheel.store import codec
 from cronwheel.store.postgres.db import NOW_SQL, Conn, Database, DbTime, load_sql, query
 from cronwheel.store.postgres.listen import PgListenWakeup
+from cronwheel.store.postgres.params import (
+    BASE_LATENCY_US,
+    complete_params,
+    enqueue_params,
+    job_params,
+    lease_from_row,
+    rounds,
+    utc,
+)
 from cronwheel.store.protocol import (
     DISPATCHER_LEASE,
     CancelResult,
     Completion,
     EnqueueResult,
     JobAdvance,
+    Store,
     StoreStatus,
 )
 from cronwheel.wakeup import Wakeup
-
-_BASE_LATENCY_US = int(BASE_LATENCY.total_seconds() * 1_000_000)
-_K = TypeVar("_K", bound=Hashable)
-_V = TypeVar("_V")
 
 
 class PostgresStore:
@@ -117,7 +121,7 @@ class PostgresStore:
 
     def now(self) -> datetime:
         rows = self._read(self._q["now"])
-        return _utc(rows[0]["now"])
+        return utc(rows[0]["now"])
 
     # -- lifecycle ----------------------------------------------------------------------
     def migrate(self) -> int:
@@ -158,7 +162,7 @@ class PostgresStore:
 
     # -- jobs -----------------------------------------------------------------------------
     def create_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> Job:
-        params = _job_params(spec) | {"next_fire_at": first_fire_at}
+        params = job_params(spec) | {"next_fire_at": first_fire_at}
 
         def body(conn: Conn) -> DictRow:
             try:
@@ -176,7 +180,7 @@ class PostgresStore:
         return codec.job_from_row(self._db.run(body, write=True))
 
     def upsert_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> tuple[Job, bool]:
-        params = _job_params(spec) | {"next_fire_at": first_fire_at}
+        params = job_params(spec) | {"next_fire_at": first_fire_at}
         key = {"namespace": spec.namespace, "name": spec.name}
 
         def body(conn: Conn) -> tuple[DictRow, bool]:
@@ -284,7 +288,7 @@ class PostgresStore:
             return self._one(conn, "acquire_lease", {"name": name, "holder": holder, "ttl": ttl})
 
         row = self._db.run(body, write=True, atomic=False)
-        return None if row is None else _lease(row)
+        return None if row is None else lease_from_row(row)
 
     def release_lease(self, lease: Lease) -> None:
         params = {"name": lease.name, "holder": lease.holder, "epoch": lease.epoch}
@@ -294,13 +298,13 @@ class PostgresStore:
 
     def get_lease(self, name: str) -> Lease | None:
         rows = self._read("SELECT * FROM leases WHERE name = %(name)s", {"name": name})
-        return _lease(rows[0]) if rows else None
+        return lease_from_row(rows[0]) if rows else None
 
     # -- dispatch -------------------------------------------------------------------------
     def enqueue(self, lease: Lease, advances: Sequence[JobAdvance]) -> EnqueueResult:
         fence = {"name": lease.name, "holder": lease.holder, "epoch": lease.epoch}
         # a job named twice in one batch moves in order, as one statement per round
-        rounds = _rounds(advances, lambda a: a.job_id)
+        batches = rounds(advances, lambda a: a.job_id)
 
         def body(conn: Conn) -> EnqueueResult:
             result = EnqueueResult()
@@ -308,8 +312,8 @@ class PostgresStore:
                 raise LeaseLostError(
                     f"lease {lease.name!r} epoch {lease.epoch} is no longer held by {lease.holder}"
                 )
-            for batch in rounds:
-                rows = self._exec(conn, "enqueue_batch", _enqueue_params(batch, lease.epoch))
+            for batch in batches:
+                rows = self._exec(conn, "enqueue_batch", enqueue_params(batch, lease.epoch))
                 moved = {r["id"] for r in rows if r["kind"] == "moved"}
                 inserted = sorted(r["id"] for r in rows if r["kind"] == "inserted")
                 planned = sum(len(a.firings) for a in batch if a.job_id in moved)
@@ -331,7 +335,7 @@ class PostgresStore:
 
     # -- immediate work -------------------------------------------------------------------
     def enqueue_now(self, spec: JobSpec) -> Firing:
-        params = _job_params(spec) | {"next_fire_at": None}
+        params = job_params(spec) | {"next_fire_at": None}
 
         def body(conn: Conn) -> DictRow:
             try:
@@ -348,7 +352,7 @@ class PostgresStore:
             row = self._one(
                 conn,
                 "insert_now_firing",
-                {"job_id": job["id"], "base_latency_us": _BASE_LATENCY_US},
+                {"job_id": job["id"], "base_latency_us": BASE_LATENCY_US},
             )
             self._exec(conn, "notify_work")
             assert row is not None
@@ -414,18 +418,18 @@ class PostgresStore:
         if not completions:
             return []
         # a firing reported twice in one batch is decided in order, one round each
-        rounds = _rounds(range(len(completions)), lambda i: completions[i].firing_id)
+        batches = rounds(range(len(completions)), lambda i: completions[i].firing_id)
 
         def body(conn: Conn) -> list[bool]:
             accepted = [False] * len(completions)
-            for batch in rounds:
-                params = _complete_params([completions[i] for i in batch])
+            for batch in batches:
+                params = complete_params([completions[i] for i in batch])
                 done = {r["id"] for r in self._exec(conn, "complete_batch", params)}
                 for i in batch:
                     accepted[i] = completions[i].firing_id in done
             return accepted
 
-        return self._db.run(body, write=True, atomic=len(rounds) > 1)
+        return self._db.run(body, write=True, atomic=len(batches) > 1)
 
     # -- firings --------------------------------------------------------------------------
     def get_firing(self, firing_id: FiringId) -> Firing:
@@ -549,92 +553,18 @@ class PostgresStore:
 
         counts, jobs, lateness = self._db.run(body, write=False)
         return StoreStatus(
-            now=_utc(jobs["now"]),
+            now=utc(jobs["now"]),
             lease=self.get_lease(DISPATCHER_LEASE),
             counts=counts,
             jobs=int(jobs["n"]),
             paused_jobs=int(jobs["p"]),
-            oldest_queued_due_at=None if jobs["oldest"] is None else _utc(jobs["oldest"]),
+            oldest_queued_due_at=None if jobs["oldest"] is None else utc(jobs["oldest"]),
             nodes=self.list_nodes(),
             lateness_ms=lateness,
         )
 
 
-# -- helpers ----------------------------------------------------------------------------------
-def _utc(value: datetime) -> datetime:
-    return value.astimezone(UTC)
+if TYPE_CHECKING:  # PostgresStore keeps the Store protocol (checked by mypy)
 
-
-def _job_params(spec: JobSpec) -> dict[str, Any]:
-    params = codec.job_params(spec)
-    params["paused"] = bool(params["paused"])
-    return params
-
-
-def _lease(row: DictRow) -> Lease:
-    return Lease(
-        name=row["name"],
-        holder=row["holder"],
-        epoch=Epoch(row["epoch"]),
-        expires_at=_utc(row["expires_at"]),
-        acquired_at=_utc(row["acquired_at"]),
-    )
-
-
-def _rounds(items: Sequence[_V], key: Callable[[_V], _K]) -> list[list[_V]]:
-    """Split ``items`` into consecutive-order rounds in which no key repeats.
-
-    One statement over a batch cannot apply two changes to one row in order; rounds
-    can (the n-th occurrence of a key goes to round n). Almost always one round.
-    """
-    rounds: list[list[_V]] = []
-    seen: dict[_K, int] = {}
-    for item in items:
-        k = key(item)
-        n = seen.get(k, 0)
-        seen[k] = n + 1
-        if n == len(rounds):
-            rounds.append([])
-        rounds[n].append(item)
-    return rounds
-
-
-def _enqueue_params(batch: Sequence[JobAdvance], epoch: int) -> dict[str, Any]:
-    p: dict[str, list[Any]] = {
-        k: []
-        for k in (
-            "a_job", "a_expected", "a_new", "a_last", "a_missed",
-            "f_job", "f_at", "f_note",
-            "e_job", "e_first", "e_last", "e_count", "e_exact", "e_detail",
-        )
-    }  # fmt: skip
-    for adv in batch:
-        p["a_job"].append(adv.job_id)
-        p["a_expected"].append(adv.expected_next_fire_at)
-        p["a_new"].append(adv.new_next_fire_at)
-        p["a_last"].append(max((f.scheduled_for for f in adv.firings), default=None))
-        p["a_missed"].append(sum(m.count for m in adv.missed))
-        for f in adv.firings:
-            p["f_job"].append(adv.job_id)
-            p["f_at"].append(f.scheduled_for)
-            p["f_note"].append(f.note)
-        for m in adv.missed:
-            p["e_job"].append(adv.job_id)
-            p["e_first"].append(m.first)
-            p["e_last"].append(m.last)
-            p["e_count"].append(m.count)
-            p["e_exact"].append(bool(m.exact))
-            p["e_detail"].append(m.reason)
-    return {**p, "epoch": epoch, "base_latency_us": _BASE_LATENCY_US}
-
-
-def _complete_params(batch: Sequence[Completion]) -> dict[str, Any]:
-    return {
-        "ids": [c.firing_id for c in batch],
-        "tokens": [c.claim_token for c in batch],
-        "ok": [c.succeeded for c in batch],
-        "started": [c.started_at for c in batch],
-        "finished": [c.finished_at for c in batch],
-        "errors": [c.error for c in batch],
-        "retry_at": [c.retry_at for c in batch],
-    }
+    def _conforms(store: PostgresStore) -> Store:
+        return store

@@ -162,3 +162,39 @@ RETURNING *
 UPDATE firings SET cancel_requested_at = coalesce(cancel_requested_at, :now)
 WHERE id = :id AND state = 'running'
 RETURNING *
+
+-- name: insert_token
+INSERT INTO api_tokens (namespace, role, label, secret_hash, created_at)
+VALUES (:namespace, :role, :label, :secret_hash, :now)
+RETURNING *
+
+-- name: revoke_token
+UPDATE api_tokens SET revoked_at = coalesce(revoked_at, :now)
+WHERE id = :id
+RETURNING *
+
+-- name: insert_job_firing
+INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for, due_at, vdeadline,
+                     state, max_attempts, priority, visibility_us, enqueued_at, enqueued_epoch,
+                     note, shard)
+SELECT id, namespace, name, task, payload, :scheduled_for, :due_at,
+       :due_at + CAST(:base_latency_us / priority AS INTEGER),
+       'queued', max_attempts, priority, visibility_us, :now, NULL, :note, shard
+FROM jobs WHERE id = :job_id
+ON CONFLICT (job_id, scheduled_for) DO NOTHING
+RETURNING *
+
+-- name: find_idempotency_key
+SELECT request_hash, firing_id FROM idempotency_keys
+WHERE namespace = :namespace AND key_hash = :key_hash
+
+-- name: insert_idempotency_key
+INSERT INTO idempotency_keys (namespace, key_hash, request_hash, firing_id, created_at)
+VALUES (:namespace, :key_hash, :request_hash, :firing_id, :now)
+
+-- name: job_backlog
+SELECT job_name, count(*) AS n FROM firings
+WHERE namespace = :namespace AND state IN ('queued', 'running')
+GROUP BY job_name
+ORDER BY n DESC, job_name
+LIMIT :limit

@@ -113,3 +113,27 @@ CREATE TABLE job_events (
     detail   TEXT
 );
 CREATE INDEX job_events_job ON job_events (job_id, id);
+
+-- name: migration_2
+-- HTTP API: bearer tokens (only a hash of the secret is stored), Idempotency-Key
+-- records of POST /v1/firings, and an index for per-job firing history pages.
+CREATE TABLE api_tokens (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    namespace   TEXT    NOT NULL,
+    role        TEXT    NOT NULL CHECK (role IN ('read', 'write', 'admin')),
+    label       TEXT,
+    secret_hash TEXT    NOT NULL,                -- sha256 hex of the random secret
+    created_at  INTEGER NOT NULL,
+    revoked_at  INTEGER                          -- NULL while the token is valid
+);
+
+CREATE TABLE idempotency_keys (
+    namespace    TEXT    NOT NULL,
+    key_hash     TEXT    NOT NULL,               -- sha256 hex of the Idempotency-Key header
+    request_hash TEXT    NOT NULL,               -- sha256 hex of the canonical request body
+    firing_id    INTEGER NOT NULL REFERENCES firings (id) ON DELETE CASCADE,
+    created_at   INTEGER NOT NULL,
+    PRIMARY KEY (namespace, key_hash)
+);
+
+CREATE INDEX firings_job_id ON firings (job_id, id);

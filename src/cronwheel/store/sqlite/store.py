@@ -46,6 +46,7 @@ from cronwheel.errors import (
     InvalidTransitionError,
     JobNotFoundError,
     LeaseLostError,
+    NotFoundError,
     StoreError,
     StoreUnavailableError,
 )
@@ -55,6 +56,8 @@ from cronwheel.store.protocol import (
     CancelResult,
     Completion,
     EnqueueResult,
+    AddedFirings,
+    ApiToken,
     JobAdvance,
     StoreStatus,
 )
@@ -674,6 +677,187 @@ class SqliteStore:
             lateness_ms=lateness,
         )
 
+    # -- HTTP API support (ApiStore) ----------------------------------------------------
+    def ping(self) -> None:
+        try:
+            self._read("SELECT 1")
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"sqlite: {exc}") from exc
+
+    def create_token(
+        self, *, namespace: str, role: str, label: str | None, secret_hash: str
+    ) -> ApiToken:
+        params = {
+            "namespace": namespace,
+            "role": role,
+            "label": label,
+            "secret_hash": secret_hash,
+            "now": self._now_us(),
+        }
+        with self._tx() as conn:
+            row = conn.execute(self._q["insert_token"], params).fetchone()
+        return _token(row)
+
+    def get_token(self, token_id: int) -> ApiToken | None:
+        rows = self._read("SELECT * FROM api_tokens WHERE id = ?", (token_id,))
+        return _token(rows[0]) if rows else None
+
+    def list_tokens(self, *, namespace: str | None = None) -> list[ApiToken]:
+        if namespace is None:
+            rows = self._read("SELECT * FROM api_tokens ORDER BY id")
+        else:
+            rows = self._read(
+                "SELECT * FROM api_tokens WHERE namespace = ? ORDER BY id", (namespace,)
+            )
+        return [_token(r) for r in rows]
+
+    def revoke_token(self, token_id: int) -> ApiToken:
+        with self._tx() as conn:
+            row = conn.execute(
+                self._q["revoke_token"], {"id": token_id, "now": self._now_us()}
+            ).fetchone()
+        if row is None:
+            raise NotFoundError(f"no token with id {token_id}", field="token_id")
+        return _token(row)
+
+    def search_jobs(
+        self,
+        namespace: str,
+        *,
+        state: str | None = None,
+        task: str | None = None,
+        name_prefix: str | None = None,
+        after_id: int = 0,
+        limit: int = 100,
+    ) -> list[Job]:
+        where: list[str] = ["namespace = ?", "id > ?"]
+        params: list[Any] = [namespace, after_id]
+        if state == "active":
+            where.append("paused = 0 AND next_fire_at IS NOT NULL")
+        elif state == "paused":
+            where.append("paused = 1")
+        elif state == "done":
+            where.append("paused = 0 AND next_fire_at IS NULL")
+        if task is not None:
+            where.append("task = ?")
+            params.append(task)
+        if name_prefix:
+            # substr comparison: '%' and '_' in a prefix are literal, never LIKE patterns
+            where.append("substr(name, 1, ?) = ?")
+            params.extend([len(name_prefix), name_prefix])
+        sql = f"SELECT * FROM jobs WHERE {' AND '.join(where)} ORDER BY id LIMIT ?"
+        return [codec.job_from_row(r) for r in self._read(sql, [*params, limit])]
+
+    def list_job_firings(
+        self,
+        job_id: JobId,
+        *,
+        states: Sequence[FiringState] | None = None,
+        scheduled_from: datetime | None = None,
+        scheduled_to: datetime | None = None,
+        before_id: int | None = None,
+        limit: int = 100,
+    ) -> list[Firing]:
+        where: list[str] = ["job_id = ?"]
+        params: list[Any] = [job_id]
+        if states:
+            where.append(f"state IN ({','.join('?' * len(states))})")
+            params.extend(s.value for s in states)
+        if scheduled_from is not None:
+            where.append("scheduled_for >= ?")
+            params.append(to_us(scheduled_from))
+        if scheduled_to is not None:
+            where.append("scheduled_for < ?")
+            params.append(to_us(scheduled_to))
+        if before_id is not None:
+            where.append("id < ?")
+            params.append(before_id)
+        sql = f"SELECT * FROM firings WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT ?"
+        return [codec.firing_from_row(r) for r in self._read(sql, [*params, limit])]
+
+    def add_firings(
+        self, namespace: str, name: str, scheduled_for: Sequence[datetime], *, note: str
+    ) -> AddedFirings:
+        inserted: list[Firing] = []
+        duplicates = 0
+        with self._tx() as conn:
+            job = conn.execute(
+                "SELECT id FROM jobs WHERE namespace = ? AND name = ?", (namespace, name)
+            ).fetchone()
+            if job is None:
+                raise JobNotFoundError(f"no job named {name!r}", field="name")
+            now = self._now_us()
+            for instant in scheduled_for:
+                at = to_us(instant)
+                row = conn.execute(
+                    self._q["insert_job_firing"],
+                    {
+                        "job_id": job["id"],
+                        "scheduled_for": at,
+                        "due_at": max(at, now),
+                        "base_latency_us": _BASE_LATENCY_US,
+                        "now": now,
+                        "note": note,
+                    },
+                ).fetchone()
+                if row is None:
+                    duplicates += 1
+                else:
+                    inserted.append(codec.firing_from_row(row))
+        if inserted:
+            self._doorbell.ring()
+        return AddedFirings(inserted=inserted, duplicates=duplicates)
+
+    def enqueue_now_once(
+        self, spec: JobSpec, *, key_hash: str, request_hash: str
+    ) -> tuple[Firing, bool]:
+        key = {"namespace": spec.namespace, "key_hash": key_hash}
+        now = self._now_us()
+        with self._tx() as conn:
+            seen = conn.execute(self._q["find_idempotency_key"], key).fetchone()
+            if seen is not None:
+                if seen["request_hash"] != request_hash:
+                    raise ConflictError(
+                        "this Idempotency-Key was used with a different request body",
+                        field="Idempotency-Key",
+                    )
+                row = conn.execute(
+                    "SELECT * FROM firings WHERE id = ?", (seen["firing_id"],)
+                ).fetchone()
+                return codec.firing_from_row(row), False
+            # the same steps as enqueue_now, inside this transaction
+            try:
+                job = conn.execute(
+                    self._q["insert_job"],
+                    codec.job_params(spec) | {"next_fire_at": None, "now": now},
+                ).fetchone()
+            except sqlite3.IntegrityError:
+                raise ConflictError(
+                    f"a job named {spec.name!r} already exists", field="name", code="job_exists"
+                ) from None
+            conn.execute("UPDATE jobs SET last_fired_at = ? WHERE id = ?", (now, job["id"]))
+            row = conn.execute(
+                self._q["insert_job_firing"],
+                {
+                    "job_id": job["id"],
+                    "scheduled_for": now,
+                    "due_at": now,
+                    "base_latency_us": _BASE_LATENCY_US,
+                    "now": now,
+                    "note": None,
+                },
+            ).fetchone()
+            conn.execute(
+                self._q["insert_idempotency_key"],
+                key | {"request_hash": request_hash, "firing_id": row["id"], "now": now},
+            )
+        self._doorbell.ring()
+        return codec.firing_from_row(row), True
+
+    def job_backlog(self, namespace: str, *, limit: int = 50) -> dict[str, int]:
+        rows = self._read(self._q["job_backlog"], {"namespace": namespace, "limit": limit})
+        return {r["job_name"]: int(r["n"]) for r in rows}
+
 
 def _statements(script: str) -> list[str]:
     """Split a script into statements (sqlite3.complete_statement knows about quotes)."""
@@ -703,4 +887,16 @@ def _lease(row: sqlite3.Row) -> Lease:
         epoch=Epoch(row["epoch"]),
         expires_at=from_us(row["expires_at"]),
         acquired_at=from_us(row["acquired_at"]),
+    )
+
+
+def _token(row: sqlite3.Row) -> ApiToken:
+    return ApiToken(
+        id=int(row["id"]),
+        namespace=row["namespace"],
+        role=row["role"],
+        label=row["label"],
+        secret_hash=row["secret_hash"],
+        created_at=from_us(row["created_at"]),
+        revoked_at=codec.opt_dt(row["revoked_at"]),
     )

@@ -1,0 +1,149 @@
+"""One error shape for every answer that is not a success::
+
+    {"error": {"code": "invalid_cron", "message": "...", "field": "schedule.cron"}}
+
+``code`` is stable and machine-readable; ``field`` names the input to blame (a
+dotted path into the body, or a query parameter, header or path parameter), or
+is null. cronwheel's own errors carry their code and field; pydantic's and the
+framework's are mapped here. Nothing in a message echoes a credential.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from cronwheel.errors import (
+    ConflictError,
+    CronwheelError,
+    InvalidScheduleError,
+    InvalidTransitionError,
+    NotFoundError,
+    StoreError,
+    StoreUnavailableError,
+    UnknownTimezoneError,
+    ValidationError,
+)
+
+
+class HttpError(Exception):
+    """An HTTP-level refusal (authentication, cursors, limits) with its status."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        field: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+        self.headers = dict(headers or {})
+
+
+def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "field": field}}
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    field: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    return JSONResponse(error_body(code, message, field), status_code=status, headers=headers)
+
+
+def status_and_code(exc: CronwheelError) -> tuple[int, str]:
+    """The HTTP status and stable code of one of cronwheel's own errors."""
+    if isinstance(exc, UnknownTimezoneError):
+        return 422, "unknown_timezone"
+    if isinstance(exc, InvalidScheduleError):
+        cron_field = exc.field is not None and exc.field.split(".")[-1] == "cron"
+        return 422, "invalid_cron" if cron_field else exc.code
+    if isinstance(exc, ValidationError):
+        return 422, exc.code
+    if isinstance(exc, NotFoundError):
+        # one code for every "no such thing (in your namespace)": no existence oracle
+        return 404, "not_found"
+    if isinstance(exc, ConflictError | InvalidTransitionError):
+        return 409, exc.code
+    if isinstance(exc, StoreUnavailableError):
+        return 503, "store_unavailable"
+    if isinstance(exc, StoreError):
+        return 503, exc.code
+    return 400, exc.code
+
+
+# pydantic names union members in error locations ("interval", "float"); a field
+# path should only hold the fields and indexes the user wrote.
+_UNION_TAGS = frozenset({"float", "str", "int", "bool", "none", "list", "dict"})
+_TAG_RE = re.compile(r"^[a-z-]+\[.*\]$")
+
+
+def field_path(loc: Sequence[Any]) -> str | None:
+    parts = [
+        str(p)
+        for p in loc
+        if isinstance(p, int) or (str(p) not in _UNION_TAGS and not _TAG_RE.match(str(p)))
+    ]
+    return ".".join(parts) or None
+
+
+def _validation_response(exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    if not errors:
+        return error_response(422, "invalid_input", "invalid request")
+    first = errors[0]
+    loc = list(first.get("loc", ()))
+    where = loc[0] if loc else "body"
+    # a malformed body is a 422 (its meaning is wrong); a malformed query,
+    # path or header is a malformed request: 400
+    status = 422 if where == "body" else 400
+    message = str(first.get("msg", "invalid value"))
+    if first.get("type") == "missing" and where == "body" and len(loc) == 1:
+        message = "a JSON object body is required"
+    return error_response(status, "invalid_input", message, field_path(loc[1:]))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def on_cronwheel(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, CronwheelError)
+        status, code = status_and_code(exc)
+        headers = {"Retry-After": "1"} if status == 503 else None
+        return error_response(status, code, exc.message, exc.field, headers)
+
+    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HttpError)
+        return error_response(exc.status, exc.code, exc.message, exc.field, exc.headers)
+
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return _validation_response(exc)
+
+    async def on_starlette(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == 404:
+            return error_response(404, "not_found", "no such resource")
+        if exc.status_code == 405:
+            return error_response(
+                405, "method_not_allowed", "method not allowed", headers=exc.headers
+            )
+        return error_response(exc.status_code, f"http_{exc.status_code}", str(exc.detail))
+
+    app.add_exception_handler(CronwheelError, on_cronwheel)
+    app.add_exception_handler(HttpError, on_http_error)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_starlette)

@@ -1,0 +1,328 @@
+"""PostgreSQL-only behaviour of PostgresStore: plans, row locks, fencing under
+concurrency, recovery of the pool, LISTEN/NOTIFY, concurrent migration."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from cronwheel.errors import LeaseLostError, StoreUnavailableError
+from cronwheel.store.protocol import DISPATCHER_LEASE, JobAdvance, PlannedFiring
+from tests.conftest import PG_URL, require_service
+from tests.contract.conftest import Harness, spec
+from tests.contract.pg_harness import drop_schema, new_schema, postgres_harness
+
+S = timedelta(seconds=1)
+
+
+@pytest.fixture
+def h(tmp_path: Any) -> Iterator[Harness]:
+    yield from postgres_harness(tmp_path)
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    """A fresh empty schema (skips locally / fails in CI without a server)."""
+    try:
+        name = new_schema()
+    except psycopg.OperationalError as exc:
+        require_service("PostgreSQL", exc)
+        raise
+    yield name
+    drop_schema(name)
+
+
+def _store(h: Harness) -> Any:
+    return h.store
+
+
+def _raw(h: Harness) -> psycopg.Connection[Any]:
+    """A plain connection on the test's schema (autocommit off: explicit transactions)."""
+    return psycopg.connect(_store(h)._db.conninfo)
+
+
+def _queued(h: Harness, n: int, name: str = "q") -> list[int]:
+    lease = h.store.acquire_lease(DISPATCHER_LEASE, "leader", 60 * S)
+    assert lease is not None
+    jobs = [h.store.create_job(spec(f"{name}{i}"), first_fire_at=h.now()) for i in range(n)]
+    advances = [
+        JobAdvance(
+            job_id=j.id,
+            expected_next_fire_at=j.next_fire_at,  # type: ignore[arg-type]
+            new_next_fire_at=h.now() + 60 * S,
+            firings=[PlannedFiring(scheduled_for=h.now())],
+        )
+        for j in jobs
+    ]
+    return list(h.store.enqueue(lease, advances).inserted)
+
+
+def test_due_jobs_query_uses_the_partial_index(h: Harness) -> None:
+    with _raw(h) as conn:
+        # 20k jobs, almost all due far in the future, paused or exhausted
+        conn.execute(
+            """
+            INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash,
+                              priority, max_attempts, visibility_us, paused, next_fire_at,
+                              created_at, updated_at, shard)
+            SELECT 'default', 'bulk' || g, 't', '{}', '{"args": [], "kwargs": {}}', '{}', 'h',
+                   1, 3, 30000000, g % 10 = 0,
+                   CASE WHEN g % 7 = 0 THEN NULL ELSE now() + g * interval '1 minute' END,
+                   now(), now(), g % 256
+            FROM generate_series(1, 20000) AS g
+            """
+        )
+        conn.execute("ANALYZE jobs")
+        conn.commit()
+        sql = _store(h)._q["due_jobs"]
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                "EXPLAIN " + sql, {"horizon": h.now() + 60 * S, "limit": 1000}
+            ).fetchall()
+        )
+    assert "jobs_due" in plan, plan
+    assert "Seq Scan" not in plan, plan
+
+
+def test_claim_skips_locked_rows_without_blocking(h: Harness) -> None:
+    ids = _queued(h, 5)
+    locked = ids[0]
+    with _raw(h) as conn:
+        conn.execute("SELECT id FROM firings WHERE id = %s FOR UPDATE", (locked,))
+        got: list[Any] = []
+        t = threading.Thread(target=lambda: got.extend(h.store.claim("w", tasks=["t"], limit=10)))
+        started = time.monotonic()
+        t.start()
+        t.join(timeout=5)
+        assert not t.is_alive(), "claim blocked behind a locked row"
+        assert time.monotonic() - started < 2
+        assert sorted(c.firing.id for c in got) == sorted(ids[1:])
+        conn.rollback()
+    # once the lock is gone the skipped firing is claimable
+    assert [c.firing.id for c in h.store.claim("w", tasks=["t"], limit=10)] == [locked]
+
+
+def _advance(job: Any, at: Any) -> list[JobAdvance]:
+    return [
+        JobAdvance(
+            job_id=job.id,
+            expected_next_fire_at=job.next_fire_at,
+            new_next_fire_at=at + 60 * S,
+            firings=[PlannedFiring(scheduled_for=at)],
+        )
+    ]
+
+
+def test_enqueue_waiting_behind_a_takeover_is_fenced_out(h: Harness) -> None:
+    job = h.store.create_job(spec("f"), first_fire_at=h.now())
+    old = h.store.acquire_lease(DISPATCHER_LEASE, "old", 10 * S)
+    assert old is not None
+    outcome: list[BaseException | None] = []
+
+    def enqueue() -> None:
+        try:
+            h.store.enqueue(old, _advance(job, job.next_fire_at))
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    with _raw(h) as takeover:  # a takeover in flight: it holds the lease row
+        takeover.execute("SELECT * FROM leases WHERE name = %s FOR UPDATE", (DISPATCHER_LEASE,))
+        t = threading.Thread(target=enqueue)
+        t.start()
+        time.sleep(0.3)
+        assert t.is_alive(), "the enqueue must wait for the lease row"
+        takeover.execute(
+            "UPDATE leases SET holder = 'new', epoch = epoch + 1 WHERE name = %s",
+            (DISPATCHER_LEASE,),
+        )
+        takeover.commit()
+        t.join(timeout=10)
+    assert len(outcome) == 1 and isinstance(outcome[0], LeaseLostError)
+    assert h.store.list_firings(job_id=job.id) == []
+    assert h.store.get_job_by_id(job.id).next_fire_at == job.next_fire_at
+
+
+def test_takeover_waits_for_an_enqueue_in_flight(h: Harness) -> None:
+    job = h.store.create_job(spec("f"), first_fire_at=h.now())
+    old = h.store.acquire_lease(DISPATCHER_LEASE, "old", 2 * S)
+    assert old is not None
+    results: dict[str, Any] = {}
+
+    def enqueue() -> None:
+        results["enqueue"] = h.store.enqueue(old, _advance(job, job.next_fire_at))
+
+    def takeover() -> None:
+        results["lease"] = h.store.acquire_lease(DISPATCHER_LEASE, "new", 10 * S)
+
+    with _raw(h) as blocker:  # holds the job row: the enqueue stops after its fence check
+        blocker.execute("SELECT * FROM jobs WHERE id = %s FOR UPDATE", (job.id,))
+        te = threading.Thread(target=enqueue)
+        te.start()
+        time.sleep(0.3)
+        h.advance(3 * S)  # the old lease has now expired: a takeover may proceed...
+        tt = threading.Thread(target=takeover)
+        tt.start()
+        time.sleep(0.3)
+        assert te.is_alive() and tt.is_alive(), "...but only after the enqueue in flight ends"
+        blocker.rollback()
+        te.join(timeout=10)
+        tt.join(timeout=10)
+    (fid,) = results["enqueue"].inserted
+    assert h.store.get_firing(fid).enqueued_epoch == old.epoch
+    assert results["lease"].holder == "new" and results["lease"].epoch == old.epoch + 1
+
+
+def test_enqueue_racing_a_takeover_is_linearizable(h: Harness) -> None:
+    """The old leader's enqueue and a takeover, started together, 20 times. The taker's
+    view of time is 1 s ahead (the lease has just expired for it, not for the old
+    leader): either the enqueue commits under the old epoch and the takeover follows,
+    or the takeover wins and the enqueue is fenced out having written nothing."""
+    from cronwheel.store.postgres import DbTime, PostgresStore
+
+    mine = _store(h).db_time
+    taker_time = DbTime(frozen_at=mine.frozen_at)
+    taker = PostgresStore(PG_URL, schema=_store(h).schema, db_time=taker_time, pool_size=1)
+    wins = {"enqueue": 0, "takeover": 0}
+    try:
+        for i in range(20):
+            job = h.store.create_job(spec(f"race{i}"), first_fire_at=h.now())
+            old = h.store.acquire_lease(DISPATCHER_LEASE, f"old{i}", 1 * S)
+            assert old is not None
+            taker_time.offset = mine.offset + 1 * S
+            barrier = threading.Barrier(2)
+            out: dict[str, Any] = {}
+
+            def enqueue(
+                old: Any = old, job: Any = job, barrier: Any = barrier, out: Any = out
+            ) -> None:
+                barrier.wait()
+                try:
+                    out["e"] = h.store.enqueue(old, _advance(job, job.next_fire_at))
+                except LeaseLostError as exc:
+                    out["e"] = exc
+
+            def takeover(i: int = i, barrier: Any = barrier, out: Any = out) -> None:
+                barrier.wait()
+                out["t"] = taker.acquire_lease(DISPATCHER_LEASE, f"new{i}", 1 * S)
+
+            threads = [threading.Thread(target=enqueue), threading.Thread(target=takeover)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=10)
+            assert out["t"] is not None and out["t"].epoch == old.epoch + 1
+            firings = h.store.list_firings(job_id=job.id)
+            cursor = h.store.get_job_by_id(job.id).next_fire_at
+            if isinstance(out["e"], LeaseLostError):  # the takeover won: nothing written
+                wins["takeover"] += 1
+                assert firings == [] and cursor == job.next_fire_at
+            else:  # the enqueue won: all of it, under the old epoch, before the takeover
+                wins["enqueue"] += 1
+                assert [f.enqueued_epoch for f in firings] == [old.epoch]
+                assert cursor != job.next_fire_at
+            h.advance(3 * S)  # let the new lease lapse for the next round
+    finally:
+        taker.close()
+    assert sum(wins.values()) == 20
+
+
+def test_pool_recovers_after_its_connections_are_terminated(schema: str) -> None:
+    from cronwheel.store.postgres import PostgresStore
+
+    app = f"cw_term_{schema[-6:]}"
+    sep = "&" if "?" in PG_URL else "?"
+    store = PostgresStore(f"{PG_URL}{sep}application_name={app}", schema=schema, pool_size=4)
+    try:
+        store.migrate()
+        assert store.acquire_lease(DISPATCHER_LEASE, "a", 10 * S) is not None
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (app,),
+            ).fetchone()
+        assert killed is not None and killed[0] >= 1
+        errors = 0
+        for call in [lambda: store.get_lease(DISPATCHER_LEASE)] * 3 + [
+            lambda: store.acquire_lease(DISPATCHER_LEASE, "a", 10 * S)
+        ] * 3:
+            try:
+                call()
+            except StoreUnavailableError:
+                errors += 1
+        assert errors <= 1
+        lease = store.acquire_lease(DISPATCHER_LEASE, "a", 10 * S)
+        assert lease is not None and lease.holder == "a"
+    finally:
+        store.close()
+
+
+def test_notify_wakes_a_listener_after_commit(h: Harness) -> None:
+    woken = threading.Event()
+    wakeup = h.store.open_wakeup(woken.set)
+    try:
+        assert wakeup.address is None
+        time.sleep(0.3)  # let the listener connect
+        woken.clear()
+        h.store.enqueue_now(spec("now-1"))
+        assert woken.wait(5)
+    finally:
+        started = time.monotonic()
+        wakeup.close()
+        assert time.monotonic() - started < 2
+
+
+def test_concurrent_migrations_apply_once(schema: str) -> None:
+    from cronwheel.store.postgres import PostgresStore
+
+    stores = [PostgresStore(PG_URL, schema=schema, pool_size=1) for _ in range(4)]
+    try:
+        versions: list[int] = []
+        threads = [
+            threading.Thread(target=lambda s=s: versions.append(s.migrate())) for s in stores
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert len(versions) == 4 and len(set(versions)) == 1 and versions[0] >= 1
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_payload_and_error_text_round_trip_exactly(h: Harness) -> None:
+    from cronwheel.domain.models import JobSpec
+    from cronwheel.domain.schedules import every
+    from cronwheel.store.protocol import Completion
+
+    s = JobSpec(
+        name="exact",
+        task="t",
+        schedule=every("1m"),
+        args=("nul\x00inside", 1e300, -0.0, 2**70),
+        kwargs={"f": 1.5},
+    )
+    f = h.store.enqueue_now(s)  # json, not jsonb: no "\u0000" refusal, no number rewrite
+    assert f.args == s.args and type(f.args[1]) is float
+    assert h.store.get_job("default", "exact").spec == s
+    (c,) = h.store.claim("w", tasks=["t"], limit=1)
+    now = h.now()
+    done = Completion(
+        firing_id=c.firing.id,
+        claim_token=c.claim_token,
+        succeeded=False,
+        started_at=now,
+        finished_at=now,
+        error="stderr: \x00 garbage",
+    )
+    assert h.store.complete([done]) == [True]
+    assert h.store.get_firing(c.firing.id).error == "stderr: \ufffd garbage"
