@@ -37,7 +37,7 @@ def open_store(url: str, *, clock: Clock | None = None, migrate: bool = True) ->
 
         store = SqliteStore(path, clock=clock)
     elif url.startswith(("postgresql://", "postgres://")):
-        from cronwheel.store.postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
+        from cronwheel.store.postgres import PostgresStore
 
         store = PostgresStore(url, clock=clock)
     else:
