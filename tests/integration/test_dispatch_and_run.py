@@ -236,3 +236,20 @@ def test_herd_of_one_shot_jobs_is_enqueued_in_batches(rig: Rig) -> None:
     assert d.stats.enqueued == 2500 and d.stats.duplicates == 0
     assert max(d.stats.batches) <= 1000
     assert rig.store.status().counts["queued"] == 2500
+
+
+def test_leader_that_cannot_renew_steps_down_within_its_ttl(rig: Rig) -> None:
+    from cronwheel.errors import StoreUnavailableError
+
+    d = rig.dispatcher(lease_ttl=3 * S)
+    rig.run([d], None, until=S)
+    assert d.is_leader
+
+    def unavailable(*args: object, **kwargs: object) -> None:
+        raise StoreUnavailableError("connection refused")
+
+    d.store.acquire_lease = unavailable  # type: ignore[method-assign]
+    rig.run([d], None, until=2 * S)
+    assert d.is_leader  # renewals failing, but the lease is still valid
+    rig.run([d], None, until=2 * S)
+    assert not d.is_leader and d.stats.lease_lost == 1

@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
+from cronwheel import failpoints
 from cronwheel.dispatch.wheel import TimingWheel
 from cronwheel.domain.clock import Clock
 from cronwheel.domain.models import Job, JobId, Lease
@@ -94,6 +95,7 @@ class Dispatcher:
         self.stats = DispatcherStats()
         self._wheel: TimingWheel[JobId, Job] = TimingWheel(tick=self.config.tick, now=clock.now())
         self._next_renew = 0.0
+        self._lease_deadline = 0.0  # monotonic: past it, the lease may have expired
         self._next_scan = 0.0
         self._next_change_poll = 0.0
         self._next_reap = 0.0
@@ -114,6 +116,10 @@ class Dispatcher:
         """Run one iteration; return how many seconds to sleep before the next."""
         mono = self.clock.monotonic()
         try:
+            if self.lease is not None and mono >= self._lease_deadline:
+                # Renewals failed for a whole TTL (store unreachable?): the lease may
+                # have passed to another node. Stop acting as leader before it does.
+                self._step_down("lease not renewed within its ttl")
             if mono >= self._next_renew:
                 self._renew(mono)
             if self.lease is None:
@@ -145,6 +151,8 @@ class Dispatcher:
     # -- leadership -------------------------------------------------------------------
     def _renew(self, mono: float) -> None:
         lease = self.store.acquire_lease(DISPATCHER_LEASE, self.holder, self.config.lease_ttl)
+        # measured from before the request: a conservative local view of the expiry
+        self._lease_deadline = mono + self.config.lease_ttl.total_seconds()
         renew_s = self.config.renew_interval.total_seconds()
         if lease is None:
             if self.lease is not None:
@@ -269,6 +277,7 @@ class Dispatcher:
                 )
         if not advances:
             return
+        failpoints.hit("dispatch.before_enqueue")
         try:
             result = self.store.enqueue(self.lease, advances)
         except LeaseLostError:

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 import structlog
 
+from cronwheel import failpoints
 from cronwheel.domain.clock import Clock
 from cronwheel.domain.models import ClaimedFiring, FiringId, NodeInfo
 from cronwheel.domain.policies import retry_backoff
@@ -200,6 +201,8 @@ class Worker:
 
     async def flush(self) -> None:
         """Write pending completions in one transaction."""
+        if self._done:
+            failpoints.hit("worker.before_complete")
         while self._done:
             batch = self._done[: self.config.flush_batch]
             accepted = await self._call(self.store.complete, batch)
@@ -308,6 +311,8 @@ class Worker:
                     backoff = min(backoff * 2, 5.0)
                     continue
                 claimed = len(claims)
+                if claimed:
+                    failpoints.hit("worker.after_claim")
                 self.stats.claimed += claimed
                 for claim in claims:
                     # register before the task starts so `free` is right on the next pass

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg import errors as pgerrors
 from psycopg.rows import DictRow
 
+from cronwheel import failpoints
 from cronwheel.domain.clock import Clock
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import (
@@ -322,6 +323,7 @@ class PostgresStore:
                 result.stale.extend(a.job_id for a in batch if a.job_id not in moved)
             if result.inserted:
                 self._exec(conn, "notify_work")  # delivered at commit
+            failpoints.hit("store.enqueue.before_commit")
             return result
 
         return self._db.run(body, write=True)

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
+from cronwheel import failpoints
 from cronwheel.domain.clock import Clock, SystemClock
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import (
@@ -53,11 +54,11 @@ from cronwheel.errors import (
 from cronwheel.store import codec
 from cronwheel.store.codec import from_us, opt_us, to_us
 from cronwheel.store.protocol import (
+    AddedFirings,
+    ApiToken,
     CancelResult,
     Completion,
     EnqueueResult,
-    AddedFirings,
-    ApiToken,
     JobAdvance,
     StoreStatus,
 )
@@ -392,6 +393,7 @@ class SqliteStore:
                             "detail": m.reason,
                         },
                     )
+            failpoints.hit("store.enqueue.before_commit")
         if result.inserted:
             self._doorbell.ring()
         return result

@@ -1,0 +1,196 @@
+"""Between API bodies and domain values: schedules, policies, jobs, firings, cursors."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from cronwheel.api.errors import HttpError
+from cronwheel.api.schemas import PoliciesIn, ScheduleIn
+from cronwheel.app import build_policies
+from cronwheel.domain.firing import format_instant
+from cronwheel.domain.models import Firing, Job, JobPolicies
+from cronwheel.domain.schedules import (
+    Schedule,
+    every,
+    format_duration,
+    parse_duration,
+    parse_instant,
+    schedule_from_dict,
+)
+from cronwheel.errors import CronwheelError, ValidationError
+
+_DURATION_POLICIES = (
+    "retry_backoff",
+    "retry_backoff_max",
+    "visibility_timeout",
+    "timeout",
+    "misfire_grace",
+    "catchup_window",
+)
+
+
+def to_schedule(body: ScheduleIn) -> Schedule:
+    """A domain schedule; errors name ``schedule.<key>``."""
+    doc = body.model_dump(exclude_none=True)
+    interval = doc.get("interval")
+    if isinstance(interval, int | float):
+        try:
+            doc["interval"] = format_duration(every(interval).interval)
+        except CronwheelError as exc:
+            exc.field = "schedule.interval"
+            raise
+    return schedule_from_dict(doc)
+
+
+def _duration(value: float | str, field: str) -> timedelta:
+    if isinstance(value, str):
+        return parse_duration(value, field=field)
+    if not math.isfinite(value) or value < 0 or value > 100 * 365.25 * 86400:
+        raise ValidationError("must be a number of seconds from 0 to 100 years", field=field)
+    return timedelta(seconds=value)
+
+
+def to_policies(body: PoliciesIn | None, base: JobPolicies | None = None) -> JobPolicies:
+    """Policies from a body; keys not given keep ``base``'s values (or the defaults)."""
+    values: dict[str, Any] = {}
+    if base is not None:
+        values = {
+            name: getattr(base, name)
+            for name in (*_DURATION_POLICIES, "max_attempts", "misfire", "max_catchup", "priority")
+        }
+    given = {} if body is None else body.model_dump(exclude_unset=True)
+    for name, value in given.items():
+        if value is None:  # an explicit null: no timeout / the default
+            values.pop(name, None)
+            continue
+        values[name] = (
+            _duration(value, f"policies.{name}") if name in _DURATION_POLICIES else value
+        )
+    try:
+        return build_policies(**values)
+    except CronwheelError as exc:
+        if exc.field and not exc.field.startswith("policies"):
+            exc.field = f"policies.{exc.field}"
+        raise
+
+
+def instant(text: str, field: str) -> datetime:
+    return parse_instant(text, field)
+
+
+def query_instant(text: str | None, field: str) -> datetime | None:
+    """An instant from a query parameter: malformed is a 400, like other query errors."""
+    if text is None:
+        return None
+    try:
+        return parse_instant(text, field)
+    except ValidationError as exc:
+        raise HttpError(400, "invalid_input", exc.message, field=field) from None
+
+
+def _ts(value: datetime | None) -> str | None:
+    return None if value is None else format_instant(value)
+
+
+def job_state(job: Job) -> str:
+    if job.paused:
+        return "paused"
+    return "done" if job.next_fire_at is None else "active"
+
+
+def policies_out(p: JobPolicies) -> dict[str, Any]:
+    return {
+        "max_attempts": p.max_attempts,
+        "retry_backoff": p.retry_backoff.total_seconds(),
+        "retry_backoff_max": p.retry_backoff_max.total_seconds(),
+        "visibility_timeout": p.visibility_timeout.total_seconds(),
+        "timeout": None if p.timeout is None else p.timeout.total_seconds(),
+        "misfire": p.misfire.value,
+        "misfire_grace": p.misfire_grace.total_seconds(),
+        "catchup_window": p.catchup_window.total_seconds(),
+        "max_catchup": p.max_catchup,
+        "priority": float(p.priority),
+    }
+
+
+def next_fire_times(job: Job, count: int) -> list[dict[str, str]]:
+    """The next ``count`` instants from the job's cursor, in UTC and the job's zone."""
+    zone = ZoneInfo(str(job.spec.schedule.to_dict().get("tz") or "UTC"))
+    out: list[dict[str, str]] = []
+    t = job.next_fire_at
+    while t is not None and len(out) < count:
+        out.append({"utc": format_instant(t), "local": t.astimezone(zone).isoformat()})
+        try:
+            t = job.spec.schedule.next_after(t)
+        except OverflowError:
+            break
+    return out
+
+
+def job_out(job: Job, *, upcoming: int = 0, changed: bool | None = None) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "id": job.id,
+        "namespace": job.namespace,
+        "name": job.name,
+        "task": job.spec.task,
+        "schedule": job.spec.schedule.to_dict(),
+        "schedule_text": job.spec.schedule.describe(),
+        "args": list(job.spec.args),
+        "kwargs": job.spec.kwargs,
+        "policies": policies_out(job.spec.policies),
+        "paused": job.paused,
+        "state": job_state(job),
+        "next_fire_at": _ts(job.next_fire_at),
+        "last_fired_at": _ts(job.last_fired_at),
+        "missed_total": job.missed_total,
+        "created_at": _ts(job.created_at),
+        "updated_at": _ts(job.updated_at),
+    }
+    if upcoming:
+        doc["next_fire_times"] = next_fire_times(job, upcoming)
+    if changed is not None:
+        doc["changed"] = changed
+    return doc
+
+
+def firing_out(firing: Firing) -> dict[str, Any]:
+    return firing.to_dict() | {"args": list(firing.args), "kwargs": firing.kwargs}
+
+
+# -- cursors ------------------------------------------------------------------------
+# Opaque to clients: base64url of {"ns", "k", "p"}. The namespace and listing kind
+# inside must match the request's, so a cursor never crosses namespaces; every
+# query is filtered by the token's namespace anyway, so editing the position only
+# moves within what the token may see. Every failure answers the same 400.
+
+
+
+def _bad_cursor() -> HttpError:
+    return HttpError(400, "invalid_cursor", "the cursor is not valid here", field="cursor")
+
+
+def encode_cursor(namespace: str, kind: str, position: int) -> str:
+    raw = json.dumps({"ns": namespace, "k": kind, "p": position}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii").rstrip("=")
+
+
+def decode_cursor(text: str, namespace: str, kind: str) -> int:
+    if len(text) > 512:
+        raise _bad_cursor()
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        doc = json.loads(raw.decode("utf-8"))
+    except (ValueError, binascii.Error, UnicodeDecodeError, RecursionError):
+        raise _bad_cursor() from None
+    if not isinstance(doc, dict) or doc.get("ns") != namespace or doc.get("k") != kind:
+        raise _bad_cursor()
+    position = doc.get("p")
+    if type(position) is not int or not 0 <= position < 2**63:
+        raise _bad_cursor()
+    return position

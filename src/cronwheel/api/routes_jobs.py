@@ -1,0 +1,227 @@
+"""``/v1/jobs``: create, upsert, list, get, update, pause, resume, trigger, backfill, delete."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request, Response
+
+from cronwheel.api.auth import Principal, Reader, Writer, store_of
+from cronwheel.api.convert import (
+    decode_cursor,
+    encode_cursor,
+    firing_out,
+    instant,
+    job_out,
+    to_policies,
+    to_schedule,
+)
+from cronwheel.api.schemas import (
+    BackfillIn,
+    BackfillOut,
+    FiringOut,
+    JobBody,
+    JobCreate,
+    JobList,
+    JobOut,
+    JobPatch,
+    JobState,
+)
+from cronwheel.app import first_fire_at
+from cronwheel.domain.schedules import Schedule
+from cronwheel.domain.models import Job, JobSpec
+from cronwheel.errors import ConflictError, JobNotFoundError, ValidationError
+from cronwheel.store.protocol import ApiStore
+
+MAX_BACKFILL = 1000
+UPCOMING = 5
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+JobName = Annotated[str, Path(min_length=1, max_length=200, description="the job's name")]
+
+
+def _spec(principal: Principal, name: str, body: JobBody, paused: bool) -> JobSpec:
+    return JobSpec(
+        name=name,
+        task=body.task,
+        schedule=to_schedule(body.schedule),
+        args=tuple(body.args),
+        kwargs=body.kwargs,
+        namespace=principal.namespace,
+        policies=to_policies(body.policies),
+        paused=paused,
+    )
+
+
+@router.post("", status_code=201, response_model=JobOut, summary="Create a job")
+def create_job(body: JobCreate, principal: Writer, request: Request) -> dict[str, Any]:
+    """409 `job_exists` when the name is taken."""
+    store = store_of(request)
+    spec = _spec(principal, body.name, body, bool(body.paused))
+    first = first_fire_at(spec.schedule, store.now(), allow_past=body.allow_past)
+    return job_out(store.create_job(spec, first_fire_at=first), upcoming=UPCOMING)
+
+
+@router.put("/{name}", response_model=JobOut, summary="Create or update a job by name")
+def put_job(
+    name: JobName, body: JobBody, principal: Writer, request: Request, response: Response
+) -> dict[str, Any]:
+    """201 when created; 200 otherwise, with `changed` false when the same definition was
+    already stored (deploy scripts can PUT on every deploy). `paused` omitted keeps the
+    job's state."""
+    store = store_of(request)
+    existing = _find(store, principal.namespace, name)
+    paused = body.paused if body.paused is not None else bool(existing and existing.paused)
+    spec = _spec(principal, name, body, paused)
+    if existing is not None and existing.spec.spec_hash() == spec.spec_hash():
+        first = existing.next_fire_at  # unchanged: an `at` now past is no error
+    else:
+        first = first_fire_at(spec.schedule, store.now(), allow_past=body.allow_past)
+    job, changed = store.upsert_job(spec, first_fire_at=first)
+    if body.paused is not None and job.paused != body.paused:
+        job, changed = store.set_paused(principal.namespace, name, body.paused), True
+    response.status_code = 201 if existing is None else 200
+    return job_out(job, upcoming=UPCOMING, changed=changed)
+
+
+def _find(store: ApiStore, namespace: str, name: str) -> Job | None:
+    try:
+        return store.get_job(namespace, name)
+    except JobNotFoundError:
+        return None
+
+
+@router.get("", response_model=JobList, summary="List jobs")
+def list_jobs(
+    principal: Reader,
+    request: Request,
+    state: JobState | None = None,
+    task: Annotated[str | None, Query(max_length=200)] = None,
+    name_prefix: Annotated[
+        str | None, Query(max_length=200, description="literal prefix: % and _ match themselves")
+    ] = None,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> dict[str, Any]:
+    """Ordered by id; pass `next_cursor` back as `cursor` for the next page."""
+    after = 0 if cursor is None else decode_cursor(cursor, principal.namespace, "jobs")
+    jobs = store_of(request).search_jobs(
+        principal.namespace,
+        state=state,
+        task=task,
+        name_prefix=name_prefix,
+        after_id=after,
+        limit=limit + 1,
+    )
+    more = len(jobs) > limit
+    jobs = jobs[:limit]
+    next_cursor = encode_cursor(principal.namespace, "jobs", jobs[-1].id) if more else None
+    return {"items": [job_out(j) for j in jobs], "next_cursor": next_cursor}
+
+
+@router.get("/{name}", response_model=JobOut, summary="Get a job")
+def get_job(
+    name: JobName,
+    principal: Reader,
+    request: Request,
+    upcoming: Annotated[int, Query(ge=0, le=100, description="next firing instants")] = UPCOMING,
+) -> dict[str, Any]:
+    """Includes `next_fire_times`: the next instants in UTC and in the job's zone."""
+    return job_out(store_of(request).get_job(principal.namespace, name), upcoming=upcoming)
+
+
+@router.patch("/{name}", response_model=JobOut, summary="Update some fields of a job")
+def patch_job(name: JobName, body: JobPatch, principal: Writer, request: Request) -> dict[str, Any]:
+    store = store_of(request)
+    job = store.get_job(principal.namespace, name)
+    old = job.spec
+    schedule = old.schedule if body.schedule is None else to_schedule(body.schedule)
+    spec = JobSpec(
+        name=name,
+        task=old.task if body.task is None else body.task,
+        schedule=schedule,
+        args=old.args if body.args is None else tuple(body.args),
+        kwargs=old.kwargs if body.kwargs is None else body.kwargs,
+        namespace=principal.namespace,
+        policies=to_policies(body.policies, old.policies),
+        paused=job.paused,
+    )
+    first = job.next_fire_at
+    if schedule != old.schedule:
+        first = first_fire_at(schedule, store.now(), allow_past=body.allow_past)
+    job, changed = store.upsert_job(spec, first_fire_at=first)
+    if body.paused is not None and body.paused != job.paused:
+        job, changed = store.set_paused(principal.namespace, name, body.paused), True
+    return job_out(job, upcoming=UPCOMING, changed=changed)
+
+
+@router.post("/{name}/pause", response_model=JobOut, summary="Pause a job")
+def pause_job(name: JobName, principal: Writer, request: Request) -> dict[str, Any]:
+    return job_out(store_of(request).set_paused(principal.namespace, name, True))
+
+
+@router.post("/{name}/resume", response_model=JobOut, summary="Resume a job")
+def resume_job(name: JobName, principal: Writer, request: Request) -> dict[str, Any]:
+    """Missed instants follow the job's misfire policy."""
+    return job_out(store_of(request).set_paused(principal.namespace, name, False))
+
+
+@router.post("/{name}/trigger", status_code=201, response_model=FiringOut, summary="Fire now")
+def trigger_job(name: JobName, principal: Writer, request: Request) -> dict[str, Any]:
+    """A firing scheduled for now (the job's cursor does not move); 409 `conflict` if the
+    job already has a firing at this very instant."""
+    store = store_of(request)
+    added = store.add_firings(principal.namespace, name, [store.now()], note="trigger")
+    if not added.inserted:
+        raise ConflictError("the job already has a firing at this instant", field="name")
+    return firing_out(added.inserted[0])
+
+
+@router.post("/{name}/backfill", response_model=BackfillOut, summary="Fire a past range")
+def backfill_job(
+    name: JobName, body: BackfillIn, principal: Writer, request: Request
+) -> dict[str, Any]:
+    """One firing per schedule instant in [start, end] (both in the past; at most 1000);
+    instants that already have a firing are counted in `duplicates` and left alone."""
+    store = store_of(request)
+    start, end = instant(body.start, "start"), instant(body.end, "end")
+    job = store.get_job(principal.namespace, name)
+    now = store.now()
+    if end > now:
+        raise ValidationError(
+            "backfill covers past instants only: end is in the future", field="end"
+        )
+    if start > end:
+        raise ValidationError("must not be after end", field="start")
+    instants = _instants(job.spec.schedule, start, end)
+    added = store.add_firings(principal.namespace, name, instants, note="backfill")
+    return {
+        "requested": len(instants),
+        "inserted": len(added.inserted),
+        "duplicates": added.duplicates,
+        "firing_ids": [f.id for f in added.inserted],
+    }
+
+
+def _instants(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:
+    out: list[datetime] = []
+    try:
+        t = schedule.next_after(start - timedelta(microseconds=1))
+    except OverflowError:  # start is the first representable instant
+        t = schedule.next_after(start)
+    while t is not None and t <= end:
+        if len(out) == MAX_BACKFILL:
+            raise ValidationError(
+                f"the range holds more than {MAX_BACKFILL} firings; backfill it in parts",
+                field="end",
+            )
+        out.append(t)
+        t = schedule.next_after(t)
+    return out
+
+
+@router.delete("/{name}", status_code=204, summary="Delete a job and its firings")
+def delete_job(name: JobName, principal: Writer, request: Request) -> Response:
+    store_of(request).delete_job(principal.namespace, name)
+    return Response(status_code=204)
