@@ -1,6 +1,7 @@
 """cronwheel — a distributed task scheduler that keeps its promises."""
 
 from cronwheel.app import App, Task
+from cronwheel.client import Client
 from cronwheel.domain.clock import Clock, FakeClock, SystemClock
 from cronwheel.domain.firing import FiringState, idempotency_key
 from cronwheel.domain.models import Firing, Job, JobPolicies, JobSpec
@@ -25,6 +26,7 @@ from cronwheel.worker.context import Context
 
 __all__ = [
     "App",
+    "Client",
     "Clock",
     "ConflictError",
     "Context",

@@ -35,9 +35,19 @@ _DURATION_POLICIES = (
 )
 
 
+_SCHEDULE_KEYS = {
+    "now": frozenset({"kind"}),
+    "at": frozenset({"kind", "at"}),
+    "every": frozenset({"kind", "interval", "anchor"}),
+    "cron": frozenset({"kind", "cron", "tz", "dst_gap", "dst_overlap"}),
+}
+
+
 def to_schedule(body: ScheduleIn) -> Schedule:
     """A domain schedule; errors name ``schedule.<key>``."""
     doc = body.model_dump(exclude_none=True)
+    for key in sorted(doc.keys() - _SCHEDULE_KEYS[body.kind]):
+        raise ValidationError(f"not a key of a {body.kind} schedule", field=f"schedule.{key}")
     interval = doc.get("interval")
     if isinstance(interval, int | float):
         try:
@@ -69,9 +79,7 @@ def to_policies(body: PoliciesIn | None, base: JobPolicies | None = None) -> Job
         if value is None:  # an explicit null: no timeout / the default
             values.pop(name, None)
             continue
-        values[name] = (
-            _duration(value, f"policies.{name}") if name in _DURATION_POLICIES else value
-        )
+        values[name] = _duration(value, f"policies.{name}") if name in _DURATION_POLICIES else value
     try:
         return build_policies(**values)
     except CronwheelError as exc:
@@ -160,7 +168,11 @@ def job_out(job: Job, *, upcoming: int = 0, changed: bool | None = None) -> dict
 
 
 def firing_out(firing: Firing) -> dict[str, Any]:
-    return firing.to_dict() | {"args": list(firing.args), "kwargs": firing.kwargs}
+    return firing.to_dict() | {
+        "args": list(firing.args),
+        "kwargs": firing.kwargs,
+        "cancel_requested_at": _ts(firing.cancel_requested_at),
+    }
 
 
 # -- cursors ------------------------------------------------------------------------
@@ -168,7 +180,6 @@ def firing_out(firing: Firing) -> dict[str, Any]:
 # inside must match the request's, so a cursor never crosses namespaces; every
 # query is filtered by the token's namespace anyway, so editing the position only
 # moves within what the token may see. Every failure answers the same 400.
-
 
 
 def _bad_cursor() -> HttpError:

@@ -119,21 +119,21 @@ def _validation_response(exc: RequestValidationError) -> JSONResponse:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    async def on_cronwheel(request: Request, exc: Exception) -> JSONResponse:
+    async def on_cronwheel(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, CronwheelError)
         status, code = status_and_code(exc)
         headers = {"Retry-After": "1"} if status == 503 else None
         return error_response(status, code, exc.message, exc.field, headers)
 
-    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+    async def on_http_error(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, HttpError)
         return error_response(exc.status, exc.code, exc.message, exc.field, exc.headers)
 
-    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+    async def on_validation(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
         return _validation_response(exc)
 
-    async def on_starlette(request: Request, exc: Exception) -> JSONResponse:
+    async def on_starlette(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         if exc.status_code == 404:
             return error_response(404, "not_found", "no such resource")

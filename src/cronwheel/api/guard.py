@@ -159,7 +159,9 @@ class BodyGuard:
             await self.app(scope, receive, tracking_send)
         except Refusal as refusal:
             if not started:
-                await _send_error(send, refusal.status, refusal.code, refusal.message, refusal.field)
+                await _send_error(
+                    send, refusal.status, refusal.code, refusal.message, refusal.field
+                )
         except Exception as exc:
             log.error(
                 "api_internal_error",
@@ -190,9 +192,7 @@ class BodyGuard:
                 raise Refusal(400, "invalid_input", "bad Content-Length", "Content-Length")
             declared = int(length_text)
             if declared > self.max_body:
-                raise Refusal(
-                    413, "payload_too_large", f"the body limit is {self.max_body} bytes"
-                )
+                raise Refusal(413, "payload_too_large", f"the body limit is {self.max_body} bytes")
         chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         if not declared and not chunked:
             return receive

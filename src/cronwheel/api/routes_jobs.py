@@ -29,8 +29,8 @@ from cronwheel.api.schemas import (
     JobState,
 )
 from cronwheel.app import first_fire_at
-from cronwheel.domain.schedules import Schedule
 from cronwheel.domain.models import Job, JobSpec
+from cronwheel.domain.schedules import Schedule
 from cronwheel.errors import ConflictError, JobNotFoundError, ValidationError
 from cronwheel.store.protocol import ApiStore
 

@@ -199,6 +199,7 @@ class FiringOut(_Out):
     error: str | None
     note: str | None
     cancel_requested: bool
+    cancel_requested_at: str | None
 
 
 class FiringList(_Out):

@@ -16,7 +16,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -117,22 +119,51 @@ class Cluster:
         self.stop()
 
 
-def fresh_store(url: str | None, tmp: Path) -> tuple[str, Store]:
-    """A store URL with nothing in it (a temp SQLite file by default)."""
+@contextmanager
+def fresh_store(url: str | None, tmp: Path) -> Iterator[tuple[str, Store]]:
+    """A store with nothing in it: a temporary SQLite file by default; for a PostgreSQL
+    URL, a temporary database created on that server and dropped afterwards (the
+    database named in the URL is only used to connect, never written)."""
     if url is None:
         url = f"sqlite:///{tmp / 'bench.db'}"
-    store = open_store(url)
-    reset = getattr(store, "reset_for_benchmark", None)
-    if callable(reset):
-        reset()
-    elif sqlite_path(url) is not None:
-        store.close()
-        path = sqlite_path(url)
-        assert path is not None
+    path = sqlite_path(url)
+    if path is not None:
         for suffix in ("", "-wal", "-shm"):
             Path(path + suffix).unlink(missing_ok=True)
         store = open_store(url)
-    return url, store
+        try:
+            yield url, store
+        finally:
+            store.close()
+    else:
+        import psycopg
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        name = f"cronwheel_bench_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        params = {k: str(v) for k, v in conninfo_to_dict(url).items() if v is not None}
+        params["dbname"] = name
+        bench_url = _as_url(make_conninfo("", **params))
+        store = open_store(bench_url)
+        try:
+            yield bench_url, store
+        finally:
+            store.close()
+            with psycopg.connect(url, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _as_url(conninfo: str) -> str:
+    """psycopg conninfo 'host=... dbname=...' -> a postgresql:// URL for the CLI."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    d = conninfo_to_dict(conninfo)
+    user = d.get("user", "")
+    auth = f"{user}@" if user else ""
+    host = d.get("host", "127.0.0.1")
+    port = d.get("port", "5432")
+    return f"postgresql://{auth}{host}:{port}/{d['dbname']}"
 
 
 def wait_until(done: Callable[[], bool], timeout_s: float, interval_s: float = 0.2) -> bool:
@@ -194,7 +225,7 @@ def _register_at_jobs(store: Store, instants: list[Any], prefix: str) -> set[int
 
 
 def run_precision(
-    url: str | None,
+    store_url: str | None,
     *,
     count: int,
     spacing_ms: int,
@@ -202,8 +233,7 @@ def run_precision(
     concurrency: int,
     progress: Callable[[int, int], None],
 ) -> BenchResult:
-    with tempfile.TemporaryDirectory() as tmp:
-        url, store = fresh_store(url, Path(tmp))
+    with tempfile.TemporaryDirectory() as tmp, fresh_store(store_url, Path(tmp)) as (url, store):
         result = BenchResult(workload="precision", store=_kind(url), expected=count)
         with Cluster(url, workers, concurrency, Path(tmp)):
             start = SystemClock().now() + timedelta(seconds=4)
@@ -212,21 +242,19 @@ def run_precision(
             total_s = 4 + count * spacing_ms / 1000 + 30
             wait_until(lambda: _report(store, count, progress), total_s)
         collect(store, result, ids)
-        store.close()
         result.figures["spacing_ms"] = spacing_ms
         return result
 
 
 def run_herd(
-    url: str | None,
+    store_url: str | None,
     *,
     count: int,
     workers: int,
     concurrency: int,
     progress: Callable[[int, int], None],
 ) -> BenchResult:
-    with tempfile.TemporaryDirectory() as tmp:
-        url, store = fresh_store(url, Path(tmp))
+    with tempfile.TemporaryDirectory() as tmp, fresh_store(store_url, Path(tmp)) as (url, store):
         result = BenchResult(workload="herd", store=_kind(url), expected=count)
         with Cluster(url, workers, concurrency, Path(tmp)):
             t_reg = time.monotonic()
@@ -238,7 +266,6 @@ def run_herd(
                 (due - SystemClock().now()).total_seconds() + 120,
             )
         lateness = collect(store, result, ids)
-        store.close()
         result.figures["last_started_after_s"] = _r(max(lateness) / 1000 if lateness else None)
         if lateness:
             spread = max(lateness) - min(lateness)
@@ -247,7 +274,7 @@ def run_herd(
 
 
 def run_drain(
-    url: str | None,
+    store_url: str | None,
     *,
     count: int,
     workers: int,
@@ -256,8 +283,7 @@ def run_drain(
 ) -> BenchResult:
     from cronwheel.domain.schedules import now as now_schedule
 
-    with tempfile.TemporaryDirectory() as tmp:
-        url, store = fresh_store(url, Path(tmp))
+    with tempfile.TemporaryDirectory() as tmp, fresh_store(store_url, Path(tmp)) as (url, store):
         result = BenchResult(workload="drain", store=_kind(url), expected=count)
         ids: set[int] = set()
         # Queue everything first, then start the processes: the figure is the drain
@@ -269,7 +295,6 @@ def run_drain(
             wait_until(lambda: _report(store, count, progress), 300)
         collect(store, result, ids)
         firings = [f for f in _all_firings(store) if f.job_id in ids and f.started_at]
-        store.close()
         if firings:
             first = min(f.started_at for f in firings if f.started_at)
             last = max(f.finished_at for f in firings if f.finished_at)

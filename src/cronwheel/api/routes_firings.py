@@ -1,0 +1,136 @@
+"""Firings: per-job history, one firing, cancel, retry, and immediate one-off work."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Path, Query, Request, Response
+
+from cronwheel.api.auth import Principal, Reader, Writer, store_of
+from cronwheel.api.convert import decode_cursor, encode_cursor, firing_out, query_instant
+from cronwheel.api.errors import HttpError
+from cronwheel.api.routes_jobs import JobName
+from cronwheel.api.schemas import CancelOut, EnqueueIn, FiringList, FiringOut, FiringStateName
+from cronwheel.domain.firing import FiringState
+from cronwheel.domain.models import Firing, FiringId, JobSpec
+from cronwheel.domain.schedules import NowSchedule
+from cronwheel.errors import FiringNotFoundError
+from cronwheel.store.protocol import ApiStore
+
+router = APIRouter(tags=["firings"])
+FiringIdPath = Annotated[int, Path(ge=1, le=2**63 - 1, description="the firing's id")]
+_KEY_RE = re.compile(r"[\x21-\x7e]{1,255}")
+
+
+def _firing(store: ApiStore, principal: Principal, firing_id: int) -> Firing:
+    """The firing if it belongs to the caller's namespace; else the same 404 as a
+    firing that does not exist (no existence oracle)."""
+    try:
+        firing = store.get_firing(FiringId(firing_id))
+    except FiringNotFoundError:
+        firing = None
+    if firing is None or firing.namespace != principal.namespace:
+        raise FiringNotFoundError(f"no firing with id {firing_id}", field="firing_id")
+    return firing
+
+
+@router.get("/v1/jobs/{name}/firings", response_model=FiringList, summary="A job's firings")
+def list_job_firings(
+    name: JobName,
+    principal: Reader,
+    request: Request,
+    state: Annotated[list[FiringStateName] | None, Query(max_length=8)] = None,
+    scheduled_from: Annotated[str | None, Query(max_length=40)] = None,
+    scheduled_to: Annotated[str | None, Query(max_length=40)] = None,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> dict[str, Any]:
+    """Newest first; `state` repeatable; `scheduled_from <= scheduled_for < scheduled_to`."""
+    store = store_of(request)
+    job = store.get_job(principal.namespace, name)
+    kind = f"firings:{job.id}"
+    before = None if cursor is None else decode_cursor(cursor, principal.namespace, kind)
+    firings = store.list_job_firings(
+        job.id,
+        states=[FiringState(s) for s in state] if state else None,
+        scheduled_from=query_instant(scheduled_from, "scheduled_from"),
+        scheduled_to=query_instant(scheduled_to, "scheduled_to"),
+        before_id=before,
+        limit=limit + 1,
+    )
+    more = len(firings) > limit
+    firings = firings[:limit]
+    next_cursor = encode_cursor(principal.namespace, kind, firings[-1].id) if more else None
+    return {"items": [firing_out(f) for f in firings], "next_cursor": next_cursor}
+
+
+@router.get("/v1/firings/{firing_id}", response_model=FiringOut, summary="Get a firing")
+def get_firing(firing_id: FiringIdPath, principal: Reader, request: Request) -> dict[str, Any]:
+    return firing_out(_firing(store_of(request), principal, firing_id))
+
+
+@router.post("/v1/firings/{firing_id}/cancel", response_model=CancelOut, summary="Cancel")
+def cancel_firing(firing_id: FiringIdPath, principal: Writer, request: Request) -> dict[str, Any]:
+    """`cancelled` (it was not running), `cancel_requested` (running: the handler is
+    asked to stop) or `already_final`."""
+    store = store_of(request)
+    _firing(store, principal, firing_id)
+    result = store.cancel_firing(FiringId(firing_id))
+    return {"result": result.outcome, "firing": firing_out(result.firing)}
+
+
+@router.post("/v1/firings/{firing_id}/retry", response_model=FiringOut, summary="Re-drive")
+def retry_firing(firing_id: FiringIdPath, principal: Writer, request: Request) -> dict[str, Any]:
+    """Queue a DEAD firing again with a fresh attempt budget; 409 `invalid_transition`
+    for any other state."""
+    store = store_of(request)
+    _firing(store, principal, firing_id)
+    return firing_out(store.redrive_firing(FiringId(firing_id)))
+
+
+@router.post("/v1/firings", status_code=201, response_model=FiringOut, summary="Run a task now")
+def enqueue(
+    body: EnqueueIn,
+    principal: Writer,
+    request: Request,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            max_length=255,
+            description="same key + same body: the same firing (200); same key + another body: 409",
+        ),
+    ] = None,
+) -> dict[str, Any]:
+    """A one-off firing of `task` due now (201)."""
+    store = store_of(request)
+    spec = JobSpec(
+        name=f"{body.task}@{uuid.uuid4().hex[:12]}",
+        task=body.task,
+        schedule=NowSchedule(),
+        args=tuple(body.args),
+        kwargs=body.kwargs,
+        namespace=principal.namespace,
+    )
+    if idempotency_key is None:
+        return firing_out(store.enqueue_now(spec))
+    if not _KEY_RE.fullmatch(idempotency_key):
+        raise HttpError(
+            400,
+            "invalid_input",
+            "must be 1-255 printable ASCII characters",
+            field="Idempotency-Key",
+        )
+    canonical = json.dumps(body.model_dump(), sort_keys=True, ensure_ascii=False)
+    firing, created = store.enqueue_now_once(
+        spec,
+        key_hash=hashlib.sha256(idempotency_key.encode("ascii")).hexdigest(),
+        request_hash=hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
+    )
+    if not created:
+        response.status_code = 200
+    return firing_out(firing)

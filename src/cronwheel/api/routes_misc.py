@@ -1,0 +1,125 @@
+"""Status, schedule preview, health and readiness, and the offline docs page."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+from fastapi.routing import APIRoute
+
+from cronwheel.api.auth import Reader, store_of
+from cronwheel.api.convert import instant
+from cronwheel.api.errors import error_response
+from cronwheel.api.schemas import HealthOut, PreviewIn, PreviewOut, StatusOut
+from cronwheel.domain.firing import format_instant
+from cronwheel.domain.schedules import CronSchedule, next_firings
+from cronwheel.errors import CronwheelError
+
+router = APIRouter(tags=["cluster"])
+
+
+def _ts(value: Any) -> str | None:
+    return None if value is None else format_instant(value)
+
+
+@router.get("/v1/status", response_model=StatusOut, summary="Cluster status")
+def status(principal: Reader, request: Request) -> dict[str, Any]:
+    """Leader, epoch, nodes, workers and queue depth of the cluster; the backlog
+    (queued + running firings per job) of the caller's namespace."""
+    store = store_of(request)
+    s = store.status()
+    lease = s.lease
+    alive = lease is not None and lease.expires_at > s.now
+    return {
+        "now": format_instant(s.now),
+        "namespace": principal.namespace,
+        "leader": lease.holder if alive and lease else None,
+        "epoch": lease.epoch if lease else None,
+        "lease_expires_at": _ts(lease.expires_at) if lease else None,
+        "schedulers": sum(1 for n in s.nodes if n.kind == "scheduler"),
+        "workers": sum(1 for n in s.nodes if n.kind == "worker"),
+        "nodes": [
+            {
+                "id": n.id,
+                "kind": n.kind,
+                "hostname": n.hostname,
+                "pid": n.pid,
+                "heartbeat_at": format_instant(n.heartbeat_at),
+                "heartbeat_age_s": round((s.now - n.heartbeat_at).total_seconds(), 1),
+            }
+            for n in s.nodes
+        ],
+        "queue_depth": s.counts.get("queued", 0),
+        "running": s.counts.get("running", 0),
+        "oldest_queued_due_at": _ts(s.oldest_queued_due_at),
+        "backlog": store.job_backlog(principal.namespace, limit=50),
+    }
+
+
+@router.post("/v1/schedules/preview", response_model=PreviewOut, tags=["schedules"])
+def preview(body: PreviewIn, _principal: Reader, request: Request) -> dict[str, Any]:
+    """The next `count` instants of a cron schedule, UTC and local, with DST notes
+    (the computation of `cronwheel next`)."""
+    schedule = CronSchedule(
+        expr=body.cron, tz=body.tz, dst_gap=body.dst_gap, dst_overlap=body.dst_overlap
+    )
+    after = store_of(request).now() if body.after is None else instant(body.after, "after")
+    items = []
+    for row in next_firings(schedule, after, body.count):
+        local = row.utc.astimezone(schedule.zone)
+        items.append(
+            {
+                "utc": format_instant(row.utc),
+                "local": local.isoformat(),
+                "abbrev": local.tzname(),
+                "note": row.note,
+            }
+        )
+    return {
+        "cron": schedule.expr,
+        "tz": schedule.tz,
+        "dst_gap": schedule.gap,
+        "dst_overlap": schedule.overlap,
+        "items": items,
+    }
+
+
+@router.get("/healthz", response_model=HealthOut, tags=["health"])
+def healthz() -> dict[str, str]:
+    """200 while the process runs."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", response_model=HealthOut, tags=["health"], responses={503: {"model": None}})
+def readyz(request: Request) -> Any:
+    """200 when the store answers, else 503 `store_unavailable`."""
+    try:
+        store_of(request).ping()
+    except CronwheelError as exc:
+        return error_response(503, "store_unavailable", exc.message, headers={"Retry-After": "1"})
+    return {"status": "ready"}
+
+
+@router.get("/docs", include_in_schema=False)
+def docs(request: Request) -> HTMLResponse:
+    """A plain page (no scripts, no CDN) listing the endpoints; the schema is /openapi.json."""
+    rows = []
+    for route in request.app.routes:
+        if isinstance(route, APIRoute) and route.include_in_schema:
+            for method in sorted(route.methods or ()):
+                rows.append(
+                    f"<tr><td><code>{method}</code></td><td><code>{html.escape(route.path)}"
+                    f"</code></td><td>{html.escape(route.summary or route.name)}</td></tr>"
+                )
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>cronwheel API</title>"
+        "</head><body><h1>cronwheel HTTP API</h1><p>OpenAPI 3.1 document: "
+        "<a href='/openapi.json'>/openapi.json</a>. Authenticate with "
+        "<code>Authorization: Bearer cw_&lt;id&gt;_&lt;secret&gt;</code>.</p>"
+        "<table border='1' cellpadding='4'><tr><th>method</th><th>path</th><th>what</th></tr>"
+        + "".join(rows)
+        + "</table></body></html>"
+    )
+    return HTMLResponse(page)

@@ -1,0 +1,449 @@
+"""``cronwheel.Client``: the HTTP API from Python (sync, on httpx).
+
+    from cronwheel import Client, cron
+
+    with Client("http://127.0.0.1:8080", token="cw_1_...") as api:
+        api.put_job("digest", "send_digest", cron("0 7 * * mon-fri", tz="Europe/Paris"))
+        firing = api.enqueue("resize", "img.png", idempotency_key="upload-42", width=640)
+
+Methods return cronwheel's own values (:class:`Job`, :class:`Firing`) and raise
+its own errors, built from the API's error shape: ``ValidationError`` (with
+``.field``), ``InvalidScheduleError``, ``UnknownTimezoneError``,
+``JobNotFoundError``/``FiringNotFoundError``, ``ConflictError``,
+``InvalidTransitionError``, ``StoreUnavailableError`` (503, or the API is
+unreachable), and :class:`ApiError` subclasses for authentication (401/403).
+The token is sent only in the ``Authorization`` header and never shown in
+``repr`` or in errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from cronwheel.domain.firing import FiringState, format_instant
+from cronwheel.domain.models import Firing, FiringId, Job, JobId, JobPolicies, JobSpec
+from cronwheel.domain.policies import MisfirePolicy
+from cronwheel.domain.schedules import Schedule, parse_instant, schedule_from_dict
+from cronwheel.errors import (
+    ConflictError,
+    CronwheelError,
+    FiringNotFoundError,
+    InvalidScheduleError,
+    InvalidTransitionError,
+    JobNotFoundError,
+    NotFoundError,
+    StoreUnavailableError,
+    UnknownTimezoneError,
+    ValidationError,
+)
+from cronwheel.store.protocol import CancelResult
+
+if TYPE_CHECKING:  # httpx is imported when a Client is made: `import cronwheel` stays fast
+    import httpx
+
+__all__ = ["ApiError", "Client", "ForbiddenError", "UnauthorizedError"]
+
+
+class ApiError(CronwheelError):
+    """An HTTP answer that maps to no other cronwheel error; ``status`` is its code."""
+
+    code = "api_error"
+
+    def __init__(
+        self, message: str, *, status: int, field: str | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message, field=field, code=code)
+        self.status = status
+
+
+class UnauthorizedError(ApiError):
+    code = "unauthorized"
+
+
+class ForbiddenError(ApiError):
+    code = "forbidden"
+
+
+def _error(response: httpx.Response) -> CronwheelError:
+    status = response.status_code
+    try:
+        doc = response.json()["error"]
+        code, message, field = str(doc["code"]), str(doc["message"]), doc.get("field")
+    except (ValueError, KeyError, TypeError):
+        code, message, field = f"http_{status}", response.text[:200] or f"HTTP {status}", None
+    if status == 401:
+        return UnauthorizedError(message, status=status, field=field, code=code)
+    if status == 403:
+        return ForbiddenError(message, status=status, field=field, code=code)
+    if status == 404:
+        if field == "name":
+            return JobNotFoundError(message, field=field, code=code)
+        if field == "firing_id":
+            return FiringNotFoundError(message, field=field, code=code)
+        return NotFoundError(message, field=field, code=code)
+    if status == 409:
+        if code == "invalid_transition":
+            return InvalidTransitionError(message, field=field, code=code)
+        return ConflictError(message, field=field, code=code)
+    if status in (400, 413, 415, 422):
+        if code == "unknown_timezone":
+            return UnknownTimezoneError(message, field=field, code=code)
+        if code in ("invalid_cron", "invalid_schedule"):
+            return InvalidScheduleError(message, field=field, code=code)
+        return ValidationError(message, field=field, code=code)
+    if status == 503:
+        return StoreUnavailableError(message, field=field, code=code)
+    return ApiError(message, status=status, field=field, code=code)
+
+
+def _instant(value: Any) -> datetime | None:
+    return None if value is None else parse_instant(str(value), "instant")
+
+
+def _req_instant(value: Any) -> datetime:
+    return parse_instant(str(value), "instant")
+
+
+def job_from_json(doc: Mapping[str, Any]) -> Job:
+    """A :class:`Job` from the API's job representation."""
+    p = doc["policies"]
+
+    def seconds(key: str) -> timedelta:
+        return timedelta(seconds=float(p[key]))
+
+    policies = JobPolicies(
+        max_attempts=int(p["max_attempts"]),
+        retry_backoff=seconds("retry_backoff"),
+        retry_backoff_max=seconds("retry_backoff_max"),
+        visibility_timeout=seconds("visibility_timeout"),
+        timeout=None if p["timeout"] is None else seconds("timeout"),
+        misfire=MisfirePolicy(p["misfire"]),
+        misfire_grace=seconds("misfire_grace"),
+        catchup_window=seconds("catchup_window"),
+        max_catchup=int(p["max_catchup"]),
+        priority=float(p["priority"]),
+    )
+    schedule = schedule_from_dict({k: v for k, v in doc["schedule"].items() if v is not None})
+    spec = JobSpec(
+        name=doc["name"],
+        task=doc["task"],
+        schedule=schedule,
+        args=tuple(doc["args"]),
+        kwargs=dict(doc["kwargs"]),
+        namespace=doc["namespace"],
+        policies=policies,
+        paused=bool(doc["paused"]),
+    )
+    return Job(
+        id=JobId(int(doc["id"])),
+        spec=spec,
+        next_fire_at=_instant(doc["next_fire_at"]),
+        last_fired_at=_instant(doc["last_fired_at"]),
+        paused=bool(doc["paused"]),
+        missed_total=int(doc["missed_total"]),
+        created_at=_req_instant(doc["created_at"]),
+        updated_at=_req_instant(doc["updated_at"]),
+    )
+
+
+def firing_from_json(doc: Mapping[str, Any]) -> Firing:
+    """A :class:`Firing` from the API's firing representation (no claim token)."""
+    return Firing(
+        id=FiringId(int(doc["id"])),
+        job_id=JobId(int(doc["job_id"])),
+        job_name=doc["job"],
+        namespace=doc["namespace"],
+        task=doc["task"],
+        args=tuple(doc["args"]),
+        kwargs=dict(doc["kwargs"]),
+        scheduled_for=_req_instant(doc["scheduled_for"]),
+        due_at=_req_instant(doc["due_at"]),
+        state=FiringState(doc["state"]),
+        attempt=int(doc["attempt"]),
+        max_attempts=int(doc["max_attempts"]),
+        priority=float(doc["priority"]),
+        enqueued_at=_req_instant(doc["enqueued_at"]),
+        enqueued_epoch=doc["enqueued_epoch"],
+        worker_id=doc["worker_id"],
+        started_at=_instant(doc["started_at"]),
+        finished_at=_instant(doc["finished_at"]),
+        error=doc["error"],
+        note=doc["note"],
+        cancel_requested_at=_instant(doc.get("cancel_requested_at")),
+    )
+
+
+def _text(value: datetime | str) -> str:
+    return format_instant(value) if isinstance(value, datetime) else value
+
+
+def _job_body(
+    task: str,
+    schedule: Schedule | Mapping[str, Any],
+    args: tuple[Any, ...] | list[Any],
+    kwargs: Mapping[str, Any] | None,
+    policies: Mapping[str, Any] | None,
+    paused: bool | None,
+    allow_past: bool,
+) -> dict[str, Any]:
+    sched = dict(schedule) if isinstance(schedule, Mapping) else schedule.to_dict()
+    body: dict[str, Any] = {
+        "task": task,
+        "schedule": {k: v for k, v in sched.items() if v is not None},
+        "args": list(args),
+        "kwargs": dict(kwargs or {}),
+    }
+    if policies:
+        body["policies"] = dict(policies)
+    if paused is not None:
+        body["paused"] = paused
+    if allow_past:
+        body["allow_past"] = True
+    return body
+
+
+class Client:
+    """A connection pool to one cronwheel API. Close it (or use ``with``)."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        timeout: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        import httpx
+
+        headers = {"Accept": "application/json", "User-Agent": "cronwheel-client"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout, transport=transport
+        )
+
+    def __repr__(self) -> str:
+        return f"Client({self.url!r})"
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:
+        import httpx
+
+        try:
+            response = self._http.request(method, path, json=json, params=params, headers=headers)
+        except httpx.TransportError as exc:
+            raise StoreUnavailableError(
+                f"cannot reach the API at {self.url}: {type(exc).__name__}", code="api_unreachable"
+            ) from None
+        if response.status_code >= 400:
+            raise _error(response)
+        if response.status_code == 204 or not response.content:
+            return None
+        return response.json()
+
+    @staticmethod
+    def _path(name: str) -> str:
+        from urllib.parse import quote
+
+        return "/v1/jobs/" + quote(name, safe="")
+
+    # -- jobs ---------------------------------------------------------------------
+    def create_job(
+        self,
+        name: str,
+        task: str,
+        schedule: Schedule | Mapping[str, Any],
+        *,
+        args: tuple[Any, ...] | list[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        policies: Mapping[str, Any] | None = None,
+        paused: bool = False,
+        allow_past: bool = False,
+    ) -> Job:
+        """Create a job; ConflictError (code ``job_exists``) when the name is taken.
+        ``policies`` keys: max_attempts, retry_backoff, visibility_timeout, timeout,
+        misfire, misfire_grace, catchup_window, max_catchup, priority (durations in
+        seconds or text like ``"5m"``)."""
+        body = _job_body(task, schedule, args, kwargs, policies, paused, allow_past)
+        return job_from_json(self._call("POST", "/v1/jobs", json=body | {"name": name}))
+
+    def put_job(
+        self,
+        name: str,
+        task: str,
+        schedule: Schedule | Mapping[str, Any],
+        *,
+        args: tuple[Any, ...] | list[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        policies: Mapping[str, Any] | None = None,
+        paused: bool | None = None,
+        allow_past: bool = False,
+    ) -> tuple[Job, bool]:
+        """Create or update by name; returns (job, changed). The same call twice is a no-op."""
+        body = _job_body(task, schedule, args, kwargs, policies, paused, allow_past)
+        doc = self._call("PUT", self._path(name), json=body)
+        return job_from_json(doc), bool(doc.get("changed"))
+
+    def get_job(self, name: str) -> Job:
+        return job_from_json(self._call("GET", self._path(name)))
+
+    def next_fire_times(self, name: str, count: int = 5) -> list[dict[str, str]]:
+        """The job's next instants as ``{"utc": ..., "local": ...}``."""
+        doc = self._call("GET", self._path(name), params={"upcoming": count})
+        return list(doc.get("next_fire_times") or [])
+
+    def list_jobs(
+        self,
+        *,
+        state: str | None = None,
+        task: str | None = None,
+        name_prefix: str | None = None,
+        page_size: int = 100,
+    ) -> Iterator[Job]:
+        """Every matching job, fetching pages of ``page_size`` as it goes."""
+        params: dict[str, Any] = {"limit": page_size}
+        for key, value in (("state", state), ("task", task), ("name_prefix", name_prefix)):
+            if value is not None:
+                params[key] = value
+        while True:
+            doc = self._call("GET", "/v1/jobs", params=params)
+            yield from (job_from_json(item) for item in doc["items"])
+            if not doc["next_cursor"]:
+                return
+            params["cursor"] = doc["next_cursor"]
+
+    def update_job(self, name: str, **fields: Any) -> Job:
+        """PATCH: task, schedule (a Schedule or mapping), args, kwargs, policies, paused."""
+        if "schedule" in fields and not isinstance(fields["schedule"], Mapping):
+            fields["schedule"] = fields["schedule"].to_dict()
+        if isinstance(fields.get("schedule"), Mapping):
+            fields["schedule"] = {k: v for k, v in fields["schedule"].items() if v is not None}
+        if "args" in fields:
+            fields["args"] = list(fields["args"])
+        return job_from_json(self._call("PATCH", self._path(name), json=fields))
+
+    def pause(self, name: str) -> Job:
+        return job_from_json(self._call("POST", self._path(name) + "/pause"))
+
+    def resume(self, name: str) -> Job:
+        return job_from_json(self._call("POST", self._path(name) + "/resume"))
+
+    def trigger(self, name: str) -> Firing:
+        """Fire the job now (its schedule is not moved)."""
+        return firing_from_json(self._call("POST", self._path(name) + "/trigger"))
+
+    def backfill(self, name: str, start: datetime | str, end: datetime | str) -> dict[str, Any]:
+        """One firing per schedule instant in [start, end] (past, at most 1000)."""
+        body = {"start": _text(start), "end": _text(end)}
+        result: dict[str, Any] = self._call("POST", self._path(name) + "/backfill", json=body)
+        return result
+
+    def delete_job(self, name: str) -> None:
+        self._call("DELETE", self._path(name))
+
+    # -- firings ------------------------------------------------------------------
+    def list_firings(
+        self,
+        name: str,
+        *,
+        states: list[str] | None = None,
+        scheduled_from: datetime | str | None = None,
+        scheduled_to: datetime | str | None = None,
+        page_size: int = 100,
+    ) -> Iterator[Firing]:
+        """A job's firings, newest first, fetching pages as it goes."""
+        params: dict[str, Any] = {"limit": page_size}
+        if states:
+            params["state"] = list(states)
+        if scheduled_from is not None:
+            params["scheduled_from"] = _text(scheduled_from)
+        if scheduled_to is not None:
+            params["scheduled_to"] = _text(scheduled_to)
+        while True:
+            doc = self._call("GET", self._path(name) + "/firings", params=params)
+            yield from (firing_from_json(item) for item in doc["items"])
+            if not doc["next_cursor"]:
+                return
+            params["cursor"] = doc["next_cursor"]
+
+    def get_firing(self, firing_id: int) -> Firing:
+        return firing_from_json(self._call("GET", f"/v1/firings/{int(firing_id)}"))
+
+    def cancel_firing(self, firing_id: int) -> CancelResult:
+        """``outcome``: cancelled, cancel_requested or already_final."""
+        doc = self._call("POST", f"/v1/firings/{int(firing_id)}/cancel")
+        return CancelResult(outcome=doc["result"], firing=firing_from_json(doc["firing"]))
+
+    def retry_firing(self, firing_id: int) -> Firing:
+        """Re-drive a DEAD firing; InvalidTransitionError otherwise."""
+        return firing_from_json(self._call("POST", f"/v1/firings/{int(firing_id)}/retry"))
+
+    def enqueue(
+        self, task: str, /, *args: Any, idempotency_key: str | None = None, **kwargs: Any
+    ) -> Firing:
+        """Run ``task(*args, **kwargs)`` on a worker now. With ``idempotency_key``, the same
+        key and arguments give the same firing; other arguments raise ConflictError."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else None
+        body = {"task": task, "args": list(args), "kwargs": kwargs}
+        return firing_from_json(self._call("POST", "/v1/firings", json=body, headers=headers))
+
+    # -- cluster ------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/v1/status")
+        return result
+
+    def preview(
+        self,
+        cron: str,
+        tz: str = "UTC",
+        *,
+        after: datetime | str | None = None,
+        count: int = 5,
+        dst_gap: str | None = None,
+        dst_overlap: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """The next instants of a cron schedule: ``{"utc", "local", "abbrev", "note"}``."""
+        body: dict[str, Any] = {"cron": cron, "tz": tz, "count": count}
+        if after is not None:
+            body["after"] = _text(after)
+        if dst_gap is not None:
+            body["dst_gap"] = dst_gap
+        if dst_overlap is not None:
+            body["dst_overlap"] = dst_overlap
+        items: list[dict[str, Any]] = self._call("POST", "/v1/schedules/preview", json=body)[
+            "items"
+        ]
+        return items
+
+    def ready(self) -> bool:
+        """True when the API answers and its store is reachable."""
+        try:
+            self._call("GET", "/readyz")
+        except CronwheelError:
+            return False
+        return True
