@@ -480,3 +480,15 @@ def test_nodes_and_status(harness: Harness) -> None:
     assert st.counts["queued"] == 1 and st.counts.get("succeeded") == 1
     assert st.lease is not None and st.lease.holder == "leader-a" and st.lease.epoch == lease.epoch
     assert st.jobs == 2 and len(st.lateness_ms) == 1
+
+
+def test_bulk_create_is_all_or_nothing(harness: Harness) -> None:
+    now = harness.now()
+    n = harness.store.create_jobs([(spec(f"bulk-{i}"), now + i * S) for i in range(50)])
+    assert n == 50
+    assert [j.name for j in harness.store.due_jobs(now + 2 * S, limit=10)] == [
+        "bulk-0", "bulk-1", "bulk-2"]
+    with pytest.raises(ConflictError):
+        harness.store.create_jobs([(spec("fresh"), now), (spec("bulk-3"), now)])
+    with pytest.raises(JobNotFoundError):
+        harness.store.get_job("default", "fresh")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
 from cronwheel.cli.common import open_cli_store, store_option
+from cronwheel.cli.remote import client, url_option
 from cronwheel.domain.firing import FiringState
+from cronwheel.errors import ValidationError
 
 _STATES = [s.value for s in FiringState]
 
@@ -30,6 +33,7 @@ def firings_group() -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--namespace", default="default", show_default=True)
 @store_option
+@url_option
 def list_command(
     job_name: str | None,
     states: tuple[str, ...],
@@ -37,10 +41,34 @@ def list_command(
     as_json: bool,
     namespace: str,
     store_url: str,
+    url: str | None,
 ) -> None:
     """List recent firings, newest first."""
+    from itertools import islice
+
     from cronwheel.cli import render
 
+    if url is not None:
+        if not job_name:
+            raise ValidationError(
+                "is required with --url (the API lists one job's firings)", field="--job"
+            )
+        with client(url, namespace) as api:
+            pages = api.list_firings(
+                job_name, states=list(states) or None, page_size=min(limit, 500)
+            )
+            firings = list(islice(pages, limit))
+    else:
+        firings = _list_local(store_url, job_name, states, limit, namespace)
+    if as_json:
+        click.echo(json.dumps([f.to_dict() for f in firings], indent=2, ensure_ascii=False))
+    else:
+        render.firings_table(firings)
+
+
+def _list_local(
+    store_url: str, job_name: str | None, states: tuple[str, ...], limit: int, namespace: str
+) -> list[Any]:
     store = open_cli_store(store_url)
     try:
         job_id = store.get_job(namespace, job_name).id if job_name else None
@@ -52,26 +80,28 @@ def list_command(
         )
     finally:
         store.close()
-    if as_json:
-        click.echo(json.dumps([f.to_dict() for f in firings], indent=2, ensure_ascii=False))
-    else:
-        render.firings_table(firings)
+    return list(firings)
 
 
 @firings_group.command("show")
 @click.argument("firing_id", type=click.IntRange(1))
 @click.option("--json", "as_json", is_flag=True)
 @store_option
-def show_command(firing_id: int, as_json: bool, store_url: str) -> None:
+@url_option
+def show_command(firing_id: int, as_json: bool, store_url: str, url: str | None) -> None:
     """Show one firing: state, attempts, timings, lateness, error."""
     from cronwheel.cli import render
     from cronwheel.domain.models import FiringId
 
-    store = open_cli_store(store_url)
-    try:
-        firing = store.get_firing(FiringId(firing_id))
-    finally:
-        store.close()
+    if url is not None:
+        with client(url) as api:
+            firing = api.get_firing(firing_id)
+    else:
+        store = open_cli_store(store_url)
+        try:
+            firing = store.get_firing(FiringId(firing_id))
+        finally:
+            store.close()
     if as_json:
         click.echo(json.dumps(firing.to_dict(), indent=2, ensure_ascii=False))
     else:
@@ -81,28 +111,38 @@ def show_command(firing_id: int, as_json: bool, store_url: str) -> None:
 @firings_group.command("cancel")
 @click.argument("firing_id", type=click.IntRange(1))
 @store_option
-def cancel_command(firing_id: int, store_url: str) -> None:
+@url_option
+def cancel_command(firing_id: int, store_url: str, url: str | None) -> None:
     """Cancel a firing: at once if queued, cooperatively if running."""
     from cronwheel.domain.models import FiringId
 
-    store = open_cli_store(store_url)
-    try:
-        result = store.cancel_firing(FiringId(firing_id))
-    finally:
-        store.close()
+    if url is not None:
+        with client(url) as api:
+            result = api.cancel_firing(firing_id)
+    else:
+        store = open_cli_store(store_url)
+        try:
+            result = store.cancel_firing(FiringId(firing_id))
+        finally:
+            store.close()
     click.echo(f"{result.outcome}: firing {firing_id} is {result.firing.state.value}")
 
 
 @firings_group.command("retry")
 @click.argument("firing_id", type=click.IntRange(1))
 @store_option
-def retry_command(firing_id: int, store_url: str) -> None:
+@url_option
+def retry_command(firing_id: int, store_url: str, url: str | None) -> None:
     """Re-drive a DEAD firing: queue it again with a fresh attempt budget."""
     from cronwheel.domain.models import FiringId
 
-    store = open_cli_store(store_url)
-    try:
-        firing = store.redrive_firing(FiringId(firing_id))
-    finally:
-        store.close()
+    if url is not None:
+        with client(url) as api:
+            firing = api.retry_firing(firing_id)
+    else:
+        store = open_cli_store(store_url)
+        try:
+            firing = store.redrive_firing(FiringId(firing_id))
+        finally:
+            store.close()
     click.echo(f"queued: firing {firing_id} will run again (attempt {firing.attempt + 1})")

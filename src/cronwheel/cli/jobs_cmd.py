@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from cronwheel.cli.common import open_cli_store, store_option
+from cronwheel.cli.remote import client, url_option
 from cronwheel.errors import ValidationError
 
 _NS = click.option("--namespace", default="default", show_default=True, help="Job namespace.")
@@ -55,6 +56,7 @@ def jobs_group() -> None:
 @click.option("--replace", is_flag=True, help="Update the job if the name exists.")
 @_NS
 @store_option
+@url_option
 def add_command(
     name: str,
     task: str,
@@ -78,6 +80,7 @@ def add_command(
     replace: bool,
     namespace: str,
     store_url: str,
+    url: str | None,
 ) -> None:
     """Add a job NAME running TASK on one schedule (--cron, --every, --at or --now)."""
     from cronwheel.app import build_policies, first_fire_at
@@ -117,6 +120,33 @@ def add_command(
         paused=paused,
     )
     first = first_fire_at(schedule, SystemClock().now(), allow_past=allow_past)
+    if url is not None:
+        remote = {
+            "max_attempts": None if retries is None else retries + 1,
+            "timeout": timeout_text,
+            "visibility_timeout": vt_text,
+            "misfire": misfire,
+            "priority": priority,
+        }
+        with client(url, namespace) as api:
+            kw: dict[str, Any] = {
+                "args": spec.args,
+                "kwargs": spec.kwargs,
+                "policies": {k: v for k, v in remote.items() if v is not None},
+                "allow_past": allow_past,
+            }
+            if replace:
+                job, changed = api.put_job(name, task, schedule, paused=paused or None, **kw)
+                verb = "updated" if changed else "unchanged"
+            else:
+                job, verb = api.create_job(name, task, schedule, paused=paused, **kw), "created"
+    else:
+        job, verb = _add_local(store_url, spec, first, replace)
+    nxt = job.next_fire_at.isoformat() if job.next_fire_at else "never"
+    click.echo(f"{verb} job {job.name!r} (id {job.id}): {schedule.describe()}; next firing {nxt}")
+
+
+def _add_local(store_url: str, spec: Any, first: Any, replace: bool) -> tuple[Any, str]:
     store = open_cli_store(store_url)
     try:
         if replace:
@@ -126,8 +156,7 @@ def add_command(
             job, verb = store.create_job(spec, first_fire_at=first), "created"
     finally:
         store.close()
-    nxt = job.next_fire_at.isoformat() if job.next_fire_at else "never"
-    click.echo(f"{verb} job {job.name!r} (id {job.id}): {schedule.describe()}; next firing {nxt}")
+    return job, verb
 
 
 @jobs_group.command("list")
@@ -137,24 +166,43 @@ def add_command(
 @click.option("--json", "as_json", is_flag=True)
 @_NS
 @store_option
+@url_option
 def list_command(
-    prefix: str | None, task: str | None, limit: int, as_json: bool, namespace: str, store_url: str
+    prefix: str | None,
+    task: str | None,
+    limit: int,
+    as_json: bool,
+    namespace: str,
+    store_url: str,
+    url: str | None,
 ) -> None:
     """List jobs with their next firing."""
+    from itertools import islice
+
     from cronwheel.cli import render
 
-    store = open_cli_store(store_url)
-    try:
-        jobs = store.list_jobs(namespace=namespace, name_prefix=prefix, task=task, limit=limit)
-    finally:
-        store.close()
+    if url is not None:
+        with client(url, namespace) as api:
+            pages = api.list_jobs(task=task, name_prefix=prefix, page_size=min(limit, 500))
+            jobs = list(islice(pages, limit))
+    else:
+        store = open_cli_store(store_url)
+        try:
+            jobs = store.list_jobs(namespace=namespace, name_prefix=prefix, task=task, limit=limit)
+        finally:
+            store.close()
     if as_json:
         click.echo(json.dumps([render.job_dict(j) for j in jobs], indent=2, ensure_ascii=False))
     else:
         render.jobs_table(jobs)
 
 
-def _job_action(name: str, namespace: str, store_url: str, action: str) -> None:
+def _job_action(name: str, namespace: str, store_url: str, action: str, url: str | None) -> None:
+    if url is not None:
+        with client(url, namespace) as api:
+            {"delete": api.delete_job, "pause": api.pause, "resume": api.resume}[action](name)
+        click.echo(f"{action}d job {name!r}" if action != "pause" else f"paused job {name!r}")
+        return
     store = open_cli_store(store_url)
     try:
         if action == "delete":
@@ -178,17 +226,28 @@ def _job_action(name: str, namespace: str, store_url: str, action: str) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @_NS
 @store_option
-def show_command(name: str, count: int, as_json: bool, namespace: str, store_url: str) -> None:
+@url_option
+def show_command(
+    name: str, count: int, as_json: bool, namespace: str, store_url: str, url: str | None
+) -> None:
     """Show one job: schedule, policies, cursor, upcoming and recent firings."""
+    from itertools import islice
+
     from cronwheel.cli import render
 
-    store = open_cli_store(store_url)
-    try:
-        job = store.get_job(namespace, name)
-        firings = store.list_firings(job_id=job.id, limit=10)
-        events = store.job_events(job.id, limit=10)
-    finally:
-        store.close()
+    if url is not None:
+        with client(url, namespace) as api:
+            job = api.get_job(name)
+            firings = list(islice(api.list_firings(name, page_size=10), 10))
+            events: list[Any] = []  # missed-instant records are not served by the API yet
+    else:
+        store = open_cli_store(store_url)
+        try:
+            job = store.get_job(namespace, name)
+            firings = store.list_firings(job_id=job.id, limit=10)
+            events = store.job_events(job.id, limit=10)
+        finally:
+            store.close()
     if as_json:
         doc = render.job_dict(job) | {
             "upcoming": render.upcoming(job, count),
@@ -204,24 +263,27 @@ def show_command(name: str, count: int, as_json: bool, namespace: str, store_url
 @click.argument("name")
 @_NS
 @store_option
-def pause_command(name: str, namespace: str, store_url: str) -> None:
+@url_option
+def pause_command(name: str, namespace: str, store_url: str, url: str | None) -> None:
     """Stop firing a job (missed instants follow its misfire policy on resume)."""
-    _job_action(name, namespace, store_url, "pause")
+    _job_action(name, namespace, store_url, "pause", url)
 
 
 @jobs_group.command("resume")
 @click.argument("name")
 @_NS
 @store_option
-def resume_command(name: str, namespace: str, store_url: str) -> None:
+@url_option
+def resume_command(name: str, namespace: str, store_url: str, url: str | None) -> None:
     """Resume a paused job."""
-    _job_action(name, namespace, store_url, "resume")
+    _job_action(name, namespace, store_url, "resume", url)
 
 
 @jobs_group.command("delete")
 @click.argument("name")
 @_NS
 @store_option
-def delete_command(name: str, namespace: str, store_url: str) -> None:
+@url_option
+def delete_command(name: str, namespace: str, store_url: str, url: str | None) -> None:
     """Delete a job and its firing history."""
-    _job_action(name, namespace, store_url, "delete")
+    _job_action(name, namespace, store_url, "delete", url)

@@ -28,6 +28,8 @@ _COMMANDS: dict[str, str] = {
     "bench": "cronwheel.cli.bench_cmd:bench_command",
     "jobs": "cronwheel.cli.jobs_cmd:jobs_group",
     "firings": "cronwheel.cli.firings_cmd:firings_group",
+    "api": "cronwheel.cli.api_cmd:api_command",
+    "tokens": "cronwheel.cli.tokens_cmd:tokens_group",
 }
 
 

@@ -27,6 +27,8 @@ class Row(Protocol):
     """A result row addressable by column name (sqlite3.Row, psycopg dict rows)."""
 
     def __getitem__(self, key: str, /) -> Any: ...
+
+
 SHARDS = 256
 
 

@@ -121,6 +121,12 @@ class Store(Protocol):
         """
         ...
 
+    def create_jobs(self, items: Sequence[tuple[JobSpec, datetime | None]]) -> int:
+        """Bulk registration: insert every ``(spec, first_fire_at)`` in one transaction, or
+        none (ConflictError if any name exists). Returns the count. The fast path for
+        large registrations: no per-job round trip."""
+        ...
+
     def upsert_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> tuple[Job, bool]:
         """Create, or replace the spec of the job with this name; return (job, changed).
 

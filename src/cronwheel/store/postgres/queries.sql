@@ -18,6 +18,13 @@ VALUES (%(namespace)s, %(name)s, %(task)s, %(schedule)s::jsonb, %(payload)s::jso
         %(paused)s, %(next_fire_at)s, :now, :now, %(shard)s)
 RETURNING *
 
+-- name: insert_job_bulk
+INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
+                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard)
+VALUES (%(namespace)s, %(name)s, %(task)s, %(schedule)s::jsonb, %(payload)s::json,
+        %(policies)s::jsonb, %(spec_hash)s, %(priority)s, %(max_attempts)s, %(visibility_us)s,
+        %(paused)s, %(next_fire_at)s, :now, :now, %(shard)s)
+
 -- name: insert_job_if_absent
 INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
                   max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard)

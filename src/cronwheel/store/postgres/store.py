@@ -180,6 +180,26 @@ class PostgresStore:
 
         return codec.job_from_row(self._db.run(body, write=True))
 
+    def create_jobs(self, items: Sequence[tuple[JobSpec, datetime | None]]) -> int:
+        rows = [
+            self._db.params(job_params(spec) | {"next_fire_at": first}) for spec, first in items
+        ]
+
+        def body(conn: Conn) -> int:
+            try:
+                with conn.cursor() as cur:
+                    cur.executemany(query(self._q["insert_job_bulk"]), rows)
+            except pgerrors.UniqueViolation as exc:
+                raise ConflictError(
+                    f"a job in the batch already exists ({exc.diag.message_detail})",
+                    field="name",
+                    code="job_exists",
+                ) from None
+            self._exec(conn, "bump_jobs_version")
+            return len(rows)
+
+        return self._db.run(body, write=True)
+
     def upsert_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> tuple[Job, bool]:
         params = job_params(spec) | {"next_fire_at": first_fire_at}
         key = {"namespace": spec.namespace, "name": spec.name}

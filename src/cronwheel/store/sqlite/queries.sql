@@ -7,6 +7,12 @@ VALUES (:namespace, :name, :task, :schedule, :payload, :policies, :spec_hash, :p
         :max_attempts, :visibility_us, :paused, :next_fire_at, :now, :now, :shard)
 RETURNING *
 
+-- name: insert_job_bulk
+INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
+                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard)
+VALUES (:namespace, :name, :task, :schedule, :payload, :policies, :spec_hash, :priority,
+        :max_attempts, :visibility_us, :paused, :next_fire_at, :now, :now, :shard)
+
 -- name: update_job_spec
 UPDATE jobs
 SET task = :task, schedule = :schedule, payload = :payload, policies = :policies,

@@ -214,6 +214,22 @@ class SqliteStore:
             conn.execute(self._q["bump_jobs_version"])
         return codec.job_from_row(row)
 
+    def create_jobs(self, items: Sequence[tuple[JobSpec, datetime | None]]) -> int:
+        now = self._now_us()
+        rows = [
+            codec.job_params(spec) | {"next_fire_at": opt_us(first), "now": now}
+            for spec, first in items
+        ]
+        with self._tx() as conn:
+            try:
+                conn.executemany(self._q["insert_job_bulk"], rows)
+            except sqlite3.IntegrityError as exc:
+                raise ConflictError(
+                    f"a job in the batch already exists ({exc})", field="name", code="job_exists"
+                ) from None
+            conn.execute(self._q["bump_jobs_version"])
+        return len(rows)
+
     def upsert_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> tuple[Job, bool]:
         params = codec.job_params(spec)
         with self._tx() as conn:
