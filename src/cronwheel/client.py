@@ -19,13 +19,13 @@ The token is sent only in the ``Authorization`` header and never shown in
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from datetime import datetime, timedelta
+from dataclasses import fields as dataclass_fields
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from cronwheel.domain.firing import FiringState, format_instant
 from cronwheel.domain.models import Firing, FiringId, Job, JobId, JobPolicies, JobSpec
-from cronwheel.domain.policies import MisfirePolicy
 from cronwheel.domain.schedules import Schedule, parse_instant, schedule_from_dict
 from cronwheel.errors import (
     ConflictError,
@@ -107,25 +107,26 @@ def _req_instant(value: Any) -> datetime:
     return parse_instant(str(value), "instant")
 
 
+# Policies travel as JobPolicies.to_dict() with the "_s" suffix of durations dropped:
+# {"max_attempts": 3, "retry_backoff": 1.0, "timeout": null, "misfire": "fire_once", ...}
+DURATION_POLICIES = frozenset(
+    f.name for f in dataclass_fields(JobPolicies) if "timedelta" in str(f.type)
+)
+
+
+def policies_to_json(policies: JobPolicies) -> dict[str, Any]:
+    return {k.removesuffix("_s"): v for k, v in policies.to_dict().items()}
+
+
+def policies_from_json(doc: Mapping[str, Any]) -> JobPolicies:
+    return JobPolicies.from_dict(
+        {(f"{k}_s" if k in DURATION_POLICIES else k): v for k, v in doc.items()}
+    )
+
+
 def job_from_json(doc: Mapping[str, Any]) -> Job:
     """A :class:`Job` from the API's job representation."""
-    p = doc["policies"]
-
-    def seconds(key: str) -> timedelta:
-        return timedelta(seconds=float(p[key]))
-
-    policies = JobPolicies(
-        max_attempts=int(p["max_attempts"]),
-        retry_backoff=seconds("retry_backoff"),
-        retry_backoff_max=seconds("retry_backoff_max"),
-        visibility_timeout=seconds("visibility_timeout"),
-        timeout=None if p["timeout"] is None else seconds("timeout"),
-        misfire=MisfirePolicy(p["misfire"]),
-        misfire_grace=seconds("misfire_grace"),
-        catchup_window=seconds("catchup_window"),
-        max_catchup=int(p["max_catchup"]),
-        priority=float(p["priority"]),
-    )
+    policies = policies_from_json(doc["policies"])
     schedule = schedule_from_dict({k: v for k, v in doc["schedule"].items() if v is not None})
     spec = JobSpec(
         name=doc["name"],

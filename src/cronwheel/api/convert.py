@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 import math
 from datetime import datetime, timedelta
@@ -12,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 from cronwheel.api.errors import HttpError
 from cronwheel.api.schemas import PoliciesIn, ScheduleIn
-from cronwheel.app import build_policies
+from cronwheel.client import DURATION_POLICIES, policies_to_json
 from cronwheel.domain.firing import format_instant
 from cronwheel.domain.models import Firing, Job, JobPolicies
 from cronwheel.domain.schedules import (
@@ -24,16 +25,6 @@ from cronwheel.domain.schedules import (
     schedule_from_dict,
 )
 from cronwheel.errors import CronwheelError, ValidationError
-
-_DURATION_POLICIES = (
-    "retry_backoff",
-    "retry_backoff_max",
-    "visibility_timeout",
-    "timeout",
-    "misfire_grace",
-    "catchup_window",
-)
-
 
 _SCHEDULE_KEYS = {
     "now": frozenset({"kind"}),
@@ -67,25 +58,27 @@ def _duration(value: float | str, field: str) -> timedelta:
 
 
 def to_policies(body: PoliciesIn | None, base: JobPolicies | None = None) -> JobPolicies:
-    """Policies from a body; keys not given keep ``base``'s values (or the defaults)."""
-    values: dict[str, Any] = {}
-    if base is not None:
-        values = {
-            name: getattr(base, name)
-            for name in (*_DURATION_POLICIES, "max_attempts", "misfire", "max_catchup", "priority")
-        }
+    """Policies from a body; keys not given keep ``base``'s values (or the defaults);
+    an explicit null resets a key to its default."""
+    base = base or JobPolicies()
+    defaults = JobPolicies()
+    changes: dict[str, Any] = {}
     given = {} if body is None else body.model_dump(exclude_unset=True)
     for name, value in given.items():
-        if value is None:  # an explicit null: no timeout / the default
-            values.pop(name, None)
-            continue
-        values[name] = _duration(value, f"policies.{name}") if name in _DURATION_POLICIES else value
+        if value is None:
+            changes[name] = getattr(defaults, name)
+        elif name in DURATION_POLICIES:
+            changes[name] = _duration(value, f"policies.{name}")
+        else:
+            changes[name] = value
     try:
-        return build_policies(**values)
+        return dataclasses.replace(base, **changes)
     except CronwheelError as exc:
         if exc.field and not exc.field.startswith("policies"):
             exc.field = f"policies.{exc.field}"
         raise
+    except TypeError as exc:  # a key this version's JobPolicies does not have
+        raise ValidationError(str(exc), field="policies") from None
 
 
 def instant(text: str, field: str) -> datetime:
@@ -113,18 +106,7 @@ def job_state(job: Job) -> str:
 
 
 def policies_out(p: JobPolicies) -> dict[str, Any]:
-    return {
-        "max_attempts": p.max_attempts,
-        "retry_backoff": p.retry_backoff.total_seconds(),
-        "retry_backoff_max": p.retry_backoff_max.total_seconds(),
-        "visibility_timeout": p.visibility_timeout.total_seconds(),
-        "timeout": None if p.timeout is None else p.timeout.total_seconds(),
-        "misfire": p.misfire.value,
-        "misfire_grace": p.misfire_grace.total_seconds(),
-        "catchup_window": p.catchup_window.total_seconds(),
-        "max_catchup": p.max_catchup,
-        "priority": float(p.priority),
-    }
+    return policies_to_json(p)
 
 
 def next_fire_times(job: Job, count: int) -> list[dict[str, str]]:

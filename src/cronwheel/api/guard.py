@@ -23,7 +23,7 @@ import json
 import math
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
 
 import structlog
 
@@ -37,6 +37,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 DEFAULT_MAX_BODY = 256 * 1024
 DEFAULT_MAX_DEPTH = 32
+SLASH_STAND_IN = "\x1f"
 _QUERY_CREDENTIALS = frozenset({"token", "access_token", "api_key", "apikey"})
 
 log = structlog.get_logger("cronwheel.api")
@@ -174,6 +175,15 @@ class BodyGuard:
                 await _send_error(send, 500, "internal_error", "internal error")
 
     async def _guard(self, scope: Scope, receive: Receive) -> Receive:
+        raw_path = scope.get("raw_path")
+        if raw_path and b"%2f" in raw_path.lower():
+            # Routing splits the *decoded* path on "/", so a name with an encoded
+            # slash ("a%2Fb") would not reach its route. Keep such slashes as U+001F
+            # (a control character, which names can never hold); routes decode it back.
+            segments = raw_path.decode("latin-1").split("?")[0].split("/")
+            scope["path"] = "/".join(
+                unquote(seg.replace("%2F", "%1f").replace("%2f", "%1f")) for seg in segments
+            )
         query = scope.get("query_string", b"").decode("latin-1")
         if query and any(k.lower() in _QUERY_CREDENTIALS for k, _ in parse_qsl(query, True)):
             raise Refusal(

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
+from pydantic import AfterValidator
 
 from cronwheel.api.auth import Principal, Reader, Writer, store_of
 from cronwheel.api.convert import (
@@ -17,6 +18,7 @@ from cronwheel.api.convert import (
     to_policies,
     to_schedule,
 )
+from cronwheel.api.guard import SLASH_STAND_IN
 from cronwheel.api.schemas import (
     BackfillIn,
     BackfillOut,
@@ -38,7 +40,11 @@ MAX_BACKFILL = 1000
 UPCOMING = 5
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
-JobName = Annotated[str, Path(min_length=1, max_length=200, description="the job's name")]
+JobName = Annotated[
+    str,
+    Path(min_length=1, max_length=200, description="the job's name (URL-encoded)"),
+    AfterValidator(lambda name: name.replace(SLASH_STAND_IN, "/")),  # see guard.BodyGuard
+]
 
 
 def _spec(principal: Principal, name: str, body: JobBody, paused: bool) -> JobSpec:

@@ -57,6 +57,12 @@ class PoliciesIn(_In):
     catchup_window: Duration | None = None
     max_catchup: int | None = Field(None, ge=1, le=10_000)
     priority: float | None = Field(None, ge=0.01, le=1000)
+    max_concurrency: int | None = Field(None, ge=1, le=10_000)
+    overlap: str | None = Field(None, max_length=32, examples=["skip", "buffer_one", "allow"])
+    max_buffer: int | None = Field(None, ge=1, le=10_000)
+    cancel_grace: Duration | None = None
+    start_deadline: Duration | None = None
+    jitter: Duration | None = None
 
 
 class JobBody(_In):
@@ -132,6 +138,9 @@ class ScheduleOut(_Out):
 
 
 class PoliciesOut(_Out):
+    """Durations in seconds; the same keys a request's ``policies`` takes."""
+
+    model_config = ConfigDict(extra="allow")
     max_attempts: int
     retry_backoff: float
     retry_backoff_max: float
@@ -176,6 +185,7 @@ class JobList(_Out):
 
 
 class FiringOut(_Out):
+    model_config = ConfigDict(extra="allow")  # fields the domain adds flow through
     id: int
     job_id: int
     job: str

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NewType
 
 from cronwheel.domain.firing import FiringState, format_instant, idempotency_key
+from cronwheel.domain.overlap import OverlapPolicy
 from cronwheel.domain.policies import MisfirePolicy
 from cronwheel.errors import ValidationError
 
@@ -76,6 +77,10 @@ def encode_payload(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) ->
     return text
 
 
+def _opt_s(value: timedelta | None) -> float | None:
+    return None if value is None else value.total_seconds()
+
+
 def _positive(value: timedelta, field_name: str) -> timedelta:
     if not isinstance(value, timedelta) or value <= timedelta(0):
         raise ValidationError("must be a positive duration", field=field_name)
@@ -96,6 +101,12 @@ class JobPolicies:
     catchup_window: timedelta = timedelta(days=1)
     max_catchup: int = 100
     priority: float = 1.0
+    max_concurrency: int | None = None  # None: 1 for recurring jobs, unlimited for one-shots
+    overlap: OverlapPolicy = OverlapPolicy.SKIP
+    max_buffer: int = 100
+    cancel_grace: timedelta = timedelta(seconds=30)
+    start_deadline: timedelta | None = None
+    jitter: timedelta = timedelta(0)
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_attempts, int) or not 1 <= self.max_attempts <= 1000:
@@ -124,6 +135,24 @@ class JobPolicies:
             or not 0.01 <= self.priority <= 1000
         ):
             raise ValidationError("must be a number from 0.01 to 1000", field="priority")
+        if self.max_concurrency is not None and (
+            not isinstance(self.max_concurrency, int) or not 1 <= self.max_concurrency <= 10_000
+        ):
+            raise ValidationError("must be an integer from 1 to 10000", field="max_concurrency")
+        try:
+            object.__setattr__(self, "overlap", OverlapPolicy(self.overlap))
+        except ValueError:
+            names = ", ".join(p.value for p in OverlapPolicy)
+            raise ValidationError(f"must be one of {names}", field="overlap") from None
+        if not isinstance(self.max_buffer, int) or not 1 <= self.max_buffer <= 10_000:
+            raise ValidationError("must be an integer from 1 to 10000", field="max_buffer")
+        _positive(self.cancel_grace, "cancel_grace")
+        if self.start_deadline is not None:
+            _positive(self.start_deadline, "start_deadline")
+        if not isinstance(self.jitter, timedelta) or not (
+            timedelta(0) <= self.jitter <= timedelta(days=1)
+        ):
+            raise ValidationError("must be a duration from 0 to 1 day", field="jitter")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -131,12 +160,18 @@ class JobPolicies:
             "retry_backoff_s": self.retry_backoff.total_seconds(),
             "retry_backoff_max_s": self.retry_backoff_max.total_seconds(),
             "visibility_timeout_s": self.visibility_timeout.total_seconds(),
-            "timeout_s": None if self.timeout is None else self.timeout.total_seconds(),
+            "timeout_s": _opt_s(self.timeout),
             "misfire": self.misfire.value,
             "misfire_grace_s": self.misfire_grace.total_seconds(),
             "catchup_window_s": self.catchup_window.total_seconds(),
             "max_catchup": self.max_catchup,
             "priority": float(self.priority),
+            "max_concurrency": self.max_concurrency,
+            "overlap": self.overlap.value,
+            "max_buffer": self.max_buffer,
+            "cancel_grace_s": self.cancel_grace.total_seconds(),
+            "start_deadline_s": _opt_s(self.start_deadline),
+            "jitter_s": self.jitter.total_seconds(),
         }
 
     @classmethod
@@ -155,6 +190,14 @@ class JobPolicies:
             catchup_window=td("catchup_window_s"),
             max_catchup=int(d["max_catchup"]),
             priority=float(d["priority"]),
+            max_concurrency=d.get("max_concurrency"),
+            overlap=OverlapPolicy(d.get("overlap", "skip")),
+            max_buffer=int(d.get("max_buffer", 100)),
+            cancel_grace=timedelta(seconds=float(d.get("cancel_grace_s", 30))),
+            start_deadline=(
+                None if d.get("start_deadline_s") is None else td("start_deadline_s")
+            ),
+            jitter=timedelta(seconds=float(d.get("jitter_s", 0))),
         )
 
 
@@ -170,9 +213,22 @@ class JobSpec:
     namespace: str = "default"
     policies: JobPolicies = field(default_factory=JobPolicies)
     paused: bool = False
+    start_at: datetime | None = None  # no firing before this instant
+    end_at: datetime | None = None  # no firing after this instant
+    max_runs: int | None = None  # the job ends after this many firings
 
     def __post_init__(self) -> None:
         validate_name(self.name)
+        for name in ("start_at", "end_at"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
+                raise ValidationError("must be an aware instant", field=name)
+        if self.start_at and self.end_at and self.end_at <= self.start_at:
+            raise ValidationError("must be after start_at", field="end_at")
+        if self.max_runs is not None and (
+            not isinstance(self.max_runs, int) or not 1 <= self.max_runs <= 10**9
+        ):
+            raise ValidationError("must be an integer from 1 to 10^9", field="max_runs")
         validate_task(self.task)
         validate_namespace(self.namespace)
         if not isinstance(self.kwargs, dict):
@@ -183,6 +239,27 @@ class JobSpec:
     def payload(self) -> str:
         return encode_payload(self.args, self.kwargs)
 
+    @property
+    def recurring(self) -> bool:
+        return self.schedule.kind in ("every", "cron")
+
+    @property
+    def max_concurrency(self) -> int | None:
+        """The effective cap: explicit, else 1 for recurring jobs, unlimited for one-shots;
+        None means no cap (also for overlap ``allow``)."""
+        if self.policies.overlap is OverlapPolicy.ALLOW:
+            return None
+        if self.policies.max_concurrency is not None:
+            return self.policies.max_concurrency
+        return 1 if self.recurring else None
+
+    def bounds_dict(self) -> dict[str, Any]:
+        return {
+            "start_at": None if self.start_at is None else format_instant(self.start_at),
+            "end_at": None if self.end_at is None else format_instant(self.end_at),
+            "max_runs": self.max_runs,
+        }
+
     def spec_hash(self) -> str:
         """Changes whenever anything a user declared changes (upserts compare it)."""
         doc = json.dumps(
@@ -191,6 +268,7 @@ class JobSpec:
                 "schedule": self.schedule.to_dict(),
                 "payload": self.payload,
                 "policies": self.policies.to_dict(),
+                "bounds": self.bounds_dict(),
             },
             sort_keys=True,
             ensure_ascii=False,
@@ -210,6 +288,7 @@ class Job:
     missed_total: int
     created_at: datetime
     updated_at: datetime
+    remaining_runs: int | None = None
 
     @property
     def name(self) -> str:
@@ -247,6 +326,8 @@ class Firing:
     error: str | None = None
     note: str | None = None
     cancel_requested_at: datetime | None = None
+    reason: str | None = None
+    overlap_override: str | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -284,6 +365,7 @@ class Firing:
             "lateness_ms": None if lateness is None else round(lateness.total_seconds() * 1000, 3),
             "error": self.error,
             "note": self.note,
+            "reason": self.reason,
             "cancel_requested": self.cancel_requested_at is not None,
         }
 

@@ -209,3 +209,27 @@ def virtual_deadline(
     ago, but no more: an old low-priority firing eventually comes first.
     """
     return due_at + base_latency / max(priority, 1e-3)
+
+
+FAIR_QUANTUM = timedelta(milliseconds=1)
+
+
+def fair_deadline(
+    clock_us: int, due_us: int, priority: float, *, base_latency: timedelta = BASE_LATENCY,
+    quantum: timedelta = FAIR_QUANTUM,
+) -> tuple[int, int]:
+    """Weighted fair queueing across namespaces (start-time fair queueing).
+
+    Each namespace has a virtual clock (µs). A firing starts its virtual service at
+    ``max(clock, due_at)`` and advances the clock by ``quantum / priority``; its claim
+    key is that start plus ``base_latency / priority``. A namespace that floods
+    10,000 firings pushes only its *own* clock ~10 s ahead, so another namespace's
+    firing due now still sorts near the front: no tenant starves another, and an
+    idle namespace cannot bank credit (the clock never lags real time).
+    Returns ``(virtual_deadline_us, new_clock_us)``.
+    """
+    weight = max(priority, 1e-3)
+    start = max(clock_us, due_us)
+    q = quantum.total_seconds() * 1_000_000 / weight
+    b = base_latency.total_seconds() * 1_000_000 / weight
+    return start + int(b), start + max(1, int(q))

@@ -70,7 +70,18 @@ def job_params(spec: JobSpec) -> dict[str, Any]:
         "visibility_us": int(policies.visibility_timeout.total_seconds() * 1_000_000),
         "paused": int(spec.paused),
         "shard": shard_of(spec.namespace, spec.name),
+        "max_concurrency": spec.max_concurrency,
+        "overlap": policies.overlap.value,
+        "max_buffer": policies.max_buffer,
+        "cancel_grace_us": _us(policies.cancel_grace),
+        "start_deadline_us": None if policies.start_deadline is None else _us(policies.start_deadline),
+        "bounds": json.dumps(spec.bounds_dict(), sort_keys=True),
+        "remaining_runs": spec.max_runs,
     }
+
+
+def _us(delta: timedelta) -> int:
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def _load(value: Any) -> Any:
@@ -92,8 +103,13 @@ def _req(value: Any) -> datetime:
     return instant
 
 
+def _opt_rfc3339(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
 def job_from_row(row: Row) -> Job:
     payload = _load(row["payload"])
+    bounds = _load(row["bounds"]) or {}
     spec = JobSpec(
         name=row["name"],
         task=row["task"],
@@ -103,6 +119,9 @@ def job_from_row(row: Row) -> Job:
         namespace=row["namespace"],
         policies=JobPolicies.from_dict(_load(row["policies"])),
         paused=bool(row["paused"]),
+        start_at=_opt_rfc3339(bounds.get("start_at")),
+        end_at=_opt_rfc3339(bounds.get("end_at")),
+        max_runs=bounds.get("max_runs"),
     )
     return Job(
         id=JobId(row["id"]),
@@ -111,6 +130,7 @@ def job_from_row(row: Row) -> Job:
         last_fired_at=_instant(row["last_fired_at"]),
         paused=bool(row["paused"]),
         missed_total=int(row["missed_total"]),
+        remaining_runs=row["remaining_runs"],
         created_at=_req(row["created_at"]),
         updated_at=_req(row["updated_at"]),
     )
@@ -142,6 +162,8 @@ def firing_from_row(row: Row) -> Firing:
         error=row["error"],
         note=row["note"],
         cancel_requested_at=_instant(row["cancel_requested_at"]),
+        reason=row["reason"],
+        overlap_override=row["overlap_override"],
     )
 
 

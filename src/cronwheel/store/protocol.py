@@ -44,6 +44,7 @@ DISPATCHER_LEASE = "dispatcher"
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlannedFiring:
     scheduled_for: datetime
+    due_at: datetime | None = None  # when it may start (jitter); None: scheduled_for
     note: str | None = None
 
 
@@ -54,6 +55,9 @@ class JobAdvance:
     The job's cursor moves from ``expected_next_fire_at`` to ``new_next_fire_at``
     (compare-and-swap), and only if that succeeds are ``firings`` inserted and
     ``missed`` recorded: the cursor and the firings move together or not at all.
+    A job with a run limit has ``remaining_runs`` reduced by ``len(firings)`` in the
+    same statement, and its cursor cleared when they are used up. Each firing's claim
+    order comes from its namespace's fair clock (domain.policies.fair_deadline).
     """
 
     job_id: JobId
@@ -216,7 +220,14 @@ class Store(Protocol):
         """Atomically take up to ``limit`` QUEUED firings of these tasks whose
         ``due_at <= now + prefetch``, in virtual-deadline order: each becomes RUNNING with
         attempt + 1, a fresh claim token, and ``lease_until = now + its visibility timeout``.
-        Safe against concurrent claimers (no firing is claimed twice)."""
+        Safe against concurrent claimers (no firing is claimed twice).
+
+        In the same transaction the job policies apply (store/claiming.py): a firing
+        whose start deadline passed becomes MISSED; a capped job (``max_concurrency``)
+        never has more RUNNING firings than its cap across all workers, and its due
+        firings beyond the cap meet its overlap policy (SKIPPED, buffered, or the
+        running ones cancelled/terminated). A capped job's firing is only taken once
+        due (no prefetch), so the overlap decision is made at its instant."""
         ...
 
     def heartbeat(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:

@@ -2,22 +2,34 @@
 
 -- name: insert_job
 INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
-                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard)
+                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard,
+                  max_concurrency, overlap, max_buffer, cancel_grace_us, start_deadline_us,
+                  bounds, remaining_runs)
 VALUES (:namespace, :name, :task, :schedule, :payload, :policies, :spec_hash, :priority,
-        :max_attempts, :visibility_us, :paused, :next_fire_at, :now, :now, :shard)
+        :max_attempts, :visibility_us, :paused, :next_fire_at, :now, :now, :shard,
+        :max_concurrency, :overlap, :max_buffer, :cancel_grace_us, :start_deadline_us,
+        :bounds, :remaining_runs)
 RETURNING *
 
 -- name: insert_job_bulk
 INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
-                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard)
+                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard,
+                  max_concurrency, overlap, max_buffer, cancel_grace_us, start_deadline_us,
+                  bounds, remaining_runs)
 VALUES (:namespace, :name, :task, :schedule, :payload, :policies, :spec_hash, :priority,
-        :max_attempts, :visibility_us, :paused, :next_fire_at, :now, :now, :shard)
+        :max_attempts, :visibility_us, :paused, :next_fire_at, :now, :now, :shard,
+        :max_concurrency, :overlap, :max_buffer, :cancel_grace_us, :start_deadline_us,
+        :bounds, :remaining_runs)
 
 -- name: update_job_spec
 UPDATE jobs
 SET task = :task, schedule = :schedule, payload = :payload, policies = :policies,
     spec_hash = :spec_hash, priority = :priority, max_attempts = :max_attempts,
-    visibility_us = :visibility_us, next_fire_at = :next_fire_at, updated_at = :now
+    visibility_us = :visibility_us, next_fire_at = :next_fire_at, updated_at = :now,
+    max_concurrency = :max_concurrency, overlap = :overlap, max_buffer = :max_buffer,
+    cancel_grace_us = :cancel_grace_us, start_deadline_us = :start_deadline_us,
+    remaining_runs = CASE WHEN bounds = :bounds THEN remaining_runs ELSE :remaining_runs END,
+    bounds = :bounds
 WHERE id = :id
 RETURNING *
 
@@ -37,7 +49,10 @@ WHERE name = :name AND holder = :holder AND epoch = :epoch AND expires_at > :now
 
 -- name: advance_job
 UPDATE jobs
-SET next_fire_at = :new_next,
+SET next_fire_at = CASE WHEN remaining_runs IS NOT NULL AND remaining_runs - :runs <= 0
+                        THEN NULL ELSE :new_next END,
+    remaining_runs = CASE WHEN remaining_runs IS NULL THEN NULL
+                          ELSE max(remaining_runs - :runs, 0) END,
     last_fired_at = COALESCE(:last_fired, last_fired_at),
     missed_total = missed_total + :missed
 WHERE id = :job_id AND next_fire_at = :expected AND paused = 0
@@ -46,8 +61,7 @@ WHERE id = :job_id AND next_fire_at = :expected AND paused = 0
 INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for, due_at, vdeadline,
                      state, max_attempts, priority, visibility_us, enqueued_at, enqueued_epoch,
                      note, shard)
-SELECT id, namespace, name, task, payload, :scheduled_for, :due_at,
-       :due_at + CAST(:base_latency_us / priority AS INTEGER),
+SELECT id, namespace, name, task, payload, :scheduled_for, :due_at, :vdeadline,
        'queued', max_attempts, priority, visibility_us, :now, :epoch, :note, shard
 FROM jobs WHERE id = :job_id
 ON CONFLICT (job_id, scheduled_for) DO NOTHING
@@ -204,3 +218,57 @@ WHERE namespace = :namespace AND state IN ('queued', 'running')
 GROUP BY job_name
 ORDER BY n DESC, job_name
 LIMIT :limit
+
+-- name: claim_candidates
+SELECT f.id, f.job_id, f.due_at, f.overlap_override,
+       j.max_concurrency, j.overlap, j.max_buffer,
+       (j.start_deadline_us IS NOT NULL AND f.due_at + j.start_deadline_us < :now) AS deadline_passed
+FROM firings f JOIN jobs j ON j.id = f.job_id
+WHERE f.state = 'queued' AND f.due_at <= :until
+  AND f.task IN (SELECT value FROM json_each(:tasks))
+ORDER BY f.vdeadline
+LIMIT :scan
+
+-- name: claim_one
+UPDATE firings
+SET state = 'running', attempt = attempt + 1, claim_token = lower(hex(randomblob(16))),
+    worker_id = :worker_id, lease_until = :now + visibility_us, started_at = NULL,
+    finished_at = NULL
+WHERE id = :id AND state = 'queued'
+RETURNING *
+
+-- name: running_count
+SELECT count(*) AS n FROM firings WHERE job_id = :job_id AND state = 'running'
+
+-- name: due_queued_of_job
+SELECT id FROM firings
+WHERE job_id = :job_id AND state = 'queued' AND due_at <= :now
+ORDER BY scheduled_for
+
+-- name: finish_unrun
+UPDATE firings
+SET state = :state, reason = :reason, finished_at = :now, claim_token = NULL, lease_until = NULL
+WHERE id = :id AND state = 'queued'
+
+-- name: cancel_running_of_job
+UPDATE firings SET cancel_requested_at = coalesce(cancel_requested_at, :now),
+                   reason = coalesce(reason, :reason)
+WHERE job_id = :job_id AND state = 'running'
+
+-- name: terminate_running_of_job
+UPDATE firings
+SET state = 'cancelled', reason = :reason, finished_at = :now, claim_token = NULL,
+    lease_until = NULL, cancel_requested_at = coalesce(cancel_requested_at, :now)
+WHERE job_id = :job_id AND state = 'running'
+
+-- name: next_due_at
+SELECT min(due_at) AS d FROM firings WHERE state = 'queued' AND due_at > :now
+
+-- name: fair_clock
+SELECT j.namespace, j.priority, coalesce(c.vclock, 0) AS vclock
+FROM jobs j LEFT JOIN fair_clocks c ON c.namespace = j.namespace
+WHERE j.id = :job_id
+
+-- name: save_fair_clock
+INSERT INTO fair_clocks (namespace, vclock) VALUES (:namespace, :vclock)
+ON CONFLICT (namespace) DO UPDATE SET vclock = max(vclock, excluded.vclock)

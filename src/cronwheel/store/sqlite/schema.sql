@@ -137,3 +137,23 @@ CREATE TABLE idempotency_keys (
 );
 
 CREATE INDEX firings_job_id ON firings (job_id, id);
+
+-- name: migration_3
+-- Scheduling policies: concurrency cap and overlap policy (decided at claim time),
+-- cancellation grace, start deadline, schedule bounds and run limits, and per-namespace
+-- fair-share clocks. See domain/overlap.py and domain/policies.py.
+ALTER TABLE jobs ADD COLUMN max_concurrency INTEGER;           -- NULL: no cap
+ALTER TABLE jobs ADD COLUMN overlap TEXT NOT NULL DEFAULT 'skip';
+ALTER TABLE jobs ADD COLUMN max_buffer INTEGER NOT NULL DEFAULT 100;
+ALTER TABLE jobs ADD COLUMN cancel_grace_us INTEGER NOT NULL DEFAULT 30000000;
+ALTER TABLE jobs ADD COLUMN start_deadline_us INTEGER;         -- NULL: no deadline
+ALTER TABLE jobs ADD COLUMN bounds TEXT NOT NULL DEFAULT '{}';  -- {"start_at", "end_at", "max_runs"}
+ALTER TABLE jobs ADD COLUMN remaining_runs INTEGER;            -- NULL: unlimited
+ALTER TABLE firings ADD COLUMN overlap_override TEXT;          -- trigger/backfill override
+ALTER TABLE firings ADD COLUMN reason TEXT;                    -- why skipped/missed/cancelled
+CREATE INDEX firings_running_job ON firings (job_id) WHERE state = 'running';
+CREATE INDEX firings_queued_job ON firings (job_id, scheduled_for) WHERE state = 'queued';
+CREATE TABLE fair_clocks (
+    namespace TEXT PRIMARY KEY,
+    vclock    INTEGER NOT NULL                                  -- µs: the namespace's virtual time
+);

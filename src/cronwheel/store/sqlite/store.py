@@ -40,7 +40,7 @@ from cronwheel.domain.models import (
     Lease,
     NodeInfo,
 )
-from cronwheel.domain.policies import BASE_LATENCY
+from cronwheel.domain.policies import BASE_LATENCY, fair_deadline
 from cronwheel.errors import (
     ConflictError,
     FiringNotFoundError,
@@ -52,6 +52,7 @@ from cronwheel.errors import (
     StoreUnavailableError,
 )
 from cronwheel.store import codec
+from cronwheel.store.claiming import Candidate, capped, plan_claim
 from cronwheel.store.codec import from_us, opt_us, to_us
 from cronwheel.store.protocol import (
     AddedFirings,
@@ -361,6 +362,7 @@ class SqliteStore:
                 raise LeaseLostError(
                     f"lease {lease.name!r} epoch {lease.epoch} is no longer held by {lease.holder}"
                 )
+            fair = _FairClocks(conn, self._q)
             for adv in advances:
                 missed = sum(m.count for m in adv.missed)
                 last_fired = max((f.scheduled_for for f in adv.firings), default=None)
@@ -372,6 +374,7 @@ class SqliteStore:
                         "new_next": opt_us(adv.new_next_fire_at),
                         "last_fired": opt_us(last_fired),
                         "missed": missed,
+                        "runs": len(adv.firings),
                     },
                 ).rowcount
                 if not moved:
@@ -379,13 +382,14 @@ class SqliteStore:
                     continue
                 for planned in adv.firings:
                     at = to_us(planned.scheduled_for)
+                    due = to_us(planned.due_at or planned.scheduled_for)
                     cur = conn.execute(
                         self._q["insert_firing"],
                         {
                             "job_id": adv.job_id,
                             "scheduled_for": at,
-                            "due_at": at,
-                            "base_latency_us": _BASE_LATENCY_US,
+                            "due_at": due,
+                            "vdeadline": fair.deadline(adv.job_id, due),
                             "now": now,
                             "epoch": lease.epoch,
                             "note": planned.note,
@@ -409,6 +413,7 @@ class SqliteStore:
                             "detail": m.reason,
                         },
                     )
+            fair.save()
             failpoints.hit("store.enqueue.before_commit")
         if result.inserted:
             self._doorbell.ring()
@@ -448,18 +453,20 @@ class SqliteStore:
                     f"a job named {spec.name!r} already exists", field="name", code="job_exists"
                 ) from None
             conn.execute("UPDATE jobs SET last_fired_at = ? WHERE id = ?", (now, job["id"]))
+            fair = _FairClocks(conn, self._q)
             cur = conn.execute(
                 self._q["insert_firing"],
                 {
                     "job_id": job["id"],
                     "scheduled_for": now,
                     "due_at": now,
-                    "base_latency_us": _BASE_LATENCY_US,
+                    "vdeadline": fair.deadline(job["id"], now),
                     "now": now,
                     "epoch": None,
                     "note": None,
                 },
             )
+            fair.save()
             row = conn.execute("SELECT * FROM firings WHERE id = ?", (cur.lastrowid,)).fetchone()
         self._doorbell.ring()
         return codec.firing_from_row(row)
@@ -477,16 +484,7 @@ class SqliteStore:
             return []
         with self._tx() as conn:
             now = self._now_us()
-            rows = conn.execute(
-                self._q["claim"],
-                {
-                    "worker_id": worker_id,
-                    "now": now,
-                    "until": now + _us(prefetch),
-                    "tasks": json.dumps(list(tasks)),
-                    "limit": limit,
-                },
-            ).fetchall()
+            rows = self._claim_rows(conn, worker_id, tasks, limit, now, now + _us(prefetch))
             if not rows:
                 return []
             job_ids = sorted({r["job_id"] for r in rows})
@@ -507,6 +505,85 @@ class SqliteStore:
             )
             for r in rows
         ]
+
+    def _claim_rows(
+        self,
+        conn: sqlite3.Connection,
+        worker_id: str,
+        tasks: Sequence[str],
+        limit: int,
+        now: int,
+        until: int,
+    ) -> list[sqlite3.Row]:
+        """Inside the claim transaction (SQLite's writer lock makes it atomic): plan with
+        the overlap policies, apply the fates, claim the chosen firings."""
+        found = conn.execute(
+            self._q["claim_candidates"],
+            {"now": now, "until": until, "tasks": json.dumps(list(tasks)), "scan": limit * 2 + 32},
+        ).fetchall()
+        candidates = []
+        early = []
+        for r in found:
+            c = Candidate(
+                id=r["id"],
+                job_id=r["job_id"],
+                max_concurrency=r["max_concurrency"],
+                overlap=r["overlap"],
+                max_buffer=r["max_buffer"],
+                overlap_override=r["overlap_override"],
+                deadline_passed=bool(r["deadline_passed"]),
+            )
+            # a capped job's not-yet-due firing is decided when it is due, not early
+            (early if capped(c) and r["due_at"] > now else candidates).append(c)
+        jobs = {c.job_id for c in [*candidates, *early] if capped(c) or c.overlap_override}
+        running = {
+            j: conn.execute(self._q["running_count"], {"job_id": j}).fetchone()["n"] for j in jobs
+        }
+        due = {
+            j: [
+                r["id"]
+                for r in conn.execute(self._q["due_queued_of_job"], {"job_id": j, "now": now})
+            ]
+            for j in jobs
+        }
+        plan = plan_claim(candidates, limit=limit, running=running, due_by_job=due, early=early)
+        for state, items in (("skipped", plan.skip), ("missed", plan.missed)):
+            for firing_id, reason in items:
+                conn.execute(
+                    self._q["finish_unrun"],
+                    {"id": firing_id, "state": state, "reason": reason, "now": now},
+                )
+        for job_id in plan.cancel_running:
+            conn.execute(
+                self._q["cancel_running_of_job"],
+                {
+                    "job_id": job_id,
+                    "now": now,
+                    "reason": "cancelled by overlap policy cancel_other",
+                },
+            )
+        for job_id in plan.terminate_running:
+            conn.execute(
+                self._q["terminate_running_of_job"],
+                {
+                    "job_id": job_id,
+                    "now": now,
+                    "reason": "terminated by overlap policy terminate_other",
+                },
+            )
+        rows = []
+        for firing_id in plan.claim:
+            row = conn.execute(
+                self._q["claim_one"], {"id": firing_id, "worker_id": worker_id, "now": now}
+            ).fetchone()
+            if row is not None:
+                rows.append(row)
+        return rows
+
+    def next_due_at(self) -> datetime | None:
+        rows = self._read(self._q["next_due_at"], {"now": self._now_us()})
+        value = rows[0]["d"] if rows else None
+        return None if value is None else from_us(value)
 
     def heartbeat(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
         lost: set[FiringId] = set()
@@ -875,6 +952,33 @@ class SqliteStore:
     def job_backlog(self, namespace: str, *, limit: int = 50) -> dict[str, int]:
         rows = self._read(self._q["job_backlog"], {"namespace": namespace, "limit": limit})
         return {r["job_name"]: int(r["n"]) for r in rows}
+
+
+class _FairClocks:
+    """Per-namespace virtual clocks within one transaction (domain.policies.fair_deadline)."""
+
+    def __init__(self, conn: sqlite3.Connection, queries: dict[str, str]) -> None:
+        self._conn = conn
+        self._q = queries
+        self._jobs: dict[int, tuple[str, float]] = {}
+        self._clocks: dict[str, int] = {}
+
+    def deadline(self, job_id: int, due_us: int) -> int:
+        if job_id not in self._jobs:
+            row = self._conn.execute(self._q["fair_clock"], {"job_id": job_id}).fetchone()
+            self._jobs[job_id] = (row["namespace"], float(row["priority"]))
+            self._clocks.setdefault(row["namespace"], int(row["vclock"]))
+        namespace, priority = self._jobs[job_id]
+        vdeadline, self._clocks[namespace] = fair_deadline(
+            self._clocks[namespace], due_us, priority
+        )
+        return vdeadline
+
+    def save(self) -> None:
+        for namespace, vclock in self._clocks.items():
+            self._conn.execute(
+                self._q["save_fair_clock"], {"namespace": namespace, "vclock": vclock}
+            )
 
 
 def _statements(script: str) -> list[str]:

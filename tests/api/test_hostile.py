@@ -1,0 +1,364 @@
+"""The hostile-input catalog: each row is answered 4xx in the error shape and
+stores nothing (jobs, firings and idempotency keys are counted before and after)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.api.conftest import Api
+
+JSON = {"content-type": "application/json"}
+EVERY = b'"schedule": {"kind": "every", "interval": 60}'
+
+
+def job(extra: bytes = b"", name: bytes = b'"j"') -> bytes:
+    return b'{"name": ' + name + b', "task": "t", ' + EVERY + extra + b"}"
+
+
+# id, method, path, body, extra headers, status, code
+CATALOG: list[tuple[str, str, str, bytes, dict[str, str], int, str]] = [
+    # -- payload ------------------------------------------------------------------
+    (
+        "too-large-declared",
+        "POST",
+        "/v1/jobs",
+        b"{}",
+        JSON | {"content-length": "999999"},
+        413,
+        "payload_too_large",
+    ),
+    (
+        "too-large-streamed",
+        "POST",
+        "/v1/jobs",
+        b'{"name": "' + b"x" * 70_000 + b'"}',
+        JSON,
+        413,
+        "payload_too_large",
+    ),
+    (
+        "bad-content-length",
+        "POST",
+        "/v1/jobs",
+        b"{}",
+        JSON | {"content-length": "-1"},
+        400,
+        "invalid_input",
+    ),
+    ("no-content-type", "POST", "/v1/jobs", job(), {}, 415, "unsupported_media_type"),
+    (
+        "text-plain",
+        "POST",
+        "/v1/jobs",
+        job(),
+        {"content-type": "text/plain"},
+        415,
+        "unsupported_media_type",
+    ),
+    (
+        "form",
+        "POST",
+        "/v1/jobs",
+        b"name=j",
+        {"content-type": "application/x-www-form-urlencoded"},
+        415,
+        "unsupported_media_type",
+    ),
+    (
+        "latin1-charset",
+        "POST",
+        "/v1/jobs",
+        job(),
+        {"content-type": "application/json; charset=latin-1"},
+        415,
+        "unsupported_media_type",
+    ),
+    ("invalid-utf8", "POST", "/v1/jobs", job(name=b'"\xff\xfe"'), JSON, 400, "invalid_json"),
+    ("overlong-utf8", "POST", "/v1/jobs", job(name=b'"\xc0\xaf"'), JSON, 400, "invalid_json"),
+    ("malformed", "POST", "/v1/jobs", b'{"name": ', JSON, 400, "invalid_json"),
+    ("trailing-garbage", "POST", "/v1/jobs", job() + b"x", JSON, 400, "invalid_json"),
+    ("duplicate-key", "POST", "/v1/jobs", job(b', "name": "k"'), JSON, 400, "invalid_json"),
+    (
+        "duplicate-nested-key",
+        "POST",
+        "/v1/jobs",
+        job(b', "kwargs": {"a": 1, "a": 2}'),
+        JSON,
+        400,
+        "invalid_json",
+    ),
+    ("nan", "POST", "/v1/jobs", job(b', "args": [NaN]'), JSON, 400, "invalid_json"),
+    ("infinity", "POST", "/v1/jobs", job(b', "args": [-Infinity]'), JSON, 400, "invalid_json"),
+    ("float-overflow", "POST", "/v1/jobs", job(b', "args": [1e400]'), JSON, 400, "invalid_json"),
+    (
+        "huge-integer",
+        "POST",
+        "/v1/jobs",
+        job(b', "args": [' + b"9" * 5000 + b"]"),
+        JSON,
+        400,
+        "invalid_json",
+    ),
+    (
+        "deep-nesting",
+        "POST",
+        "/v1/jobs",
+        job(b', "args": ' + b"[" * 40 + b"]" * 40),
+        JSON,
+        400,
+        "invalid_json",
+    ),
+    (
+        "very-deep-nesting",
+        "POST",
+        "/v1/jobs",
+        b"[" * 60_000 + b"]" * 60_000,
+        JSON,
+        413,
+        "payload_too_large",
+    ),
+    (
+        "deep-under-limit",
+        "POST",
+        "/v1/jobs",
+        b'{"a":' * 10_000 + b"1" + b"}" * 10_000,
+        JSON,
+        400,
+        "invalid_json",
+    ),
+    ("lone-surrogate-name", "POST", "/v1/jobs", job(name=b'"\\ud800"'), JSON, 400, "invalid_json"),
+    (
+        "lone-surrogate-key",
+        "POST",
+        "/v1/jobs",
+        job(b', "kwargs": {"\\udfff": 1}'),
+        JSON,
+        400,
+        "invalid_json",
+    ),
+    ("nul-in-name", "POST", "/v1/jobs", job(name=b'"a\\u0000b"'), JSON, 422, "invalid_input"),
+    ("nul-in-task", "POST", "/v1/firings", b'{"task": "t\\u0000"}', JSON, 422, "invalid_input"),
+    ("crlf-in-name", "POST", "/v1/jobs", job(name=b'"a\\r\\nb"'), JSON, 422, "invalid_input"),
+    ("array-top-level", "POST", "/v1/jobs", b"[]", JSON, 422, "invalid_input"),
+    ("string-top-level", "POST", "/v1/jobs", b'"job"', JSON, 422, "invalid_input"),
+    ("null-top-level", "POST", "/v1/jobs", b"null", JSON, 422, "invalid_input"),
+    ("empty-body", "POST", "/v1/jobs", b"", JSON, 422, "invalid_input"),
+    ("bom", "POST", "/v1/jobs", b"\xef\xbb\xbf" + job(), JSON, 400, "invalid_json"),
+    # -- strict types -----------------------------------------------------------------
+    (
+        "string-for-int",
+        "POST",
+        "/v1/jobs",
+        job(b', "policies": {"max_attempts": "3"}'),
+        JSON,
+        422,
+        "invalid_input",
+    ),
+    (
+        "bool-for-int",
+        "POST",
+        "/v1/jobs",
+        job(b', "policies": {"max_catchup": true}'),
+        JSON,
+        422,
+        "invalid_input",
+    ),
+    (
+        "float-for-int",
+        "POST",
+        "/v1/jobs",
+        job(b', "policies": {"max_attempts": 3.5}'),
+        JSON,
+        422,
+        "invalid_input",
+    ),
+    ("unknown-field", "POST", "/v1/jobs", job(b', "owner": "me"'), JSON, 422, "invalid_input"),
+    (
+        "unknown-policy",
+        "POST",
+        "/v1/jobs",
+        job(b', "policies": {"misfire": "later"}'),
+        JSON,
+        422,
+        "invalid_input",
+    ),
+    (
+        "absurd-priority",
+        "POST",
+        "/v1/jobs",
+        job(b', "policies": {"priority": 1e308}'),
+        JSON,
+        422,
+        "invalid_input",
+    ),
+    (
+        "absurd-duration",
+        "POST",
+        "/v1/jobs",
+        job(b', "policies": {"timeout": 1e300}'),
+        JSON,
+        422,
+        "invalid_input",
+    ),
+    (
+        "absurd-duration-text",
+        "POST",
+        "/v1/jobs",
+        job(b', "policies": {"timeout": "999999999999w"}'),
+        JSON,
+        422,
+        "invalid_input",
+    ),
+    (
+        "negative-interval",
+        "POST",
+        "/v1/jobs",
+        b'{"name": "j", "task": "t", "schedule": {"kind": "every", "interval": -1}}',
+        JSON,
+        422,
+        "invalid_schedule",
+    ),
+    (
+        "offset-beyond-24h",
+        "POST",
+        "/v1/jobs",
+        b'{"name": "j", "task": "t", "schedule": {"kind": "at", "at": "2030-01-01T00:00:00+25:00"}}',
+        JSON,
+        422,
+        "invalid_schedule",
+    ),
+    (
+        "naive-instant",
+        "POST",
+        "/v1/jobs",
+        b'{"name": "j", "task": "t", "schedule": {"kind": "at", "at": "2030-01-01T00:00:00"}}',
+        JSON,
+        422,
+        "invalid_schedule",
+    ),
+    (
+        "year-10000",
+        "POST",
+        "/v1/schedules/preview",
+        b'{"cron": "* * * * *", "after": "10000-01-01T00:00:00Z"}',
+        JSON,
+        422,
+        "invalid_input",
+    ),
+    (
+        "cron-control-chars",
+        "POST",
+        "/v1/jobs",
+        b'{"name": "j", "task": "t", "schedule": {"kind": "cron", "cron": "* * *\\n * *"}}',
+        JSON,
+        422,
+        "invalid_cron",
+    ),
+    (
+        "cron-never-fires",
+        "POST",
+        "/v1/jobs",
+        b'{"name": "j", "task": "t", "schedule": {"kind": "cron", "cron": "0 0 31 4 *"}}',
+        JSON,
+        422,
+        "invalid_cron",
+    ),
+    (
+        "zone-path",
+        "POST",
+        "/v1/jobs",
+        b'{"name": "j", "task": "t", "schedule": {"kind": "cron", "cron": "* * * * *", '
+        b'"tz": "../../etc/passwd"}}',
+        JSON,
+        422,
+        "unknown_timezone",
+    ),
+    ("task-shell", "POST", "/v1/firings", b'{"task": "$(reboot)"}', JSON, 422, "invalid_input"),
+    ("task-url", "POST", "/v1/firings", b'{"task": "http://evil/x"}', JSON, 422, "invalid_input"),
+    # -- query parameters -------------------------------------------------------------
+    ("negative-limit", "GET", "/v1/jobs?limit=-1", b"", {}, 400, "invalid_input"),
+    ("zero-limit", "GET", "/v1/jobs?limit=0", b"", {}, 400, "invalid_input"),
+    ("absurd-limit", "GET", "/v1/jobs?limit=100000000000000000000", b"", {}, 400, "invalid_input"),
+    ("text-limit", "GET", "/v1/jobs?limit=ten", b"", {}, 400, "invalid_input"),
+    ("unknown-state", "GET", "/v1/jobs?state=zombie", b"", {}, 400, "invalid_input"),
+    (
+        "tampered-cursor",
+        "GET",
+        "/v1/jobs?cursor=eyJucyI6InRlYW0tYSIsImsiOiJqb2JzIiwicCI6LTF9",
+        b"",
+        {},
+        400,
+        "invalid_cursor",
+    ),
+    ("cursor-not-base64", "GET", "/v1/jobs?cursor=%%%", b"", {}, 400, "invalid_cursor"),
+    ("cursor-bad-json", "GET", "/v1/jobs?cursor=bm90IGpzb24", b"", {}, 400, "invalid_cursor"),
+    (
+        "cursor-float-position",
+        "GET",
+        "/v1/jobs?cursor=eyJucyI6InRlYW0tYSIsImsiOiJqb2JzIiwicCI6MS41fQ",
+        b"",
+        {},
+        400,
+        "invalid_cursor",
+    ),
+    ("firing-id-text", "GET", "/v1/firings/abc", b"", {}, 400, "invalid_input"),
+    ("firing-id-zero", "GET", "/v1/firings/0", b"", {}, 400, "invalid_input"),
+    ("firing-id-huge", "GET", "/v1/firings/99999999999999999999999", b"", {}, 400, "invalid_input"),
+    ("token-in-query", "GET", "/v1/jobs?access_token=x", b"", {}, 400, "credentials_in_query"),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "headers", "status", "code"),
+    [pytest.param(*row[1:], id=row[0]) for row in CATALOG],
+)
+def test_hostile_input(
+    api: Api, method: str, path: str, body: bytes, headers: dict[str, str], status: int, code: str
+) -> None:
+    api.cron_job("existing")
+    before = api.counts()
+    r = api.client.request(method, path, content=body, headers=api.h("admin") | headers)
+    assert r.status_code == status, r.text
+    doc = r.json()
+    assert set(doc) == {"error"} and doc["error"]["code"] == code
+    assert isinstance(doc["error"]["message"], str) and doc["error"]["message"]
+    assert api.counts() == before
+
+
+def test_a_body_at_the_limit_is_fine_and_one_byte_over_is_413(api: Api) -> None:
+    limit = 64 * 1024
+    base = job(b', "args": ["')
+    filler = b"x" * (limit - len(base) - 3)
+    ok = base + filler + b'"]}'
+    assert len(ok) == limit
+    r = api.client.post("/v1/jobs", content=ok, headers=api.h() | JSON)
+    assert r.status_code == 201, r.text[:200]
+    over = ok.replace(b'"j"', b'"k"')[:-3] + b'x"]}'
+    r = api.client.post("/v1/jobs", content=over, headers=api.h() | JSON)
+    assert r.status_code == 413
+
+
+def test_chunked_bodies_are_limited_while_streaming(api: Api) -> None:
+    def chunks():  # type: ignore[no-untyped-def]
+        yield b'{"name": "'
+        for _ in range(100):
+            yield b"x" * 1024
+
+    before = api.counts()
+    r = api.client.post("/v1/jobs", content=chunks(), headers=api.h() | JSON)
+    assert (r.status_code, r.json()["error"]["code"]) == (413, "payload_too_large")
+    assert api.counts() == before
+
+
+def test_big_but_legal_integers_round_trip(api: Api) -> None:
+    big = 10**30
+    r = api.call("POST", "/v1/firings", json={"task": "t", "args": [big, -big]})
+    assert r.status_code == 201 and r.json()["args"] == [big, -big]
+
+
+def test_bodies_on_body_less_endpoints_are_still_checked(api: Api) -> None:
+    api.cron_job()
+    r = api.client.post("/v1/jobs/nightly/pause", content=b"{", headers=api.h() | JSON)
+    assert r.status_code == 400
+    r = api.client.post("/v1/jobs/nightly/pause", headers=api.h())
+    assert r.status_code == 200
