@@ -22,10 +22,12 @@ from cronwheel.errors import (
     UnknownTimezoneError,
     ValidationError,
 )
+from cronwheel.signals import Cancel, Retry
 from cronwheel.worker.context import Context
 
 __all__ = [
     "App",
+    "Cancel",
     "Client",
     "Clock",
     "ConflictError",
@@ -44,6 +46,7 @@ __all__ = [
     "LeaseLostError",
     "MisfirePolicy",
     "NotFoundError",
+    "Retry",
     "StoreError",
     "StoreUnavailableError",
     "SystemClock",

@@ -35,23 +35,57 @@ R = TypeVar("R")
 
 
 def first_fire_at(
-    schedule: Schedule, now: datetime, *, allow_past: bool = False
+    schedule: Schedule,
+    now: datetime,
+    *,
+    allow_past: bool = False,
+    start_at: datetime | None = None,
+    end_at: datetime | None = None,
 ) -> datetime | None:
     """The first instant a newly registered schedule fires at.
 
-    ``at`` in the past is rejected unless ``allow_past`` (then it fires once,
-    at once, as a misfire catch-up); ``now`` fires now.
+    ``at`` in the past is rejected unless ``allow_past`` (then it fires once, at
+    once, as a misfire catch-up); ``now`` fires now. ``start_at``/``end_at`` bound
+    the schedule: nothing fires before ``start_at`` or after ``end_at``.
     """
     if isinstance(schedule, NowSchedule):
-        return now
-    if isinstance(schedule, AtSchedule):
+        first: datetime | None = now
+    elif isinstance(schedule, AtSchedule):
         if schedule.at < now and not allow_past:
             raise ValidationError(
                 f"{schedule.at.isoformat()} is in the past (pass allow_past to fire it anyway)",
                 field="schedule.at",
             )
-        return schedule.at
-    return schedule.next_after(now)
+        first = schedule.at if start_at is None or schedule.at >= start_at else None
+    else:
+        after = now if start_at is None else max(now, start_at - timedelta(microseconds=1))
+        first = schedule.next_after(after)
+    if first is not None and end_at is not None and first > end_at:
+        return None
+    return first
+
+
+def spec_first_fire_at(
+    spec: JobSpec, now: datetime, *, allow_past: bool = False
+) -> datetime | None:
+    return first_fire_at(
+        spec.schedule, now, allow_past=allow_past, start_at=spec.start_at, end_at=spec.end_at
+    )
+
+
+_DURATIONS = frozenset(
+    {
+        "retry_backoff",
+        "retry_backoff_max",
+        "visibility_timeout",
+        "timeout",
+        "misfire_grace",
+        "catchup_window",
+        "cancel_grace",
+        "start_deadline",
+        "jitter",
+    }
+)
 
 
 def build_policies(
@@ -71,15 +105,16 @@ def build_policies(
     elif max_attempts is not None:
         values["max_attempts"] = max_attempts
     for key, value in list(values.items()):
-        if key in {
-            "retry_backoff",
-            "retry_backoff_max",
-            "visibility_timeout",
-            "timeout",
-            "misfire_grace",
-            "catchup_window",
-        } and isinstance(value, int | float):
+        if key in _DURATIONS and isinstance(value, int | float):
             values[key] = timedelta(seconds=value)
+    if "overlap" in values:
+        from cronwheel.domain.overlap import OverlapPolicy
+
+        try:
+            values["overlap"] = OverlapPolicy(values["overlap"])
+        except ValueError:
+            names = ", ".join(p.value for p in OverlapPolicy)
+            raise ValidationError(f"must be one of {names}", field="overlap") from None
     if "misfire" in values:
         try:
             values["misfire"] = MisfirePolicy(values["misfire"])
@@ -221,7 +256,7 @@ class App:
         """Upsert every job declared with ``@app.task(schedule=...)``."""
         now = self.clock.now()
         return [
-            self.store.upsert_job(spec, first_fire_at=first_fire_at(spec.schedule, now))
+            self.store.upsert_job(spec, first_fire_at=spec_first_fire_at(spec, now))
             for spec in self.declared_jobs()
         ]
 
@@ -235,6 +270,10 @@ class App:
         kwargs: dict[str, Any] | None = None,
         allow_past: bool = False,
         replace: bool = True,
+        start_at: datetime | None = None,
+        end_at: datetime | None = None,
+        max_runs: int | None = None,
+        paused: bool = False,
         **policies: Any,
     ) -> Job:
         """Create (or, with ``replace``, upsert) a job running ``task`` on ``schedule``."""
@@ -247,8 +286,12 @@ class App:
             kwargs=dict(kwargs or {}),
             namespace=self.namespace,
             policies=build_policies(**policies),
+            start_at=start_at,
+            end_at=end_at,
+            max_runs=max_runs,
+            paused=paused,
         )
-        first = first_fire_at(schedule, self.clock.now(), allow_past=allow_past)
+        first = spec_first_fire_at(spec, self.clock.now(), allow_past=allow_past)
         if replace:
             job, _ = self.store.upsert_job(spec, first_fire_at=first)
             return job

@@ -46,7 +46,7 @@ def test_a_second_stop_signal_during_the_first_does_not_hang(cluster: Cluster, r
     time.sleep(SECOND_SIGNAL_AFTER_S)  # deliberate: the second signal must land mid-handler
     os.kill(proc.pid, signal.SIGTERM)
     try:
-        rc = proc.wait(timeout=15)
+        rc = proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{role} hung after SIGINT + SIGTERM (a deadlock in the stop path?)\n"
                     f"{proc.tail()}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -10,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
 
 from cronwheel.api import create_app
 from cronwheel.api.tokens import issue_token
-from cronwheel.domain.clock import FakeClock
+from cronwheel.domain.clock import FakeClock, SystemClock
 from cronwheel.store.sqlite import SqliteStore
 
 with warnings.catch_warnings():
@@ -88,4 +91,42 @@ def open_api(tmp_path: Path) -> Iterator[Api]:
     store = make_store(tmp_path, clock)
     with TestClient(create_app(store, auth_required=False)) as client:
         yield Api(client=client, store=store, clock=clock, tokens={"write": "ignored"})
+    store.close()
+
+
+@dataclass
+class Server:
+    url: str
+    store: SqliteStore
+    write: str
+    read: str
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    store = SqliteStore(str(tmp_path / "srv.db"), clock=SystemClock())
+    store.migrate()
+    write = issue_token(store, namespace="team-a", role="write")[1]
+    read = issue_token(store, namespace="team-a", role="read")[1]
+    config = uvicorn.Config(
+        create_app(store, auth_required=True),
+        host="127.0.0.1",
+        port=0,
+        access_log=False,
+        log_level="warning",
+        lifespan="off",
+    )
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not srv.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        assert thread.is_alive(), "uvicorn died"
+        time.sleep(0.01)
+    port = srv.servers[0].sockets[0].getsockname()[1]
+    yield Server(url=f"http://127.0.0.1:{port}", store=store, write=write, read=read)
+    srv.should_exit = True
+    thread.join(timeout=10)
+    assert not thread.is_alive()
     store.close()

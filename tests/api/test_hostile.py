@@ -222,7 +222,8 @@ CATALOG: list[tuple[str, str, str, bytes, dict[str, str], int, str]] = [
         "offset-beyond-24h",
         "POST",
         "/v1/jobs",
-        b'{"name": "j", "task": "t", "schedule": {"kind": "at", "at": "2030-01-01T00:00:00+25:00"}}',
+        b'{"name": "j", "task": "t", "schedule": '
+        b'{"kind": "at", "at": "2030-01-01T00:00:00+25:00"}}',
         JSON,
         422,
         "invalid_schedule",

@@ -34,7 +34,7 @@ from cronwheel import failpoints
 from cronwheel.dispatch.wheel import TimingWheel
 from cronwheel.domain.clock import Clock
 from cronwheel.domain.models import Job, JobId, Lease
-from cronwheel.domain.policies import plan_firings
+from cronwheel.domain.policies import bounded, jitter_offset, plan_firings
 from cronwheel.errors import LeaseLostError, StoreUnavailableError
 from cronwheel.store.protocol import DISPATCHER_LEASE, JobAdvance, PlannedFiring, Store
 
@@ -242,7 +242,7 @@ class Dispatcher:
             assert job.next_fire_at is not None
             p = job.spec.policies
             plan = plan_firings(
-                job.spec.schedule.next_after,
+                bounded(job.spec.schedule.next_after, end_at=job.spec.end_at),
                 job.next_fire_at,
                 now=now,
                 horizon=horizon,
@@ -254,16 +254,30 @@ class Dispatcher:
             if not plan.fire and not plan.missed and plan.next_cursor == job.next_fire_at:
                 self._schedule(job)  # woke early (tick rounding): wait for its instant
                 continue
+            fire, cursor = plan.fire, plan.next_cursor
+            if job.remaining_runs is not None and len(fire) >= job.remaining_runs:
+                fire, cursor = fire[: job.remaining_runs], None  # the run limit is reached
             advances.append(
                 JobAdvance(
                     job_id=job.id,
                     expected_next_fire_at=job.next_fire_at,
-                    new_next_fire_at=plan.next_cursor,
-                    firings=[PlannedFiring(scheduled_for=t) for t in plan.fire],
+                    new_next_fire_at=cursor,
+                    firings=[
+                        PlannedFiring(
+                            scheduled_for=t, due_at=t + jitter_offset(job.id, t, p.jitter)
+                        )
+                        for t in fire
+                    ],
                     missed=plan.missed,
                 )
             )
-            planned[job.id] = replace(job, next_fire_at=plan.next_cursor)
+            planned[job.id] = replace(
+                job,
+                next_fire_at=cursor,
+                remaining_runs=None
+                if job.remaining_runs is None
+                else job.remaining_runs - len(fire),
+            )
             for m in plan.missed:
                 self.stats.missed += m.count
                 log.warning(

@@ -194,9 +194,7 @@ class JobPolicies:
             overlap=OverlapPolicy(d.get("overlap", "skip")),
             max_buffer=int(d.get("max_buffer", 100)),
             cancel_grace=timedelta(seconds=float(d.get("cancel_grace_s", 30))),
-            start_deadline=(
-                None if d.get("start_deadline_s") is None else td("start_deadline_s")
-            ),
+            start_deadline=(None if d.get("start_deadline_s") is None else td("start_deadline_s")),
             jitter=timedelta(seconds=float(d.get("jitter_s", 0))),
         )
 

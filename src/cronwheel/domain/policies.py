@@ -18,6 +18,7 @@ so a year-long outage of an every-second job costs milliseconds, not minutes).
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections import deque
 from collections.abc import Callable
@@ -215,7 +216,11 @@ FAIR_QUANTUM = timedelta(milliseconds=1)
 
 
 def fair_deadline(
-    clock_us: int, due_us: int, priority: float, *, base_latency: timedelta = BASE_LATENCY,
+    clock_us: int,
+    due_us: int,
+    priority: float,
+    *,
+    base_latency: timedelta = BASE_LATENCY,
     quantum: timedelta = FAIR_QUANTUM,
 ) -> tuple[int, int]:
     """Weighted fair queueing across namespaces (start-time fair queueing).
@@ -233,3 +238,28 @@ def fair_deadline(
     q = quantum.total_seconds() * 1_000_000 / weight
     b = base_latency.total_seconds() * 1_000_000 / weight
     return start + int(b), start + max(1, int(q))
+
+
+def bounded(next_after: NextAfter, *, end_at: datetime | None) -> NextAfter:
+    """``next_after`` that stops after ``end_at`` (a job's end bound)."""
+    if end_at is None:
+        return next_after
+
+    def inner(t: datetime) -> datetime | None:
+        n = next_after(t)
+        return n if n is not None and n <= end_at else None
+
+    return inner
+
+
+def jitter_offset(job_id: int, scheduled_for: datetime, jitter: timedelta) -> timedelta:
+    """A deterministic delay in ``[0, jitter)`` for one firing: stable across leaders and
+    redeliveries (a hash of the firing's identity, not a random draw), so spreading a
+    herd of jobs never changes a firing's identity or its due time on retry."""
+    if jitter <= timedelta(0):
+        return timedelta(0)
+    digest = hashlib.blake2b(
+        f"{job_id}:{scheduled_for.isoformat()}".encode(), digest_size=8
+    ).digest()
+    fraction = int.from_bytes(digest, "big") / 2**64
+    return timedelta(microseconds=int(jitter / timedelta(microseconds=1) * fraction))

@@ -74,7 +74,9 @@ def job_params(spec: JobSpec) -> dict[str, Any]:
         "overlap": policies.overlap.value,
         "max_buffer": policies.max_buffer,
         "cancel_grace_us": _us(policies.cancel_grace),
-        "start_deadline_us": None if policies.start_deadline is None else _us(policies.start_deadline),
+        "start_deadline_us": None
+        if policies.start_deadline is None
+        else _us(policies.start_deadline),
         "bounds": json.dumps(spec.bounds_dict(), sort_keys=True),
         "remaining_runs": spec.max_runs,
     }

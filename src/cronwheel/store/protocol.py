@@ -85,6 +85,7 @@ class Completion:
     finished_at: datetime
     error: str | None = None
     retry_at: datetime | None = None  # when to try again (None: no retry, go DEAD)
+    cancelled: bool = False  # the handler stopped on a cancellation request: CANCELLED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -200,7 +201,10 @@ class Store(Protocol):
 
     def requeue_expired(self, *, limit: int = 1000) -> int:
         """Reaper: RUNNING firings whose claim lease has expired go back to QUEUED (or DEAD
-        when attempts are exhausted); their attempt is recorded as expired. Returns the count."""
+        when attempts are exhausted; the attempt is recorded as expired); RUNNING firings
+        whose cancellation was requested more than their job's ``cancel_grace`` ago become
+        CANCELLED (lease revoked: the worker's late result is rejected); QUEUED firings
+        past their start deadline become MISSED. Returns the count of changes."""
         ...
 
     # -- immediate work -----------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -27,6 +28,7 @@ class Context:
     worker_id: str
     logger: Any
     _cancel: threading.Event = field(default_factory=threading.Event)
+    _on_cancel: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def job(self) -> str:
@@ -65,7 +67,17 @@ class Context:
         return self._cancel.wait(timeout)
 
     def request_cancel(self) -> None:
+        if self._cancel.is_set():
+            return
         self._cancel.set()
+        for callback in self._on_cancel:
+            callback()
+
+    def on_cancel(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` when cancellation is requested (at once if it already was)."""
+        self._on_cancel.append(callback)
+        if self._cancel.is_set():
+            callback()
 
 
 def make_context(firing: Firing, claim_token: str, worker_id: str) -> Context:

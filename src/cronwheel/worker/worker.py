@@ -31,9 +31,10 @@ import structlog
 
 from cronwheel import failpoints
 from cronwheel.domain.clock import Clock
-from cronwheel.domain.models import ClaimedFiring, FiringId, NodeInfo
+from cronwheel.domain.models import ClaimedFiring, Firing, FiringId, NodeInfo
 from cronwheel.domain.policies import retry_backoff
 from cronwheel.errors import CronwheelError, StoreUnavailableError
+from cronwheel.signals import Cancel, Retry
 from cronwheel.store.protocol import Completion, Store
 from cronwheel.worker.context import Context, make_context
 from cronwheel.worker.registry import TaskRegistry
@@ -129,21 +130,38 @@ class Worker:
             lateness_ms=round(lateness_ms, 3),
         )
         error: str | None = None
+        cancelled = False
+        retry_after: timedelta | None = None
         try:
-            task = self.registry.get(firing.task)
-            if task.is_async:
-                await asyncio.wait_for(task.fn(ctx, *firing.args, **firing.kwargs), timeout_s)
-            else:
-                loop = asyncio.get_running_loop()
-                call = partial(task.fn, ctx, *firing.args, **firing.kwargs)
-                await asyncio.wait_for(loop.run_in_executor(self._pool, call), timeout_s)
+            await self._run_handler(firing, ctx, timeout_s)
         except TimeoutError:
             error = f"timed out after {timeout_s} s"
             ctx.request_cancel()
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the worker itself is stopping
+            cancelled, error = True, "cancelled: the handler was interrupted"
+        except Cancel as exc:
+            cancelled, error = True, f"cancelled: {exc.reason}"
+        except Retry as exc:
+            error, retry_after = f"retry requested: {exc.reason}", exc.after
         except CronwheelError as exc:
             error = f"{type(exc).__name__}: {exc}"
         except Exception:
             error = traceback.format_exc()[-_ERROR_MAX:]
+        finished = self.clock.now()
+        if cancelled:
+            log.info("firing_cancelled", job=firing.job_name, firing_id=firing.id)
+            return Completion(
+                firing_id=firing.id,
+                claim_token=claim.claim_token,
+                succeeded=False,
+                cancelled=True,
+                started_at=started,
+                finished_at=finished,
+                error=error,
+            )
         finished = self.clock.now()
         if error is None:
             self.stats.succeeded += 1
@@ -166,8 +184,12 @@ class Worker:
         retry_at = None
         if firing.attempt < firing.max_attempts:
             p = claim.policies
-            retry_at = finished + retry_backoff(
-                firing.attempt, base=p.retry_backoff, maximum=p.retry_backoff_max, rng=self._rng
+            retry_at = finished + (
+                retry_after
+                if retry_after is not None
+                else retry_backoff(
+                    firing.attempt, base=p.retry_backoff, maximum=p.retry_backoff_max, rng=self._rng
+                )
             )
         log.warning(
             "firing_failed",
@@ -187,6 +209,31 @@ class Worker:
             error=error,
             retry_at=retry_at,
         )
+
+    async def _run_handler(self, firing: Firing, ctx: Context, timeout_s: float | None) -> None:
+        """Run the task; an async handler is cancelled when cancellation is requested."""
+        task = self.registry.get(firing.task)
+        loop = asyncio.get_running_loop()
+        if task.is_async:
+            handler: asyncio.Future[Any] = asyncio.ensure_future(
+                task.fn(ctx, *firing.args, **firing.kwargs)
+            )
+
+            def interrupt() -> None:
+                loop.call_soon_threadsafe(handler.cancel)
+
+            ctx.on_cancel(interrupt)
+        else:
+            call = partial(task.fn, ctx, *firing.args, **firing.kwargs)
+            handler = loop.run_in_executor(self._pool, call)
+        try:
+            await asyncio.wait_for(asyncio.shield(handler), timeout_s)
+        except TimeoutError:
+            handler.cancel()
+            raise
+        finally:
+            if not handler.done() and task.is_async:
+                handler.cancel()
 
     async def _execute_and_report(self, claim: ClaimedFiring) -> None:
         try:

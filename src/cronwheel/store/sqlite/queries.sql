@@ -197,8 +197,7 @@ RETURNING *
 INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for, due_at, vdeadline,
                      state, max_attempts, priority, visibility_us, enqueued_at, enqueued_epoch,
                      note, shard)
-SELECT id, namespace, name, task, payload, :scheduled_for, :due_at,
-       :due_at + CAST(:base_latency_us / priority AS INTEGER),
+SELECT id, namespace, name, task, payload, :scheduled_for, :due_at, :vdeadline,
        'queued', max_attempts, priority, visibility_us, :now, NULL, :note, shard
 FROM jobs WHERE id = :job_id
 ON CONFLICT (job_id, scheduled_for) DO NOTHING
@@ -272,3 +271,33 @@ WHERE j.id = :job_id
 -- name: save_fair_clock
 INSERT INTO fair_clocks (namespace, vclock) VALUES (:namespace, :vclock)
 ON CONFLICT (namespace) DO UPDATE SET vclock = max(vclock, excluded.vclock)
+
+-- name: complete_cancelled
+UPDATE firings
+SET state = 'cancelled', started_at = :started_at, finished_at = :finished_at,
+    lease_until = NULL, claim_token = NULL, reason = coalesce(reason, 'cancelled: the handler stopped'),
+    error = :error
+WHERE id = :id AND claim_token = :token AND state = 'running'
+RETURNING attempt
+
+-- name: cancel_deadline_passed
+UPDATE firings
+SET state = 'cancelled', finished_at = :now, claim_token = NULL, lease_until = NULL,
+    reason = 'cancel grace expired: lease revoked, a late result will be rejected'
+WHERE id IN (
+    SELECT f.id FROM firings f JOIN jobs j ON j.id = f.job_id
+    WHERE f.state = 'running' AND f.cancel_requested_at IS NOT NULL
+      AND f.cancel_requested_at + j.cancel_grace_us < :now
+    LIMIT :limit
+)
+
+-- name: start_deadline_passed
+UPDATE firings
+SET state = 'missed', finished_at = :now,
+    reason = 'start deadline passed before a worker could start it'
+WHERE id IN (
+    SELECT f.id FROM firings f JOIN jobs j ON j.id = f.job_id
+    WHERE f.state = 'queued' AND j.start_deadline_us IS NOT NULL
+      AND f.due_at + j.start_deadline_us < :now
+    LIMIT :limit
+)

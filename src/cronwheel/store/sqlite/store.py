@@ -40,7 +40,7 @@ from cronwheel.domain.models import (
     Lease,
     NodeInfo,
 )
-from cronwheel.domain.policies import BASE_LATENCY, fair_deadline
+from cronwheel.domain.policies import fair_deadline
 from cronwheel.errors import (
     ConflictError,
     FiringNotFoundError,
@@ -68,7 +68,6 @@ from cronwheel.wakeup import Doorbell, UdpWakeup, Wakeup
 
 _PKG = "cronwheel.store.sqlite"
 _LOCK_RETRY_S = 30.0
-_BASE_LATENCY_US = int(BASE_LATENCY.total_seconds() * 1_000_000)
 
 
 def _locked(exc: sqlite3.OperationalError) -> bool:
@@ -439,6 +438,9 @@ class SqliteStore:
                             "error": "lease expired",
                         },
                     )
+            params = {"now": now, "limit": limit}
+            n += conn.execute(self._q["cancel_deadline_passed"], params).rowcount
+            n += conn.execute(self._q["start_deadline_passed"], params).rowcount
         return n
 
     # -- immediate work ---------------------------------------------------------------
@@ -521,8 +523,8 @@ class SqliteStore:
             self._q["claim_candidates"],
             {"now": now, "until": until, "tasks": json.dumps(list(tasks)), "scan": limit * 2 + 32},
         ).fetchall()
-        candidates = []
-        early = []
+        candidates: list[Candidate[int, int]] = []
+        early: list[Candidate[int, int]] = []
         for r in found:
             c = Candidate(
                 id=r["id"],
@@ -621,7 +623,11 @@ class SqliteStore:
                     "started_at": to_us(c.started_at),
                     "finished_at": to_us(c.finished_at),
                 }
-                if c.succeeded:
+                if c.cancelled:
+                    row = conn.execute(
+                        self._q["complete_cancelled"], params | {"error": c.error}
+                    ).fetchone()
+                elif c.succeeded:
                     row = conn.execute(self._q["complete_success"], params).fetchone()
                 else:
                     row = conn.execute(
@@ -882,15 +888,17 @@ class SqliteStore:
             if job is None:
                 raise JobNotFoundError(f"no job named {name!r}", field="name")
             now = self._now_us()
+            fair = _FairClocks(conn, self._q)
             for instant in scheduled_for:
                 at = to_us(instant)
+                due = max(at, now)
                 row = conn.execute(
                     self._q["insert_job_firing"],
                     {
                         "job_id": job["id"],
                         "scheduled_for": at,
-                        "due_at": max(at, now),
-                        "base_latency_us": _BASE_LATENCY_US,
+                        "due_at": due,
+                        "vdeadline": fair.deadline(job["id"], due),
                         "now": now,
                         "note": note,
                     },
@@ -899,6 +907,7 @@ class SqliteStore:
                     duplicates += 1
                 else:
                     inserted.append(codec.firing_from_row(row))
+            fair.save()
         if inserted:
             self._doorbell.ring()
         return AddedFirings(inserted=inserted, duplicates=duplicates)
@@ -931,17 +940,19 @@ class SqliteStore:
                     f"a job named {spec.name!r} already exists", field="name", code="job_exists"
                 ) from None
             conn.execute("UPDATE jobs SET last_fired_at = ? WHERE id = ?", (now, job["id"]))
+            fair = _FairClocks(conn, self._q)
             row = conn.execute(
                 self._q["insert_job_firing"],
                 {
                     "job_id": job["id"],
                     "scheduled_for": now,
                     "due_at": now,
-                    "base_latency_us": _BASE_LATENCY_US,
+                    "vdeadline": fair.deadline(job["id"], now),
                     "now": now,
                     "note": None,
                 },
             ).fetchone()
+            fair.save()
             conn.execute(
                 self._q["insert_idempotency_key"],
                 key | {"request_hash": request_hash, "firing_id": row["id"], "now": now},
