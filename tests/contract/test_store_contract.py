@@ -487,8 +487,198 @@ def test_bulk_create_is_all_or_nothing(harness: Harness) -> None:
     n = harness.store.create_jobs([(spec(f"bulk-{i}"), now + i * S) for i in range(50)])
     assert n == 50
     assert [j.name for j in harness.store.due_jobs(now + 2 * S, limit=10)] == [
-        "bulk-0", "bulk-1", "bulk-2"]
+        "bulk-0",
+        "bulk-1",
+        "bulk-2",
+    ]
     with pytest.raises(ConflictError):
         harness.store.create_jobs([(spec("fresh"), now), (spec("bulk-3"), now)])
     with pytest.raises(JobNotFoundError):
         harness.store.get_job("default", "fresh")
+
+
+# -- policies applied by the store ------------------------------------------------------------
+def _capped_job(h: Harness, name: str, overlap: str, **kw):
+    from cronwheel.domain.overlap import OverlapPolicy
+
+    return h.store.create_job(
+        spec(name, overlap=OverlapPolicy(overlap), visibility_timeout=3600 * S, **kw),
+        first_fire_at=h.now(),
+    )
+
+
+def _enqueue_instants(h: Harness, job, instants):
+    lease = _lease(h)
+    return h.store.enqueue(
+        lease,
+        [
+            JobAdvance(
+                job_id=job.id,
+                expected_next_fire_at=job.next_fire_at,
+                new_next_fire_at=instants[-1] + timedelta(hours=1),
+                firings=[PlannedFiring(scheduled_for=t) for t in instants],
+            )
+        ],
+    ).inserted
+
+
+@pytest.mark.parametrize(
+    ("overlap", "expected"),
+    [
+        ("skip", ["running", "skipped", "skipped"]),
+        ("buffer_one", ["running", "queued", "skipped"]),
+        ("buffer_all", ["running", "queued", "queued"]),
+        ("allow", ["running", "running", "running"]),
+    ],
+)
+def test_claim_applies_the_overlap_policy_of_a_capped_job(harness: Harness, overlap, expected):
+    job = _capped_job(harness, f"cap-{overlap}", overlap)
+    t = job.next_fire_at
+    ids = _enqueue_instants(harness, job, [t, t + S, t + 2 * S])
+    harness.advance(3 * S)
+    first = harness.store.claim("w1", tasks=["t"], limit=1)
+    assert [c.firing.id for c in first] == [ids[0]]
+    harness.store.claim("w2", tasks=["t"], limit=10)
+    got = [harness.store.get_firing(i).state.value for i in ids]
+    assert got == expected
+    if overlap == "skip":
+        assert "concurrency cap" in (harness.store.get_firing(ids[1]).reason or "")
+
+
+def test_terminate_other_revokes_running_and_claims_the_newest(harness: Harness) -> None:
+    job = _capped_job(harness, "term", "terminate_other")
+    t = job.next_fire_at
+    (a,) = _enqueue_instants(harness, job, [t])
+    (old,) = harness.store.claim("w1", tasks=["t"], limit=1)
+    job = harness.store.get_job_by_id(job.id)
+    (b,) = _enqueue_instants(harness, job, [job.next_fire_at])
+    harness.advance(timedelta(hours=1, seconds=1))
+    (new,) = harness.store.claim("w2", tasks=["t"], limit=5)
+    assert new.firing.id == b
+    assert harness.store.get_firing(a).state is FiringState.CANCELLED
+    assert not _complete(harness, old)
+
+
+def test_cancel_other_requests_cancel_and_waits(harness: Harness) -> None:
+    job = _capped_job(harness, "co", "cancel_other")
+    t = job.next_fire_at
+    (a,) = _enqueue_instants(harness, job, [t])
+    (old,) = harness.store.claim("w1", tasks=["t"], limit=1)
+    job = harness.store.get_job_by_id(job.id)
+    (b,) = _enqueue_instants(harness, job, [job.next_fire_at])
+    harness.advance(timedelta(hours=1, seconds=1))
+    assert harness.store.claim("w2", tasks=["t"], limit=5) == []
+    assert harness.store.cancel_requested([(a, old.claim_token)]) == {a}
+    now = harness.now()
+    assert harness.store.complete(
+        [
+            Completion(
+                firing_id=a,
+                claim_token=old.claim_token,
+                succeeded=False,
+                cancelled=True,
+                started_at=now,
+                finished_at=now,
+            )
+        ]
+    ) == [True]
+    assert harness.store.get_firing(a).state is FiringState.CANCELLED
+    (new,) = harness.store.claim("w2", tasks=["t"], limit=5)
+    assert new.firing.id == b
+
+
+def test_capped_firings_are_not_prefetched_while_the_job_is_at_its_cap(harness: Harness) -> None:
+    job = _capped_job(harness, "pf", "skip")
+    t = job.next_fire_at
+    _enqueue_instants(harness, job, [t])
+    harness.store.claim("w1", tasks=["t"], limit=1)
+    job = harness.store.get_job_by_id(job.id)
+    (b,) = _enqueue_instants(harness, job, [harness.now() + 2 * S])
+    assert harness.store.claim("w2", tasks=["t"], limit=5, prefetch=5 * S) == []
+    assert harness.store.get_firing(b).state is FiringState.QUEUED  # decided at its instant
+    assert harness.store.next_due_at() == harness.now() + 2 * S
+
+
+def test_reaper_applies_cancel_grace_and_start_deadline(harness: Harness) -> None:
+    job = harness.store.create_job(
+        spec("g", cancel_grace=5 * S, start_deadline=10 * S, visibility_timeout=3600 * S),
+        first_fire_at=harness.now(),
+    )
+    t = job.next_fire_at
+    a, b = _enqueue_instants(harness, job, [t, t + S])
+    (claim,) = harness.store.claim("w", tasks=["t"], limit=1)
+    assert harness.store.cancel_firing(a).outcome == "cancel_requested"
+    harness.advance(4 * S)
+    harness.store.requeue_expired()
+    assert harness.store.get_firing(a).state is FiringState.RUNNING
+    harness.advance(2 * S)
+    harness.store.requeue_expired()
+    assert harness.store.get_firing(a).state is FiringState.CANCELLED
+    assert not _complete(harness, claim)
+    harness.advance(10 * S)
+    harness.store.requeue_expired()
+    assert harness.store.get_firing(b).state is FiringState.MISSED
+
+
+def test_run_limit_ends_the_job(harness: Harness) -> None:
+    s = JobSpec(name="twice", task="t", schedule=every("1m"), max_runs=2)
+    job = harness.store.create_job(s, first_fire_at=harness.now())
+    assert job.remaining_runs == 2
+    t = job.next_fire_at
+    _enqueue_instants(harness, job, [t])
+    job = harness.store.get_job_by_id(job.id)
+    assert job.remaining_runs == 1 and job.next_fire_at is not None
+    _enqueue_instants(harness, job, [job.next_fire_at])
+    job = harness.store.get_job_by_id(job.id)
+    assert job.remaining_runs == 0 and job.next_fire_at is None
+    assert job.spec.max_runs == 2
+
+
+def test_jittered_firing_is_due_later_than_scheduled(harness: Harness) -> None:
+    job = _job(harness, "j")
+    t = job.next_fire_at
+    r = harness.store.enqueue(
+        _lease(harness),
+        [
+            JobAdvance(
+                job_id=job.id,
+                expected_next_fire_at=t,
+                new_next_fire_at=t + S,
+                firings=[PlannedFiring(scheduled_for=t, due_at=t + 3 * S)],
+            )
+        ],
+    )
+    f = harness.store.get_firing(r.inserted[0])
+    assert (f.scheduled_for, f.due_at) == (t, t + 3 * S)
+    assert harness.store.claim("w", tasks=["t"], limit=1) == []
+    harness.advance(3 * S)
+    assert len(harness.store.claim("w", tasks=["t"], limit=1)) == 1
+
+
+def test_fair_clock_orders_a_quiet_namespace_before_a_flood_tail(harness: Harness) -> None:
+    flood = [spec(f"f{i}", namespace="flood") for i in range(200)]
+    harness.store.create_jobs([(s, None) for s in flood])
+    for s in flood:
+        harness.store.enqueue_now(
+            JobSpec(name=f"x-{s.name}", task="t", schedule=every("1m"), namespace="flood")
+        )
+    quiet = harness.store.enqueue_now(
+        JobSpec(name="q", task="t", schedule=every("1m"), namespace="quiet")
+    )
+    claims = harness.store.claim("w", tasks=["t"], limit=5)
+    assert quiet.id in [c.firing.id for c in claims]
+
+
+def test_bounds_round_trip(harness: Harness) -> None:
+    start = harness.now() + 60 * S
+    s = JobSpec(
+        name="b",
+        task="t",
+        schedule=every("1m"),
+        start_at=start,
+        end_at=start + 3600 * S,
+        max_runs=5,
+    )
+    harness.store.create_job(s, first_fire_at=start)
+    got = harness.store.get_job("default", "b")
+    assert got.spec == s

@@ -48,9 +48,7 @@ def cluster(
         try:
             if c.figures:
                 figures[request.node.name] = c.figures
-                (tmp_path / "figures.json").write_text(
-                    json.dumps(c.figures, indent=2, default=str)
-                )
+                (tmp_path / "figures.json").write_text(json.dumps(c.figures, indent=2, default=str))
                 print(f"\n[faults] {request.node.name}: {json.dumps(c.figures, default=str)}")
         finally:
             c.close()

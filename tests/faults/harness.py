@@ -222,10 +222,10 @@ class LeaseSampler:
                     )
                     with self._lock:
                         last = self.samples[-1] if self.samples else None
-                        if (
-                            last is None
-                            or (last.epoch, last.holder, last.expires_at)
-                            != (s.epoch, s.holder, s.expires_at)
+                        if last is None or (last.epoch, last.holder, last.expires_at) != (
+                            s.epoch,
+                            s.holder,
+                            s.expires_at,
                         ):
                             self.samples.append(s)
             except psycopg.Error:
@@ -522,9 +522,7 @@ class Cluster:
     def assert_healthy_logs(self, max_tracebacks: int = 0) -> None:
         for p in self.procs:
             n = p.tracebacks()
-            assert n <= max_tracebacks, f"{p.name}: {n} tracebacks:\n" + "\n".join(
-                p.lines()[-30:]
-            )
+            assert n <= max_tracebacks, f"{p.name}: {n} tracebacks:\n" + "\n".join(p.lines()[-30:])
 
     # -- teardown -----------------------------------------------------------------------
     def close(self) -> None:

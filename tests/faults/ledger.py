@@ -28,6 +28,7 @@ Findings:
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -310,7 +311,9 @@ def check_epochs(
     prev: AcquiredEvent | None = None
     for e in events:
         if e.epoch in seen and seen[e.epoch].holder != e.holder:
-            out.append(f"epoch {e.epoch} acquired by two holders: {seen[e.epoch].holder}, {e.holder}")
+            out.append(
+                f"epoch {e.epoch} acquired by two holders: {seen[e.epoch].holder}, {e.holder}"
+            )
         seen.setdefault(e.epoch, e)
         if prev is not None and e.epoch < prev.epoch:
             out.append(
@@ -327,7 +330,7 @@ def check_epochs(
             out.append(f"epoch {epoch} has several acquired_at: {sorted(t['acquired_at'])}")
     # 3. never two leaders at once by database time: term e+1 starts after e expired
     ordered = sorted(terms)
-    for a, b in zip(ordered, ordered[1:], strict=False):
+    for a, b in itertools.pairwise(ordered):
         start_b = min(terms[b]["acquired_at"])
         if start_b < terms[a]["expires_at"]:
             out.append(

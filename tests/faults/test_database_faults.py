@@ -6,6 +6,7 @@ These restart the shared server: they rely on pytest running tests serially.
 
 from __future__ import annotations
 
+import itertools
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -131,7 +132,7 @@ def test_dropped_sessions_cost_the_leader_under_a_second(cluster: Cluster) -> No
             (t_kill - timedelta(seconds=1), t_kill + timedelta(seconds=3)),
         )
     ]
-    gaps = [(b - a).total_seconds() for a, b in zip(txs, txs[1:], strict=False)]
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(txs)]
     stall = max(gaps, default=0.0)
     lease = cluster.lease()
     cluster.figures.update(

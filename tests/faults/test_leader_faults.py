@@ -73,8 +73,12 @@ def test_sigkill_leader_mid_enqueue_batch(cluster: Cluster) -> None:
     ids_b = [h.expectation.job_id for h in group_b]
 
     # batch 1 commits under epoch_a; batch 2 kills the leader before its COMMIT
-    wait_until(lambda: not a.alive(), (t2 - datetime.now(UTC)).total_seconds() + 10, 0.01,
-               message="the leader to die at its failpoint")
+    wait_until(
+        lambda: not a.alive(),
+        (t2 - datetime.now(UTC)).total_seconds() + 10,
+        0.01,
+        message="the leader to die at its failpoint",
+    )
     t_kill = time.time()
     assert a.popen.returncode == -signal.SIGKILL
     assert a.failpoint_hits("store.enqueue.before_commit") == 1
@@ -106,8 +110,12 @@ def test_sigkill_leader_mid_enqueue_batch(cluster: Cluster) -> None:
     assert _epoch_rows(cluster, ids_b) == {epoch_b: len(ids_b)}
     assert takeover <= takeover_bound(ttl), f"takeover took {takeover:.2f} s"
 
-    wait_until(lambda: cluster.one_shots_done(group_a + group_b), 30, 0.1,
-               message="every one-shot firing to succeed")
+    wait_until(
+        lambda: cluster.one_shots_done(group_a + group_b),
+        30,
+        0.1,
+        message="every one-shot firing to succeed",
+    )
     cluster.finish()
     report = cluster.check()
     report.assert_clean()
@@ -141,15 +149,20 @@ def test_sigstop_leader_past_its_lease_is_fenced_out(cluster: Cluster) -> None:
     for i in range(cluster.sizes.tickers):
         cluster.ticker(f"tick-{i}")
 
-    wait_until(lambda: a.failpoint_hits("dispatch.before_enqueue") == 1, 30, 0.01,
-               message="the leader to freeze at its failpoint")
+    wait_until(
+        lambda: a.failpoint_hits("dispatch.before_enqueue") == 1,
+        30,
+        0.01,
+        message="the leader to freeze at its failpoint",
+    )
     t_freeze = time.time()
     wait_until(lambda: _state(a) == "T", 5, 0.01, message="the leader to be stopped")
 
     new_leader, epoch_b = cluster.wait_leader(takeover_bound(ttl) + 1, not_epoch=epoch_a)
     assert new_leader is b and epoch_b > epoch_a
-    first_b = wait_until(lambda: cluster.first_enqueue_of_epoch(epoch_b), 5,
-                         message="the new leader's first enqueue")
+    first_b = wait_until(
+        lambda: cluster.first_enqueue_of_epoch(epoch_b), 5, message="the new leader's first enqueue"
+    )
     takeover = first_b.timestamp() - t_freeze
 
     # keep it frozen for 3x its lease (a fixed fault duration, not a wait for a result)
@@ -286,8 +299,11 @@ def test_leader_churn(cluster: Cluster) -> None:
     pending: tuple[float, int] | None = None  # (kill instant, killed epoch)
     while True:
         leader, epoch = cluster.wait_leader(takeover_bound(ttl) + 3, not_epoch=None)
-        first = wait_until(lambda epoch=epoch: cluster.first_enqueue_of_epoch(epoch),
-                           takeover_bound(ttl) + 3, message=f"an enqueue under epoch {epoch}")
+        first = wait_until(
+            lambda epoch=epoch: cluster.first_enqueue_of_epoch(epoch),
+            takeover_bound(ttl) + 3,
+            message=f"an enqueue under epoch {epoch}",
+        )
         if pending is not None:
             t_kill, killed = pending
             assert epoch > killed

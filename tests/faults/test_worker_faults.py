@@ -61,15 +61,12 @@ def _slow_job(cluster: Cluster, name: str, seconds: float, vt: float) -> tuple[i
     h = cluster.one_shot(
         name, when, task="slow", visibility_timeout=vt, kwargs={"seconds": seconds}
     )
-    rows = wait_until(
-        lambda: cluster.sql(
-            "SELECT id FROM firings WHERE job_id = %s", (h.expectation.job_id,)
-        ),
+    wait_until(
+        lambda: cluster.sql("SELECT id FROM firings WHERE job_id = %s", (h.expectation.job_id,)),
         10,
         message="the slow firing to be enqueued",
     )
     key = f"{h.expectation.job_id}:"
-    del rows
     start = wait_until(
         lambda: [e for e in cluster.executions_log() if e["key"].startswith(key)],
         10,
@@ -106,8 +103,9 @@ def test_sigkill_worker_mid_run_redelivers_same_key_next_attempt(cluster: Cluste
     # not before the claim could have expired (last heartbeat <= vt/3 before the kill)
     assert redelivery >= vt * 2 / 3 - 0.2, f"re-delivered too early: {redelivery:.2f} s"
 
-    wait_until(lambda: _firing(cluster, job_id)["state"] == "succeeded", 10,
-               message="attempt 2 to succeed")
+    wait_until(
+        lambda: _firing(cluster, job_id)["state"] == "succeeded", 10, message="attempt 2 to succeed"
+    )
     row = _firing(cluster, job_id)
     assert row["attempt"] == 2 and row["worker_id"] == _worker_id(survivor)
     assert _attempts(cluster, row["id"]) == [(1, "lease_expired")]
@@ -169,8 +167,11 @@ def test_sigstop_worker_past_visibility_timeout_is_a_rejected_zombie(cluster: Cl
         run_s + 5,
         message="the zombie's completion to be rejected",
     )
-    wait_until(lambda: _firing(cluster, job_id)["state"] == "succeeded", run_s + 5,
-               message="attempt 2 to succeed")
+    wait_until(
+        lambda: _firing(cluster, job_id)["state"] == "succeeded",
+        run_s + 5,
+        message="attempt 2 to succeed",
+    )
     row = _firing(cluster, job_id)
     assert row["attempt"] == 2 and row["worker_id"] == _worker_id(other)
     assert _attempts(cluster, firing_id) == [(1, "lease_expired")]
@@ -200,8 +201,12 @@ def test_long_healthy_job_is_never_redelivered(cluster: Cluster) -> None:
     run_s = 5 * vt
     workers = _setup(cluster)
     job_id, key = _slow_job(cluster, "slow-healthy", seconds=run_s, vt=vt)
-    wait_until(lambda: _firing(cluster, job_id)["state"] == "succeeded", run_s + 5, 0.1,
-               message="the long job to succeed")
+    wait_until(
+        lambda: _firing(cluster, job_id)["state"] == "succeeded",
+        run_s + 5,
+        0.1,
+        message="the long job to succeed",
+    )
     row = _firing(cluster, job_id)
     assert row["attempt"] == 1
     assert _attempts(cluster, row["id"]) == []

@@ -51,7 +51,7 @@ def overlap_rig(rig: Rig, overlap: str, **policies: Any) -> tuple[Any, Any]:
     )
     d = rig.dispatcher()
     rig.run([d], None, until=10 * S)  # first firing enqueued at 23:00:10
-    (slow,) = rig.store.claim("slow-worker", tasks=["record"], limit=1)
+    assert len(rig.store.claim("slow-worker", tasks=["record"], limit=1)) == 1
     return job, d
 
 
@@ -118,7 +118,7 @@ def test_cancel_other_requests_cancellation_then_starts_the_new_one(rig: Rig) ->
 
 def test_terminate_other_revokes_the_running_firing_at_once(rig: Rig) -> None:
     job, d = overlap_rig(rig, "terminate_other")
-    (old,) = [f for f in rig.store.list_firings(job_id=job.id)]
+    (old,) = rig.store.list_firings(job_id=job.id)
     step(rig, d, 11)
     assert states(rig, job.id) == [FiringState.CANCELLED, OK]
     assert not finish(rig, type("C", (), {"firing": old, "claim_token": old.claim_token}))
