@@ -287,3 +287,51 @@ def resume_command(name: str, namespace: str, store_url: str, url: str | None) -
 def delete_command(name: str, namespace: str, store_url: str, url: str | None) -> None:
     """Delete a job and its firing history."""
     _job_action(name, namespace, store_url, "delete", url)
+
+
+@jobs_group.command("explain")
+@click.argument("name")
+@click.option("--since", help="RFC 3339 start (default: 24 hours ago).")
+@click.option("--until", "until_text", help="RFC 3339 end (default: now).")
+@click.option("--json", "as_json", is_flag=True)
+@_NS
+@store_option
+def explain_command(
+    name: str,
+    since: str | None,
+    until_text: str | None,
+    as_json: bool,
+    namespace: str,
+    store_url: str,
+) -> None:
+    """Why did (or didn't) NAME run? One line per occurrence of its schedule."""
+    from datetime import timedelta
+
+    from cronwheel.domain.fates import explain
+    from cronwheel.domain.schedules import parse_instant
+
+    store = open_cli_store(store_url)
+    try:
+        now = store.now()
+        until = parse_instant(until_text, "until") if until_text else now
+        start = parse_instant(since, "since") if since else until - timedelta(hours=24)
+        if start > until:
+            raise ValidationError("must not be after --until", field="since")
+        job = store.get_job(namespace, name)
+        firings = store.list_job_firings(
+            job.id,
+            scheduled_from=start,
+            scheduled_to=until + timedelta(microseconds=1),
+            limit=5000,
+        )
+        events = store.job_events(job.id, limit=5000)
+    finally:
+        store.close()
+    occurrences = explain(job, since=start, until=until, now=now, firings=firings, events=events)
+    if as_json:
+        click.echo(json.dumps([o.to_dict() for o in occurrences], indent=2, ensure_ascii=False))
+        return
+    if not occurrences:
+        click.echo(f"no occurrence of {name!r} between {start.isoformat()} and {until.isoformat()}")
+    for o in occurrences:
+        click.echo(f"{o.nominal:32}  {o.fate:22}  {o.detail}")

@@ -161,7 +161,8 @@ class Store(Protocol):
         ...
 
     def set_paused(self, namespace: str, name: str, paused: bool) -> Job:
-        """Pause or resume. Resuming keeps the cursor: missed instants follow the misfire policy."""
+        """Pause or resume. Resuming keeps the cursor: missed instants follow the misfire
+        policy. Each call records a ``paused``/``resumed`` job event (for ``explain``)."""
         ...
 
     def delete_job(self, namespace: str, name: str) -> None:

@@ -301,6 +301,19 @@ class SqliteStore:
             ).fetchone()
             if row is None:
                 raise JobNotFoundError(f"no job named {name!r}", field="name")
+            conn.execute(
+                self._q["insert_event"],
+                {
+                    "job_id": row["id"],
+                    "now": self._now_us(),
+                    "kind": "paused" if paused else "resumed",
+                    "first_at": None,
+                    "last_at": None,
+                    "count": 0,
+                    "exact": 1,
+                    "detail": None,
+                },
+            )
             conn.execute(self._q["bump_jobs_version"])
         return codec.job_from_row(row)
 

@@ -1,0 +1,207 @@
+"""Every nominal occurrence has a fate: the answer to "why didn't my job run at 09:00?".
+
+``explain`` walks a job's schedule over a time range — for cron jobs the *wall-clock*
+occurrences, so that a time a DST rule moved, doubled or dropped is shown too — and
+gives each one its disposition from what the store recorded:
+
+    fired        a firing ran (succeeded), or is queued/running now
+    failed       it ran and ended DEAD after its attempts
+    skipped      the overlap policy skipped it (the job was at its concurrency cap)
+    missed       no leader fired it within the misfire grace and the misfire policy
+                 dropped it, or its start deadline passed
+    cancelled    someone cancelled it
+    paused       the job was paused at that instant
+    dst_skipped  the wall time did not exist that day and the gap policy is ``skip``
+    dst_moved    the wall time did not exist; it fired at the transition / shifted time
+    dst_doubled  the wall time occurred twice and fired at both (overlap ``twice``)
+    dst_once     the wall time occurred twice and fired at the first only (``once``)
+    deduplicated several wall times mapped to one instant (e.g. 02:00 and 02:30 both
+                 to 03:00 under ``next_valid``): one firing served them all
+    upcoming     in the future
+    not_due      before the job existed, or no record at all (reported, never hidden)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from cronwheel.domain.firing import FiringState, format_instant
+from cronwheel.domain.models import Firing, Job, JobEvent
+from cronwheel.domain.schedules import CronSchedule
+from cronwheel.domain.tz import resolve_wall
+
+MAX_OCCURRENCES = 2000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Occurrence:
+    nominal: str  # the occurrence as the schedule names it (local wall time for cron)
+    instant: datetime | None  # the UTC instant it maps to (None: dropped by a DST rule)
+    fate: str
+    detail: str
+    firing_id: int | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "nominal": self.nominal,
+            "instant": None if self.instant is None else format_instant(self.instant),
+            "fate": self.fate,
+            "detail": self.detail,
+            "firing_id": self.firing_id,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Nominal:
+    label: str
+    instant: datetime | None
+    dst: str | None  # dst_* fate label, or None
+    note: str | None
+
+
+def _nominal(job: Job, since: datetime, until: datetime) -> Iterator[_Nominal]:
+    schedule = job.spec.schedule
+    if isinstance(schedule, CronSchedule):
+        zone = schedule.zone
+        expr = schedule.expr_obj
+        wall = since.astimezone(zone).replace(tzinfo=None) - timedelta(hours=3)
+        end_wall = until.astimezone(zone).replace(tzinfo=None) + timedelta(hours=3)
+        seen: set[datetime] = set()
+        while True:
+            nxt = expr.next_wall(wall)
+            if nxt is None or nxt > end_wall:
+                return
+            wall = nxt
+            label = f"{wall.isoformat(sep=' ')} {schedule.tz}"
+            resolved = resolve_wall(wall, zone, schedule.gap, schedule.overlap)
+            if not resolved:
+                if since <= wall.replace(tzinfo=zone) <= until:
+                    yield _Nominal(
+                        label, None, "dst_skipped", "does not exist that day (gap: skip)"
+                    )
+                continue
+            both = resolve_wall(wall, zone, schedule.gap, "twice")
+            for r in resolved:
+                if not since <= r.utc <= until:
+                    continue
+                if r.utc in seen:
+                    yield _Nominal(label, r.utc, "deduplicated", r.note or "same instant")
+                    continue
+                seen.add(r.utc)
+                dst = None
+                if r.note and r.note.startswith("dst_gap"):
+                    dst = "dst_moved"
+                elif r.note and len(resolved) == 2:
+                    dst = "dst_doubled"
+                elif r.note and len(both) == 2:
+                    dst = "dst_once"
+                yield _Nominal(label, r.utc, dst, r.note)
+        return
+    t = schedule.next_after(since - timedelta(microseconds=1))
+    while t is not None and t <= until:
+        yield _Nominal(format_instant(t), t, None, None)
+        t = schedule.next_after(t)
+
+
+_FIRING_FATES = {
+    FiringState.SUCCEEDED: ("fired", "ran and succeeded"),
+    FiringState.QUEUED: ("fired", "queued to run"),
+    FiringState.RUNNING: ("fired", "running"),
+    FiringState.DEAD: ("failed", "ran and failed on every attempt (DEAD)"),
+    FiringState.SKIPPED: ("skipped", "skipped by the overlap policy"),
+    FiringState.MISSED: ("missed", "missed"),
+    FiringState.CANCELLED: ("cancelled", "cancelled"),
+}
+
+
+def explain(
+    job: Job,
+    *,
+    since: datetime,
+    until: datetime,
+    now: datetime,
+    firings: Sequence[Firing],
+    events: Sequence[JobEvent],
+) -> list[Occurrence]:
+    """The fate of every nominal occurrence of ``job`` in ``[since, until]``."""
+    by_instant = {f.scheduled_for: f for f in firings}
+    missed = [e for e in events if e.kind == "missed" and e.first_at and e.last_at]
+    pauses = _pause_intervals(events, now)
+    out: list[Occurrence] = []
+    for n in _nominal(job, since, until):
+        if len(out) >= MAX_OCCURRENCES:
+            break
+        out.append(_fate(job, n, now, by_instant, missed, pauses))
+    return out
+
+
+def _fate(
+    job: Job,
+    n: _Nominal,
+    now: datetime,
+    by_instant: dict[datetime, Firing],
+    missed: list[JobEvent],
+    pauses: list[tuple[datetime, datetime]],
+) -> Occurrence:
+    if n.instant is None or n.dst == "deduplicated":
+        return Occurrence(
+            nominal=n.label, instant=n.instant, fate=n.dst or "dst_skipped", detail=n.note or ""
+        )
+    t = n.instant
+    prefix = f"{n.note}; " if n.note else ""
+    firing = by_instant.get(t)
+    if firing is not None:
+        fate, text = _FIRING_FATES[firing.state]
+        if firing.reason:
+            text = f"{text}: {firing.reason}"
+        if n.dst:
+            fate = f"{fate} ({n.dst})"
+        return Occurrence(
+            nominal=n.label, instant=t, fate=fate, detail=prefix + text, firing_id=firing.id
+        )
+    for start, end in pauses:
+        if start <= t < end:
+            return Occurrence(
+                nominal=n.label, instant=t, fate="paused", detail=f"{prefix}the job was paused"
+            )
+    for e in missed:
+        assert e.first_at is not None and e.last_at is not None
+        if e.first_at <= t <= e.last_at:
+            policy = job.spec.policies.misfire.value
+            return Occurrence(
+                nominal=n.label,
+                instant=t,
+                fate="missed",
+                detail=f"{prefix}no leader fired it in time; misfire policy "
+                f"{policy} did not catch it up",
+            )
+    if t > now or (job.next_fire_at is not None and t >= job.next_fire_at):
+        return Occurrence(
+            nominal=n.label, instant=t, fate="upcoming", detail=prefix + "not yet due"
+        )
+    if t <= job.created_at:
+        return Occurrence(
+            nominal=n.label, instant=t, fate="not_due", detail="before the job existed"
+        )
+    return Occurrence(
+        nominal=n.label,
+        instant=t,
+        fate="not_due",
+        detail=f"{prefix}no firing was recorded (history pruned?)",
+    )
+
+
+def _pause_intervals(events: Sequence[JobEvent], now: datetime) -> list[tuple[datetime, datetime]]:
+    out: list[tuple[datetime, datetime]] = []
+    start: datetime | None = None
+    for e in sorted(events, key=lambda e: (e.at, e.id)):
+        if e.kind == "paused" and start is None:
+            start = e.at
+        elif e.kind == "resumed" and start is not None:
+            out.append((start, e.at))
+            start = None
+    if start is not None:
+        out.append((start, now + timedelta(days=36500)))
+    return out
