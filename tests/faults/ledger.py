@@ -224,10 +224,11 @@ def check(
     known = {e.job_id: e for e in expectations}
     keys_of_rows = {idempotency_key(f["job_id"], f["scheduled_for"]): f for f in firings}
 
+    required = {e.job_id: set(e.required()) for e in expectations}
     # lost
     for exp in expectations:
         rows = by_job.get(exp.job_id, {})
-        for t in exp.required():
+        for t in sorted(required[exp.job_id]):
             report.expected += 1
             key = idempotency_key(exp.job_id, t)
             row = rows.get(t)
@@ -249,7 +250,7 @@ def check(
             report.phantom.append(
                 f"firing {f['id']} {exp.name} at {f['scheduled_for'].isoformat()}: off schedule"
             )
-        elif f["state"] != "succeeded" and f["scheduled_for"] not in set(exp.required()):
+        elif f["state"] != "succeeded" and f["scheduled_for"] not in required[exp.job_id]:
             report.lost.append(
                 f"{exp.name} firing {f['id']}: ended {f['state']} (attempt {f['attempt']})"
             )

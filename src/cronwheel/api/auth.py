@@ -74,11 +74,11 @@ def _principal(
     return Principal(namespace=token.namespace, role=token.role, token_id=token.id)
 
 
-def _reader(principal: Annotated[Principal, Depends(_principal)]) -> Principal:
+async def _reader(principal: Annotated[Principal, Depends(_principal)]) -> Principal:
     return principal
 
 
-def _writer(principal: Annotated[Principal, Depends(_principal)]) -> Principal:
+async def _writer(principal: Annotated[Principal, Depends(_principal)]) -> Principal:
     if not principal.can("write"):
         raise HttpError(403, "forbidden", "this token may only read")
     return principal

@@ -87,7 +87,7 @@ def preview(body: PreviewIn, _principal: Reader, request: Request) -> dict[str, 
 
 
 @router.get("/healthz", response_model=HealthOut, tags=["health"])
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
     """200 while the process runs."""
     return {"status": "ok"}
 

@@ -207,6 +207,9 @@ def status_view(doc: dict[str, Any]) -> None:
         console.print(
             "last hour  " + "   ".join(f"{k} {v}" for k, v in sorted(doc["last_hour"].items()))
         )
+    backlog = {k: v for k, v in doc.get("backlog", {}).items() if v}
+    if backlog:
+        console.print("backlog   " + "   ".join(f"{k} {v}" for k, v in backlog.items()))
     table = Table(title="nodes", title_justify="left")
     for col in ("kind", "id", "pid", "last heartbeat"):
         table.add_column(col)

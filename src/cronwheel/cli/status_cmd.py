@@ -11,14 +11,23 @@ from cronwheel.cli.common import open_cli_store, store_option
 
 @click.command("status")
 @click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--namespace",
+    default="default",
+    show_default=True,
+    help="Namespace whose per-job backlog to show.",
+)
 @store_option
-def status_command(as_json: bool, store_url: str) -> None:
-    """Who leads, how deep the queue is, how late recent firings started."""
+def status_command(as_json: bool, namespace: str, store_url: str) -> None:
+    """Who leads, how deep the queue is, how late recent firings started, and which
+    jobs have a backlog (firings scheduled but not finished: a handler slower than
+    its interval shows here first)."""
     from cronwheel.cli import render
 
     store = open_cli_store(store_url)
     try:
         doc = render.status_dict(store.status())
+        doc["backlog"] = store.job_backlog(namespace, limit=10)
     finally:
         store.close()
     if as_json:

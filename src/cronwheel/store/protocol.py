@@ -235,6 +235,11 @@ class Store(Protocol):
         due (no prefetch), so the overlap decision is made at its instant."""
         ...
 
+    def next_due_at(self) -> datetime | None:
+        """The earliest ``due_at`` of a QUEUED firing that is not yet due (any task): a
+        worker's wake-up hint, since a capped job's firing is claimed only at its instant."""
+        ...
+
     def heartbeat(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
         """Extend the leases of these claims by their visibility timeouts. Returns the
         firings whose claim is no longer held (reassigned, cancelled): the worker must stop

@@ -374,7 +374,22 @@ class Worker:
                 if free > 0
                 else [stop.wait(), self._slot_freed.wait()]
             )
-            await _wait_any(waits, self.config.poll_interval.total_seconds())
+            await _wait_any(waits, await self._idle_timeout(free))
+
+    async def _idle_timeout(self, free: int) -> float:
+        """Sleep until the poll interval, or until the next queued firing falls due
+        (firings of capped jobs are not prefetched: they are claimed at their instant,
+        so the worker must be awake then)."""
+        timeout = self.config.poll_interval.total_seconds()
+        if free <= 0:
+            return timeout
+        try:
+            hint = await self._call(self.store.next_due_at)
+        except StoreUnavailableError:
+            return timeout
+        if hint is not None:
+            timeout = min(timeout, max(0.0, (hint - self.clock.now()).total_seconds()))
+        return timeout
 
     async def _flush_loop(self, stop: asyncio.Event) -> None:
         assert self._completions_ready is not None
