@@ -81,6 +81,15 @@ def test_postgres_restart_under_load(cluster: Cluster, mode: str) -> None:
 
     for p in cluster.procs:
         assert p.alive(), f"{p.name} died:\n" + "\n".join(p.lines()[-30:])
+    # every process reconnected: each one's node heartbeat was written after the restart
+    beats = {
+        r["pid"]: r["heartbeat_at"]
+        for r in cluster.sql(
+            "SELECT pid, max(heartbeat_at) AS heartbeat_at FROM nodes GROUP BY pid"
+        )
+    }
+    for p in cluster.procs:
+        assert p.pid in beats and beats[p.pid].timestamp() > t_up, f"{p.name} did not reconnect"
     cluster.assert_healthy_logs()
     store_errors = {p.name: len(p.events("store_unavailable")) for p in cluster.procs}
     assert max(store_errors.values()) <= MAX_STORE_ERRORS, store_errors

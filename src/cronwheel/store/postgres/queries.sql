@@ -12,25 +12,37 @@ SELECT :now AS now
 
 -- name: insert_job
 INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
-                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard)
+                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard,
+                  max_concurrency, overlap, max_buffer, cancel_grace_us, start_deadline_us,
+                  bounds, remaining_runs)
 VALUES (%(namespace)s, %(name)s, %(task)s, %(schedule)s::jsonb, %(payload)s::json,
         %(policies)s::jsonb, %(spec_hash)s, %(priority)s, %(max_attempts)s, %(visibility_us)s,
-        %(paused)s, %(next_fire_at)s, :now, :now, %(shard)s)
+        %(paused)s, %(next_fire_at)s, :now, :now, %(shard)s,
+        %(max_concurrency)s, %(overlap)s, %(max_buffer)s, %(cancel_grace_us)s,
+        %(start_deadline_us)s, %(bounds)s::jsonb, %(remaining_runs)s)
 RETURNING *
 
 -- name: insert_job_bulk
 INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
-                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard)
+                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard,
+                  max_concurrency, overlap, max_buffer, cancel_grace_us, start_deadline_us,
+                  bounds, remaining_runs)
 VALUES (%(namespace)s, %(name)s, %(task)s, %(schedule)s::jsonb, %(payload)s::json,
         %(policies)s::jsonb, %(spec_hash)s, %(priority)s, %(max_attempts)s, %(visibility_us)s,
-        %(paused)s, %(next_fire_at)s, :now, :now, %(shard)s)
+        %(paused)s, %(next_fire_at)s, :now, :now, %(shard)s,
+        %(max_concurrency)s, %(overlap)s, %(max_buffer)s, %(cancel_grace_us)s,
+        %(start_deadline_us)s, %(bounds)s::jsonb, %(remaining_runs)s)
 
 -- name: insert_job_if_absent
 INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
-                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard)
+                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard,
+                  max_concurrency, overlap, max_buffer, cancel_grace_us, start_deadline_us,
+                  bounds, remaining_runs)
 VALUES (%(namespace)s, %(name)s, %(task)s, %(schedule)s::jsonb, %(payload)s::json,
         %(policies)s::jsonb, %(spec_hash)s, %(priority)s, %(max_attempts)s, %(visibility_us)s,
-        %(paused)s, %(next_fire_at)s, :now, :now, %(shard)s)
+        %(paused)s, %(next_fire_at)s, :now, :now, %(shard)s,
+        %(max_concurrency)s, %(overlap)s, %(max_buffer)s, %(cancel_grace_us)s,
+        %(start_deadline_us)s, %(bounds)s::jsonb, %(remaining_runs)s)
 ON CONFLICT (namespace, name) DO NOTHING
 RETURNING *
 
@@ -44,7 +56,13 @@ SET task = %(task)s, schedule = %(schedule)s::jsonb, payload = %(payload)s::json
     max_attempts = %(max_attempts)s, visibility_us = %(visibility_us)s,
     next_fire_at = CASE WHEN schedule = %(schedule)s::jsonb THEN next_fire_at
                         ELSE %(next_fire_at)s END,
-    updated_at = :now
+    updated_at = :now,
+    max_concurrency = %(max_concurrency)s, overlap = %(overlap)s, max_buffer = %(max_buffer)s,
+    cancel_grace_us = %(cancel_grace_us)s, start_deadline_us = %(start_deadline_us)s,
+    -- the run budget restarts only when the bounds changed (every SET sees the old row)
+    remaining_runs = CASE WHEN bounds = %(bounds)s::jsonb THEN remaining_runs
+                          ELSE %(remaining_runs)s END,
+    bounds = %(bounds)s::jsonb
 WHERE id = %(id)s
 RETURNING *
 

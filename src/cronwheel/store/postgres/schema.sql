@@ -119,3 +119,51 @@ CREATE TABLE job_events (
     detail   text
 );
 CREATE INDEX job_events_job ON job_events (job_id, id);
+
+-- name: migration_2
+-- HTTP API: bearer tokens (only a hash of the secret is stored), Idempotency-Key
+-- records of POST /v1/firings, and an index for per-job firing history pages.
+CREATE TABLE api_tokens (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    namespace   text        NOT NULL,
+    role        text        NOT NULL CHECK (role IN ('read', 'write', 'admin')),
+    label       text,
+    secret_hash text        NOT NULL,            -- sha256 hex of the random secret
+    created_at  timestamptz NOT NULL,
+    revoked_at  timestamptz                      -- NULL while the token is valid
+);
+
+CREATE TABLE idempotency_keys (
+    namespace    text        NOT NULL,
+    key_hash     text        NOT NULL,           -- sha256 hex of the Idempotency-Key header
+    request_hash text        NOT NULL,           -- sha256 hex of the canonical request body
+    firing_id    bigint      NOT NULL REFERENCES firings (id) ON DELETE CASCADE,
+    created_at   timestamptz NOT NULL,
+    PRIMARY KEY (namespace, key_hash)
+);
+-- PostgreSQL does not index a referencing column by itself: without this, deleting a
+-- job (cascading to its firings) would scan idempotency_keys once per firing
+CREATE INDEX idempotency_keys_firing ON idempotency_keys (firing_id);
+
+CREATE INDEX firings_job_id ON firings (job_id, id);
+
+-- name: migration_3
+-- Scheduling policies: concurrency cap and overlap policy (decided at claim time),
+-- cancellation grace, start deadline, schedule bounds and run limits, and per-namespace
+-- fair-share clocks. See domain/overlap.py and domain/policies.py. Durations are bigint
+-- microseconds like visibility_us; ADD COLUMN with a constant default rewrites no rows.
+ALTER TABLE jobs ADD COLUMN max_concurrency integer;                 -- NULL: no cap
+ALTER TABLE jobs ADD COLUMN overlap text NOT NULL DEFAULT 'skip';
+ALTER TABLE jobs ADD COLUMN max_buffer integer NOT NULL DEFAULT 100;
+ALTER TABLE jobs ADD COLUMN cancel_grace_us bigint NOT NULL DEFAULT 30000000;
+ALTER TABLE jobs ADD COLUMN start_deadline_us bigint;                -- NULL: no deadline
+ALTER TABLE jobs ADD COLUMN bounds jsonb NOT NULL DEFAULT '{}';      -- {"start_at", "end_at", "max_runs"}
+ALTER TABLE jobs ADD COLUMN remaining_runs integer;                  -- NULL: unlimited
+ALTER TABLE firings ADD COLUMN overlap_override text;                -- trigger/backfill override
+ALTER TABLE firings ADD COLUMN reason text;                          -- why skipped/missed/cancelled
+CREATE INDEX firings_running_job ON firings (job_id) WHERE state = 'running';
+CREATE INDEX firings_queued_job ON firings (job_id, scheduled_for) WHERE state = 'queued';
+CREATE TABLE fair_clocks (
+    namespace text PRIMARY KEY,
+    vclock    bigint NOT NULL                                        -- µs: the namespace's virtual time
+);
