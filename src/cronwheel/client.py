@@ -137,6 +137,9 @@ def job_from_json(doc: Mapping[str, Any]) -> Job:
         namespace=doc["namespace"],
         policies=policies,
         paused=bool(doc["paused"]),
+        start_at=_instant(doc.get("start_at")),
+        end_at=_instant(doc.get("end_at")),
+        max_runs=doc.get("max_runs"),
     )
     return Job(
         id=JobId(int(doc["id"])),
@@ -145,6 +148,7 @@ def job_from_json(doc: Mapping[str, Any]) -> Job:
         last_fired_at=_instant(doc["last_fired_at"]),
         paused=bool(doc["paused"]),
         missed_total=int(doc["missed_total"]),
+        remaining_runs=doc.get("remaining_runs"),
         created_at=_req_instant(doc["created_at"]),
         updated_at=_req_instant(doc["updated_at"]),
     )
@@ -285,12 +289,14 @@ class Client:
         policies: Mapping[str, Any] | None = None,
         paused: bool = False,
         allow_past: bool = False,
+        bounds: Mapping[str, Any] | None = None,
     ) -> Job:
         """Create a job; ConflictError (code ``job_exists``) when the name is taken.
         ``policies`` keys: max_attempts, retry_backoff, visibility_timeout, timeout,
         misfire, misfire_grace, catchup_window, max_catchup, priority (durations in
         seconds or text like ``"5m"``)."""
         body = _job_body(task, schedule, args, kwargs, policies, paused, allow_past)
+        body |= {k: _text(v) if isinstance(v, datetime) else v for k, v in (bounds or {}).items()}
         return job_from_json(self._call("POST", "/v1/jobs", json=body | {"name": name}))
 
     def put_job(
@@ -304,9 +310,12 @@ class Client:
         policies: Mapping[str, Any] | None = None,
         paused: bool | None = None,
         allow_past: bool = False,
+        bounds: Mapping[str, Any] | None = None,
     ) -> tuple[Job, bool]:
-        """Create or update by name; returns (job, changed). The same call twice is a no-op."""
+        """Create or update by name; returns (job, changed). The same call twice is a no-op.
+        ``bounds``: ``start_at``, ``end_at`` (instants) and ``max_runs``."""
         body = _job_body(task, schedule, args, kwargs, policies, paused, allow_past)
+        body |= {k: _text(v) if isinstance(v, datetime) else v for k, v in (bounds or {}).items()}
         doc = self._call("PUT", self._path(name), json=body)
         return job_from_json(doc), bool(doc.get("changed"))
 
@@ -354,13 +363,24 @@ class Client:
     def resume(self, name: str) -> Job:
         return job_from_json(self._call("POST", self._path(name) + "/resume"))
 
-    def trigger(self, name: str) -> Firing:
-        """Fire the job now (its schedule is not moved)."""
-        return firing_from_json(self._call("POST", self._path(name) + "/trigger"))
+    def trigger(self, name: str, *, overlap: str | None = None) -> Firing:
+        """Fire the job now (its schedule is not moved); ``overlap`` overrides the job's
+        overlap policy for this firing."""
+        body = {} if overlap is None else {"overlap": overlap}
+        return firing_from_json(self._call("POST", self._path(name) + "/trigger", json=body))
 
-    def backfill(self, name: str, start: datetime | str, end: datetime | str) -> dict[str, Any]:
+    def backfill(
+        self,
+        name: str,
+        start: datetime | str,
+        end: datetime | str,
+        *,
+        overlap: str | None = None,
+    ) -> dict[str, Any]:
         """One firing per schedule instant in [start, end] (past, at most 1000)."""
-        body = {"start": _text(start), "end": _text(end)}
+        body: dict[str, Any] = {"start": _text(start), "end": _text(end)}
+        if overlap is not None:
+            body["overlap"] = overlap
         result: dict[str, Any] = self._call("POST", self._path(name) + "/backfill", json=body)
         return result
 

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -29,6 +29,9 @@ from cronwheel.dispatch.dispatcher import Dispatcher, DispatcherConfig
 from cronwheel.domain.models import NodeInfo
 from cronwheel.errors import StoreUnavailableError, ValidationError
 from cronwheel.worker.worker import Worker, WorkerConfig
+
+if TYPE_CHECKING:
+    from cronwheel.worker.kinds import TaskKinds
 
 log = structlog.get_logger("cronwheel.node")
 EXAMPLE_APP = "cronwheel.examples:app"
@@ -52,6 +55,16 @@ def load_app(ref: str | None, store_url: str | None) -> App:
     if store_url:
         app.store_url = store_url
     return app
+
+
+def load_task_file(app: App, path: str) -> TaskKinds:
+    """Register the HTTP and shell tasks of a tasks file (TOML) on ``app``'s registry.
+
+    Raises ValidationError naming the task and field; see ``cronwheel.worker.kinds``.
+    """
+    from cronwheel.worker.kinds import load_tasks, register_tasks
+
+    return register_tasks(app, load_tasks(path))
 
 
 def _install_stop_handlers(on_stop: Any) -> None:
@@ -121,8 +134,13 @@ def _retry_store(fn: Any, stop: threading.Event) -> None:
             delay = min(delay * 2, 5.0)
 
 
-def run_worker(app: App, config: WorkerConfig | None = None) -> None:
-    """Run a worker until SIGINT/SIGTERM (then finish running handlers and exit)."""
+def run_worker(
+    app: App, config: WorkerConfig | None = None, *, task_kinds: TaskKinds | None = None
+) -> None:
+    """Run a worker until SIGINT/SIGTERM (then finish running handlers and exit).
+
+    ``task_kinds`` (from ``load_task_file``) is closed (its HTTP client) on the way out.
+    """
     worker = Worker(app.store, app.registry, app.clock, config=config)
 
     async def main() -> None:
@@ -130,7 +148,11 @@ def run_worker(app: App, config: WorkerConfig | None = None) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await worker.run(stop)
+        try:
+            await worker.run(stop)
+        finally:
+            if task_kinds is not None:
+                await task_kinds.aclose()
 
     asyncio.run(main())
 
@@ -151,11 +173,13 @@ def serve(
     workers: int = 1,
     concurrency: int = 16,
     log_args: list[str] | None = None,
+    tasks_file: str | None = None,
 ) -> int:
     """Supervise one scheduler and ``workers`` worker processes; return the exit code."""
     base = [sys.executable, "-m", "cronwheel"]
     common = ["--store", store_url, *(log_args or [])]
     ref = [app_ref] if app_ref else []
+    tasks = ["--tasks", os.path.abspath(tasks_file)] if tasks_file else []
     children = [_Child("scheduler", [*base, "scheduler", *common, *ref])]
     children += [
         _Child(
@@ -168,6 +192,7 @@ def serve(
                 str(concurrency),
                 "--role",
                 f"worker-{i + 1}",
+                *tasks,
                 *ref,
             ],
         )

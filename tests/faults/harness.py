@@ -55,7 +55,7 @@ class Sizes:
     tickers: int  # recurring jobs under load
     batch: int  # one-shot jobs due in the same instant (scenario 1)
     run_s: float  # healthy running time around a fault
-    vt: float  # visibility timeout of the slow jobs
+    vt: float  # visibility timeout of the slow jobs (> the worker's 2 s heartbeat: see README)
     churn_s: float  # leader churn duration
     churn_every_s: float
     terminate_rounds: int
@@ -82,7 +82,7 @@ SIZES = (
         tickers=2,
         batch=60,
         run_s=3.0,
-        vt=2.0,
+        vt=3.0,
         churn_s=18.0,
         churn_every_s=3.0,
         terminate_rounds=8,

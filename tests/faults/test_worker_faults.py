@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from cronwheel.domain.firing import idempotency_key
 from tests.faults.harness import Cluster, Proc, wait_until
 
 pytestmark = pytest.mark.slow
@@ -195,20 +196,56 @@ def test_sigstop_worker_past_visibility_timeout_is_a_rejected_zombie(cluster: Cl
 # -- 5 -------------------------------------------------------------------------------------
 
 
-@pytest.mark.timeout(90)
-def test_long_healthy_job_is_never_redelivered(cluster: Cluster) -> None:
-    vt = 1.0 if not cluster.sizes.full else 2.0
+def _long_healthy_job(cluster: Cluster, vt: float, workers: int, phase: bool) -> dict[str, Any]:
+    """Run one job of 5x its visibility timeout; assert it was never re-delivered.
+
+    ``phase``: place the firing so its claim lands just after the worker's heartbeat
+    loop began a sleep (the worst case: the first heartbeat of a new claim is then
+    furthest away). The worker's heartbeat loop also writes its node heartbeat, so the
+    node row's ``heartbeat_at`` tells the loop's phase.
+    """
     run_s = 5 * vt
-    workers = _setup(cluster)
-    job_id, key = _slow_job(cluster, "slow-healthy", seconds=run_s, vt=vt)
+    procs = _setup(cluster, workers)
+    when = datetime.now(UTC) + timedelta(seconds=1.0)
+    if phase:
+        (worker,) = procs
+        beats: list[datetime] = []
+
+        def two_beats() -> bool:
+            rows = cluster.sql("SELECT heartbeat_at FROM nodes WHERE pid = %s", (worker.pid,))
+            if rows and (not beats or rows[0]["heartbeat_at"] != beats[-1]):
+                beats.append(rows[0]["heartbeat_at"])
+            return len(beats) >= 2
+
+        wait_until(two_beats, 10, 0.02, message="two worker heartbeats")
+        period = beats[-1] - beats[-2]
+        # enqueued 0.5 s before its instant (the leader's lead) and claimed at once
+        # (NOTIFY): the claim lands ~0.15 s after a heartbeat cycle began
+        when = beats[-1] + 2 * period + timedelta(seconds=0.65)
+    h = cluster.one_shot(
+        "slow-healthy", when, task="slow", visibility_timeout=vt, kwargs={"seconds": run_s}
+    )
+    job_id = h.expectation.job_id
     wait_until(
-        lambda: _firing(cluster, job_id)["state"] == "succeeded",
-        run_s + 5,
+        lambda: cluster.sql(
+            "SELECT 1 FROM firings WHERE job_id = %s AND state IN ('succeeded', 'dead')", (job_id,)
+        ),
+        (when - datetime.now(UTC)).total_seconds() + run_s + 3 * vt + 5,
         0.1,
-        message="the long job to succeed",
+        message="the long job to finish",
     )
     row = _firing(cluster, job_id)
-    assert row["attempt"] == 1
+    key = idempotency_key(job_id, row["scheduled_for"])
+    figures = {
+        "visibility_timeout_s": vt,
+        "run_s": run_s,
+        "workers": workers,
+        "attempts": row["attempt"],
+        "requeued": _attempts(cluster, row["id"]),
+        "claim_lost": sum(len(p.events("claim_lost")) for p in cluster.procs),
+    }
+    cluster.figures.update(figures)
+    assert row["state"] == "succeeded" and row["attempt"] == 1, figures
     assert _attempts(cluster, row["id"]) == []
     assert [e["attempt"] for e in _lines(cluster, key, "start")] == [1]
     assert len(_lines(cluster, key, "done")) == 1
@@ -220,6 +257,25 @@ def test_long_healthy_job_is_never_redelivered(cluster: Cluster) -> None:
     cluster.finish()
     report = cluster.check()
     report.assert_clean()
-    cluster.figures.update(
-        visibility_timeout_s=vt, run_s=run_s, workers=len(workers), ledger=report.summary()
-    )
+    cluster.figures["ledger"] = report.summary()
+    return figures
+
+
+@pytest.mark.timeout(90)
+def test_long_healthy_job_is_never_redelivered(cluster: Cluster) -> None:
+    """5x the visibility timeout, two workers: heartbeats keep the claim; attempt stays 1.
+    (vt 3 s: above the worker's fixed 2 s heartbeat sleep, see the next test.)"""
+    _long_healthy_job(cluster, vt=cluster.sizes.vt, workers=2, phase=False)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.xfail(
+    strict=True,
+    reason="src bug: Worker._heartbeat_loop sleeps an interval computed before a new claim "
+    "(up to 2 s), so a claim with visibility_timeout < ~2 s expires before its first "
+    "heartbeat; see tests/faults/README.md",
+)
+def test_long_healthy_job_short_visibility_timeout_worst_phase(cluster: Cluster) -> None:
+    """The same promise at the smallest visibility timeout (1 s), with the claim landing
+    just after the worker's heartbeat loop went to sleep."""
+    _long_healthy_job(cluster, vt=1.0, workers=1, phase=True)

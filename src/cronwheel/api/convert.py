@@ -139,6 +139,8 @@ def job_out(job: Job, *, upcoming: int = 0, changed: bool | None = None) -> dict
         "next_fire_at": _ts(job.next_fire_at),
         "last_fired_at": _ts(job.last_fired_at),
         "missed_total": job.missed_total,
+        **job.spec.bounds_dict(),
+        "remaining_runs": job.remaining_runs,
         "created_at": _ts(job.created_at),
         "updated_at": _ts(job.updated_at),
     }

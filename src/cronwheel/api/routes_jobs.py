@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -29,14 +28,14 @@ from cronwheel.api.schemas import (
     JobOut,
     JobPatch,
     JobState,
+    TriggerIn,
 )
-from cronwheel.app import first_fire_at
+from cronwheel.app import spec_first_fire_at
 from cronwheel.domain.models import Job, JobSpec
-from cronwheel.domain.schedules import Schedule
+from cronwheel.domain.policies import instants_between
 from cronwheel.errors import ConflictError, JobNotFoundError, ValidationError
 from cronwheel.store.protocol import ApiStore
 
-MAX_BACKFILL = 1000
 UPCOMING = 5
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -57,6 +56,9 @@ def _spec(principal: Principal, name: str, body: JobBody, paused: bool) -> JobSp
         namespace=principal.namespace,
         policies=to_policies(body.policies),
         paused=paused,
+        start_at=None if body.start_at is None else instant(body.start_at, "start_at"),
+        end_at=None if body.end_at is None else instant(body.end_at, "end_at"),
+        max_runs=body.max_runs,
     )
 
 
@@ -65,7 +67,7 @@ def create_job(body: JobCreate, principal: Writer, request: Request) -> dict[str
     """409 `job_exists` when the name is taken."""
     store = store_of(request)
     spec = _spec(principal, body.name, body, bool(body.paused))
-    first = first_fire_at(spec.schedule, store.now(), allow_past=body.allow_past)
+    first = spec_first_fire_at(spec, store.now(), allow_past=body.allow_past)
     return job_out(store.create_job(spec, first_fire_at=first), upcoming=UPCOMING)
 
 
@@ -83,7 +85,7 @@ def put_job(
     if existing is not None and existing.spec.spec_hash() == spec.spec_hash():
         first = existing.next_fire_at  # unchanged: an `at` now past is no error
     else:
-        first = first_fire_at(spec.schedule, store.now(), allow_past=body.allow_past)
+        first = spec_first_fire_at(spec, store.now(), allow_past=body.allow_past)
     job, changed = store.upsert_job(spec, first_fire_at=first)
     if body.paused is not None and job.paused != body.paused:
         job, changed = store.set_paused(principal.namespace, name, body.paused), True
@@ -152,10 +154,13 @@ def patch_job(name: JobName, body: JobPatch, principal: Writer, request: Request
         namespace=principal.namespace,
         policies=to_policies(body.policies, old.policies),
         paused=job.paused,
+        start_at=old.start_at,
+        end_at=old.end_at,
+        max_runs=old.max_runs,
     )
     first = job.next_fire_at
     if schedule != old.schedule:
-        first = first_fire_at(schedule, store.now(), allow_past=body.allow_past)
+        first = spec_first_fire_at(spec, store.now(), allow_past=body.allow_past)
     job, changed = store.upsert_job(spec, first_fire_at=first)
     if body.paused is not None and body.paused != job.paused:
         job, changed = store.set_paused(principal.namespace, name, body.paused), True
@@ -174,11 +179,17 @@ def resume_job(name: JobName, principal: Writer, request: Request) -> dict[str, 
 
 
 @router.post("/{name}/trigger", status_code=201, response_model=FiringOut, summary="Fire now")
-def trigger_job(name: JobName, principal: Writer, request: Request) -> dict[str, Any]:
+def trigger_job(
+    name: JobName, principal: Writer, request: Request, body: TriggerIn | None = None
+) -> dict[str, Any]:
     """A firing scheduled for now (the job's cursor does not move); 409 `conflict` if the
-    job already has a firing at this very instant."""
+    job already has a firing at this very instant. `overlap` overrides the job's overlap
+    policy for this firing (e.g. `allow` to run it even while another one runs)."""
     store = store_of(request)
-    added = store.add_firings(principal.namespace, name, [store.now()], note="trigger")
+    overlap = None if body is None else body.overlap
+    added = store.add_firings(
+        principal.namespace, name, [store.now()], note="trigger", overlap=overlap
+    )
     if not added.inserted:
         raise ConflictError("the job already has a firing at this instant", field="name")
     return firing_out(added.inserted[0])
@@ -198,33 +209,16 @@ def backfill_job(
         raise ValidationError(
             "backfill covers past instants only: end is in the future", field="end"
         )
-    if start > end:
-        raise ValidationError("must not be after end", field="start")
-    instants = _instants(job.spec.schedule, start, end)
-    added = store.add_firings(principal.namespace, name, instants, note="backfill")
+    instants = instants_between(job.spec.schedule.next_after, start, end)
+    added = store.add_firings(
+        principal.namespace, name, instants, note="backfill", overlap=body.overlap
+    )
     return {
         "requested": len(instants),
         "inserted": len(added.inserted),
         "duplicates": added.duplicates,
         "firing_ids": [f.id for f in added.inserted],
     }
-
-
-def _instants(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:
-    out: list[datetime] = []
-    try:
-        t = schedule.next_after(start - timedelta(microseconds=1))
-    except OverflowError:  # start is the first representable instant
-        t = schedule.next_after(start)
-    while t is not None and t <= end:
-        if len(out) == MAX_BACKFILL:
-            raise ValidationError(
-                f"the range holds more than {MAX_BACKFILL} firings; backfill it in parts",
-                field="end",
-            )
-        out.append(t)
-        t = schedule.next_after(t)
-    return out
 
 
 @router.delete("/{name}", status_code=204, summary="Delete a job and its firings")

@@ -75,6 +75,9 @@ class JobBody(_In):
     policies: PoliciesIn | None = None
     paused: bool | None = Field(None, description="omitted: keep the current state")
     allow_past: bool = Field(False, description="accept an `at` in the past (fires at once)")
+    start_at: Instant | None = Field(None, max_length=40, description="no firing before this")
+    end_at: Instant | None = Field(None, max_length=40, description="no firing after this")
+    max_runs: int | None = Field(None, ge=1, le=10**9, description="the job ends after N firings")
 
 
 class JobCreate(JobBody):
@@ -93,9 +96,19 @@ class JobPatch(_In):
     allow_past: bool = False
 
 
+OverlapName = Literal[
+    "skip", "buffer_one", "buffer_all", "cancel_other", "terminate_other", "allow"
+]
+
+
 class BackfillIn(_In):
     start: Instant = Field(max_length=40, examples=["2026-03-01T00:00:00Z"])
     end: Instant = Field(max_length=40, examples=["2026-03-02T00:00:00Z"])
+    overlap: OverlapName | None = Field(None, description="overrides the job's overlap policy")
+
+
+class TriggerIn(_In):
+    overlap: OverlapName | None = Field(None, description="overrides the job's overlap policy")
 
 
 class EnqueueIn(_In):
@@ -173,6 +186,10 @@ class JobOut(_Out):
     next_fire_at: str | None
     last_fired_at: str | None
     missed_total: int
+    start_at: str | None = None
+    end_at: str | None = None
+    max_runs: int | None = None
+    remaining_runs: int | None = None
     created_at: str
     updated_at: str
     next_fire_times: list[UpcomingOut] | None = None

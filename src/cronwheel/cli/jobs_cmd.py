@@ -11,6 +11,7 @@ from cronwheel.cli.common import open_cli_store, store_option
 from cronwheel.cli.remote import client, url_option
 from cronwheel.errors import ValidationError
 
+_OVERLAPS = ["skip", "buffer_one", "buffer_all", "cancel_other", "terminate_other", "allow"]
 _NS = click.option("--namespace", default="default", show_default=True, help="Job namespace.")
 
 
@@ -52,6 +53,27 @@ def jobs_group() -> None:
 @click.option("--visibility-timeout", "vt_text", help="Claim lease, e.g. 30s.")
 @click.option("--misfire", type=click.Choice(["fire_once", "fire_all", "skip"]))
 @click.option("--priority", type=float, help="Weight (0.01-1000, default 1).")
+@click.option(
+    "--max-concurrency",
+    type=click.IntRange(1, 10_000),
+    help="Firings of this job running at once (default 1 for recurring jobs).",
+)
+@click.option(
+    "--overlap",
+    type=click.Choice(_OVERLAPS),
+    help="When a firing is due while the job is at its cap (default skip).",
+)
+@click.option("--max-buffer", type=click.IntRange(1, 10_000), help="Bound of buffer_all.")
+@click.option("--cancel-grace", "cancel_grace_text", help="Cooperative-cancel deadline, e.g. 30s.")
+@click.option(
+    "--start-deadline",
+    "start_deadline_text",
+    help="A firing not started within this is recorded MISSED, e.g. 5m.",
+)
+@click.option("--jitter", "jitter_text", help="Spread starts by up to this delay, e.g. 10s.")
+@click.option("--start-at", "start_at_text", help="No firing before this RFC 3339 instant.")
+@click.option("--end-at", "end_at_text", help="No firing after this RFC 3339 instant.")
+@click.option("--max-runs", type=click.IntRange(1, 10**9), help="End the job after N firings.")
 @click.option("--paused", is_flag=True, help="Create the job paused.")
 @click.option("--replace", is_flag=True, help="Update the job if the name exists.")
 @_NS
@@ -76,6 +98,15 @@ def add_command(
     vt_text: str | None,
     misfire: str | None,
     priority: float | None,
+    max_concurrency: int | None,
+    overlap: str | None,
+    max_buffer: int | None,
+    cancel_grace_text: str | None,
+    start_deadline_text: str | None,
+    jitter_text: str | None,
+    start_at_text: str | None,
+    end_at_text: str | None,
+    max_runs: int | None,
     paused: bool,
     replace: bool,
     namespace: str,
@@ -83,7 +114,7 @@ def add_command(
     url: str | None,
 ) -> None:
     """Add a job NAME running TASK on one schedule (--cron, --every, --at or --now)."""
-    from cronwheel.app import build_policies, first_fire_at
+    from cronwheel.app import build_policies, spec_first_fire_at
     from cronwheel.domain import schedules
     from cronwheel.domain.clock import SystemClock
     from cronwheel.domain.models import JobSpec
@@ -102,13 +133,28 @@ def add_command(
         schedule = schedules.at(at_text)
     else:
         schedule = schedules.now()
+
+    def duration(text: str | None, field: str) -> Any:
+        return schedules.parse_duration(text, field=field) if text else None
+
     policies = build_policies(
         retries=retries,
-        timeout=schedules.parse_duration(timeout_text) if timeout_text else None,
-        visibility_timeout=schedules.parse_duration(vt_text) if vt_text else None,
+        timeout=duration(timeout_text, "timeout"),
+        visibility_timeout=duration(vt_text, "visibility_timeout"),
         misfire=misfire,
         priority=priority,
+        max_concurrency=max_concurrency,
+        overlap=overlap,
+        max_buffer=max_buffer,
+        cancel_grace=duration(cancel_grace_text, "cancel_grace"),
+        start_deadline=duration(start_deadline_text, "start_deadline"),
+        jitter=duration(jitter_text, "jitter"),
     )
+    bounds: dict[str, Any] = {
+        "start_at": schedules.parse_instant(start_at_text, "start_at") if start_at_text else None,
+        "end_at": schedules.parse_instant(end_at_text, "end_at") if end_at_text else None,
+        "max_runs": max_runs,
+    }
     spec = JobSpec(
         name=name,
         task=task,
@@ -118,8 +164,9 @@ def add_command(
         namespace=namespace,
         policies=policies,
         paused=paused,
+        **bounds,
     )
-    first = first_fire_at(schedule, SystemClock().now(), allow_past=allow_past)
+    first = spec_first_fire_at(spec, SystemClock().now(), allow_past=allow_past)
     if url is not None:
         remote = {
             "max_attempts": None if retries is None else retries + 1,
@@ -127,6 +174,12 @@ def add_command(
             "visibility_timeout": vt_text,
             "misfire": misfire,
             "priority": priority,
+            "max_concurrency": max_concurrency,
+            "overlap": overlap,
+            "max_buffer": max_buffer,
+            "cancel_grace": cancel_grace_text,
+            "start_deadline": start_deadline_text,
+            "jitter": jitter_text,
         }
         with client(url, namespace) as api:
             kw: dict[str, Any] = {
@@ -134,6 +187,7 @@ def add_command(
                 "kwargs": spec.kwargs,
                 "policies": {k: v for k, v in remote.items() if v is not None},
                 "allow_past": allow_past,
+                "bounds": {k: v for k, v in bounds.items() if v is not None},
             }
             if replace:
                 job, changed = api.put_job(name, task, schedule, paused=paused or None, **kw)
@@ -335,3 +389,81 @@ def explain_command(
         click.echo(f"no occurrence of {name!r} between {start.isoformat()} and {until.isoformat()}")
     for o in occurrences:
         click.echo(f"{o.nominal:32}  {o.fate:22}  {o.detail}")
+
+
+@jobs_group.command("trigger")
+@click.argument("name")
+@click.option(
+    "--overlap",
+    type=click.Choice(_OVERLAPS),
+    help="Override the job's overlap policy for this firing (e.g. allow).",
+)
+@_NS
+@store_option
+@url_option
+def trigger_command(
+    name: str, overlap: str | None, namespace: str, store_url: str, url: str | None
+) -> None:
+    """Fire NAME now, without moving its schedule."""
+    if url is not None:
+        with client(url, namespace) as api:
+            firing = api.trigger(name, overlap=overlap)
+    else:
+        store = open_cli_store(store_url)
+        try:
+            added = store.add_firings(
+                namespace, name, [store.now()], note="trigger", overlap=overlap
+            )
+        finally:
+            store.close()
+        if not added.inserted:
+            raise ValidationError("the job already has a firing at this instant", field="name")
+        firing = added.inserted[0]
+    click.echo(f"triggered job {name!r}: firing {firing.id} ({firing.idempotency_key})")
+
+
+@jobs_group.command("backfill")
+@click.argument("name")
+@click.option("--start", "start_text", required=True, help="RFC 3339 start of the range.")
+@click.option("--end", "end_text", required=True, help="RFC 3339 end of the range (past).")
+@click.option(
+    "--overlap",
+    type=click.Choice(_OVERLAPS),
+    help="Override the job's overlap policy for these firings.",
+)
+@_NS
+@store_option
+@url_option
+def backfill_command(
+    name: str,
+    start_text: str,
+    end_text: str,
+    overlap: str | None,
+    namespace: str,
+    store_url: str,
+    url: str | None,
+) -> None:
+    """Fire every instant of NAME's schedule in a past range (at most 1000)."""
+    from cronwheel.domain.policies import instants_between
+    from cronwheel.domain.schedules import parse_instant
+
+    start, end = parse_instant(start_text, "start"), parse_instant(end_text, "end")
+    if url is not None:
+        with client(url, namespace) as api:
+            doc = api.backfill(name, start, end, overlap=overlap)
+        inserted, duplicates = doc["inserted"], doc["duplicates"]
+    else:
+        store = open_cli_store(store_url)
+        try:
+            if end > store.now():
+                raise ValidationError("backfill covers past instants only", field="end")
+            job = store.get_job(namespace, name)
+            instants = instants_between(job.spec.schedule.next_after, start, end)
+            added = store.add_firings(namespace, name, instants, note="backfill", overlap=overlap)
+        finally:
+            store.close()
+        inserted, duplicates = len(added.inserted), added.duplicates
+    click.echo(
+        f"backfilled job {name!r}: {inserted} firing(s) queued, "
+        f"{duplicates} instant(s) already had one"
+    )

@@ -7,9 +7,20 @@ from datetime import timedelta
 
 import click
 
-from cronwheel.cli.common import log_args, log_options, open_cli_store, setup_logs, store_option
+from cronwheel.cli.common import F, log_args, log_options, open_cli_store, setup_logs, store_option
 
 _APP_HELP = "MODULE:APP of your cronwheel.App (default: the built-in example app)."
+
+
+def tasks_option(f: F) -> F:
+    return click.option(
+        "--tasks",
+        "tasks_file",
+        envvar="CRONWHEEL_TASKS",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="TOML file of HTTP and shell tasks the workers run (env CRONWHEEL_TASKS).",
+    )(f)
 
 
 @click.command("serve")
@@ -29,12 +40,14 @@ _APP_HELP = "MODULE:APP of your cronwheel.App (default: the built-in example app
     show_default=True,
     help="Handlers each worker runs at once.",
 )
+@tasks_option
 @log_options
 def serve_command(
     app_ref: str | None,
     store_url: str,
     workers: int,
     concurrency: int,
+    tasks_file: str | None,
     log_level: str | None,
     log_format: str | None,
 ) -> None:
@@ -44,10 +57,12 @@ def serve_command(
     With no MODULE:APP it runs the built-in example jobs, so you can watch
     firings happen:  cronwheel serve
     """
-    from cronwheel.node import load_app, serve
+    from cronwheel.node import load_app, load_task_file, serve
 
     setup_logs(log_level, log_format, "serve")
-    load_app(app_ref, store_url)  # fail fast (exit 2) on a bad APP before starting children
+    app = load_app(app_ref, store_url)  # fail fast (exit 2) on a bad APP before starting children
+    if tasks_file:
+        load_task_file(app, tasks_file)  # ... and on a bad tasks file
     open_cli_store(store_url).close()  # create and migrate the store once
     click.echo(
         f"cronwheel serve: store {store_url}, {workers} worker process(es); "
@@ -62,6 +77,7 @@ def serve_command(
             workers=workers,
             concurrency=concurrency,
             log_args=log_args(log_level, log_format),
+            tasks_file=tasks_file,
         )
     )
 
@@ -104,22 +120,30 @@ def scheduler_command(
     help="Handlers run at once.",
 )
 @click.option("--role", default="worker", hidden=True)
+@tasks_option
 @log_options
 def worker_command(
     app_ref: str | None,
     store_url: str,
     concurrency: int,
     role: str,
+    tasks_file: str | None,
     log_level: str | None,
     log_format: str | None,
 ) -> None:
-    """Run a worker: claim queued firings of this app's tasks and run them."""
-    from cronwheel.node import load_app, run_worker
+    """Run a worker: claim queued firings of this app's tasks and run them.
+
+    \b
+    --tasks FILE adds HTTP calls and shell commands defined in the worker's own
+    configuration; the API can only refer to them by name.
+    """
+    from cronwheel.node import load_app, load_task_file, run_worker
     from cronwheel.worker.worker import WorkerConfig
 
     setup_logs(log_level, log_format, role)
     app = load_app(app_ref, store_url)
-    run_worker(app, WorkerConfig(concurrency=concurrency))
+    kinds = load_task_file(app, tasks_file) if tasks_file else None
+    run_worker(app, WorkerConfig(concurrency=concurrency), task_kinds=kinds)
 
 
 @click.command("migrate")

@@ -181,6 +181,10 @@ def _fate(
         return Occurrence(
             nominal=n.label, instant=t, fate="upcoming", detail=prefix + "not yet due"
         )
+    if job.spec.start_at is not None and t < job.spec.start_at:
+        return Occurrence(
+            nominal=n.label, instant=t, fate="not_due", detail="before the job's start_at bound"
+        )
     if t <= job.created_at:
         return Occurrence(
             nominal=n.label, instant=t, fate="not_due", detail="before the job existed"

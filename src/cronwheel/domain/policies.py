@@ -263,3 +263,30 @@ def jitter_offset(job_id: int, scheduled_for: datetime, jitter: timedelta) -> ti
     ).digest()
     fraction = int.from_bytes(digest, "big") / 2**64
     return timedelta(microseconds=int(jitter / timedelta(microseconds=1) * fraction))
+
+
+MAX_BACKFILL = 1000
+
+
+def instants_between(
+    next_after: NextAfter, start: datetime, end: datetime, *, limit: int = MAX_BACKFILL
+) -> list[datetime]:
+    """Every schedule instant in ``[start, end]`` (a backfill); more than ``limit`` is a
+    ValidationError naming ``end``."""
+    from cronwheel.errors import ValidationError
+
+    if start > end:
+        raise ValidationError("must not be after end", field="start")
+    out: list[datetime] = []
+    try:
+        t = next_after(start - _TINY)
+    except OverflowError:  # start is the first representable instant
+        t = next_after(start)
+    while t is not None and t <= end:
+        if len(out) == limit:
+            raise ValidationError(
+                f"the range holds more than {limit} firings; backfill it in parts", field="end"
+            )
+        out.append(t)
+        t = next_after(t)
+    return out

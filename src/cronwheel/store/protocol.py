@@ -383,12 +383,19 @@ class ApiStore(Store, Protocol):
         ...
 
     def add_firings(
-        self, namespace: str, name: str, scheduled_for: Sequence[datetime], *, note: str
+        self,
+        namespace: str,
+        name: str,
+        scheduled_for: Sequence[datetime],
+        *,
+        note: str,
+        overlap: str | None = None,
     ) -> AddedFirings:
         """Insert QUEUED firings of the job due at these instants (trigger, backfill), in
         one transaction, without moving the job's cursor. An instant that already has a
         firing of the job is counted in ``duplicates``. Sends the wake-up hint.
-        Raises JobNotFoundError."""
+        ``overlap`` overrides the job's overlap policy for these firings only (as
+        Temporal's trigger/backfill overlap policy). Raises JobNotFoundError."""
         ...
 
     def enqueue_now_once(

@@ -112,15 +112,9 @@ def compile_template(
 
 
 def context_fields(ctx: Context) -> dict[str, str]:
-    return {
-        "job": ctx.job,
-        "job_id": str(ctx.job_id),
-        "firing_id": str(ctx.firing_id),
-        "attempt": str(ctx.attempt),
-        "idempotency_key": ctx.idempotency_key,
-        "scheduled_for": format_instant(ctx.scheduled_for),
-        "namespace": ctx.namespace,
-    }
+    values = {f: str(getattr(ctx, f)) for f in FIELDS}  # Context has a property per field
+    values["scheduled_for"] = format_instant(ctx.scheduled_for)
+    return values
 
 
 _ESCAPES: dict[str, Callable[[str], str] | None] = {
@@ -173,10 +167,9 @@ def load_tasks(path: str | os.PathLike[str]) -> list[TaskSpec]:
     return parse_tasks(data)
 
 
-def parse_tasks(
-    data: Mapping[str, Any], environ: Mapping[str, str] | None = None
-) -> list[TaskSpec]:
-    env = os.environ if environ is None else environ
+def parse_tasks(data: Mapping[str, Any], env: Mapping[str, str] | None = None) -> list[TaskSpec]:
+    """Validate parsed TOML; ``${VAR}`` is looked up in ``env`` (default: ``os.environ``)."""
+    env = os.environ if env is None else env
     unknown = sorted(set(data) - {"tasks"})
     if unknown:
         raise _bad(unknown[0], "unknown key (only [tasks.NAME] tables)")
@@ -187,26 +180,20 @@ def parse_tasks(
     for name, table in tasks.items():
         where = f"tasks.{name}"
         if not TASK_RE.match(name):
-            raise _bad(
-                f"tasks.{name!r}", "not a task name: a letter or '_', then letters, digits, '_.:-'"
-            )
+            raise _bad(f"tasks.{name!r}", "not a task name (a letter or '_', then [A-Za-z0-9_.:-])")
         if not isinstance(table, dict):
             raise _bad(where, "must be a table")
-        kind = table.get("kind")
-        if kind == "http":
-            specs.append(_parse_http(name, table, where, env))
-        elif kind == "shell":
-            specs.append(_parse_shell(name, table, where, env))
-        else:
+        parse = _PARSERS.get(str(table.get("kind")))
+        if parse is None:
             raise _bad(f"{where}.kind", 'must be "http" or "shell"')
+        specs.append(parse(name, table, where, env))
     return specs
 
 
 def _check_keys(table: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
-        keys = ", ".join(sorted(allowed))
-        raise _bad(f"{where}.{unknown[0]}", f"unknown key (allowed: {keys})")
+        raise _bad(f"{where}.{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
 
 
 def _seconds(value: Any, where: str, *, allow_zero: bool = False) -> float:
@@ -233,15 +220,11 @@ def _parse_http(
         raise _bad(f"{where}.method", f"must be one of {', '.join(sorted(_METHODS))}")
     method = method.upper()
     raw_url = table.get("url")
-    if not isinstance(raw_url, str) or not raw_url:
-        raise _bad(f"{where}.url", "must be an http:// or https:// URL")
-    url = compile_template(raw_url, f"{where}.url", env)
+    url = compile_template(raw_url if isinstance(raw_url, str) else "", f"{where}.url", env)
     prefix = url.render(dict.fromkeys(FIELDS, "\0")).split("\0")[0]  # text before any field
-    split = urlsplit(prefix)
-    if split.scheme not in {"http", "https"} or not split.hostname:
-        raise _bad(f"{where}.url", "must be an http:// or https:// URL")
-    if url.fields and not re.match(r"^[a-z]+://[^/?#]+[/?]", prefix, re.IGNORECASE):
-        raise _bad(f"{where}.url", "template fields may appear only in the path and query")
+    host = r"^https?://[^/?#@\s]+" + (r"[/?]" if url.fields else r"([/?#]|$)")
+    if not re.match(host, prefix, re.IGNORECASE):
+        raise _bad(f"{where}.url", "must be http(s)://HOST/..., with template fields after HOST/")
     headers: list[tuple[str, Template]] = []
     for key, value in _str_table(table.get("headers", {}), f"{where}.headers").items():
         hwhere = f"{where}.headers.{key}"
@@ -333,8 +316,10 @@ def _parse_shell(
     )
 
 
+_PARSERS: dict[str, Callable[..., TaskSpec]] = {"http": _parse_http, "shell": _parse_shell}
+
+
 # -- runtime -------------------------------------------------------------------------------
-Handler = Callable[..., Awaitable[None]]
 Args = tuple[Any, ...]
 Kwargs = dict[str, Any]
 
@@ -360,7 +345,7 @@ class TaskKinds:
         if client is not None and self._loop is asyncio.get_running_loop():
             await client.aclose()
 
-    def handler(self, spec: TaskSpec) -> Handler:
+    def handler(self, spec: TaskSpec) -> Callable[..., Awaitable[None]]:
         async def run(ctx: Context, *args: Any, **kwargs: Any) -> None:
             if isinstance(spec, HttpTaskSpec):
                 await run_http(self.client(), spec, ctx, args, kwargs)
@@ -436,8 +421,7 @@ def _retry_after(value: str | None) -> float | None:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
         return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
+    when = when.replace(tzinfo=when.tzinfo or UTC)
     return min(max(0.0, (when - datetime.now(UTC)).total_seconds()), _RETRY_AFTER_MAX)
 
 
@@ -472,13 +456,11 @@ async def run_shell(spec: ShellTaskSpec, ctx: Context, args: Args, kwargs: Kwarg
         try:
             async with asyncio.timeout(spec.timeout):
                 code = await proc.wait()
-        except TimeoutError:
+        except BaseException as exc:  # timed out, or cancelled (the firing, or worker stopping)
             await stop_group(proc, spec.kill_grace)
-            raise TaskKindError(
-                f"{argv[0]}: timed out after {spec.timeout:g} s; process group stopped" + _tail(out)
-            ) from None
-        except BaseException:  # cancelled (the firing, or the worker stopping)
-            await stop_group(proc, spec.kill_grace)
+            if isinstance(exc, TimeoutError):
+                stopped = f"{argv[0]}: timed out after {spec.timeout:g} s; process group stopped"
+                raise TaskKindError(stopped + _tail(out)) from None
             raise
         await stop_group(proc, spec.kill_grace)  # processes it left behind end with it
         if code != 0:
@@ -487,9 +469,7 @@ async def run_shell(spec: ShellTaskSpec, ctx: Context, args: Args, kwargs: Kwarg
 
 
 def _tail(out: IO[bytes]) -> str:
-    out.flush()
-    size = out.seek(0, os.SEEK_END)
-    out.seek(max(0, size - _OUTPUT_TAIL))
+    out.seek(max(0, out.seek(0, os.SEEK_END) - _OUTPUT_TAIL))  # the child wrote to the fd
     text = out.read().decode("utf-8", "replace")
     return f"\n--- output (last {_OUTPUT_TAIL} bytes) ---\n{text}" if text else ""
 

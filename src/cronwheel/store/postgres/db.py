@@ -98,6 +98,10 @@ class Database:
     ) -> None:
         self.time = time
         self.conninfo = _conninfo(url, schema)
+        # transactions rolled back by the server and retried here, by SQLSTATE class
+        # (observability; tests assert that lock ordering keeps deadlocks at zero)
+        self.retried: dict[str, int] = {"deadlock": 0, "serialization": 0}
+        self._retried_lock = threading.Lock()
         self._timeout_s = timeout_s
         self.pool: ConnectionPool[Conn] = ConnectionPool(
             self.conninfo,
@@ -146,6 +150,9 @@ class Database:
             except CronwheelError:
                 raise
             except (pgerrors.SerializationFailure, pgerrors.DeadlockDetected) as exc:
+                kind = "deadlock" if isinstance(exc, pgerrors.DeadlockDetected) else "serialization"
+                with self._retried_lock:
+                    self.retried[kind] += 1
                 if attempt > _TX_RETRIES:
                     raise StoreUnavailableError(f"postgresql: {_first_line(exc)}") from exc
                 time.sleep(random.uniform(0.001, 0.005 * 2**attempt))  # jitter, not security

@@ -3,18 +3,17 @@ the batched statements, rows back to domain values."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from psycopg.rows import DictRow
 
 from cronwheel.domain.models import Epoch, JobSpec, Lease
-from cronwheel.domain.policies import BASE_LATENCY
+from cronwheel.domain.policies import fair_deadline
 from cronwheel.store import codec
 from cronwheel.store.protocol import Completion, JobAdvance
 
-BASE_LATENCY_US = int(BASE_LATENCY.total_seconds() * 1_000_000)
 _K = TypeVar("_K", bound=Hashable)
 _V = TypeVar("_V")
 
@@ -57,24 +56,68 @@ def rounds(items: Sequence[_V], key: Callable[[_V], _K]) -> list[list[_V]]:
     return rounds
 
 
-def enqueue_params(batch: Sequence[JobAdvance], epoch: int) -> dict[str, Any]:
+class FairClocks:
+    """The per-namespace virtual clocks of one transaction (domain.policies.fair_deadline).
+
+    The statements that insert QUEUED firings first lock their namespaces' clock rows
+    and return them (:meth:`seen`); every firing's virtual deadline is then computed
+    here, in insertion order, and the clocks are written back with the inserts
+    (:meth:`params`; the SQL keeps ``greatest(stored, new)``).
+    """
+
+    def __init__(self) -> None:
+        self.clocks: dict[str, int] = {}
+
+    def seen(self, namespace: str, vclock: int) -> None:
+        self.clocks.setdefault(namespace, int(vclock))
+
+    def deadline(self, namespace: str, priority: float, due: datetime) -> datetime:
+        vdeadline, self.clocks[namespace] = fair_deadline(
+            self.clocks[namespace], codec.to_us(due), priority
+        )
+        return codec.from_us(vdeadline)
+
+    def params(self) -> dict[str, Any]:
+        return {"c_ns": list(self.clocks), "c_clock": list(self.clocks.values())}
+
+
+def advance_params(batch: Sequence[JobAdvance]) -> dict[str, Any]:
+    """enqueue_advance: every job's cursor compare-and-swap."""
+    return {
+        "a_job": [a.job_id for a in batch],
+        "a_expected": [a.expected_next_fire_at for a in batch],
+        "a_new": [a.new_next_fire_at for a in batch],
+        "a_last": [max((f.scheduled_for for f in a.firings), default=None) for a in batch],
+        "a_missed": [sum(m.count for m in a.missed) for a in batch],
+        "a_runs": [len(a.firings) for a in batch],
+    }
+
+
+def insert_params(
+    batch: Sequence[JobAdvance],
+    moved: Mapping[int, tuple[str, float]],
+    fair: FairClocks,
+    epoch: int,
+) -> dict[str, Any]:
+    """enqueue_insert: the firings and missed ranges of the jobs in ``moved`` (job id ->
+    namespace, priority), in batch order, each firing's virtual deadline from ``fair``."""
     p: dict[str, list[Any]] = {
         k: []
         for k in (
-            "a_job", "a_expected", "a_new", "a_last", "a_missed",
-            "f_job", "f_at", "f_note",
+            "f_job", "f_at", "f_due", "f_vd", "f_note",
             "e_job", "e_first", "e_last", "e_count", "e_exact", "e_detail",
         )
     }  # fmt: skip
     for adv in batch:
-        p["a_job"].append(adv.job_id)
-        p["a_expected"].append(adv.expected_next_fire_at)
-        p["a_new"].append(adv.new_next_fire_at)
-        p["a_last"].append(max((f.scheduled_for for f in adv.firings), default=None))
-        p["a_missed"].append(sum(m.count for m in adv.missed))
+        if adv.job_id not in moved:
+            continue
+        namespace, priority = moved[adv.job_id]
         for f in adv.firings:
+            due = f.due_at or f.scheduled_for
             p["f_job"].append(adv.job_id)
             p["f_at"].append(f.scheduled_for)
+            p["f_due"].append(due)
+            p["f_vd"].append(fair.deadline(namespace, priority, due))
             p["f_note"].append(f.note)
         for m in adv.missed:
             p["e_job"].append(adv.job_id)
@@ -83,7 +126,7 @@ def enqueue_params(batch: Sequence[JobAdvance], epoch: int) -> dict[str, Any]:
             p["e_count"].append(m.count)
             p["e_exact"].append(bool(m.exact))
             p["e_detail"].append(m.reason)
-    return {**p, "epoch": epoch, "base_latency_us": BASE_LATENCY_US}
+    return {**p, **fair.params(), "epoch": epoch}
 
 
 def complete_params(batch: Sequence[Completion]) -> dict[str, Any]:
@@ -91,6 +134,7 @@ def complete_params(batch: Sequence[Completion]) -> dict[str, Any]:
         "ids": [c.firing_id for c in batch],
         "tokens": [c.claim_token for c in batch],
         "ok": [c.succeeded for c in batch],
+        "cancelled": [c.cancelled for c in batch],
         "started": [c.started_at for c in batch],
         "finished": [c.finished_at for c in batch],
         # a handler's error text may carry NUL (e.g. subprocess output), which a

@@ -71,9 +71,17 @@ INSERT INTO meta (key, value) VALUES ('jobs_version', '1')
 ON CONFLICT (key) DO UPDATE SET value = (meta.value::bigint + 1)::text
 
 -- name: set_paused
-UPDATE jobs SET paused = %(paused)s, updated_at = :now
-WHERE namespace = %(namespace)s AND name = %(name)s
-RETURNING *
+-- every pause and resume is recorded as a job event (explain)
+WITH j AS (
+    UPDATE jobs SET paused = %(paused)s, updated_at = :now
+    WHERE namespace = %(namespace)s AND name = %(name)s
+    RETURNING *
+),
+ev AS (
+    INSERT INTO job_events (job_id, at, kind, first_at, last_at, count, exact, detail)
+    SELECT id, :now, %(kind)s, NULL, NULL, 0, true, NULL FROM j
+)
+SELECT * FROM j
 
 -- name: due_jobs
 SELECT * FROM jobs
@@ -89,75 +97,299 @@ SELECT epoch FROM leases
 WHERE name = %(name)s AND holder = %(holder)s AND epoch = %(epoch)s AND expires_at > :now
 FOR SHARE
 
--- name: enqueue_batch
--- One statement for a whole batch: CAS every cursor, then insert the firings and
--- missed-range events of exactly the jobs whose cursor moved (joined on `moved`).
+-- name: enqueue_advance
+-- Step 1 of an enqueue round: CAS every cursor (the run limit shrinks by the number of
+-- firings, and the cursor is cleared when it is used up), and lock the fair clocks of
+-- the namespaces that get firings. The job rows are locked in id order first, the
+-- order claimers lock them in. ON CONFLICT DO UPDATE creates a missing clock row and
+-- locks and returns the latest committed one in the same step (READ COMMITTED).
 WITH adv AS (
     SELECT * FROM unnest(%(a_job)s::bigint[], %(a_expected)s::timestamptz[],
                          %(a_new)s::timestamptz[], %(a_last)s::timestamptz[],
-                         %(a_missed)s::bigint[])
-        AS a (job_id, expected, new_next, last_fired, missed)
+                         %(a_missed)s::bigint[], %(a_runs)s::integer[])
+        AS a (job_id, expected, new_next, last_fired, missed, runs)
+),
+locked AS MATERIALIZED (
+    SELECT id FROM jobs WHERE id IN (SELECT job_id FROM adv) ORDER BY id FOR NO KEY UPDATE
 ),
 moved AS (
     UPDATE jobs j
-    SET next_fire_at = a.new_next,
+    SET next_fire_at = CASE WHEN j.remaining_runs IS NOT NULL AND j.remaining_runs - a.runs <= 0
+                            THEN NULL ELSE a.new_next END,
+        remaining_runs = CASE WHEN j.remaining_runs IS NULL THEN NULL
+                              ELSE greatest(j.remaining_runs - a.runs, 0) END,
         last_fired_at = coalesce(a.last_fired, j.last_fired_at),
         missed_total = j.missed_total + a.missed
-    FROM adv a
+    FROM adv a JOIN locked l ON l.id = a.job_id
     WHERE j.id = a.job_id AND j.next_fire_at = a.expected AND NOT j.paused
-    RETURNING j.id, j.namespace, j.name, j.task, j.payload, j.priority, j.max_attempts,
-              j.visibility_us, j.shard
+    RETURNING j.id, j.namespace, j.priority, a.runs
+),
+clocks AS (
+    INSERT INTO fair_clocks AS c (namespace, vclock)
+    SELECT DISTINCT namespace, 0 FROM moved WHERE runs > 0 ORDER BY namespace
+    ON CONFLICT (namespace) DO UPDATE SET vclock = c.vclock
+    RETURNING c.namespace, c.vclock
+)
+SELECT m.id, m.namespace, m.priority, c.vclock
+FROM moved m LEFT JOIN clocks c ON c.namespace = m.namespace
+
+-- name: enqueue_insert
+-- Step 2: the firings (vdeadline from the fair clocks, computed by the caller) and
+-- missed-range events of the jobs whose cursor moved, and the clocks written back.
+-- The uncorrelated pg_notify subquery is an InitPlan: it runs once, at the first
+-- inserted row, and not at all when nothing was inserted (delivered at commit).
+WITH f AS (
+    SELECT * FROM unnest(%(f_job)s::bigint[], %(f_at)s::timestamptz[], %(f_due)s::timestamptz[],
+                         %(f_vd)s::timestamptz[], %(f_note)s::text[])
+        WITH ORDINALITY AS f (job_id, at, due, vd, note, ord)
 ),
 ins AS (
     INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for, due_at,
                          vdeadline, state, max_attempts, priority, visibility_us, enqueued_at,
                          enqueued_epoch, note, shard)
-    SELECT m.id, m.namespace, m.name, m.task, m.payload, f.at, f.at,
-           f.at + (%(base_latency_us)s / m.priority) * interval '1 microsecond',
-           'queued', m.max_attempts, m.priority, m.visibility_us, :now, %(epoch)s, f.note, m.shard
-    FROM unnest(%(f_job)s::bigint[], %(f_at)s::timestamptz[], %(f_note)s::text[])
-             WITH ORDINALITY AS f (job_id, at, note, ord)
-    JOIN moved m ON m.id = f.job_id
+    SELECT j.id, j.namespace, j.name, j.task, j.payload, f.at, f.due, f.vd,
+           'queued', j.max_attempts, j.priority, j.visibility_us, :now, %(epoch)s, f.note, j.shard
+    FROM f JOIN jobs j ON j.id = f.job_id
     ORDER BY f.ord
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
-    RETURNING id, job_id
+    RETURNING id
 ),
 ev AS (
     INSERT INTO job_events (job_id, at, kind, first_at, last_at, count, exact, detail)
-    SELECT m.id, :now, 'missed', e.first_at, e.last_at, e.count, e.exact, e.detail
+    SELECT e.job_id, :now, 'missed', e.first_at, e.last_at, e.count, e.exact, e.detail
     FROM unnest(%(e_job)s::bigint[], %(e_first)s::timestamptz[], %(e_last)s::timestamptz[],
                 %(e_count)s::bigint[], %(e_exact)s::boolean[], %(e_detail)s::text[])
              WITH ORDINALITY AS e (job_id, first_at, last_at, count, exact, detail, ord)
-    JOIN moved m ON m.id = e.job_id
     ORDER BY e.ord
+),
+clk AS (
+    UPDATE fair_clocks c SET vclock = greatest(c.vclock, x.vclock)
+    FROM unnest(%(c_ns)s::text[], %(c_clock)s::bigint[]) AS x (namespace, vclock)
+    WHERE c.namespace = x.namespace
 )
-SELECT 'moved' AS kind, id, id AS job_id FROM moved
-UNION ALL
-SELECT 'inserted', id, job_id FROM ins
+SELECT i.id, (SELECT pg_notify('cronwheel_work', '')::text) AS notified FROM ins i
+
+-- name: insert_now_job
+-- enqueue_now step 1: the one-shot job (fired now) and its namespace's fair clock,
+-- locked (see enqueue_advance); `now` is the instant its firing is due.
+WITH job AS (
+    INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
+                      max_attempts, visibility_us, paused, next_fire_at, last_fired_at,
+                      created_at, updated_at, shard, max_concurrency, overlap, max_buffer,
+                      cancel_grace_us, start_deadline_us, bounds, remaining_runs)
+    VALUES (%(namespace)s, %(name)s, %(task)s, %(schedule)s::jsonb, %(payload)s::json,
+            %(policies)s::jsonb, %(spec_hash)s, %(priority)s, %(max_attempts)s,
+            %(visibility_us)s, %(paused)s, NULL, :now, :now, :now, %(shard)s,
+            %(max_concurrency)s, %(overlap)s, %(max_buffer)s, %(cancel_grace_us)s,
+            %(start_deadline_us)s, %(bounds)s::jsonb, %(remaining_runs)s)
+    RETURNING id, namespace, priority, created_at
+),
+clock AS (
+    INSERT INTO fair_clocks AS c (namespace, vclock)
+    SELECT namespace, 0 FROM job
+    ON CONFLICT (namespace) DO UPDATE SET vclock = c.vclock
+    RETURNING c.vclock
+)
+SELECT job.id, job.namespace, job.priority, job.created_at AS now, clock.vclock
+FROM job, clock
 
 -- name: insert_now_firing
-INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for, due_at,
-                     vdeadline, state, max_attempts, priority, visibility_us, enqueued_at,
-                     enqueued_epoch, note, shard)
-SELECT id, namespace, name, task, payload, :now, :now,
-       :now + (%(base_latency_us)s / priority) * interval '1 microsecond',
-       'queued', max_attempts, priority, visibility_us, :now, NULL, NULL, shard
-FROM jobs WHERE id = %(job_id)s
-RETURNING *
+-- enqueue_now step 2: the firing, the clock written back, and (enqueue_now_once) the
+-- idempotency key; the wake-up is sent at commit.
+WITH ins AS (
+    INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for, due_at,
+                         vdeadline, state, max_attempts, priority, visibility_us, enqueued_at,
+                         enqueued_epoch, note, shard)
+    SELECT id, namespace, name, task, payload, %(at)s, %(at)s, %(vdeadline)s,
+           'queued', max_attempts, priority, visibility_us, :now, NULL, NULL, shard
+    FROM jobs WHERE id = %(job_id)s
+    RETURNING *
+),
+clk AS (
+    UPDATE fair_clocks SET vclock = greatest(vclock, %(vclock)s)
+    WHERE namespace = %(namespace)s
+),
+idem AS (
+    INSERT INTO idempotency_keys (namespace, key_hash, request_hash, firing_id, created_at)
+    SELECT %(namespace)s, %(key_hash)s::text, %(request_hash)s, id, :now
+    FROM ins WHERE %(key_hash)s::text IS NOT NULL
+)
+SELECT ins.*, (SELECT pg_notify('cronwheel_work', '')::text) AS notified FROM ins
+
+-- name: idempotency_lock
+-- Serializes requests carrying one idempotency key (released at commit); the lookup
+-- that follows, a new statement, sees whatever the previous holder committed.
+SELECT pg_advisory_xact_lock(
+    hashtextextended('cronwheel.idempotency:' || %(namespace)s || '/' || %(key_hash)s, 0))
+
+-- name: find_idempotency_key
+SELECT k.request_hash, f.*
+FROM idempotency_keys k JOIN firings f ON f.id = k.firing_id
+WHERE k.namespace = %(namespace)s AND k.key_hash = %(key_hash)s
+
+-- name: add_firings_job
+-- add_firings step 1: the job (FOR KEY SHARE: it cannot be deleted under us, and
+-- claimers and the leader, which lock it FOR NO KEY UPDATE, are not blocked) and its
+-- namespace's fair clock, locked (see enqueue_advance).
+WITH j AS (
+    SELECT id, namespace, priority FROM jobs
+    WHERE namespace = %(namespace)s AND name = %(name)s
+    FOR KEY SHARE
+),
+clock AS (
+    INSERT INTO fair_clocks AS c (namespace, vclock)
+    SELECT namespace, 0 FROM j
+    ON CONFLICT (namespace) DO UPDATE SET vclock = c.vclock
+    RETURNING c.vclock
+)
+SELECT j.id, j.namespace, j.priority, clock.vclock, :now AS now FROM j, clock
+
+-- name: add_firings
+WITH f AS (
+    SELECT * FROM unnest(%(f_at)s::timestamptz[], %(f_due)s::timestamptz[],
+                         %(f_vd)s::timestamptz[])
+        WITH ORDINALITY AS f (at, due, vd, ord)
+),
+ins AS (
+    INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for, due_at,
+                         vdeadline, state, max_attempts, priority, visibility_us, enqueued_at,
+                         enqueued_epoch, note, shard, overlap_override)
+    SELECT j.id, j.namespace, j.name, j.task, j.payload, f.at, f.due, f.vd,
+           'queued', j.max_attempts, j.priority, j.visibility_us, :now, NULL, %(note)s, j.shard,
+           %(overlap)s
+    FROM f CROSS JOIN jobs j
+    WHERE j.id = %(job_id)s
+    ORDER BY f.ord
+    ON CONFLICT (job_id, scheduled_for) DO NOTHING
+    RETURNING *
+),
+clk AS (
+    UPDATE fair_clocks SET vclock = greatest(vclock, %(vclock)s)
+    WHERE namespace = %(namespace)s
+)
+SELECT ins.*, (SELECT pg_notify('cronwheel_work', '')::text) AS notified FROM ins
 
 -- name: notify_work
 SELECT pg_notify('cronwheel_work', '')
 
--- name: claim
--- SKIP LOCKED: concurrent claimers pass over each other's rows instead of queueing
--- behind them; the MATERIALIZED pick runs once, so LIMIT bounds the batch.
-WITH picked AS MATERIALIZED (
-    SELECT id FROM firings
-    WHERE state = 'queued' AND due_at <= :now + %(prefetch)s::interval
-      AND task = ANY (%(tasks)s::text[])
-    ORDER BY vdeadline
+-- name: claim_fast
+-- The claim in one statement, taken when no candidate needs a policy decision (no
+-- capped job, no overlap override, no passed start deadline): candidates in virtual
+-- deadline order, locked with SKIP LOCKED (concurrent claimers pass over each other's
+-- rows), the first `limit` of them claimed. Otherwise it claims nothing, `simple` is
+-- false, and the caller runs the planned claim (claim_candidates ... claim_apply).
+WITH cand AS MATERIALIZED (
+    SELECT f.id, f.vdeadline,
+           (f.overlap_override IS NOT NULL
+            OR (j.max_concurrency IS NOT NULL AND j.overlap <> 'allow')
+            OR (j.start_deadline_us IS NOT NULL
+                AND f.due_at + j.start_deadline_us * interval '1 microsecond' < :now))
+               AS planned
+    FROM firings f JOIN jobs j ON j.id = f.job_id
+    WHERE f.state = 'queued' AND f.due_at <= :now + %(prefetch)s::interval
+      AND f.task = ANY (%(tasks)s::text[])
+    ORDER BY f.vdeadline
+    LIMIT %(scan)s
+    FOR UPDATE OF f SKIP LOCKED
+),
+simple AS (
+    SELECT NOT coalesce(bool_or(planned), false) AS ok FROM cand
+),
+picked AS (
+    SELECT c.id FROM cand c
+    WHERE (SELECT ok FROM simple)
+    ORDER BY c.vdeadline
     LIMIT %(limit)s
+),
+upd AS (
+    UPDATE firings f
+    SET state = 'running',
+        attempt = f.attempt + 1,
+        claim_token = replace(gen_random_uuid()::text, '-', ''),
+        worker_id = %(worker_id)s,
+        lease_until = :now + f.visibility_us * interval '1 microsecond',
+        started_at = NULL,
+        finished_at = NULL
+    FROM picked p, jobs j
+    WHERE f.id = p.id AND j.id = f.job_id
+    RETURNING f.*, j.policies AS job_policies
+)
+SELECT s.ok AS simple, u.* FROM simple s LEFT JOIN upd u ON true
+
+-- name: claim_candidates
+-- The planned claim (one transaction), step 1: candidates, locked as in claim_fast,
+-- with what store/claiming.py needs to know about each.
+SELECT f.id, f.job_id, f.overlap_override, j.max_concurrency, j.overlap, j.max_buffer,
+       (j.start_deadline_us IS NOT NULL
+        AND f.due_at + j.start_deadline_us * interval '1 microsecond' < :now) AS deadline_passed,
+       f.due_at > :now AS early
+FROM firings f JOIN jobs j ON j.id = f.job_id
+WHERE f.state = 'queued' AND f.due_at <= :now + %(prefetch)s::interval
+  AND f.task = ANY (%(tasks)s::text[])
+ORDER BY f.vdeadline
+LIMIT %(scan)s
+FOR UPDATE OF f SKIP LOCKED
+
+-- name: claim_lock_jobs
+-- Step 2: the capped jobs among them, locked in id order. Every claimer deciding for a
+-- job holds this lock, so their decisions (and the RUNNING count they rest on) are
+-- serialized. NO KEY UPDATE: the FOR KEY SHARE that inserting a firing takes on its
+-- job is not blocked.
+SELECT id FROM jobs WHERE id = ANY (%(jobs)s::bigint[]) ORDER BY id FOR NO KEY UPDATE
+
+-- name: claim_facts
+-- Step 3, a new statement and so (READ COMMITTED) a snapshot that includes the claims
+-- committed by the claimers waited for in step 2: per job, its RUNNING count and its
+-- due QUEUED firings oldest first, those held by other claimers skipped (waiting for
+-- them could deadlock: they may be waiting for our job lock).
+WITH due AS MATERIALIZED (
+    SELECT id, job_id, scheduled_for FROM firings
+    WHERE job_id = ANY (%(jobs)s::bigint[]) AND state = 'queued' AND due_at <= :now
     FOR UPDATE SKIP LOCKED
+),
+run AS (
+    SELECT job_id, count(*) AS n FROM firings
+    WHERE job_id = ANY (%(jobs)s::bigint[]) AND state = 'running'
+    GROUP BY job_id
+)
+SELECT j.id AS job_id, coalesce(r.n, 0) AS running,
+       coalesce((SELECT array_agg(d.id ORDER BY d.scheduled_for) FROM due d
+                 WHERE d.job_id = j.id), '{}') AS due
+FROM unnest(%(jobs)s::bigint[]) AS j (id) LEFT JOIN run r ON r.job_id = j.id
+
+-- name: claim_apply
+-- Step 4: the plan. Fates of unrun firings (skipped, missed); the RUNNING firings of
+-- cancel_other jobs asked to stop and of terminate_other jobs revoked (locked in id
+-- order; this may wait for a worker's heartbeat or completion, which take no job
+-- locks); the chosen firings claimed. The parts touch disjoint rows.
+WITH fate AS (
+    UPDATE firings f
+    SET state = x.state, reason = x.reason, finished_at = :now, claim_token = NULL,
+        lease_until = NULL
+    FROM unnest(%(fate_ids)s::bigint[], %(fate_states)s::text[], %(fate_reasons)s::text[])
+        AS x (id, state, reason)
+    WHERE f.id = x.id AND f.state = 'queued'
+),
+run AS MATERIALIZED (
+    SELECT id, job_id FROM firings
+    WHERE job_id = ANY (%(stop_jobs)s::bigint[]) AND state = 'running'
+    ORDER BY id
+    FOR UPDATE
+),
+cancel AS (
+    UPDATE firings f
+    SET cancel_requested_at = coalesce(f.cancel_requested_at, :now),
+        reason = coalesce(f.reason, %(cancel_reason)s)
+    FROM run r
+    WHERE f.id = r.id AND f.state = 'running' AND r.job_id = ANY (%(cancel_jobs)s::bigint[])
+),
+term AS (
+    UPDATE firings f
+    SET state = 'cancelled', reason = %(terminate_reason)s, finished_at = :now,
+        claim_token = NULL, lease_until = NULL,
+        cancel_requested_at = coalesce(f.cancel_requested_at, :now)
+    FROM run r
+    WHERE f.id = r.id AND f.state = 'running' AND r.job_id = ANY (%(terminate_jobs)s::bigint[])
 )
 UPDATE firings f
 SET state = 'running',
@@ -167,8 +399,8 @@ SET state = 'running',
     lease_until = :now + f.visibility_us * interval '1 microsecond',
     started_at = NULL,
     finished_at = NULL
-FROM picked p, jobs j
-WHERE f.id = p.id AND j.id = f.job_id
+FROM jobs j
+WHERE f.id = ANY (%(claim_ids)s::bigint[]) AND f.state = 'queued' AND j.id = f.job_id
 RETURNING f.*, j.policies AS job_policies
 
 -- name: heartbeat
@@ -182,38 +414,47 @@ SELECT id FROM firings WHERE id = ANY (%(ids)s::bigint[]) AND cancel_requested_a
 
 -- name: complete_batch
 -- Outcomes for a batch of claims, each a CAS on (state running, claim token).
--- A failure with retry_at and attempts left goes back to queued, else dead; every
--- failure records its attempt.
+-- A handler that stopped on a cancellation request ends CANCELLED; a failure with
+-- retry_at and attempts left goes back to queued, else dead; every failure records
+-- its attempt.
 WITH c AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::text[], %(ok)s::boolean[],
-                         %(started)s::timestamptz[], %(finished)s::timestamptz[],
-                         %(errors)s::text[], %(retry_at)s::timestamptz[])
-        AS c (id, token, ok, started_at, finished_at, error, retry_at)
+                         %(cancelled)s::boolean[], %(started)s::timestamptz[],
+                         %(finished)s::timestamptz[], %(errors)s::text[],
+                         %(retry_at)s::timestamptz[])
+        AS c (id, token, ok, cancelled, started_at, finished_at, error, retry_at)
 ),
 upd AS (
     UPDATE firings f
-    SET state = CASE WHEN c.ok THEN 'succeeded'
+    SET state = CASE WHEN c.cancelled THEN 'cancelled'
+                     WHEN c.ok THEN 'succeeded'
                      WHEN c.retry_at IS NOT NULL AND f.attempt < f.max_attempts THEN 'queued'
                      ELSE 'dead' END,
-        vdeadline = CASE WHEN NOT c.ok AND c.retry_at IS NOT NULL AND f.attempt < f.max_attempts
+        vdeadline = CASE WHEN NOT c.cancelled AND NOT c.ok AND c.retry_at IS NOT NULL
+                              AND f.attempt < f.max_attempts
                          THEN c.retry_at + (f.vdeadline - f.due_at) ELSE f.vdeadline END,
-        due_at = CASE WHEN NOT c.ok AND c.retry_at IS NOT NULL AND f.attempt < f.max_attempts
+        due_at = CASE WHEN NOT c.cancelled AND NOT c.ok AND c.retry_at IS NOT NULL
+                           AND f.attempt < f.max_attempts
                       THEN c.retry_at ELSE f.due_at END,
-        finished_at = CASE WHEN NOT c.ok AND c.retry_at IS NOT NULL AND f.attempt < f.max_attempts
+        finished_at = CASE WHEN NOT c.cancelled AND NOT c.ok AND c.retry_at IS NOT NULL
+                                AND f.attempt < f.max_attempts
                            THEN NULL ELSE c.finished_at END,
         started_at = c.started_at,
-        claim_token = CASE WHEN c.ok THEN f.claim_token ELSE NULL END,
+        claim_token = CASE WHEN c.ok AND NOT c.cancelled THEN f.claim_token ELSE NULL END,
         lease_until = NULL,
-        error = CASE WHEN c.ok THEN NULL ELSE c.error END
+        error = CASE WHEN c.ok AND NOT c.cancelled THEN NULL ELSE c.error END,
+        reason = CASE WHEN c.cancelled THEN coalesce(f.reason, 'cancelled: the handler stopped')
+                      ELSE f.reason END
     FROM c
     WHERE f.id = c.id AND f.claim_token = c.token AND f.state = 'running'
-    RETURNING f.id, f.attempt, f.worker_id, c.ok, c.started_at, c.finished_at, c.error
+    RETURNING f.id, f.attempt, f.worker_id, c.ok, c.cancelled, c.started_at, c.finished_at,
+              c.error
 ),
 att AS (
     INSERT INTO firing_attempts (firing_id, attempt, worker_id, started_at, finished_at,
                                  outcome, error)
     SELECT id, attempt, worker_id, started_at, finished_at, 'failed', error
-    FROM upd WHERE NOT ok
+    FROM upd WHERE NOT ok AND NOT cancelled
     ON CONFLICT (firing_id, attempt) DO UPDATE
     SET worker_id = excluded.worker_id, started_at = excluded.started_at,
         finished_at = excluded.finished_at, outcome = excluded.outcome, error = excluded.error
@@ -221,6 +462,14 @@ att AS (
 SELECT id FROM upd
 
 -- name: requeue_expired
+-- The reaper, one statement; each part is bounded by `limit` and passes over rows
+-- another transaction holds (SKIP LOCKED: it never waits, so it is never part of a
+-- lock cycle, and a later round picks the rows up).
+-- 1. RUNNING firings whose claim lease expired: back to QUEUED, or DEAD when their
+--    attempts are used up; the attempt is recorded as expired.
+-- 2. RUNNING firings whose cancellation was requested longer than their job's
+--    cancel grace ago: CANCELLED, the lease revoked (a late result is rejected).
+-- 3. QUEUED firings past their job's start deadline: MISSED.
 WITH expired AS MATERIALIZED (
     SELECT id FROM firings
     WHERE state = 'running' AND lease_until < :now
@@ -248,8 +497,40 @@ att AS (
     ON CONFLICT (firing_id, attempt) DO UPDATE
     SET worker_id = excluded.worker_id, started_at = excluded.started_at,
         finished_at = excluded.finished_at, outcome = excluded.outcome, error = excluded.error
+),
+graced AS MATERIALIZED (
+    SELECT f.id FROM firings f JOIN jobs j ON j.id = f.job_id
+    WHERE f.state = 'running' AND f.cancel_requested_at IS NOT NULL
+      AND f.cancel_requested_at + j.cancel_grace_us * interval '1 microsecond' < :now
+      AND f.id NOT IN (SELECT id FROM expired)
+    LIMIT %(limit)s
+    FOR UPDATE OF f SKIP LOCKED
+),
+revoked AS (
+    UPDATE firings f
+    SET state = 'cancelled', finished_at = :now, claim_token = NULL, lease_until = NULL,
+        reason = 'cancel grace expired: lease revoked, a late result will be rejected'
+    FROM graced g
+    WHERE f.id = g.id AND f.state = 'running'
+    RETURNING f.id
+),
+late AS MATERIALIZED (
+    SELECT f.id FROM firings f JOIN jobs j ON j.id = f.job_id
+    WHERE f.state = 'queued' AND j.start_deadline_us IS NOT NULL
+      AND f.due_at + j.start_deadline_us * interval '1 microsecond' < :now
+    LIMIT %(limit)s
+    FOR UPDATE OF f SKIP LOCKED
+),
+missed AS (
+    UPDATE firings f
+    SET state = 'missed', finished_at = :now,
+        reason = 'start deadline passed before a worker could start it'
+    FROM late l
+    WHERE f.id = l.id AND f.state = 'queued'
+    RETURNING f.id
 )
-SELECT count(*) AS n FROM upd
+SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM revoked)
+       + (SELECT count(*) FROM missed) AS n
 
 -- name: acquire_lease
 -- Atomic take-or-renew: ON CONFLICT DO UPDATE locks the row (waiting for an enqueue
@@ -320,4 +601,24 @@ FROM jobs
 SELECT extract(epoch FROM started_at - scheduled_for) * 1000 AS lateness_ms FROM firings
 WHERE finished_at IS NOT NULL AND finished_at >= :now - interval '1 hour' AND state = 'succeeded'
 ORDER BY finished_at DESC
+LIMIT %(limit)s
+
+-- name: next_due_at
+SELECT min(due_at) AS d FROM firings WHERE state = 'queued' AND due_at > :now
+
+-- name: insert_token
+INSERT INTO api_tokens (namespace, role, label, secret_hash, created_at)
+VALUES (%(namespace)s, %(role)s, %(label)s, %(secret_hash)s, :now)
+RETURNING *
+
+-- name: revoke_token
+UPDATE api_tokens SET revoked_at = coalesce(revoked_at, :now)
+WHERE id = %(id)s
+RETURNING *
+
+-- name: job_backlog
+SELECT job_name, count(*) AS n FROM firings
+WHERE namespace = %(namespace)s AND state IN ('queued', 'running')
+GROUP BY job_name
+ORDER BY n DESC, job_name
 LIMIT %(limit)s

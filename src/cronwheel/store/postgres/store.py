@@ -9,7 +9,14 @@ is how they are kept:
 - Fencing: an enqueue reads its lease row ``FOR SHARE`` in the same transaction as the
   cursor compare-and-swaps and the inserts, and a takeover updates that row, so the two
   serialize on the row lock; the loser sees the winner's committed row.
-- Claims and the reaper pick rows with ``FOR UPDATE SKIP LOCKED``.
+- Claims and the reaper pick rows with ``FOR UPDATE SKIP LOCKED``. A claim whose
+  candidates include a capped job (or an overlap override, or a passed start deadline)
+  is planned by store/claiming.py inside one transaction, under row locks that
+  serialize the claimers of each capped job (see ``claim``); otherwise it is one
+  statement.
+- Fair clocks: every transaction that inserts QUEUED firings locks its namespaces'
+  ``fair_clocks`` rows, computes the virtual deadlines in Python (fair_deadline) and
+  writes the clocks back with the inserts.
 - Batches are a few statements over arrays (``unnest``), not one statement per row.
 - Wake-ups are ``pg_notify`` in the writing transaction (delivered at commit) and a
   LISTEN connection per listener (listen.py).
@@ -46,14 +53,19 @@ from cronwheel.errors import (
     InvalidTransitionError,
     JobNotFoundError,
     LeaseLostError,
+    NotFoundError,
+    StoreError,
+    StoreUnavailableError,
 )
 from cronwheel.store import codec
-from cronwheel.store.postgres.db import NOW_SQL, Conn, Database, DbTime, load_sql, query
+from cronwheel.store.claiming import Candidate, capped, plan_claim
+from cronwheel.store.postgres.db import Conn, Database, DbTime, load_sql, query
 from cronwheel.store.postgres.listen import PgListenWakeup
 from cronwheel.store.postgres.params import (
-    BASE_LATENCY_US,
+    FairClocks,
+    advance_params,
     complete_params,
-    enqueue_params,
+    insert_params,
     job_params,
     lease_from_row,
     rounds,
@@ -61,6 +73,9 @@ from cronwheel.store.postgres.params import (
 )
 from cronwheel.store.protocol import (
     DISPATCHER_LEASE,
+    AddedFirings,
+    ApiStore,
+    ApiToken,
     CancelResult,
     Completion,
     EnqueueResult,
@@ -95,6 +110,8 @@ class PostgresStore:
         self._db = Database(
             url, schema=schema, pool_size=pool_size, timeout_s=timeout_s, time=self.db_time
         )
+        # task sets whose last claim needed a policy decision (a hint, see claim)
+        self._planned_tasks: set[frozenset[str]] = set()
 
     @property
     def time_offset(self) -> timedelta:
@@ -268,7 +285,14 @@ class PostgresStore:
     ) -> Job:
         def body(conn: Conn) -> DictRow:
             row = self._one(
-                conn, "set_paused", {"paused": paused, "namespace": namespace, "name": name}
+                conn,
+                "set_paused",
+                {
+                    "paused": paused,
+                    "namespace": namespace,
+                    "name": name,
+                    "kind": "paused" if paused else "resumed",
+                },
             )
             if row is None:
                 raise JobNotFoundError(f"no job named {name!r}", field="name")
@@ -324,7 +348,7 @@ class PostgresStore:
     # -- dispatch -------------------------------------------------------------------------
     def enqueue(self, lease: Lease, advances: Sequence[JobAdvance]) -> EnqueueResult:
         fence = {"name": lease.name, "holder": lease.holder, "epoch": lease.epoch}
-        # a job named twice in one batch moves in order, as one statement per round
+        # a job named twice in one batch moves in order, as one statement pair per round
         batches = rounds(advances, lambda a: a.job_id)
 
         def body(conn: Conn) -> EnqueueResult:
@@ -333,16 +357,21 @@ class PostgresStore:
                 raise LeaseLostError(
                     f"lease {lease.name!r} epoch {lease.epoch} is no longer held by {lease.holder}"
                 )
+            fair = FairClocks()
             for batch in batches:
-                rows = self._exec(conn, "enqueue_batch", enqueue_params(batch, lease.epoch))
-                moved = {r["id"] for r in rows if r["kind"] == "moved"}
-                inserted = sorted(r["id"] for r in rows if r["kind"] == "inserted")
+                moved: dict[int, tuple[str, float]] = {}
+                for r in self._exec(conn, "enqueue_advance", advance_params(batch)):
+                    moved[r["id"]] = (r["namespace"], float(r["priority"]))
+                    if r["vclock"] is not None:
+                        fair.seen(r["namespace"], r["vclock"])
+                result.stale.extend(a.job_id for a in batch if a.job_id not in moved)
                 planned = sum(len(a.firings) for a in batch if a.job_id in moved)
+                if planned == 0 and not any(a.missed for a in batch if a.job_id in moved):
+                    continue
+                params = insert_params(batch, moved, fair, lease.epoch)
+                inserted = sorted(r["id"] for r in self._exec(conn, "enqueue_insert", params))
                 result.inserted.extend(FiringId(i) for i in inserted)
                 result.duplicates += planned - len(inserted)
-                result.stale.extend(a.job_id for a in batch if a.job_id not in moved)
-            if result.inserted:
-                self._exec(conn, "notify_work")  # delivered at commit
             failpoints.hit("store.enqueue.before_commit")
             return result
 
@@ -357,30 +386,36 @@ class PostgresStore:
 
     # -- immediate work -------------------------------------------------------------------
     def enqueue_now(self, spec: JobSpec) -> Firing:
-        params = job_params(spec) | {"next_fire_at": None}
+        return codec.firing_from_row(
+            self._db.run(lambda conn: self._enqueue_now(conn, spec, None), write=True)
+        )
 
-        def body(conn: Conn) -> DictRow:
-            try:
-                job = self._one(conn, "insert_job", params)
-            except pgerrors.UniqueViolation:
-                raise ConflictError(
-                    f"a job named {spec.name!r} already exists", field="name", code="job_exists"
-                ) from None
-            assert job is not None
-            conn.execute(
-                query(f"UPDATE jobs SET last_fired_at = {NOW_SQL} WHERE id = %(id)s"),
-                self._db.params({"id": job["id"]}),
-            )
-            row = self._one(
-                conn,
-                "insert_now_firing",
-                {"job_id": job["id"], "base_latency_us": BASE_LATENCY_US},
-            )
-            self._exec(conn, "notify_work")
-            assert row is not None
-            return row
-
-        return codec.firing_from_row(self._db.run(body, write=True))
+    def _enqueue_now(self, conn: Conn, spec: JobSpec, idem: dict[str, str] | None) -> DictRow:
+        """Inside a transaction: the one-shot job, its firing due now (virtual deadline
+        from the namespace's fair clock), the idempotency key if given, the wake-up."""
+        try:
+            job = self._one(conn, "insert_now_job", job_params(spec))
+        except pgerrors.UniqueViolation:
+            raise ConflictError(
+                f"a job named {spec.name!r} already exists", field="name", code="job_exists"
+            ) from None
+        assert job is not None
+        namespace = job["namespace"]
+        fair = FairClocks()
+        fair.seen(namespace, job["vclock"])
+        at = utc(job["now"])
+        params = {
+            "job_id": job["id"],
+            "at": at,
+            "vdeadline": fair.deadline(namespace, float(job["priority"]), at),
+            "namespace": namespace,
+            "vclock": fair.clocks[namespace],
+            "key_hash": None,
+            "request_hash": None,
+        }
+        row = self._one(conn, "insert_now_firing", params | (idem or {}))
+        assert row is not None
+        return row
 
     # -- workers --------------------------------------------------------------------------
     def claim(
@@ -391,6 +426,10 @@ class PostgresStore:
         limit: int,
         prefetch: timedelta = timedelta(0),
     ) -> list[ClaimedFiring]:
+        """One statement (claim_fast) while no candidate needs a policy decision; else the
+        planned claim in one transaction (``_claim_planned``). Which of the two a task set
+        needed last time is remembered, so a worker of capped jobs does not try the
+        one-statement path in vain on every call."""
         if limit <= 0 or not tasks:
             return []
         params = {
@@ -398,10 +437,21 @@ class PostgresStore:
             "tasks": list(tasks),
             "limit": limit,
             "prefetch": prefetch,
+            "scan": limit * 2 + 32,  # as SqliteStore: candidates looked at per claim
         }
-        rows = self._db.run(
-            lambda conn: self._exec(conn, "claim", params), write=True, atomic=False
-        )
+        key = frozenset(tasks)
+        rows: list[DictRow] | None = None
+        if key not in self._planned_tasks:
+            fast = self._db.run(
+                lambda conn: self._exec(conn, "claim_fast", params), write=True, atomic=False
+            )
+            if fast and not fast[0]["simple"]:
+                self._remember_planned(key, True)
+            else:
+                rows = [r for r in fast if r["id"] is not None]
+        if rows is None:
+            rows, planned = self._db.run(lambda conn: self._claim_planned(conn, params), write=True)
+            self._remember_planned(key, planned)
         rows.sort(key=lambda r: (r["vdeadline"], r["id"]))
         policies: dict[int, JobPolicies] = {}
         claimed = []
@@ -420,10 +470,84 @@ class PostgresStore:
             )
         return claimed
 
+    def _remember_planned(self, key: frozenset[str], planned: bool) -> None:
+        if not planned:
+            self._planned_tasks.discard(key)
+        elif len(self._planned_tasks) < 1024:  # a hint only: bounded
+            self._planned_tasks.add(key)
+
+    def _claim_planned(self, conn: Conn, params: dict[str, Any]) -> tuple[list[DictRow], bool]:
+        """The claim with the job policies, inside one READ COMMITTED transaction.
+
+        Lock order, the same in every claimer: candidate firings (SKIP LOCKED, never
+        waits) -> the capped jobs' rows in id order (waits: this serializes the claimers
+        deciding for one job) -> those jobs' other due firings (SKIP LOCKED) -> their
+        RUNNING firings, in id order, when the plan cancels or terminates them (may wait
+        for a worker's heartbeat or completion, which take no job locks). No cycle.
+        Returns the claimed rows, and whether any policy decision was needed.
+        """
+        found = self._exec(conn, "claim_candidates", params)
+        candidates: list[Candidate[int, int]] = []
+        early: list[Candidate[int, int]] = []
+        for r in found:
+            c = Candidate(
+                id=r["id"],
+                job_id=r["job_id"],
+                max_concurrency=r["max_concurrency"],
+                overlap=r["overlap"],
+                max_buffer=r["max_buffer"],
+                overlap_override=r["overlap_override"],
+                deadline_passed=bool(r["deadline_passed"]),
+            )
+            # a capped job's not-yet-due firing is decided when it is due, not early
+            (early if capped(c) and r["early"] else candidates).append(c)
+        jobs = sorted({c.job_id for c in [*candidates, *early] if capped(c) or c.overlap_override})
+        running: dict[int, int] = {}
+        due: dict[int, list[int]] = {}
+        if jobs:
+            self._exec(conn, "claim_lock_jobs", {"jobs": jobs})
+            # a new statement: its snapshot sees what the claimers we waited for committed
+            for r in self._exec(conn, "claim_facts", {"jobs": jobs}):
+                running[r["job_id"]] = int(r["running"])
+                due[r["job_id"]] = list(r["due"])
+        planned = bool(jobs) or any(c.deadline_passed for c in candidates)
+        plan = plan_claim(
+            candidates, limit=params["limit"], running=running, due_by_job=due, early=early
+        )
+        fates = [(i, "skipped", why) for i, why in plan.skip]
+        fates += [(i, "missed", why) for i, why in plan.missed]
+        stop = plan.cancel_running | plan.terminate_running
+        if not (plan.claim or fates or stop):
+            return [], planned
+        rows = self._exec(
+            conn,
+            "claim_apply",
+            {
+                "worker_id": params["worker_id"],
+                "claim_ids": plan.claim,
+                "fate_ids": [f[0] for f in fates],
+                "fate_states": [f[1] for f in fates],
+                "fate_reasons": [f[2] for f in fates],
+                "stop_jobs": sorted(stop),
+                "cancel_jobs": sorted(plan.cancel_running),
+                "cancel_reason": "cancelled by overlap policy cancel_other",
+                "terminate_jobs": sorted(plan.terminate_running),
+                "terminate_reason": "terminated by overlap policy terminate_other",
+            },
+        )
+        return rows, planned
+
+    def next_due_at(self) -> datetime | None:
+        """When the earliest QUEUED firing not yet due becomes due (None: there is none)."""
+        rows = self._read(self._q["next_due_at"])
+        value = rows[0]["d"] if rows else None
+        return None if value is None else utc(value)
+
     def heartbeat(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
         if not claims:
             return set()
-        params = {"ids": [c[0] for c in claims], "tokens": [c[1] for c in claims]}
+        ordered = sorted(claims)  # rows locked in id order, as everywhere
+        params = {"ids": [c[0] for c in ordered], "tokens": [c[1] for c in ordered]}
         rows = self._db.run(
             lambda conn: self._exec(conn, "heartbeat", params), write=True, atomic=False
         )
@@ -439,8 +563,12 @@ class PostgresStore:
     def complete(self, completions: Sequence[Completion]) -> list[bool]:
         if not completions:
             return []
-        # a firing reported twice in one batch is decided in order, one round each
-        batches = rounds(range(len(completions)), lambda i: completions[i].firing_id)
+        # a firing reported twice in one batch is decided in order, one round each;
+        # within a round, rows in id order
+        batches = [
+            sorted(batch, key=lambda i: completions[i].firing_id)
+            for batch in rounds(range(len(completions)), lambda i: completions[i].firing_id)
+        ]
 
         def body(conn: Conn) -> list[bool]:
             accepted = [False] * len(completions)
@@ -585,8 +713,187 @@ class PostgresStore:
             lateness_ms=lateness,
         )
 
+    # -- HTTP API support (ApiStore) ------------------------------------------------------
+    def ping(self) -> None:
+        try:
+            self._read("SELECT 1 AS one")
+        except StoreUnavailableError:
+            raise
+        except StoreError as exc:
+            raise StoreUnavailableError(exc.message) from exc
 
-if TYPE_CHECKING:  # PostgresStore keeps the Store protocol (checked by mypy)
+    def create_token(
+        self, *, namespace: str, role: str, label: str | None, secret_hash: str
+    ) -> ApiToken:
+        params = {"namespace": namespace, "role": role, "label": label, "secret_hash": secret_hash}
+        row = self._db.run(
+            lambda conn: self._one(conn, "insert_token", params), write=True, atomic=False
+        )
+        assert row is not None
+        return _token(row)
+
+    def get_token(self, token_id: int) -> ApiToken | None:
+        rows = self._read("SELECT * FROM api_tokens WHERE id = %(id)s", {"id": token_id})
+        return _token(rows[0]) if rows else None
+
+    def list_tokens(self, *, namespace: str | None = None) -> list[ApiToken]:
+        if namespace is None:
+            rows = self._read("SELECT * FROM api_tokens ORDER BY id")
+        else:
+            rows = self._read(
+                "SELECT * FROM api_tokens WHERE namespace = %(ns)s ORDER BY id", {"ns": namespace}
+            )
+        return [_token(r) for r in rows]
+
+    def revoke_token(self, token_id: int) -> ApiToken:
+        row = self._db.run(
+            lambda conn: self._one(conn, "revoke_token", {"id": token_id}),
+            write=True,
+            atomic=False,
+        )
+        if row is None:
+            raise NotFoundError(f"no token with id {token_id}", field="token_id")
+        return _token(row)
+
+    def search_jobs(
+        self,
+        namespace: str,
+        *,
+        state: str | None = None,
+        task: str | None = None,
+        name_prefix: str | None = None,
+        after_id: int = 0,
+        limit: int = 100,
+    ) -> list[Job]:
+        where = ["namespace = %(namespace)s", "id > %(after_id)s"]
+        params: dict[str, Any] = {"namespace": namespace, "after_id": after_id, "limit": limit}
+        if state == "active":
+            where.append("NOT paused AND next_fire_at IS NOT NULL")
+        elif state == "paused":
+            where.append("paused")
+        elif state == "done":
+            where.append("NOT paused AND next_fire_at IS NULL")
+        if task is not None:
+            where.append("task = %(task)s")
+            params["task"] = task
+        if name_prefix:
+            # starts_with: '%' and '_' in a prefix are literal, never LIKE patterns
+            where.append("starts_with(name, %(prefix)s)")
+            params["prefix"] = name_prefix
+        sql = "SELECT * FROM jobs WHERE " + " AND ".join(where) + " ORDER BY id LIMIT %(limit)s"
+        return [codec.job_from_row(r) for r in self._read(sql, params)]
+
+    def list_job_firings(
+        self,
+        job_id: JobId,
+        *,
+        states: Sequence[FiringState] | None = None,
+        scheduled_from: datetime | None = None,
+        scheduled_to: datetime | None = None,
+        before_id: int | None = None,
+        limit: int = 100,
+    ) -> list[Firing]:
+        where = ["job_id = %(job_id)s"]
+        params: dict[str, Any] = {"job_id": job_id, "limit": limit}
+        if states:
+            where.append("state = ANY (%(states)s::text[])")
+            params["states"] = [s.value for s in states]
+        if scheduled_from is not None:
+            where.append("scheduled_for >= %(from)s")
+            params["from"] = scheduled_from
+        if scheduled_to is not None:
+            where.append("scheduled_for < %(to)s")
+            params["to"] = scheduled_to
+        if before_id is not None:
+            where.append("id < %(before_id)s")
+            params["before_id"] = before_id
+        sql = (
+            "SELECT * FROM firings WHERE "
+            + " AND ".join(where)
+            + " ORDER BY id DESC LIMIT %(limit)s"
+        )
+        return [codec.firing_from_row(r) for r in self._read(sql, params)]
+
+    def add_firings(
+        self,
+        namespace: str,
+        name: str,
+        scheduled_for: Sequence[datetime],
+        *,
+        note: str,
+        overlap: str | None = None,
+    ) -> AddedFirings:
+        instants = list(scheduled_for)
+
+        def body(conn: Conn) -> list[DictRow]:
+            job = self._one(conn, "add_firings_job", {"namespace": namespace, "name": name})
+            if job is None:
+                raise JobNotFoundError(f"no job named {name!r}", field="name")
+            if not instants:
+                return []
+            now = utc(job["now"])
+            priority = float(job["priority"])
+            fair = FairClocks()
+            fair.seen(namespace, job["vclock"])
+            due = [max(at, now) for at in instants]
+            params = {
+                "job_id": job["id"],
+                "f_at": instants,
+                "f_due": due,
+                "f_vd": [fair.deadline(namespace, priority, d) for d in due],
+                "note": note,
+                "overlap": overlap,
+                "namespace": namespace,
+                "vclock": fair.clocks[namespace],
+            }
+            return self._exec(conn, "add_firings", params)
+
+        rows = sorted(self._db.run(body, write=True), key=lambda r: r["id"])
+        inserted = [codec.firing_from_row(r) for r in rows]
+        return AddedFirings(inserted=inserted, duplicates=len(instants) - len(inserted))
+
+    def enqueue_now_once(
+        self, spec: JobSpec, *, key_hash: str, request_hash: str
+    ) -> tuple[Firing, bool]:
+        key = {"namespace": spec.namespace, "key_hash": key_hash}
+
+        def body(conn: Conn) -> tuple[DictRow, bool]:
+            self._exec(conn, "idempotency_lock", key)
+            seen = self._one(conn, "find_idempotency_key", key)
+            if seen is not None:
+                if seen["request_hash"] != request_hash:
+                    raise ConflictError(
+                        "this Idempotency-Key was used with a different request body",
+                        field="Idempotency-Key",
+                    )
+                return seen, False
+            idem = {"key_hash": key_hash, "request_hash": request_hash}
+            return self._enqueue_now(conn, spec, idem), True
+
+        row, created = self._db.run(body, write=True)
+        return codec.firing_from_row(row), created
+
+    def job_backlog(self, namespace: str, *, limit: int = 50) -> dict[str, int]:
+        rows = self._read(self._q["job_backlog"], {"namespace": namespace, "limit": limit})
+        return {r["job_name"]: int(r["n"]) for r in rows}
+
+
+def _token(row: DictRow) -> ApiToken:
+    return ApiToken(
+        id=int(row["id"]),
+        namespace=row["namespace"],
+        role=row["role"],
+        label=row["label"],
+        secret_hash=row["secret_hash"],
+        created_at=utc(row["created_at"]),
+        revoked_at=None if row["revoked_at"] is None else utc(row["revoked_at"]),
+    )
+
+
+if TYPE_CHECKING:  # PostgresStore keeps the Store and ApiStore protocols (checked by mypy)
 
     def _conforms(store: PostgresStore) -> Store:
+        return store
+
+    def _conforms_api(store: PostgresStore) -> ApiStore:
         return store

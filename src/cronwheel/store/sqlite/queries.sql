@@ -196,9 +196,9 @@ RETURNING *
 -- name: insert_job_firing
 INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for, due_at, vdeadline,
                      state, max_attempts, priority, visibility_us, enqueued_at, enqueued_epoch,
-                     note, shard)
+                     note, shard, overlap_override)
 SELECT id, namespace, name, task, payload, :scheduled_for, :due_at, :vdeadline,
-       'queued', max_attempts, priority, visibility_us, :now, NULL, :note, shard
+       'queued', max_attempts, priority, visibility_us, :now, NULL, :note, shard, :overlap
 FROM jobs WHERE id = :job_id
 ON CONFLICT (job_id, scheduled_for) DO NOTHING
 RETURNING *

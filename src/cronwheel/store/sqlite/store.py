@@ -890,7 +890,13 @@ class SqliteStore:
         return [codec.firing_from_row(r) for r in self._read(sql, [*params, limit])]
 
     def add_firings(
-        self, namespace: str, name: str, scheduled_for: Sequence[datetime], *, note: str
+        self,
+        namespace: str,
+        name: str,
+        scheduled_for: Sequence[datetime],
+        *,
+        note: str,
+        overlap: str | None = None,
     ) -> AddedFirings:
         inserted: list[Firing] = []
         duplicates = 0
@@ -914,6 +920,7 @@ class SqliteStore:
                         "vdeadline": fair.deadline(job["id"], due),
                         "now": now,
                         "note": note,
+                        "overlap": overlap,
                     },
                 ).fetchone()
                 if row is None:
@@ -963,6 +970,7 @@ class SqliteStore:
                     "vdeadline": fair.deadline(job["id"], now),
                     "now": now,
                     "note": None,
+                    "overlap": None,
                 },
             ).fetchone()
             fair.save()
