@@ -233,9 +233,37 @@ class Cluster:
         proc.kill_group(signal.SIGKILL)
         proc.wait(timeout=10)
 
+    def write_lock_free(self) -> bool:
+        """Whether SQLite's write lock is free right now (taken and released at once)."""
+        conn = sqlite3.connect(self.db_path, timeout=0.2, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+            return True
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            conn.close()
+
+    def pause(self, proc: Proc, timeout: float = 10) -> None:
+        """SIGSTOP ``proc`` at a moment it does not hold SQLite's write lock.
+
+        A process frozen inside a write transaction blocks every other process on
+        the file (a property of SQLite, not of the code under test), so retry until
+        the freeze lands between transactions."""
+        deadline = time.monotonic() + timeout
+        while True:
+            os.kill(proc.pid, signal.SIGSTOP)
+            if self.write_lock_free():
+                return
+            os.kill(proc.pid, signal.SIGCONT)
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"could not pause {proc.name} outside a write transaction")
+            time.sleep(0.03)
+
     def stop_all(self) -> None:
         for proc in self.procs:
-            proc.kill_group(signal.SIGKILL)
+            proc.kill_group(signal.SIGKILL)  # SIGKILL also ends a SIGSTOPped process
         for proc in self.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)

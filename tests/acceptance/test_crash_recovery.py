@@ -226,7 +226,7 @@ def test_a_stale_worker_cannot_overwrite_the_redelivered_result(cluster: Cluster
     worker_a = cluster.start("worker", env={"LEDGER_SLEEP_S": "3"}, name="worker-a")
     wait_until(lambda: [e for e in cluster.ledger() if e["phase"] == "start"], 30,
                message=lambda: f"worker A to start the firing; {cluster.diagnostics()}")
-    os.kill(worker_a.pid, signal.SIGSTOP)
+    cluster.pause(worker_a)
     try:
         worker_b = cluster.start("worker", env={"LEDGER_SLEEP_S": "0.2"}, name="worker-b")
 

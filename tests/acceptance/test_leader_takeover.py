@@ -145,7 +145,7 @@ def test_paused_leader_is_fenced_out_when_it_resumes(cluster: Cluster) -> None:
     wait_until(lambda: _succeeded_since(cluster, started, 5), 20,
                message=lambda: f"fast firings under the first leader; {cluster.diagnostics()}")
 
-    os.kill(leader.pid, signal.SIGSTOP)
+    cluster.pause(leader)
     try:
         def taken_over():
             with cluster.store() as store:

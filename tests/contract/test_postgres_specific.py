@@ -326,3 +326,292 @@ def test_payload_and_error_text_round_trip_exactly(h: Harness) -> None:
     )
     assert h.store.complete([done]) == [True]
     assert h.store.get_firing(c.firing.id).error == "stderr: \ufffd garbage"
+
+
+# -- policies under concurrency ------------------------------------------------------------
+def _retried(stores: list[Any]) -> dict[str, int]:
+    out = {"deadlock": 0, "serialization": 0}
+    for s in stores:
+        for k, v in s._db.retried.items():
+            out[k] += v
+    return out
+
+
+class _RunningMonitor:
+    """Polls the RUNNING count of some jobs from its own connection; keeps the maximum."""
+
+    def __init__(self, h: Harness, job_ids: list[int]) -> None:
+        self.max: dict[int, int] = dict.fromkeys(job_ids, 0)
+        self._conninfo = _store(h)._db.conninfo
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with psycopg.connect(self._conninfo, autocommit=True) as conn:
+            while not self._stop.is_set():
+                for job_id, n in conn.execute(
+                    "SELECT job_id, count(*) FROM firings WHERE job_id = ANY (%s) "
+                    "AND state = 'running' GROUP BY job_id",
+                    (list(self.max),),
+                ).fetchall():
+                    self.max[job_id] = max(self.max[job_id], n)
+
+    def stop(self) -> dict[int, int]:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return self.max
+
+
+def test_concurrent_claimers_never_exceed_a_jobs_cap(h: Harness) -> None:
+    """Six claimers (each its own pool) drain 60 due firings of a job capped at 2
+    (buffer_all): the cap holds at every instant, nothing is skipped or lost, and no
+    transaction is ever rolled back as a deadlock (not even one retried silently)."""
+    from cronwheel.domain.overlap import OverlapPolicy
+    from cronwheel.store.protocol import Completion
+
+    job = h.store.create_job(
+        spec(
+            "capped",
+            overlap=OverlapPolicy.BUFFER_ALL,
+            max_concurrency=2,
+            visibility_timeout=3600 * S,
+        ),
+        first_fire_at=h.now() - 60 * S,
+    )
+    lease = h.store.acquire_lease(DISPATCHER_LEASE, "leader", 60 * S)
+    assert lease is not None
+    instants = [h.now() - (60 - i) * S for i in range(60)]
+    ids = h.store.enqueue(
+        lease,
+        [
+            JobAdvance(
+                job_id=job.id,
+                expected_next_fire_at=job.next_fire_at,  # type: ignore[arg-type]
+                new_next_fire_at=h.now() + 60 * S,
+                firings=[PlannedFiring(scheduled_for=t) for t in instants],
+            )
+        ],
+    ).inserted
+    assert len(ids) == 60
+    stores = [h.open_another() for _ in range(6)]
+    held = {"now": 0, "max": 0}
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    done: list[int] = []
+    monitor = _RunningMonitor(h, [job.id])
+
+    def worker(i: int) -> None:
+        store = stores[i]
+        try:
+            idle_since = time.monotonic()
+            while time.monotonic() - idle_since < 1.0:
+                claims = store.claim(f"w{i}", tasks=["t"], limit=3)
+                if not claims:
+                    time.sleep(0.002)
+                    continue
+                idle_since = time.monotonic()
+                with lock:
+                    held["now"] += len(claims)
+                    held["max"] = max(held["max"], held["now"])
+                time.sleep(0.003 * (1 + i % 3))
+                with lock:  # before completing: the store still counts them RUNNING
+                    held["now"] -= len(claims)
+                now = store.now()
+                ok = store.complete(
+                    [
+                        Completion(
+                            firing_id=c.firing.id,
+                            claim_token=c.claim_token,
+                            succeeded=True,
+                            started_at=now,
+                            finished_at=now,
+                        )
+                        for c in claims
+                    ]
+                )
+                assert all(ok)
+                with lock:
+                    done.extend(c.firing.id for c in claims)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    peak = monitor.stop()
+    assert not errors, errors
+    assert held["max"] <= 2 and peak[job.id] <= 2, (held, peak)
+    assert sorted(done) == sorted(ids)
+    states = {f.state.value for f in h.store.list_firings(job_id=job.id, limit=100)}
+    assert states == {"succeeded"}
+    assert _retried([_store(h), *stores]) == {"deadlock": 0, "serialization": 0}
+
+
+def test_mixed_policies_under_load_keep_caps_without_deadlocks(h: Harness) -> None:
+    """Claimers, workers (heartbeats, completions, cancellations honoured), a trigger
+    source (add_firings) and the reaper, all at once, on jobs with every overlap
+    policy that takes locks beyond the candidates (cancel_other, terminate_other,
+    skip, buffer_one) and an uncapped one: caps hold and no deadlock is ever detected."""
+    from cronwheel.domain.overlap import OverlapPolicy
+    from cronwheel.store.protocol import Completion
+
+    policies = {
+        "co": OverlapPolicy.CANCEL_OTHER,
+        "to": OverlapPolicy.TERMINATE_OTHER,
+        "sk": OverlapPolicy.SKIP,
+        "b1": OverlapPolicy.BUFFER_ONE,
+        "al": OverlapPolicy.ALLOW,
+    }
+    jobs = {
+        name: h.store.create_job(
+            spec(
+                name,
+                overlap=p,
+                visibility_timeout=3600 * S,
+                cancel_grace=timedelta(milliseconds=20),
+            ),
+            first_fire_at=None,
+        )
+        for name, p in policies.items()
+    }
+    capped_ids = [j.id for n, j in jobs.items() if n != "al"]
+    stores = [h.open_another() for _ in range(6)]
+    api = stores[4]
+    errors: list[BaseException] = []
+    stop = threading.Event()
+    monitor = _RunningMonitor(h, capped_ids)
+
+    def guard(fn: Any) -> Any:
+        def run(*args: Any) -> None:
+            try:
+                fn(*args)
+            except BaseException as exc:
+                errors.append(exc)
+                stop.set()
+
+        return run
+
+    @guard
+    def worker(i: int) -> None:
+        store = stores[i]
+        mine: list[Any] = []
+        n = 0
+        while not stop.is_set():
+            mine.extend(store.claim(f"w{i}", tasks=["t"], limit=2))
+            if not mine:
+                time.sleep(0.001)
+                continue
+            claims = [(c.firing.id, c.claim_token) for c in mine]
+            lost = store.heartbeat(f"w{i}", claims)
+            cancel = store.cancel_requested(claims)
+            now = store.now()
+            n += 1
+            finish = [c for c in mine if c.firing.id in lost | cancel or n % 2 == 0]
+            store.complete(
+                [
+                    Completion(
+                        firing_id=c.firing.id,
+                        claim_token=c.claim_token,
+                        succeeded=c.firing.id not in cancel,
+                        cancelled=c.firing.id in cancel,
+                        started_at=now,
+                        finished_at=now,
+                    )
+                    for c in finish
+                ]
+            )
+            mine = [c for c in mine if c not in finish]
+
+    @guard
+    def triggers() -> None:
+        k = 0
+        while not stop.is_set():
+            k += 1
+            for name in jobs:
+                api.add_firings("default", name, [h.now() - k * S], note="trigger")
+            time.sleep(0.002)
+
+    @guard
+    def reaper() -> None:
+        while not stop.is_set():
+            stores[5].requeue_expired()
+            time.sleep(0.005)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    threads += [threading.Thread(target=triggers), threading.Thread(target=reaper)]
+    for t in threads:
+        t.start()
+    time.sleep(3)
+    stop.set()
+    for t in threads:
+        t.join(timeout=30)
+    peak = monitor.stop()
+    assert not errors, errors
+    assert all(n <= 1 for n in peak.values()), peak
+    states = {f.state.value for f in h.store.list_firings(limit=10_000)}
+    assert {"succeeded", "skipped", "cancelled"} <= states, states
+    assert _retried([_store(h), *stores]) == {"deadlock": 0, "serialization": 0}
+
+
+def test_a_version_1_database_migrates_in_place(schema: str) -> None:
+    """A database made by the first release keeps its jobs and firings: the policy
+    columns arrive with their defaults, and the old work stays claimable."""
+    from psycopg.types.json import Jsonb
+
+    from cronwheel.domain.models import JobPolicies
+    from cronwheel.domain.schedules import every
+    from cronwheel.store.postgres import PostgresStore
+    from cronwheel.store.postgres.db import load_sql
+
+    old_policies = {  # JobPolicies.to_dict() as the first release wrote it
+        k: v
+        for k, v in JobPolicies().to_dict().items()
+        if k not in {"max_concurrency", "overlap", "max_buffer", "cancel_grace_s"}
+        and k not in {"start_deadline_s", "jitter_s"}
+    }
+    store = PostgresStore(PG_URL, schema=schema, pool_size=2)
+    try:
+        with psycopg.connect(store._db.conninfo, autocommit=True) as conn:
+            conn.execute(load_sql("schema.sql")["migration_1"])  # type: ignore[arg-type]
+            conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', '1')")
+            conn.execute(
+                """
+                INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash,
+                                  priority, max_attempts, visibility_us, next_fire_at,
+                                  created_at, updated_at, shard)
+                VALUES ('default', 'old', 't', %s, '{"args": [], "kwargs": {}}', %s, 'h', 1, 3,
+                        30000000, now(), now(), now(), 7)
+                """,
+                (Jsonb(every("1m").to_dict()), Jsonb(old_policies)),
+            )
+            conn.execute(
+                """
+                INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for,
+                                     due_at, vdeadline, state, max_attempts, priority,
+                                     visibility_us, enqueued_at, shard)
+                SELECT id, namespace, name, task, payload, now(), now(), now(), 'queued',
+                       3, 1, 30000000, now(), 7
+                FROM jobs
+                """
+            )
+        assert store.migrate() == 3
+        assert store.migrate() == 3
+        row = store._read("SELECT * FROM jobs")[0]
+        assert (row["max_concurrency"], row["overlap"], row["max_buffer"]) == (None, "skip", 100)
+        assert (row["cancel_grace_us"], row["start_deadline_us"]) == (30_000_000, None)
+        assert (row["bounds"], row["remaining_runs"]) == ({}, None)
+        (claim,) = store.claim("w", tasks=["t"], limit=5)
+        assert claim.firing.job_name == "old" and claim.firing.reason is None
+        assert claim.firing.overlap_override is None
+        tables = {
+            r["t"]
+            for r in store._read(
+                "SELECT tablename AS t FROM pg_tables WHERE schemaname = current_schema()"
+            )
+        }
+        assert {"api_tokens", "idempotency_keys", "fair_clocks"} <= tables
+    finally:
+        store.close()

@@ -35,6 +35,7 @@ from cronwheel.worker.kinds import (
     TaskKinds,
     TaskSpec,
     compile_template,
+    group_alive,
     load_tasks,
     parse_tasks,
     register_tasks,
@@ -84,14 +85,6 @@ async def run_like_worker(handler: Any, ctx: Context, *args: Any, **kwargs: Any)
     task = asyncio.ensure_future(handler(ctx, *args, **kwargs))
     ctx.on_cancel(lambda: loop.call_soon_threadsafe(task.cancel))
     await task
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 # -- parsing and validation ------------------------------------------------------------------
@@ -411,7 +404,7 @@ class Recorder(BaseHTTPRequestHandler):
                 "body": self.rfile.read(length),
             }
         )
-        status = int(self.path.strip("/").split("?")[0] or 200)
+        status = int(self.path.split("?")[0].split("/")[1] or 200)
         self.send_response(status)
         if status in (429, 503):
             self.send_header("Retry-After", "7")
@@ -596,7 +589,7 @@ def test_worker_runs_configured_tasks_end_to_end(tmp_path: Path) -> None:
         assert store.get_firing(good.id).state is FiringState.SUCCEEDED
         assert json.loads(out.read_text()) == {"args": [1], "kwargs": {"k": "v"}}
         failed = store.get_firing(bad.id)
-        assert failed.state is FiringState.DEAD  # one attempt by default
+        assert failed.state is FiringState.QUEUED and failed.due_at > T0  # retried after backoff
         assert failed.error is not None and "exited with code 3" in failed.error
         assert failed.error.endswith("nope\n")
     finally:

@@ -7,14 +7,14 @@ Security boundary: URL, method, headers, argv, environment and working directory
 from the worker's configuration. API callers refer to a task by name and pass JSON
 arguments, which reach an HTTP task as the default JSON body and a shell task as the
 ``CRONWHEEL_ARGS`` variable: never on a command line, never through a shell (argv only).
-Templates substitute a fixed set of ``FIELDS`` with a tiny parser, not ``str.format``
-(``{job.__class__}`` or ``{args[0]}`` is a load-time error); ``${VAR}`` is read from the
-worker's environment at load time.
+Templates substitute only ``FIELDS``, with a tiny parser, not ``str.format``
+(``{job.__class__}`` is a load-time error); ``${VAR}`` is read from the worker's env then.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import json
 import math
@@ -26,6 +26,7 @@ import tomllib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -66,31 +67,28 @@ def _bad(where: str, message: str) -> ValidationError:
 
 
 # -- templates -----------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class _Field:
-    name: str
+class _Field(str):
+    """A placeholder's field name (a plain ``str`` part is literal text)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Template:
     """Literal text and whitelisted ``{field}`` placeholders, parsed once at load time."""
 
-    parts: tuple[str | _Field, ...]
+    parts: tuple[str, ...]
 
     @property
     def fields(self) -> frozenset[str]:
-        return frozenset(p.name for p in self.parts if isinstance(p, _Field))
+        return frozenset(p for p in self.parts if isinstance(p, _Field))
 
     def render(self, values: Mapping[str, str], escape: Callable[[str], str] | None = None) -> str:
         esc = escape or str
-        return "".join(p if isinstance(p, str) else esc(values[p.name]) for p in self.parts)
+        return "".join(esc(values[p]) if isinstance(p, _Field) else p for p in self.parts)
 
 
-def compile_template(
-    text: str, where: str, environ: Mapping[str, str], *, fields: bool = True
-) -> Template:
+def compile_template(text: str, where: str, environ: Mapping[str, str]) -> Template:
     """Parse ``text``; ``${VAR}`` is resolved now, ``{name}`` must be one of ``FIELDS``."""
-    parts: list[str | _Field] = []
+    parts: list[str] = []
     pos = 0
     for m in _TOKEN_RE.finditer(text):
         parts.append(text[pos : m.start()])
@@ -102,10 +100,10 @@ def compile_template(
             if var not in environ:
                 raise _bad(where, f"${{{var}}} is not set in the worker's environment")
             parts.append(environ[var])
-        elif name in FIELDS and fields:
+        elif name in FIELDS:
             parts.append(_Field(name))
         else:
-            allowed = ", ".join("{" + f + "}" for f in FIELDS) if fields else "none"
+            allowed = ", ".join("{" + f + "}" for f in FIELDS)
             raise _bad(where, f"unknown template field {{{name}}} (allowed: {allowed})")
     parts.append(text[pos:])
     return Template(tuple(p for p in parts if p != ""))
@@ -137,7 +135,7 @@ class HttpTaskSpec:
     body: Template | None = field(default=None, repr=False)
     body_mode: BodyMode = "json"
     timeout: float = 30.0
-    success: frozenset[int] | None = None  # None: any 2xx
+    success: frozenset[int] = frozenset(range(200, 300))
     kind: Literal["http"] = "http"
 
 
@@ -170,9 +168,7 @@ def load_tasks(path: str | os.PathLike[str]) -> list[TaskSpec]:
 def parse_tasks(data: Mapping[str, Any], env: Mapping[str, str] | None = None) -> list[TaskSpec]:
     """Validate parsed TOML; ``${VAR}`` is looked up in ``env`` (default: ``os.environ``)."""
     env = os.environ if env is None else env
-    unknown = sorted(set(data) - {"tasks"})
-    if unknown:
-        raise _bad(unknown[0], "unknown key (only [tasks.NAME] tables)")
+    _check_keys(data, frozenset({"tasks"}), "")
     tasks = data.get("tasks")
     if not isinstance(tasks, dict) or not tasks:
         raise _bad("tasks", "must define at least one [tasks.NAME] table")
@@ -193,7 +189,7 @@ def parse_tasks(data: Mapping[str, Any], env: Mapping[str, str] | None = None) -
 def _check_keys(table: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
-        raise _bad(f"{where}.{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        raise _bad(f"{where}{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
 
 
 def _seconds(value: Any, where: str, *, allow_zero: bool = False) -> float:
@@ -214,11 +210,10 @@ def _str_table(value: Any, where: str) -> dict[str, str]:
 def _parse_http(
     name: str, table: Mapping[str, Any], where: str, env: Mapping[str, str]
 ) -> HttpTaskSpec:
-    _check_keys(table, _HTTP_KEYS, where)
-    method = table.get("method", "POST")
-    if not isinstance(method, str) or method.upper() not in _METHODS:
+    _check_keys(table, _HTTP_KEYS, f"{where}.")
+    method = str(table.get("method", "POST")).upper()
+    if method not in _METHODS:
         raise _bad(f"{where}.method", f"must be one of {', '.join(sorted(_METHODS))}")
-    method = method.upper()
     raw_url = table.get("url")
     url = compile_template(raw_url if isinstance(raw_url, str) else "", f"{where}.url", env)
     prefix = url.render(dict.fromkeys(FIELDS, "\0")).split("\0")[0]  # text before any field
@@ -233,7 +228,7 @@ def _parse_http(
         if key.lower() == "idempotency-key":
             raise _bad(hwhere, "is set by cronwheel (the firing's key)")
         template = compile_template(value, hwhere, env)
-        if any(isinstance(p, str) and re.search(r"[\r\n\0]", p) for p in template.parts):
+        if re.search(r"[\r\n\0]", template.render(dict.fromkeys(FIELDS, ""))):
             raise _bad(hwhere, "must not contain CR, LF or NUL")
         headers.append((key, template))
     content_type = next((t for k, t in headers if k.lower() == "content-type"), None)
@@ -256,16 +251,9 @@ def _parse_http(
                 ) from None
         else:
             mode = "form" if "x-www-form-urlencoded" in ctype else "text"
-    success: frozenset[int] | None = None
-    if "success" in table:
-        codes = table["success"]
-        if (
-            not isinstance(codes, list)
-            or not codes
-            or not all(type(c) is int and 100 <= c < 600 for c in codes)
-        ):
-            raise _bad(f"{where}.success", "must be a non-empty list of status codes 100-599")
-        success = frozenset(codes)
+    codes = table.get("success", list(range(200, 300)))
+    if not isinstance(codes, list) or not codes or not all(c in range(100, 600) for c in codes):
+        raise _bad(f"{where}.success", "must be a non-empty list of status codes 100-599")
     return HttpTaskSpec(
         name=name,
         method=method,
@@ -274,14 +262,14 @@ def _parse_http(
         body=body,
         body_mode=mode,
         timeout=_seconds(table.get("timeout", 30.0), f"{where}.timeout"),
-        success=success,
+        success=frozenset(int(c) for c in codes),
     )
 
 
 def _parse_shell(
     name: str, table: Mapping[str, Any], where: str, env: Mapping[str, str]
 ) -> ShellTaskSpec:
-    _check_keys(table, _SHELL_KEYS, where)
+    _check_keys(table, _SHELL_KEYS, f"{where}.")
     argv = table.get("argv")
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
         raise _bad(f"{where}.argv", "must be a non-empty list of strings")
@@ -300,12 +288,8 @@ def _parse_shell(
         envs.append((key, compile_template(value, ewhere, env)))
     timeout = _seconds(table["timeout"], f"{where}.timeout") if "timeout" in table else None
     cwd = table.get("cwd")
-    if cwd is not None:
-        if not isinstance(cwd, str) or not cwd:
-            raise _bad(f"{where}.cwd", "must be a directory path")
-        cwd = compile_template(cwd, f"{where}.cwd", env, fields=False).render({})
-        if not os.path.isabs(cwd) or not os.path.isdir(cwd):
-            raise _bad(f"{where}.cwd", f"{cwd!r} is not an existing absolute directory")
+    if cwd is not None and not (isinstance(cwd, str) and os.path.isabs(cwd) and os.path.isdir(cwd)):
+        raise _bad(f"{where}.cwd", "must be an existing directory's absolute path")
     return ShellTaskSpec(
         name=name,
         argv=argv_t,
@@ -392,7 +376,7 @@ async def run_http(
             ) as response,
         ):
             status = response.status_code
-            if status in spec.success if spec.success else 200 <= status < 300:
+            if status in spec.success:
                 return  # the body is not read
             snippet = bytearray()
             async for chunk in response.aiter_bytes():
@@ -475,12 +459,24 @@ def _tail(out: IO[bytes]) -> str:
 
 
 def _signal_group(pgid: int, sig: int) -> bool:
-    """Signal the whole group; False when no process of it is left."""
     try:
         os.killpg(pgid, sig)
     except ProcessLookupError:
         return False
     return True
+
+
+def group_alive(pgid: int) -> bool:
+    """A process of the group still runs. Zombies don't count: orphans are reaped by init,
+    which in a container may take a while (or forever), so on Linux /proc is consulted."""
+    if not os.path.isdir("/proc/self/task"):
+        return _signal_group(pgid, 0)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError):
+            state, _, pgrp = stat.read_text().rsplit(")", 1)[1].split(maxsplit=3)[:3]
+            if int(pgrp) == pgid and state not in {"Z", "X"}:
+                return True
+    return False
 
 
 async def stop_group(proc: asyncio.subprocess.Process, grace: float) -> None:
@@ -491,9 +487,9 @@ async def stop_group(proc: asyncio.subprocess.Process, grace: float) -> None:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + grace
             while loop.time() < deadline:
-                if proc.returncode is not None and not _signal_group(pgid, 0):
+                if proc.returncode is not None and not group_alive(pgid):
                     break
-                await asyncio.sleep(0.02)
+                await asyncio.sleep(0.05)
     finally:  # also when cancelled again while waiting: no grace left
         _signal_group(pgid, signal.SIGKILL)
     await proc.wait()
