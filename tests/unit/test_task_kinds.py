@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import threading
 import time
@@ -371,6 +370,26 @@ def test_cancel_kills_the_whole_process_group(tmp_path: Path, ignore_term: bool)
         assert took >= grace - 0.05  # SIGTERM was ignored: SIGKILL came after the grace
 
 
+def test_a_second_cancel_during_the_grace_kills_at_once(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    spec = shell(f"argv = {_spawn_group_script(pidfile, ignore_term=True)}\nkill_grace = 30\n")
+
+    async def scenario() -> float:
+        running = asyncio.ensure_future(TaskKinds().handler(spec)(ctx_for()))
+        while not pidfile.exists() or not pidfile.read_text().strip():
+            await asyncio.sleep(0.01)
+        running.cancel()  # SIGTERM (ignored), then the grace ...
+        await asyncio.sleep(0.2)
+        started = time.monotonic()
+        running.cancel()  # ... cut short: SIGKILL now
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        return time.monotonic() - started
+
+    assert asyncio.run(scenario()) < 2
+    assert not group_alive(int(pidfile.read_text()))
+
+
 def test_timeout_kills_the_process_group_and_fails(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     spec = shell(
@@ -425,7 +444,7 @@ def server() -> Iterator[tuple[str, list[dict[str, Any]]]]:
     handler = type("H", (Recorder,), {"requests": requests})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}", requests
@@ -596,15 +615,25 @@ def test_worker_runs_configured_tasks_end_to_end(tmp_path: Path) -> None:
         app.close()
 
 
+@pytest.mark.parametrize(("command", "via_env"), [("worker", False), ("serve", True)])
 def test_cli_rejects_a_bad_tasks_file_with_exit_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+    via_env: bool,
 ) -> None:
     from cronwheel.cli.main import main
 
     bad = tmp_path / "tasks.toml"
     bad.write_text('[tasks.backup]\nkind = "shell"\nargv = "backup.sh --all"\n')
+    argv = [command, "--store", f"sqlite:///{tmp_path}/c.db"]
+    if via_env:
+        monkeypatch.setenv("CRONWHEEL_TASKS", str(bad))
+    else:
+        argv += ["--tasks", str(bad)]
     with pytest.raises(SystemExit) as info:
-        main(["worker", "--store", f"sqlite:///{tmp_path}/c.db", "--tasks", str(bad)])
+        main(argv)
     assert info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err == "cronwheel: error: tasks.backup.argv: must be a non-empty list of strings"

@@ -490,6 +490,6 @@ async def stop_group(proc: asyncio.subprocess.Process, grace: float) -> None:
                 if proc.returncode is not None and not group_alive(pgid):
                     break
                 await asyncio.sleep(0.05)
-    finally:  # also when cancelled again while waiting: no grace left
+    finally:  # also when cancelled again while waiting: no grace left, but reap it
         _signal_group(pgid, signal.SIGKILL)
-    await proc.wait()
+        await proc.wait()

@@ -335,7 +335,7 @@ FOR UPDATE OF f SKIP LOCKED
 -- job holds this lock, so their decisions (and the RUNNING count they rest on) are
 -- serialized. NO KEY UPDATE: the FOR KEY SHARE that inserting a firing takes on its
 -- job is not blocked.
-SELECT id FROM jobs WHERE id = ANY (%(jobs)s::bigint[]) ORDER BY id
+SELECT id FROM jobs WHERE id = ANY (%(jobs)s::bigint[]) ORDER BY id FOR NO KEY UPDATE
 
 -- name: claim_facts
 -- Step 3, a new statement and so (READ COMMITTED) a snapshot that includes the claims
