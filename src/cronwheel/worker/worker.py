@@ -211,29 +211,34 @@ class Worker:
         )
 
     async def _run_handler(self, firing: Firing, ctx: Context, timeout_s: float | None) -> None:
-        """Run the task; an async handler is cancelled when cancellation is requested."""
+        """Run the task; an async handler is cancelled — once — when cancellation is
+        requested, when it times out, or when the worker stops (a shell task reads a
+        second cancel as "kill now", so it must not get one by accident)."""
         task = self.registry.get(firing.task)
         loop = asyncio.get_running_loop()
+        handler: asyncio.Future[Any]
+        cancelled = False
+
+        def stop() -> None:
+            nonlocal cancelled
+            if task.is_async and not cancelled and not handler.done():
+                cancelled = True
+                handler.cancel()
+
         if task.is_async:
-            handler: asyncio.Future[Any] = asyncio.ensure_future(
-                task.fn(ctx, *firing.args, **firing.kwargs)
-            )
+            handler = asyncio.ensure_future(task.fn(ctx, *firing.args, **firing.kwargs))
 
-            def interrupt() -> None:
-                loop.call_soon_threadsafe(handler.cancel)
+            def from_any_thread() -> None:
+                loop.call_soon_threadsafe(stop)
 
-            ctx.on_cancel(interrupt)
+            ctx.on_cancel(from_any_thread)
         else:
             call = partial(task.fn, ctx, *firing.args, **firing.kwargs)
             handler = loop.run_in_executor(self._pool, call)
         try:
             await asyncio.wait_for(asyncio.shield(handler), timeout_s)
-        except TimeoutError:
-            handler.cancel()
-            raise
         finally:
-            if not handler.done() and task.is_async:
-                handler.cancel()
+            stop()
 
     async def _execute_and_report(self, claim: ClaimedFiring) -> None:
         try:
