@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -67,16 +68,40 @@ def load_task_file(app: App, path: str) -> TaskKinds:
     return register_tasks(app, load_tasks(path))
 
 
-def _install_stop_handlers(on_stop: Any) -> None:
-    def handler(signum: int, frame: Any) -> None:  # noqa: ARG001 - signal handler signature
-        on_stop()
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
+
+def _install_stop_handlers(on_stop: Callable[[], None]) -> None:
+    """Call ``on_stop`` (from a watcher thread) on SIGINT/SIGTERM. Call it first, before
+    any other thread exists (the store's pool threads inherit the signal mask).
+
+    No Python signal handler is used: one runs in the main thread between two
+    bytecodes, possibly while that thread holds the lock ``Event.set()`` needs (in
+    ``wait()``, or in a first handler when Ctrl-C and the supervisor's SIGTERM arrive a
+    millisecond apart) — a deadlock. Instead the signals are blocked in every thread
+    and one thread takes them with ``sigwait``. Blocked signals also cannot kill the
+    process during interpreter shutdown when a late second signal arrives.
+    """
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+
+    def watch() -> None:
+        while True:
+            signal.sigwait(_STOP_SIGNALS)
+            on_stop()
+
+    threading.Thread(target=watch, name="cronwheel-signals", daemon=True).start()
+
+
+def unblock_stop_signals() -> None:
+    """Undo an inherited block (a child of ``serve`` starts with its parent's mask)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
 
 
 def run_scheduler(app: App, config: DispatcherConfig | None = None) -> None:
     """Run a dispatcher (leader or standby) until SIGINT/SIGTERM."""
+    stop = threading.Event()
+    stopper: list[Callable[[], None]] = [stop.set]
+    _install_stop_handlers(lambda: stopper[-1]())
     store = app.store
     for job, changed in app.sync_jobs():
         if changed:
@@ -87,13 +112,14 @@ def run_scheduler(app: App, config: DispatcherConfig | None = None) -> None:
                 next_fire_at=None if job.next_fire_at is None else job.next_fire_at.isoformat(),
             )
     dispatcher = Dispatcher(store, app.clock, config=config)
-    stop = threading.Event()
 
     def request_stop() -> None:
         stop.set()
         dispatcher.wake()
 
-    _install_stop_handlers(request_stop)
+    stopper.append(request_stop)
+    if stop.is_set():
+        return
     node = NodeInfo(
         id=dispatcher.holder,
         kind="scheduler",
@@ -174,13 +200,22 @@ def serve(
     concurrency: int = 16,
     log_args: list[str] | None = None,
     tasks_file: str | None = None,
+    api_host: str | None = "127.0.0.1",
+    api_port: int = 8080,
+    metrics_port: int | None = None,
 ) -> int:
-    """Supervise one scheduler and ``workers`` worker processes; return the exit code."""
+    """Supervise one scheduler, ``workers`` worker processes and (unless ``api_host`` is
+    None) an API + dashboard process; return the exit code. With ``metrics_port`` P the
+    scheduler serves its metrics on P and worker *i* on P + i."""
     base = [sys.executable, "-m", "cronwheel"]
     common = ["--store", store_url, *(log_args or [])]
     ref = [app_ref] if app_ref else []
     tasks = ["--tasks", os.path.abspath(tasks_file)] if tasks_file else []
-    children = [_Child("scheduler", [*base, "scheduler", *common, *ref])]
+
+    def port_args(offset: int) -> list[str]:
+        return [] if metrics_port is None else ["--metrics-port", str(metrics_port + offset)]
+
+    children = [_Child("scheduler", [*base, "scheduler", *common, *port_args(0), *ref])]
     children += [
         _Child(
             f"worker-{i + 1}",
@@ -192,12 +227,16 @@ def serve(
                 str(concurrency),
                 "--role",
                 f"worker-{i + 1}",
+                *port_args(i + 1),
                 *tasks,
                 *ref,
             ],
         )
         for i in range(workers)
     ]
+    if api_host is not None:
+        api = ["api", *common, "--host", api_host, "--port", str(api_port)]
+        children.append(_Child("api", [*base, *api]))
     stopping = threading.Event()
     _install_stop_handlers(stopping.set)
 

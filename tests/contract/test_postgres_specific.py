@@ -1,5 +1,6 @@
 """PostgreSQL-only behaviour of PostgresStore: plans, row locks, fencing under
-concurrency, recovery of the pool, LISTEN/NOTIFY, concurrent migration."""
+concurrency, recovery of the pool, LISTEN/NOTIFY, concurrent migration, job policies
+(caps, overlap) under concurrent claimers without deadlocks, migration in place."""
 
 from __future__ import annotations
 

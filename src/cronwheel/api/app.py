@@ -52,5 +52,8 @@ def create_app(
     app.include_router(routes_jobs.router)
     app.include_router(routes_firings.router)
     app.include_router(routes_misc.router)
+    from cronwheel.dashboard import mount
+
+    mount(app)  # the dashboard at / and /ui/..., Prometheus at /metrics
     app.add_middleware(BodyGuard, max_body=max_body)
     return app

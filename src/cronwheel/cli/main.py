@@ -60,6 +60,10 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> Any:
+    import signal
+
+    # A child of `serve` inherits its parent's blocked stop signals: undo that.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         return cli.main(args=argv, prog_name="cronwheel", standalone_mode=False)
     except click.exceptions.Exit as exc:

@@ -210,9 +210,54 @@ def status_view(doc: dict[str, Any]) -> None:
     backlog = {k: v for k, v in doc.get("backlog", {}).items() if v}
     if backlog:
         console.print("backlog   " + "   ".join(f"{k} {v}" for k, v in backlog.items()))
+    objective = doc.get("lateness_objective")
+    if objective:
+        objective_view(console, objective)
     table = Table(title="nodes", title_justify="left")
     for col in ("kind", "id", "pid", "last heartbeat"):
         table.add_column(col)
     for n in doc["nodes"]:
         table.add_row(n["kind"], n["id"], str(n["pid"]), f"{n['heartbeat_age_s']} s ago")
+    console.print(table)
+
+
+OBJECTIVE_JOBS_CHECKED = 500
+
+
+def objective_dict(store: Any, namespace: str) -> dict[str, Any]:
+    """Which jobs of ``namespace`` breach the lateness objective (cronwheel.lateness)."""
+    from cronwheel.lateness import breaches, objective_ms
+
+    jobs = store.search_jobs(namespace, limit=OBJECTIVE_JOBS_CHECKED)
+    goal = objective_ms()
+    return {
+        "objective_ms": goal,
+        "jobs_checked": len(jobs),
+        "breaches": [b.to_dict() for b in breaches(store, jobs, objective=goal)],
+    }
+
+
+def objective_view(console: Any, doc: dict[str, Any]) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    goal = f"p99 lateness <= {doc['objective_ms']:g} ms"
+    found = doc["breaches"]
+    if not found:
+        console.print(f"objective {goal}: all {doc['jobs_checked']} job(s) within")
+        return
+    table = Table(
+        title=f"[red]{len(found)} job(s) breach the objective ({goal})[/red]",
+        title_justify="left",
+    )
+    for col in ("job", "p99", "p50", "max", "runs"):
+        table.add_column(col, overflow="fold")
+    for b in found:
+        table.add_row(
+            Text(b["job"]),  # a name is data, never rich markup
+            f"{b['p99_ms']:.1f} ms",
+            f"{b['p50_ms']:.1f} ms",
+            f"{b['max_ms']:.1f} ms",
+            str(b["samples"]),
+        )
     console.print(table)

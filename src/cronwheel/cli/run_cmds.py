@@ -12,6 +12,23 @@ from cronwheel.cli.common import F, log_args, log_options, open_cli_store, setup
 _APP_HELP = "MODULE:APP of your cronwheel.App (default: the built-in example app)."
 
 
+def metrics_port_option(f: F) -> F:
+    return click.option(
+        "--metrics-port",
+        type=click.IntRange(1, 65535),
+        envvar="CRONWHEEL_METRICS_PORT",
+        default=None,
+        help="Serve this process's Prometheus metrics on 127.0.0.1:PORT/metrics (default: off).",
+    )(f)
+
+
+def _start_metrics(port: int | None) -> None:
+    if port is not None:
+        from cronwheel.metrics import serve_metrics
+
+        serve_metrics(port)
+
+
 def tasks_option(f: F) -> F:
     return click.option(
         "--tasks",
@@ -41,6 +58,27 @@ def tasks_option(f: F) -> F:
     help="Handlers each worker runs at once.",
 )
 @tasks_option
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address of the API and dashboard process (a loopback address: auth is off).",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    envvar="CRONWHEEL_API_PORT",
+    default=8080,
+    show_default=True,
+    help="Port of the API and dashboard (env CRONWHEEL_API_PORT).",
+)
+@click.option("--api/--no-api", "with_api", default=True, help="Start the API + dashboard.")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65000),
+    default=None,
+    help="Scheduler metrics on PORT, worker i on PORT+i (default: off).",
+)
 @log_options
 def serve_command(
     app_ref: str | None,
@@ -48,6 +86,10 @@ def serve_command(
     workers: int,
     concurrency: int,
     tasks_file: str | None,
+    host: str,
+    port: int,
+    with_api: bool,
+    metrics_port: int | None,
     log_level: str | None,
     log_format: str | None,
 ) -> None:
@@ -57,8 +99,14 @@ def serve_command(
     With no MODULE:APP it runs the built-in example jobs, so you can watch
     firings happen:  cronwheel serve
     """
+    from cronwheel.cli.api_cmd import is_loopback
     from cronwheel.node import load_app, load_task_file, serve
 
+    if with_api and not is_loopback(host):
+        raise click.UsageError(
+            f"--host {host} is not a loopback address: serve's API runs without tokens; "
+            "run `cronwheel api --auth --host ...` separately to serve other hosts"
+        )
     setup_logs(log_level, log_format, "serve")
     app = load_app(app_ref, store_url)  # fail fast (exit 2) on a bad APP before starting children
     if tasks_file:
@@ -70,6 +118,9 @@ def serve_command(
         "in another terminal.",
         err=True,
     )
+    if with_api:
+        shown = f"[{host}]" if ":" in host else host
+        click.echo(f"cronwheel serve: dashboard at http://{shown}:{port}/", err=True)
     sys.exit(
         serve(
             app_ref,
@@ -78,6 +129,9 @@ def serve_command(
             concurrency=concurrency,
             log_args=log_args(log_level, log_format),
             tasks_file=tasks_file,
+            api_host=host if with_api else None,
+            api_port=port,
+            metrics_port=metrics_port,
         )
     )
 
@@ -92,11 +146,13 @@ def serve_command(
     show_default=True,
     help="Seconds a leader's lease lasts without renewal (takeover time).",
 )
+@metrics_port_option
 @log_options
 def scheduler_command(
     app_ref: str | None,
     store_url: str,
     lease_ttl: float,
+    metrics_port: int | None,
     log_level: str | None,
     log_format: str | None,
 ) -> None:
@@ -106,6 +162,7 @@ def scheduler_command(
 
     setup_logs(log_level, log_format, "scheduler")
     app = load_app(app_ref, store_url)
+    _start_metrics(metrics_port)
     run_scheduler(app, DispatcherConfig(lease_ttl=timedelta(seconds=lease_ttl)))
 
 
@@ -121,6 +178,7 @@ def scheduler_command(
 )
 @click.option("--role", default="worker", hidden=True)
 @tasks_option
+@metrics_port_option
 @log_options
 def worker_command(
     app_ref: str | None,
@@ -128,6 +186,7 @@ def worker_command(
     concurrency: int,
     role: str,
     tasks_file: str | None,
+    metrics_port: int | None,
     log_level: str | None,
     log_format: str | None,
 ) -> None:
@@ -143,6 +202,7 @@ def worker_command(
     setup_logs(log_level, log_format, role)
     app = load_app(app_ref, store_url)
     kinds = load_task_file(app, tasks_file) if tasks_file else None
+    _start_metrics(metrics_port)
     run_worker(app, WorkerConfig(concurrency=concurrency), task_kinds=kinds)
 
 

@@ -21,13 +21,16 @@ from cronwheel.cli.common import open_cli_store, store_option
 def status_command(as_json: bool, namespace: str, store_url: str) -> None:
     """Who leads, how deep the queue is, how late recent firings started, and which
     jobs have a backlog (firings scheduled but not finished: a handler slower than
-    its interval shows here first)."""
+    its interval shows here first), and which jobs breach the lateness objective
+    (p99 of their recent first attempts over CRONWHEEL_LATENESS_OBJECTIVE_MS, 200 ms
+    by default)."""
     from cronwheel.cli import render
 
     store = open_cli_store(store_url)
     try:
         doc = render.status_dict(store.status())
         doc["backlog"] = store.job_backlog(namespace, limit=10)
+        doc["lateness_objective"] = render.objective_dict(store, namespace)
     finally:
         store.close()
     if as_json:

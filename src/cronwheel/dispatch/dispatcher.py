@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from cronwheel import failpoints
+from cronwheel import failpoints, metrics
 from cronwheel.dispatch.wheel import TimingWheel
 from cronwheel.domain.clock import Clock
 from cronwheel.domain.models import Job, JobId, Lease
@@ -131,11 +131,13 @@ class Dispatcher:
                 reaped = self.store.requeue_expired()
                 if reaped:
                     self.stats.reaped += reaped
+                    metrics.reaped(reaped)
                     log.info("claims_requeued", count=reaped)
         except LeaseLostError as exc:
             self._step_down(str(exc))
         except StoreUnavailableError as exc:
             self.stats.store_errors += 1
+            metrics.store_error()
             log.warning("store_unavailable", error=str(exc))
             return 0.5
         return self._sleep_for()
@@ -163,17 +165,20 @@ class Dispatcher:
             if self.lease is not None:
                 self._step_down("lease expired before renewal")
             self.stats.terms += 1
+            metrics.lease_acquired(lease.epoch)
             log.info("lease_acquired", holder=self.holder, epoch=lease.epoch)
             self._wheel.clear()
             self._jobs_version = -1
             self._next_scan = 0.0
             self._next_reap = 0.0
         self.lease = lease
+        metrics.lease_renewed(lease.epoch)
         self._next_renew = mono + renew_s
 
     def _step_down(self, reason: str) -> None:
         if self.lease is not None:
             self.stats.lease_lost += 1
+            metrics.lease_lost()
             log.warning("lease_lost", holder=self.holder, epoch=self.lease.epoch, reason=reason)
         self.lease = None
         self._wheel.clear()
@@ -280,6 +285,7 @@ class Dispatcher:
             )
             for m in plan.missed:
                 self.stats.missed += m.count
+                metrics.instants_missed(m.count)
                 log.warning(
                     "firings_missed",
                     job=job.name,
@@ -296,8 +302,10 @@ class Dispatcher:
             result = self.store.enqueue(self.lease, advances)
         except LeaseLostError:
             self.stats.fenced_writes += 1
+            metrics.fenced_write()
             raise
         self.stats.enqueued += len(result.inserted)
+        metrics.firings_enqueued(result, advances, now=self.clock.now(), lead=self.config.lead)
         self.stats.duplicates += result.duplicates
         self.stats.stale += len(result.stale)
         self.stats.batches.append(len(result.inserted))

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from cronwheel import failpoints
+from cronwheel import failpoints, metrics
 from cronwheel.domain.clock import Clock
 from cronwheel.domain.models import ClaimedFiring, Firing, FiringId, NodeInfo
 from cronwheel.domain.policies import retry_backoff
@@ -153,6 +153,7 @@ class Worker:
         finished = self.clock.now()
         if cancelled:
             log.info("firing_cancelled", job=firing.job_name, firing_id=firing.id)
+            metrics.attempt_finished("cancelled")
             return Completion(
                 firing_id=firing.id,
                 claim_token=claim.claim_token,
@@ -166,6 +167,7 @@ class Worker:
         if error is None:
             self.stats.succeeded += 1
             self.stats.lateness_ms.append(lateness_ms)
+            metrics.attempt_finished("succeeded", firing, lateness_ms)
             log.info(
                 "firing_succeeded",
                 job=firing.job_name,
@@ -181,6 +183,7 @@ class Worker:
                 finished_at=finished,
             )
         self.stats.failed += 1
+        metrics.attempt_finished("failed")
         retry_at = None
         if firing.attempt < firing.max_attempts:
             p = claim.policies
@@ -262,6 +265,7 @@ class Worker:
             for completion, ok in zip(batch, accepted, strict=True):
                 if not ok:
                     self.stats.rejected += 1
+                    metrics.completion_rejected()
                     log.warning(
                         "completion_rejected",
                         firing_id=completion.firing_id,
@@ -279,6 +283,7 @@ class Worker:
             prefetch=timedelta(0),
         )
         self.stats.claimed += len(claims)
+        metrics.claimed(claims)
         await asyncio.gather(*(self._execute_and_report(c) for c in claims))
         await self.flush()
         return len(claims)
@@ -359,6 +364,7 @@ class Worker:
                     backoff = 0.1
                 except StoreUnavailableError as exc:
                     log.warning("store_unavailable", error=str(exc), retry_in_s=backoff)
+                    metrics.store_error()
                     await _wait_any([stop.wait()], backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
@@ -366,6 +372,7 @@ class Worker:
                 if claimed:
                     failpoints.hit("worker.after_claim")
                 self.stats.claimed += claimed
+                metrics.claimed(claims)
                 for claim in claims:
                     # register before the task starts so `free` is right on the next pass
                     task = asyncio.create_task(self._execute_and_report(claim))
@@ -406,6 +413,7 @@ class Worker:
                 await self.flush()
             except StoreUnavailableError as exc:
                 log.warning("store_unavailable", error=str(exc))
+                metrics.store_error()
                 await asyncio.sleep(0.5)
                 self._completions_ready.set()
 
@@ -425,6 +433,7 @@ class Worker:
                 claims = [(fid, c.claim_token) for fid, (c, _) in self._active.items()]
                 if claims:
                     lost = await self._call(self.store.heartbeat, self.worker_id, claims)
+                    metrics.claims_renewed(len(claims) - len(lost))
                     cancelled = await self._call(self.store.cancel_requested, claims)
                     for fid in lost | cancelled:
                         entry = self._active.get(fid)
@@ -432,6 +441,7 @@ class Worker:
                             entry[1].request_cancel()
                             if fid in lost:
                                 self.stats.lost_claims += 1
+                                metrics.claim_lost()
                                 log.warning("claim_lost", firing_id=fid)
                 mono = self.clock.monotonic()
                 if mono >= next_node_beat:
@@ -439,6 +449,7 @@ class Worker:
                     await self._call(self.store.heartbeat_node, self.worker_id)
             except StoreUnavailableError as exc:
                 log.warning("store_unavailable", error=str(exc))
+                metrics.store_error()
 
 
 async def _wait_any(aws: list[Any], timeout: float) -> None:

@@ -1,11 +1,11 @@
 """LISTEN/NOTIFY wake-ups for PostgresStore.
 
-``enqueue``, ``enqueue_now`` and ``redrive_firing`` call ``pg_notify`` inside their
-transaction: PostgreSQL delivers the notification at commit, never for a rolled-back
-write. A listener holds its own connection (not a pooled one: LISTEN is session
-state) in a daemon thread. A notification is only a latency hint: after a lost
-connection the listener reconnects with backoff and calls back once, since hints may
-have been missed meanwhile.
+``enqueue``, ``enqueue_now``, ``enqueue_now_once``, ``add_firings`` and
+``redrive_firing`` call ``pg_notify`` inside their transaction: PostgreSQL delivers
+the notification at commit, never for a rolled-back write. A listener holds its own
+connection (not a pooled one: LISTEN is session state) in a daemon thread. A
+notification is only a latency hint: after a lost connection the listener reconnects
+with backoff and calls back once, since hints may have been missed meanwhile.
 """
 
 from __future__ import annotations

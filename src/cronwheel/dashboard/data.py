@@ -1,0 +1,499 @@
+"""View models: what each dashboard view shows, read from the same store methods as
+the HTTP API (namespace-scoped ones for jobs and firings; the cluster view of
+``/v1/status`` for leader, nodes and queue depth). Templates only lay it out."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from cronwheel.domain.fates import explain
+from cronwheel.domain.firing import FiringState
+from cronwheel.domain.models import Firing, Job, JobId
+from cronwheel.domain.schedules import CronSchedule
+from cronwheel.lateness import (
+    BUCKETS_S,
+    STARTED_STATES,
+    first_attempt_lateness_s,
+    lateness_of,
+    objective_ms,
+    percentile,
+)
+from cronwheel.store.protocol import ApiStore, StoreStatus
+
+from .words import cron_words
+
+FILTER_STATES = ("queued", "running", "succeeded", "dead", "cancelled", "skipped", "missed")
+JOBS_SHOWN = 100
+FIRINGS_SHOWN = 50
+CHART_SAMPLE = 300
+NODE_STALE_S = 10.0
+
+
+# -- formatting ------------------------------------------------------------------------
+def fmt_ms(ms: float | None) -> str:
+    if ms is None:
+        return "—"
+    if abs(ms) < 1:
+        return f"{ms:.2f} ms"
+    if abs(ms) < 1000:
+        return f"{ms:.1f} ms"
+    return fmt_s(ms / 1000)
+
+
+def fmt_s(s: float) -> str:
+    if abs(s) < 60:
+        return f"{s:.1f} s" if abs(s) < 10 else f"{s:.0f} s"
+    if abs(s) < 3600:
+        return f"{int(s // 60)} m {int(s % 60)} s"
+    if abs(s) < 86400:
+        return f"{int(s // 3600)} h {int(s % 3600 // 60)} m"
+    return f"{int(s // 86400)} d {int(s % 86400 // 3600)} h"
+
+
+def fmt_utc(t: datetime | None) -> str:
+    return "—" if t is None else t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def fmt_local(t: datetime, zone: ZoneInfo) -> str:
+    return t.astimezone(zone).strftime("%a %d %b %H:%M:%S %Z")
+
+
+def fmt_relative(t: datetime, now: datetime) -> str:
+    delta = (t - now).total_seconds()
+    return f"in {fmt_s(delta)}" if delta >= 0 else f"{fmt_s(-delta)} ago"
+
+
+def zone_of(job: Job) -> str:
+    schedule = job.spec.schedule
+    return schedule.tz if isinstance(schedule, CronSchedule) else "UTC"
+
+
+def written(job: Job) -> str:
+    """The schedule as the user wrote it."""
+    d = job.spec.schedule.to_dict()
+    kind = d["kind"]
+    if kind == "cron":
+        return str(d["cron"])
+    if kind == "every":
+        return f"every {d['interval']}"
+    if kind == "at":
+        return f"at {d['at']}"
+    return "now"
+
+
+def in_words(job: Job) -> str:
+    schedule = job.spec.schedule
+    if isinstance(schedule, CronSchedule):
+        words = cron_words(schedule.expr)
+        dst = f"DST gap: {schedule.gap}, overlap: {schedule.overlap}"
+        return f"{words} ({dst})" if words else schedule.describe()
+    return schedule.describe()
+
+
+def job_state(job: Job) -> str:
+    if job.paused:
+        return "paused"
+    return "active" if job.next_fire_at is not None else "done"
+
+
+# -- upcoming firings with DST notes -----------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Upcoming:
+    local: str
+    utc: str
+    relative: str
+    note: str | None
+
+
+def upcoming(job: Job, now: datetime, count: int) -> list[Upcoming]:
+    zone = ZoneInfo(zone_of(job))
+    schedule = job.spec.schedule
+    out: list[Upcoming] = []
+    t = job.next_fire_at
+    if t is None or job.paused:
+        return out
+    note: str | None = None
+    if isinstance(schedule, CronSchedule):
+        first = schedule.next_after_with_note(t - timedelta(microseconds=1))
+        note = first.note if first is not None and first.utc == t else None
+    while t is not None and len(out) < count:
+        out.append(Upcoming(fmt_local(t, zone), fmt_utc(t), fmt_relative(t, now), note))
+        if isinstance(schedule, CronSchedule):
+            nxt = schedule.next_after_with_note(t)
+            t, note = (None, None) if nxt is None else (nxt.utc, nxt.note)
+        else:
+            t = schedule.next_after(t)
+        if job.spec.end_at is not None and t is not None and t > job.spec.end_at:
+            break
+    return out
+
+
+# -- overview ----------------------------------------------------------------------------
+@dataclass(slots=True)
+class NodeRow:
+    id: str
+    kind: str
+    host: str
+    pid: int
+    age: str
+    alive: bool
+    leader: bool
+
+
+@dataclass(slots=True)
+class Overview:
+    now: str
+    leader: str | None
+    epoch: int | None
+    lease_left: str | None
+    queued: int
+    running: int
+    stuck: int
+    oldest_queued: str | None
+    jobs: int
+    paused: int
+    last_hour: dict[str, int]
+    p50: str
+    p99: str
+    samples: int
+    objective: str
+    breached: bool
+    nodes: list[NodeRow] = field(default_factory=list)
+
+
+def overview(store: ApiStore, namespace: str) -> Overview:
+    s: StoreStatus = store.status()
+    now = s.now
+    lease = s.lease
+    alive = lease is not None and lease.expires_at > now
+    running = store.list_firings(states=[FiringState.RUNNING], limit=1000)
+    stuck = sum(1 for f in running if f.lease_until is not None and f.lease_until < now)
+    oldest = None
+    if s.oldest_queued_due_at is not None and s.oldest_queued_due_at < now:
+        oldest = fmt_s((now - s.oldest_queued_due_at).total_seconds())
+    recent = store.list_firings(namespace=namespace, states=STARTED_STATES, limit=CHART_SAMPLE)
+    late = [x * 1000 for x in (first_attempt_lateness_s(f) for f in recent) if x is not None]
+    goal = objective_ms()
+    p99 = percentile(late, 99)
+    nodes = [
+        NodeRow(
+            id=n.id,
+            kind=n.kind,
+            host=n.hostname,
+            pid=n.pid,
+            age=fmt_s(max(0.0, (now - n.heartbeat_at).total_seconds())),
+            alive=(now - n.heartbeat_at).total_seconds() <= NODE_STALE_S,
+            leader=alive and lease is not None and lease.holder == n.id,
+        )
+        for n in s.nodes
+    ]
+    return Overview(
+        now=fmt_utc(now),
+        leader=lease.holder if alive and lease else None,
+        epoch=lease.epoch if lease else None,
+        lease_left=fmt_s((lease.expires_at - now).total_seconds()) if alive and lease else None,
+        queued=s.counts.get("queued", 0),
+        running=s.counts.get("running", 0),
+        stuck=stuck,
+        oldest_queued=oldest,
+        jobs=s.jobs,
+        paused=s.paused_jobs,
+        last_hour={k: v for k, v in sorted(s.counts.items()) if k not in ("queued", "running")},
+        p50=fmt_ms(percentile(late, 50)),
+        p99=fmt_ms(p99),
+        samples=len(late),
+        objective=fmt_ms(goal),
+        breached=p99 is not None and p99 > goal,
+        nodes=nodes,
+    )
+
+
+# -- jobs ----------------------------------------------------------------------------------
+@dataclass(slots=True)
+class JobRow:
+    id: int
+    name: str
+    task: str
+    written: str
+    words: str
+    zone: str
+    state: str
+    next: list[Upcoming]
+    last_outcome: str | None
+    last_firing_id: int | None
+    backlog: int
+    p99: str
+    breached: bool
+    missed_total: int
+
+
+def jobs(store: ApiStore, namespace: str) -> tuple[list[JobRow], bool]:
+    now = store.now()
+    found = store.search_jobs(namespace, limit=JOBS_SHOWN + 1)
+    backlog = store.job_backlog(namespace, limit=10_000)
+    goal = objective_ms()
+    rows: list[JobRow] = []
+    for job in found[:JOBS_SHOWN]:
+        recent = store.list_job_firings(job.id, limit=100)
+        final = [f for f in recent if f.state in STARTED_STATES]
+        lat = lateness_of(job, final, goal)
+        last = next((f for f in recent if f.state.value not in ("queued", "running")), None)
+        rows.append(
+            JobRow(
+                id=job.id,
+                name=job.name,
+                task=job.spec.task,
+                written=written(job),
+                words=in_words(job),
+                zone=zone_of(job),
+                state=job_state(job),
+                next=upcoming(job, now, 2),
+                last_outcome=None if last is None else last.state.value,
+                last_firing_id=None if last is None else last.id,
+                backlog=backlog.get(job.name, 0),
+                p99=fmt_ms(lat.p99_ms),
+                breached=lat.breached,
+                missed_total=job.missed_total,
+            )
+        )
+    return rows, len(found) > JOBS_SHOWN
+
+
+# -- firings ---------------------------------------------------------------------------------
+@dataclass(slots=True)
+class FiringRow:
+    id: int
+    job: str
+    job_id: int
+    state: str
+    scheduled: str
+    attempt: str
+    lateness: str
+    late_breach: bool
+    worker: str
+    error: str | None
+
+
+def firing_row(f: Firing, goal_ms: float) -> FiringRow:
+    late = f.lateness
+    ms = None if late is None else late.total_seconds() * 1000
+    error = None
+    if f.error:
+        lines = [line for line in f.error.strip().splitlines() if line.strip()]
+        error = lines[-1][:160] if lines else None
+    return FiringRow(
+        id=f.id,
+        job=f.job_name,
+        job_id=f.job_id,
+        state=f.state.value,
+        scheduled=fmt_utc(f.scheduled_for),
+        attempt=f"{f.attempt}/{f.max_attempts}",
+        lateness=fmt_ms(ms),
+        late_breach=ms is not None and f.attempt == 1 and ms > goal_ms,
+        worker=f.worker_id or "—",
+        error=error,
+    )
+
+
+def firings(
+    store: ApiStore, namespace: str, *, state: str | None, job_id: int | None
+) -> list[FiringRow]:
+    states = [FiringState(state)] if state else None
+    goal = objective_ms()
+    if job_id is not None:
+        found = store.list_job_firings(JobId(job_id), states=states, limit=FIRINGS_SHOWN)
+    else:
+        found = store.list_firings(namespace=namespace, states=states, limit=FIRINGS_SHOWN)
+    return [firing_row(f, goal) for f in found]
+
+
+# -- lateness charts (inline SVG geometry) ------------------------------------------------------
+@dataclass(slots=True)
+class Bar:
+    x: float
+    y: float
+    w: float
+    h: float
+    label: str
+    count: int
+    over: bool
+
+
+@dataclass(slots=True)
+class Point:
+    x: float
+    y: float
+    over: bool
+    title: str
+
+
+@dataclass(slots=True)
+class Charts:
+    bars: list[Bar]
+    points: list[Point]
+    objective_y: float
+    y_ticks: list[tuple[float, str]]
+    span: str
+    samples: int
+    width: int = 380
+    height: int = 130
+
+
+_BUCKET_LABELS = ["1ms", "2.5", "5", "10", "25", "50", "100", "200", "500"]
+_BUCKET_LABELS += ["1s", "2.5s", "5s", "10s", "30s", "60s", ">60s"]
+_LOG_MIN, _LOG_MAX = math.log10(0.0001), math.log10(60.0)  # 0.1 ms .. 60 s
+
+
+def _log_y(seconds: float, top: float, height: float) -> float:
+    v = math.log10(min(max(seconds, 0.0001), 60.0))
+    return top + height - (v - _LOG_MIN) / (_LOG_MAX - _LOG_MIN) * height
+
+
+def charts(store: ApiStore, namespace: str) -> Charts:
+    recent = store.list_firings(namespace=namespace, states=STARTED_STATES, limit=CHART_SAMPLE)
+    samples = [(f, max(0.0, s)) for f in recent if (s := first_attempt_lateness_s(f)) is not None]
+    goal_s = objective_ms() / 1000
+    counts = [0] * (len(BUCKETS_S) + 1)
+    for _, s in samples:
+        counts[next((i for i, b in enumerate(BUCKETS_S) if s <= b), len(BUCKETS_S))] += 1
+    width, height, top, bottom = 380, 130, 8, 22
+    plot_h = height - top - bottom
+    slot = width / len(counts)
+    peak = max(counts) or 1
+    bars = []
+    for i, c in enumerate(counts):
+        h = plot_h * c / peak
+        bound = BUCKETS_S[i] if i < len(BUCKETS_S) else math.inf
+        bars.append(
+            Bar(
+                x=round(i * slot + 1, 1),
+                y=round(top + plot_h - h, 1),
+                w=round(slot - 2, 1),
+                h=round(h, 1),
+                label=_BUCKET_LABELS[i],
+                count=c,
+                over=bound > goal_s,
+            )
+        )
+    points: list[Point] = []
+    span = "no finished firings yet"
+    timed = sorted(
+        ((f.started_at, s, f) for f, s in samples if f.started_at is not None),
+        key=lambda x: x[0],
+    )
+    left, plot_w = 44, width - 50
+    if timed:
+        t0, t1 = timed[0][0], timed[-1][0]
+        total = max((t1 - t0).total_seconds(), 1e-6)
+        for started, s, f in timed:
+            x = left + (started - t0).total_seconds() / total * plot_w if len(timed) > 1 else left
+            points.append(
+                Point(
+                    x=round(x, 1),
+                    y=round(_log_y(s, top, plot_h), 1),
+                    over=s > goal_s,
+                    title=f"{f.job_name} #{f.id}: {fmt_ms(s * 1000)} late",
+                )
+            )
+        span = f"{fmt_utc(t0)[11:19]} – {fmt_utc(t1)[11:19]} UTC"
+    ticks = [(round(_log_y(v, top, plot_h), 1), lbl) for v, lbl in _TICKS]
+    return Charts(
+        bars=bars,
+        points=points,
+        objective_y=round(_log_y(goal_s, top, plot_h), 1),
+        y_ticks=ticks,
+        span=span,
+        samples=len(samples),
+    )
+
+
+_TICKS = [(0.001, "1 ms"), (0.01, "10 ms"), (0.1, "100 ms"), (1.0, "1 s"), (10.0, "10 s")]
+
+
+# -- one job, one firing ---------------------------------------------------------------------------
+def job_detail(store: ApiStore, job: Job, *, hours: int) -> dict[str, Any]:
+    now = store.now()
+    since = now - timedelta(hours=hours)
+    history = store.list_job_firings(
+        job.id, scheduled_from=since, scheduled_to=now + timedelta(microseconds=1), limit=5000
+    )
+    events = store.job_events(job.id, limit=5000)
+    occurrences = explain(job, since=since, until=now, now=now, firings=history, events=events)
+    summary: dict[str, int] = {}
+    for o in occurrences:
+        summary[o.fate] = summary.get(o.fate, 0) + 1
+    zone = ZoneInfo(zone_of(job))
+    fates = [
+        {
+            "nominal": o.nominal,
+            "utc": fmt_utc(o.instant) if o.instant else "—",
+            "local": fmt_local(o.instant, zone) if o.instant else "—",
+            "fate": o.fate,
+            "kind": o.fate.split(" ")[0],
+            "detail": o.detail,
+            "firing_id": o.firing_id,
+        }
+        for o in reversed(occurrences[-200:])
+    ]
+    final = store.list_job_firings(job.id, states=STARTED_STATES, limit=100)
+    lat = lateness_of(job, final, objective_ms())
+    p = job.spec.policies
+    return {
+        "job": job,
+        "written": written(job),
+        "words": in_words(job),
+        "zone": zone_of(job),
+        "state": job_state(job),
+        "upcoming": upcoming(job, now, 10),
+        "fates": fates,
+        "fate_summary": sorted(summary.items()),
+        "fates_total": len(occurrences),
+        "hours": hours,
+        "lateness": lat,
+        "p50": fmt_ms(lat.p50_ms),
+        "p99": fmt_ms(lat.p99_ms),
+        "objective": fmt_ms(lat.objective_ms),
+        "policies": [
+            ("max attempts", str(p.max_attempts)),
+            ("misfire", p.misfire.value),
+            ("overlap", p.overlap.value),
+            ("max concurrency", str(job.spec.max_concurrency or "unlimited")),
+            ("visibility timeout", fmt_s(p.visibility_timeout.total_seconds())),
+            ("timeout", "none" if p.timeout is None else fmt_s(p.timeout.total_seconds())),
+            ("priority", f"{p.priority:g}"),
+            ("missed total", str(job.missed_total)),
+        ],
+    }
+
+
+def timeline(f: Firing) -> list[dict[str, str]]:
+    """The firing's moments, each with its offset from the scheduled instant."""
+
+    def step(label: str, t: datetime | None, extra: str = "") -> dict[str, str] | None:
+        if t is None:
+            return None
+        offset = (t - f.scheduled_for).total_seconds() * 1000
+        sign = "+" if offset >= 0 else "−"
+        return {
+            "label": label,
+            "at": fmt_utc(t),
+            "offset": f"{sign}{fmt_ms(abs(offset))}",
+            "extra": extra,
+        }
+
+    epoch = "" if f.enqueued_epoch is None else f"by leader epoch {f.enqueued_epoch}"
+    steps = [
+        step("scheduled", f.scheduled_for),
+        step("enqueued", f.enqueued_at, epoch),
+        step("due (jitter)", f.due_at) if f.due_at != f.scheduled_for else None,
+        step("started", f.started_at, f"attempt {f.attempt}" if f.started_at else ""),
+        step("cancel requested", f.cancel_requested_at),
+        step("finished", f.finished_at, f.state.value if f.finished_at else ""),
+    ]
+    if f.state is FiringState.RUNNING and f.lease_until is not None:
+        steps.append(step("claim lease until", f.lease_until, f.worker_id or ""))
+    return [s for s in steps if s is not None]

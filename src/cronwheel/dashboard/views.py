@@ -1,0 +1,345 @@
+"""The dashboard's routes: pages at ``/`` and ``/ui/...``, live fragments at ``/ui/f/...``
+(polled by htmx every few seconds and swapped in place), ``/metrics``, and the
+static files (htmx, vendored; CSS; one small script) at ``/ui/static``.
+
+Who may look: with authentication off (a loopback ``cronwheel api``) everyone, as
+the API's anonymous ``admin`` of namespace ``default``. With it on, a token —
+from ``Authorization: Bearer`` or from the login form, which keeps it in an
+``HttpOnly; SameSite=Strict`` cookie — and the pages show the token's namespace
+only (cluster health — leader, nodes, queue depth — as ``/v1/status`` does).
+``/metrics`` tells about every namespace, so it needs an ``admin`` token.
+
+Every value reaches HTML through Jinja2 autoescaping; names are wrapped in
+``<bdi>`` so right-to-left overrides cannot reorder the page around them; the
+Content-Security-Policy allows scripts and styles from this origin only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from cronwheel.api.auth import ANONYMOUS, Principal, store_of
+from cronwheel.api.errors import error_body
+from cronwheel.api.tokens import verify_token
+from cronwheel.domain.models import FiringId, JobId
+from cronwheel.errors import NotFoundError
+from cronwheel.metrics import ClusterCollector
+
+from . import data
+
+COOKIE = "cronwheel_token"
+COOKIE_MAX_AGE = 12 * 3600
+STATIC = Path(__file__).parent / "static"
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+
+router = APIRouter(include_in_schema=False)
+_env = Environment(
+    loader=PackageLoader("cronwheel.dashboard", "templates"),
+    autoescape=True,
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def _query(state: str | None, job: int | None) -> str:
+    return urlencode([(k, v) for k, v in (("state", state), ("job", job)) if v is not None])
+
+
+_env.globals["query"] = _query
+
+
+def mount(app: FastAPI) -> None:
+    """Add the dashboard and ``/metrics`` to the API app (``create_app`` calls this)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ClusterCollector(app.state.store))
+    app.state.metrics_registry = registry
+    app.include_router(router)
+    app.mount("/ui/static", StaticFiles(directory=STATIC), name="dashboard-static")
+
+
+# -- who is looking ---------------------------------------------------------------------------
+def _token_text(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return request.cookies.get(COOKIE)
+
+
+def viewer(request: Request) -> Principal | None:
+    """The principal of this request, or None when a token is needed and missing/invalid."""
+    if not request.app.state.auth_required:
+        return ANONYMOUS
+    text = _token_text(request)
+    if not text:
+        return None
+    token = verify_token(store_of(request), text)
+    if token is None:
+        return None
+    return Principal(namespace=token.namespace, role=token.role, token_id=token.id)
+
+
+def _login_needed(request: Request) -> Response:
+    if request.headers.get("hx-request"):
+        # a polled fragment after the cookie expired: send the whole page to the login form
+        return Response(status_code=200, headers={"HX-Redirect": "/ui/login", **SECURITY_HEADERS})
+    return RedirectResponse("/ui/login", status_code=303, headers=SECURITY_HEADERS)
+
+
+def render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    html = _env.get_template(name).render(**context)
+    return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+
+
+def _base(request: Request, who: Principal) -> dict[str, Any]:
+    return {"namespace": who.namespace, "auth": bool(request.app.state.auth_required)}
+
+
+def _not_found(request: Request, who: Principal, what: str) -> HTMLResponse:
+    return render("message.html", 404, message=f"No such {what}.", **_base(request, who))
+
+
+def _filters(request: Request) -> tuple[str | None, int | None] | None:
+    state = request.query_params.get("state") or None
+    job_text = request.query_params.get("job") or None
+    if state is not None and state not in data.FILTER_STATES:
+        return None
+    if job_text is not None and not (job_text.isdigit() and len(job_text) < 19):
+        return None
+    return state, None if job_text is None else int(job_text)
+
+
+def _bad_filter(request: Request, who: Principal) -> HTMLResponse:
+    states = ", ".join(data.FILTER_STATES)
+    return render(
+        "message.html",
+        400,
+        message=f"Bad filter: state must be one of {states}; job must be a job id.",
+        **_base(request, who),
+    )
+
+
+# -- pages ------------------------------------------------------------------------------------
+@router.get("/")
+def index(request: Request) -> Response:
+    who = viewer(request)
+    if who is None:
+        return _login_needed(request)
+    filters = _filters(request)
+    if filters is None:
+        return _bad_filter(request, who)
+    state, job_id = filters
+    store = store_of(request)
+    rows, more = data.jobs(store, who.namespace)
+    return render(
+        "index.html",
+        ov=data.overview(store, who.namespace),
+        jobs=rows,
+        more_jobs=more,
+        firings=data.firings(
+            store, who.namespace, state=state, job_id=_own_job(request, who, job_id)
+        ),
+        states=data.FILTER_STATES,
+        state=state,
+        job_filter=job_id,
+        charts=data.charts(store, who.namespace),
+        **_base(request, who),
+    )
+
+
+def _own_job(request: Request, who: Principal, job_id: int | None) -> int | None:
+    """``job_id`` if that job is in the viewer's namespace; else -1 (shows nothing)."""
+    if job_id is None:
+        return None
+    try:
+        job = store_of(request).get_job_by_id(JobId(job_id))
+    except NotFoundError:
+        return -1
+    return job_id if job.namespace == who.namespace else -1
+
+
+@router.get("/ui/jobs/{job_id}")
+def job_page(request: Request, job_id: str) -> Response:
+    who = viewer(request)
+    if who is None:
+        return _login_needed(request)
+    hours_text = request.query_params.get("hours", "1")
+    if not job_id.isdigit() or len(job_id) > 18 or hours_text not in ("1", "6", "24", "168"):
+        return _not_found(request, who, "job")
+    store = store_of(request)
+    try:
+        job = store.get_job_by_id(JobId(int(job_id)))
+    except NotFoundError:
+        return _not_found(request, who, "job")
+    if job.namespace != who.namespace:
+        return _not_found(request, who, "job")
+    detail = data.job_detail(store, job, hours=int(hours_text))
+    firings = data.firings(store, who.namespace, state=None, job_id=job.id)
+    return render(
+        "job.html",
+        d=detail,
+        firings=firings,
+        states=data.FILTER_STATES,
+        state=None,
+        job_filter=job.id,
+        **_base(request, who),
+    )
+
+
+def _own_firing(request: Request, who: Principal, firing_id: str) -> Any:
+    if not firing_id.isdigit() or len(firing_id) > 18:
+        return None
+    try:
+        firing = store_of(request).get_firing(FiringId(int(firing_id)))
+    except NotFoundError:
+        return None
+    return firing if firing.namespace == who.namespace else None
+
+
+@router.get("/ui/firings/{firing_id}")
+def firing_page(request: Request, firing_id: str) -> Response:
+    who = viewer(request)
+    if who is None:
+        return _login_needed(request)
+    firing = _own_firing(request, who, firing_id)
+    if firing is None:
+        return _not_found(request, who, "firing")
+    return render("firing.html", f=firing, steps=data.timeline(firing), **_base(request, who))
+
+
+# -- fragments (htmx polls these) ----------------------------------------------------------------
+@router.get("/ui/f/overview")
+def overview_fragment(request: Request) -> Response:
+    who = viewer(request)
+    if who is None:
+        return _login_needed(request)
+    return render("overview.html", ov=data.overview(store_of(request), who.namespace))
+
+
+@router.get("/ui/f/nodes")
+def nodes_fragment(request: Request) -> Response:
+    who = viewer(request)
+    if who is None:
+        return _login_needed(request)
+    return render("nodes.html", ov=data.overview(store_of(request), who.namespace))
+
+
+@router.get("/ui/f/jobs")
+def jobs_fragment(request: Request) -> Response:
+    who = viewer(request)
+    if who is None:
+        return _login_needed(request)
+    rows, more = data.jobs(store_of(request), who.namespace)
+    return render("jobs.html", jobs=rows, more_jobs=more)
+
+
+@router.get("/ui/f/firings")
+def firings_fragment(request: Request) -> Response:
+    who = viewer(request)
+    if who is None:
+        return _login_needed(request)
+    filters = _filters(request)
+    if filters is None:
+        return _bad_filter(request, who)
+    state, job_id = filters
+    rows = data.firings(
+        store_of(request), who.namespace, state=state, job_id=_own_job(request, who, job_id)
+    )
+    return render(
+        "firings.html", firings=rows, states=data.FILTER_STATES, state=state, job_filter=job_id
+    )
+
+
+@router.get("/ui/f/lateness")
+def lateness_fragment(request: Request) -> Response:
+    who = viewer(request)
+    if who is None:
+        return _login_needed(request)
+    return render("lateness.html", charts=data.charts(store_of(request), who.namespace))
+
+
+@router.get("/ui/f/firings/{firing_id}")
+def firing_fragment(request: Request, firing_id: str) -> Response:
+    who = viewer(request)
+    if who is None:
+        return _login_needed(request)
+    firing = _own_firing(request, who, firing_id)
+    if firing is None:
+        return _not_found(request, who, "firing")
+    return render("timeline.html", f=firing, steps=data.timeline(firing))
+
+
+# -- login --------------------------------------------------------------------------------------
+@router.get("/ui/login")
+def login_page(request: Request) -> Response:
+    if not request.app.state.auth_required:
+        return RedirectResponse("/", status_code=303)
+    return render("login.html", namespace=None, auth=True)
+
+
+@router.post("/ui/login")
+async def login(request: Request) -> Response:
+    """Body ``{"token": "cw_..."}`` (JSON, as every body here); sets the session cookie."""
+    try:
+        body = json.loads(await request.body() or b"{}")
+    except ValueError:
+        body = {}
+    text = body.get("token") if isinstance(body, dict) else None
+    if not isinstance(text, str) or not text.strip():
+        return JSONResponse(error_body("invalid_input", "send the token", "token"), 422)
+    text = text.strip()
+    if verify_token(store_of(request), text) is None:
+        return JSONResponse(error_body("unauthorized", "the token is not valid", "token"), 401)
+    response = JSONResponse({"status": "ok"}, headers=SECURITY_HEADERS)
+    response.set_cookie(
+        COOKIE,
+        text,
+        max_age=COOKIE_MAX_AGE,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@router.post("/ui/logout")
+def logout() -> Response:
+    response = Response(status_code=204, headers={"HX-Redirect": "/ui/login", **SECURITY_HEADERS})
+    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+    return response
+
+
+# -- Prometheus -----------------------------------------------------------------------------------
+@router.get("/metrics")
+def metrics(request: Request) -> Response:
+    """The cluster's metrics in the Prometheus text format (see cronwheel.metrics)."""
+    if request.app.state.auth_required:
+        who = viewer(request) if request.headers.get("authorization") else None
+        if who is None or not who.can("admin"):
+            return JSONResponse(
+                error_body("unauthorized", "/metrics needs an admin bearer token", "Authorization"),
+                401 if who is None else 403,
+                headers={"WWW-Authenticate": 'Bearer realm="cronwheel"'},
+            )
+    registry: CollectorRegistry = request.app.state.metrics_registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,142 @@
+"""Lateness objectives: "is each job starting on time?"
+
+A firing's *lateness* is ``started_at - scheduled_for`` of its **first** attempt
+(a retry starts after its backoff by design, so it would only add noise). Every
+job is held to one objective: its p99 lateness over its most recent
+``SAMPLE`` finished first attempts must stay at or under the objective — the
+global default 200 ms (DESIGN.md promise P1), or ``CRONWHEEL_LATENESS_OBJECTIVE_MS``.
+
+The dashboard, ``cronwheel status`` and ``/metrics`` all compute it here, from
+the store, so the three always agree. (A per-job objective would be a
+``JobPolicies`` field; the store schema does not have one yet.)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from cronwheel.domain.firing import FiringState
+from cronwheel.domain.models import Firing, Job
+from cronwheel.errors import ValidationError
+from cronwheel.store.protocol import ApiStore
+
+OBJECTIVE_ENV = "CRONWHEEL_LATENESS_OBJECTIVE_MS"
+DEFAULT_OBJECTIVE_MS = 200.0
+SAMPLE = 100  # recent first attempts per job that the p99 is computed over
+# 1 ms to 60 s: fine enough to see a dispatcher's milliseconds and a stalled minute
+BUCKETS_S: tuple[float, ...] = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+STARTED_STATES = (FiringState.SUCCEEDED, FiringState.DEAD, FiringState.CANCELLED)
+
+
+def objective_ms(environ: Mapping[str, str] | None = None) -> float:
+    """The objective in milliseconds (env ``CRONWHEEL_LATENESS_OBJECTIVE_MS``, else 200)."""
+    env = os.environ if environ is None else environ
+    text = env.get(OBJECTIVE_ENV, "").strip()
+    if not text:
+        return DEFAULT_OBJECTIVE_MS
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 < value <= 3_600_000:
+        raise ValidationError(
+            "must be a number of milliseconds from 0 to 3600000", field=OBJECTIVE_ENV
+        )
+    return value
+
+
+def first_attempt_lateness_s(firing: Firing) -> float | None:
+    """Seconds between the firing's instant and its first attempt's start, if known."""
+    if firing.started_at is None or firing.attempt != 1:
+        return None
+    return (firing.started_at - firing.scheduled_for).total_seconds()
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (``q`` in 0..100); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))
+    return ordered[index]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobLateness:
+    job_id: int
+    namespace: str
+    name: str
+    samples: int
+    p50_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+    objective_ms: float
+
+    @property
+    def breached(self) -> bool:
+        return self.p99_ms is not None and self.p99_ms > self.objective_ms
+
+    def to_dict(self) -> dict[str, object]:
+        def r(v: float | None) -> float | None:
+            return None if v is None else round(v, 3)
+
+        return {
+            "job": self.name,
+            "namespace": self.namespace,
+            "samples": self.samples,
+            "p50_ms": r(self.p50_ms),
+            "p99_ms": r(self.p99_ms),
+            "max_ms": r(self.max_ms),
+            "objective_ms": self.objective_ms,
+            "breached": self.breached,
+        }
+
+
+def lateness_of(job: Job, firings: Iterable[Firing], objective: float) -> JobLateness:
+    values = [s * 1000 for s in (first_attempt_lateness_s(f) for f in firings) if s is not None]
+    return JobLateness(
+        job_id=job.id,
+        namespace=job.namespace,
+        name=job.name,
+        samples=len(values),
+        p50_ms=percentile(values, 50),
+        p99_ms=percentile(values, 99),
+        max_ms=max(values) if values else None,
+        objective_ms=objective,
+    )
+
+
+def job_lateness(
+    store: ApiStore, job: Job, *, objective: float | None = None, sample: int = SAMPLE
+) -> JobLateness:
+    """The job's p50/p99 over its last ``sample`` finished firings, against the objective."""
+    firings = store.list_job_firings(job.id, states=STARTED_STATES, limit=sample)
+    return lateness_of(job, firings, objective_ms() if objective is None else objective)
+
+
+def breaches(
+    store: ApiStore, jobs: Iterable[Job], *, objective: float | None = None
+) -> list[JobLateness]:
+    """The jobs whose p99 exceeds the objective, worst first."""
+    goal = objective_ms() if objective is None else objective
+    found = [j for j in (job_lateness(store, job, objective=goal) for job in jobs) if j.breached]
+    return sorted(found, key=lambda j: -(j.p99_ms or 0.0))

@@ -1,0 +1,524 @@
+"""Prometheus metrics, in two places.
+
+**Cluster truths** (``/metrics`` of any ``cronwheel api`` process): computed from
+the store at scrape time by :class:`ClusterCollector`, so one scrape of any API
+node tells the whole story, however many hosts run schedulers and workers.
+Gauges (queue depth, backlog, leader, nodes, stuck claims) are read fresh; the
+firing counters and the lateness histogram are cumulative in the collector,
+which reads the firings that finished since its last scrape (see
+:class:`FiringTally`). They count from the API process's start, as any
+Prometheus counter does; ``rate()`` and ``increase()`` absorb restarts.
+
+**Process-local** counters of schedulers and workers (claims, redeliveries,
+lease renewals, ``lease_lost``, fenced writes, store errors, enqueue lag):
+module-level objects below, incremented by one-line calls from the dispatcher
+and the worker where they already keep their stats, served by
+``--metrics-port`` (off by default). Names and meanings: README "Observability".
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from cronwheel.domain.firing import FiringState
+from cronwheel.domain.models import FiringId
+from cronwheel.errors import CronwheelError, FiringNotFoundError
+from cronwheel.lateness import BUCKETS_S, first_attempt_lateness_s, lateness_of, objective_ms
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from cronwheel.domain.models import ClaimedFiring, Firing, Job
+    from cronwheel.store.protocol import ApiStore, EnqueueResult, JobAdvance
+
+MAX_JOBS_ENV = "CRONWHEEL_METRICS_MAX_JOBS"
+MAX_SCAN_ENV = "CRONWHEEL_METRICS_MAX_SCAN"
+NODE_STALE_ENV = "CRONWHEEL_METRICS_NODE_STALE_S"
+
+# -- process-local: scheduler ---------------------------------------------------------
+ENQUEUED = Counter("cronwheel_dispatcher_enqueued", "Firings this leader enqueued.")
+DUPLICATES = Counter(
+    "cronwheel_dispatcher_duplicates", "Enqueues refused by the (job_id, scheduled_for) key."
+)
+MISSED_INSTANTS = Counter(
+    "cronwheel_dispatcher_missed_instants", "Instants dropped by a misfire policy."
+)
+ENQUEUE_LAG = Histogram(
+    "cronwheel_dispatcher_enqueue_lag_seconds",
+    "How late a firing was enqueued after its planned enqueue time (scheduled_for - lead).",
+    buckets=BUCKETS_S,
+)
+LEASE_ACQUIRED = Counter("cronwheel_dispatcher_lease_acquired", "Terms won (epoch + 1).")
+LEASE_RENEWALS = Counter("cronwheel_dispatcher_lease_renewals", "Dispatcher lease renewals.")
+LEASE_LOST = Counter("cronwheel_dispatcher_lease_lost", "Leaderships lost (lease_lost events).")
+FENCED_WRITES = Counter(
+    "cronwheel_dispatcher_fenced_writes", "Enqueue batches refused by the epoch fence."
+)
+IS_LEADER = Gauge("cronwheel_dispatcher_is_leader", "1 while this scheduler holds the lease.")
+EPOCH = Gauge("cronwheel_dispatcher_epoch", "Epoch of the lease this scheduler last held.")
+REAPED = Counter(
+    "cronwheel_dispatcher_reaped", "Firings the reaper changed (expired claims re-queued, ...)."
+)
+# -- process-local: worker ----------------------------------------------------------------
+CLAIMS = Counter("cronwheel_worker_claims", "Firings claimed.")
+REDELIVERIES = Counter(
+    "cronwheel_worker_redeliveries", "Claims of a firing's second or later attempt."
+)
+ATTEMPTS = Counter("cronwheel_worker_attempts", "Attempts run, by outcome.", ["outcome"])
+WORKER_LATENESS = Histogram(
+    "cronwheel_worker_lateness_seconds",
+    "Start lateness (start - scheduled_for) of first attempts run by this worker.",
+    buckets=BUCKETS_S,
+)
+CLAIM_RENEWALS = Counter("cronwheel_worker_claim_renewals", "Claim leases renewed.")
+CLAIMS_LOST = Counter("cronwheel_worker_claims_lost", "Claims lost while running.")
+REJECTED = Counter(
+    "cronwheel_worker_completions_rejected", "Results refused: the claim was no longer held."
+)
+# -- both --------------------------------------------------------------------------------
+STORE_ERRORS = Counter("cronwheel_store_errors", "Transient store errors (StoreUnavailableError).")
+
+
+def serve_metrics(port: int, host: str = "127.0.0.1") -> None:
+    """Expose this process's metrics on ``http://host:port/metrics`` (a daemon thread)."""
+    start_http_server(port, addr=host)
+
+
+# one-line hooks for the dispatcher and the worker --------------------------------------
+def store_error() -> None:
+    STORE_ERRORS.inc()
+
+
+def lease_acquired(epoch: int) -> None:
+    LEASE_ACQUIRED.inc()
+    EPOCH.set(epoch)
+
+
+def lease_renewed(epoch: int) -> None:
+    LEASE_RENEWALS.inc()
+    IS_LEADER.set(1)
+    EPOCH.set(epoch)
+
+
+def lease_lost() -> None:
+    LEASE_LOST.inc()
+    IS_LEADER.set(0)
+
+
+def fenced_write() -> None:
+    FENCED_WRITES.inc()
+
+
+def instants_missed(count: int) -> None:
+    MISSED_INSTANTS.inc(count)
+
+
+def reaped(count: int) -> None:
+    REAPED.inc(count)
+
+
+def firings_enqueued(
+    result: EnqueueResult, advances: Sequence[JobAdvance], *, now: datetime, lead: timedelta
+) -> None:
+    ENQUEUED.inc(len(result.inserted))
+    DUPLICATES.inc(result.duplicates)
+    stale = set(result.stale)
+    for advance in advances:
+        if advance.job_id in stale:
+            continue
+        for planned in advance.firings:
+            lag = (now - (planned.scheduled_for - lead)).total_seconds()
+            ENQUEUE_LAG.observe(max(0.0, lag))
+
+
+def claimed(claims: Sequence[ClaimedFiring]) -> None:
+    CLAIMS.inc(len(claims))
+    again = sum(1 for c in claims if c.firing.attempt > 1)
+    if again:
+        REDELIVERIES.inc(again)
+
+
+def attempt_finished(outcome: str, firing: Firing | None = None, lateness_ms: float = 0.0) -> None:
+    """``outcome``: succeeded | failed | cancelled. Lateness is recorded for first attempts."""
+    ATTEMPTS.labels(outcome).inc()
+    if firing is not None and firing.attempt == 1:
+        WORKER_LATENESS.observe(max(0.0, lateness_ms / 1000))
+
+
+def claims_renewed(count: int) -> None:
+    CLAIM_RENEWALS.inc(count)
+
+
+def claim_lost() -> None:
+    CLAIMS_LOST.inc()
+
+
+def completion_rejected() -> None:
+    REJECTED.inc()
+
+
+# -- cluster truths ------------------------------------------------------------------------
+FINAL_STATES = frozenset(
+    {
+        FiringState.SUCCEEDED,
+        FiringState.DEAD,
+        FiringState.CANCELLED,
+        FiringState.SKIPPED,
+        FiringState.MISSED,
+    }
+)
+ACTIVE_STATES = (FiringState.QUEUED, FiringState.RUNNING)
+_PAGE = 1000
+
+
+def _env_int(name: str, default: int) -> int:
+    text = os.environ.get(name, "").strip()
+    return int(text) if text.isdigit() else default
+
+
+class FiringTally:
+    """Cumulative outcome counts and a lateness histogram, read incrementally.
+
+    Firing ids grow with insertion, not with completion, so a high-water id alone
+    would miss a firing inserted early and finished late. The tally keeps the
+    highest id it has seen and the ids it saw unfinished (``pending``). Each
+    ``update`` walks the firings newest first (``list_firings(before_id=...)``,
+    a primary-key range) down to the lower of the two; new finished firings and
+    pending ones that have finished are counted once. The walk is bounded by
+    ``max_scan`` rows; pending firings below it are re-checked one by one (at most
+    ``max_recheck`` per update). Firings that finished before the first update are
+    history and are not counted; a DEAD firing re-driven later is not counted twice.
+    """
+
+    def __init__(self, *, max_scan: int = 10_000, max_recheck: int = 200) -> None:
+        self.max_scan = max_scan
+        self.max_recheck = max_recheck
+        self.high: int | None = None
+        self.pending: set[int] = set()
+        self.outcomes: dict[tuple[str, str], int] = defaultdict(int)
+        self.failed_attempts: dict[str, int] = defaultdict(int)
+        self.buckets: dict[str, list[int]] = {}  # namespace -> per-bucket (non-cumulative) + inf
+        self.sums: dict[str, float] = defaultdict(float)
+        self.untracked = 0  # firings skipped because more than max_scan arrived between updates
+
+    def _count(self, f: Firing) -> None:
+        self.outcomes[(f.namespace, f.state.value)] += 1
+        if f.state is FiringState.DEAD:
+            self.failed_attempts[f.namespace] += f.attempt
+        elif f.attempt > 1:
+            self.failed_attempts[f.namespace] += f.attempt - 1
+        late = first_attempt_lateness_s(f)
+        if late is None:
+            return
+        late = max(0.0, late)
+        counts = self.buckets.setdefault(f.namespace, [0] * (len(BUCKETS_S) + 1))
+        index = next((i for i, b in enumerate(BUCKETS_S) if late <= b), len(BUCKETS_S))
+        counts[index] += 1
+        self.sums[f.namespace] += late
+
+    def _see(self, f: Firing, old_high: int | None) -> None:
+        new = old_high is not None and f.id > old_high
+        if f.state in FINAL_STATES:
+            if f.id in self.pending:
+                self.pending.discard(f.id)
+                self._count(f)
+            elif new:
+                self._count(f)
+        elif old_high is None or new or f.id in self.pending:
+            self.pending.add(f.id)
+
+    def update(self, store: ApiStore) -> None:
+        old_high = self.high
+        floor = -1 if old_high is None else old_high
+        if self.pending:
+            floor = min(floor, min(self.pending) - 1)
+        scanned = 0
+        before: int | None = None
+        top: int | None = None
+        lowest: int | None = None
+        complete = False
+        walked: set[int] = set()
+        while scanned < self.max_scan:
+            limit = min(_PAGE, self.max_scan - scanned)
+            page = store.list_firings(before_id=before, limit=limit)
+            for f in page:
+                if top is None:
+                    top = f.id
+                if f.id <= floor:
+                    complete = True
+                    break
+                lowest = f.id
+                walked.add(f.id)
+                self._see(f, old_high)
+            scanned += len(page)
+            if complete or len(page) < limit:
+                complete = True
+                break
+            before = page[-1].id
+        # pending ids inside the walked range that were not seen no longer exist (deleted)
+        bottom = floor if complete else (lowest if lowest is not None else floor)
+        self.pending = {p for p in self.pending if p <= bottom or p in walked}
+        if not complete and old_high is not None:
+            if lowest is not None and lowest > old_high + 1:
+                self.untracked += lowest - old_high - 1
+            rest = sorted((p for p in self.pending if lowest is None or p < lowest), reverse=True)
+            for fid in rest[: self.max_recheck]:
+                try:
+                    f = store.get_firing(FiringId(fid))
+                except FiringNotFoundError:
+                    self.pending.discard(fid)
+                    continue
+                self._see(f, old_high)
+        if top is not None:
+            self.high = max(top, old_high or 0)
+        elif self.high is None:
+            self.high = 0
+
+
+class ClusterCollector(Collector):
+    """The cluster's metrics, read from the store at scrape time (thread-safe)."""
+
+    def __init__(
+        self,
+        store: ApiStore,
+        *,
+        max_jobs: int | None = None,
+        max_scan: int | None = None,
+        node_stale_s: float | None = None,
+    ) -> None:
+        self.store = store
+        self.max_jobs = _env_int(MAX_JOBS_ENV, 200) if max_jobs is None else max_jobs
+        self.max_scan = _env_int(MAX_SCAN_ENV, 10_000) if max_scan is None else max_scan
+        self.node_stale_s = (
+            float(_env_int(NODE_STALE_ENV, 10)) if node_stale_s is None else node_stale_s
+        )
+        self.tally = FiringTally(max_scan=self.max_scan)
+        self._backlog: dict[tuple[str, str], int] = {}  # per job, set by _active each scrape
+        self._lock = threading.Lock()
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # never touch the store at registration
+
+    def collect(self) -> Iterable[Metric]:
+        with self._lock:
+            up = GaugeMetricFamily("cronwheel_store_up", "1 when the store answered this scrape.")
+            try:
+                families = list(self._gauges())
+                self.tally.update(self.store)
+            except CronwheelError:
+                up.add_metric([], 0)
+                return [up, *self._cumulative()]
+            up.add_metric([], 1)
+            return [up, *families, *self._cumulative()]
+
+    def _gauges(self) -> Iterable[Metric]:
+        store = self.store
+        s = store.status()
+        now = s.now
+        lease = s.lease
+        alive = lease is not None and lease.expires_at > now
+
+        g = GaugeMetricFamily("cronwheel_queue_depth", "Firings by active state.", labels=["state"])
+        for state in ACTIVE_STATES:
+            g.add_metric([state.value], s.counts.get(state.value, 0))
+        yield g
+        yield _gauge("cronwheel_jobs", "Jobs registered.", s.jobs)
+        yield _gauge("cronwheel_jobs_paused", "Jobs paused.", s.paused_jobs)
+        oldest = 0.0
+        if s.oldest_queued_due_at is not None:
+            oldest = max(0.0, (now - s.oldest_queued_due_at).total_seconds())
+        yield _gauge(
+            "cronwheel_oldest_queued_age_seconds",
+            "How long the oldest due QUEUED firing has waited past its due time.",
+            oldest,
+        )
+        yield _gauge("cronwheel_leader_up", "1 when a live leader holds the lease.", int(alive))
+        yield _gauge(
+            "cronwheel_leader_epoch",
+            "Epoch (fencing token) of the lease.",
+            lease.epoch if lease else 0,
+        )
+        yield _gauge(
+            "cronwheel_lateness_objective_seconds",
+            "The p99 lateness objective every job is held to.",
+            objective_ms() / 1000,
+        )
+        nodes = GaugeMetricFamily(
+            "cronwheel_nodes",
+            "Nodes by kind and liveness (heartbeat age).",
+            labels=["kind", "state"],
+        )
+        ages = GaugeMetricFamily(
+            "cronwheel_node_heartbeat_age_seconds",
+            "Seconds since each node's last heartbeat.",
+            labels=["kind", "node"],
+        )
+        leader = GaugeMetricFamily(
+            "cronwheel_node_is_leader", "1 for the scheduler holding a live lease.", labels=["node"]
+        )
+        tally: dict[tuple[str, str], int] = defaultdict(int)
+        for kind in ("scheduler", "worker"):
+            tally[(kind, "alive")] = 0
+            tally[(kind, "stale")] = 0
+        for n in s.nodes:
+            age = max(0.0, (now - n.heartbeat_at).total_seconds())
+            tally[(n.kind, "alive" if age <= self.node_stale_s else "stale")] += 1
+            ages.add_metric([n.kind, n.id], age)
+            if n.kind == "scheduler":
+                leader.add_metric([n.id], int(alive and lease is not None and lease.holder == n.id))
+        for (kind, liveness), count in sorted(tally.items()):
+            nodes.add_metric([kind, liveness], count)
+        yield from (nodes, ages, leader)
+        yield from self._active(now)
+        yield from self._per_job(s.jobs)
+
+    def _active(self, now: datetime) -> Iterable[Metric]:
+        """Backlog per namespace (and per job, when bounded) and stuck claims, from one
+        bounded pass over the QUEUED and RUNNING firings."""
+        per_ns: dict[tuple[str, str], int] = defaultdict(int)
+        per_job: dict[tuple[str, str], int] = defaultdict(int)
+        stuck = 0
+        scanned = 0
+        before: int | None = None
+        truncated = False
+        while True:
+            limit = min(_PAGE, self.max_scan - scanned)
+            if limit <= 0:
+                truncated = True
+                break
+            page = self.store.list_firings(states=ACTIVE_STATES, before_id=before, limit=limit)
+            for f in page:
+                per_ns[(f.namespace, f.state.value)] += 1
+                per_job[(f.namespace, f.job_name)] += 1
+                if (
+                    f.state is FiringState.RUNNING
+                    and f.lease_until is not None
+                    and f.lease_until < now
+                ):
+                    stuck += 1
+            scanned += len(page)
+            if len(page) < limit:
+                break
+            before = page[-1].id
+        g = GaugeMetricFamily(
+            "cronwheel_namespace_firings",
+            "QUEUED and RUNNING firings per namespace.",
+            labels=["namespace", "state"],
+        )
+        for (ns, state), count in sorted(per_ns.items()):
+            g.add_metric([ns, state], count)
+        yield g
+        yield _gauge(
+            "cronwheel_stuck_claims",
+            "RUNNING firings whose claim lease has expired and that no reaper re-queued.",
+            stuck,
+        )
+        yield _gauge(
+            "cronwheel_metrics_scan_truncated",
+            f"1 when more active firings exist than {MAX_SCAN_ENV} allows to read per scrape.",
+            int(truncated),
+        )
+        self._backlog = per_job
+
+    def _per_job(self, job_count: int) -> Iterable[Metric]:
+        backlog = GaugeMetricFamily(
+            "cronwheel_job_backlog",
+            f"QUEUED + RUNNING firings per job (only while jobs <= {MAX_JOBS_ENV}).",
+            labels=["namespace", "job"],
+        )
+        p99 = GaugeMetricFamily(
+            "cronwheel_job_lateness_p99_seconds",
+            "p99 first-attempt lateness of each job's recent firings (jobs <= the bound).",
+            labels=["namespace", "job"],
+        )
+        breaches = 0
+        bounded = job_count <= self.max_jobs
+        if bounded:
+            goal = objective_ms()
+            for job in self._all_jobs():
+                backlog.add_metric(
+                    [job.namespace, job.name], self._backlog.get((job.namespace, job.name), 0)
+                )
+                firings = self.store.list_job_firings(
+                    job.id,
+                    states=(FiringState.SUCCEEDED, FiringState.DEAD, FiringState.CANCELLED),
+                    limit=100,
+                )
+                lat = lateness_of(job, firings, goal)
+                if lat.p99_ms is not None:
+                    p99.add_metric([job.namespace, job.name], lat.p99_ms / 1000)
+                breaches += int(lat.breached)
+        yield from (backlog, p99)
+        yield _gauge(
+            "cronwheel_job_labels_enabled",
+            "1 when per-job series are exported (job count within the bound).",
+            int(bounded),
+        )
+        yield _gauge(
+            "cronwheel_lateness_objective_breaches",
+            "Jobs whose recent p99 lateness exceeds the objective (jobs <= the bound).",
+            breaches,
+        )
+
+    def _all_jobs(self) -> list[Job]:
+        jobs: list[Job] = []
+        after = 0
+        while len(jobs) <= self.max_jobs:
+            page = self.store.list_jobs(after_id=after, limit=_PAGE)
+            jobs.extend(page)
+            if len(page) < _PAGE:
+                break
+            after = page[-1].id
+        return jobs[: self.max_jobs]
+
+    def _cumulative(self) -> list[Metric]:
+        t = self.tally
+        finished = CounterMetricFamily(
+            "cronwheel_firings_finished",
+            "Firings that reached a final state, by namespace and outcome.",
+            labels=["namespace", "outcome"],
+        )
+        namespaces = sorted({ns for ns, _ in t.outcomes} | set(t.buckets))
+        for ns in namespaces:
+            for state in sorted(s.value for s in FINAL_STATES):
+                finished.add_metric([ns, state], t.outcomes.get((ns, state), 0))
+        failed = CounterMetricFamily(
+            "cronwheel_firing_failed_attempts",
+            "Failed or expired attempts of finished firings (a DEAD firing counts all of its).",
+            labels=["namespace"],
+        )
+        for ns in namespaces:
+            failed.add_metric([ns], t.failed_attempts.get(ns, 0))
+        hist = HistogramMetricFamily(
+            "cronwheel_firing_lateness_seconds",
+            "First-attempt start lateness (started_at - scheduled_for) of finished firings.",
+            labels=["namespace"],
+        )
+        for ns, counts in sorted(t.buckets.items()):
+            running = 0
+            buckets: list[tuple[str, float]] = []
+            for bound, count in zip([*map(str, BUCKETS_S), "+Inf"], counts, strict=True):
+                running += count
+                buckets.append((bound, running))
+            hist.add_metric([ns], buckets, t.sums[ns])
+        untracked = CounterMetricFamily(
+            "cronwheel_metrics_untracked_firings",
+            f"Firings not counted: more arrived between two scrapes than {MAX_SCAN_ENV}.",
+        )
+        untracked.add_metric([], t.untracked)
+        return [finished, failed, hist, untracked]
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    g = GaugeMetricFamily(name, doc)
+    g.add_metric([], value)
+    return g
