@@ -682,3 +682,23 @@ def test_bounds_round_trip(harness: Harness) -> None:
     harness.store.create_job(s, first_fire_at=start)
     got = harness.store.get_job("default", "b")
     assert got.spec == s
+
+
+def test_a_deep_buffer_does_not_starve_other_jobs(harness: Harness) -> None:
+    """Buffered firings of capped jobs at their cap must not fill the claim scan window:
+    successive claims keep reaching other due work (here 3 x 40 buffered firings, far
+    more than one scan window)."""
+    from cronwheel.domain.schedules import now
+
+    capped = [_capped_job(harness, f"deep-{i}", "buffer_all") for i in range(3)]
+    for job in capped:
+        t = job.next_fire_at
+        _enqueue_instants(harness, job, [t + k * timedelta(milliseconds=1) for k in range(40)])
+    harness.advance(S)
+    one_shot = harness.store.enqueue_now(JobSpec(name="urgent", task="t", schedule=now()))
+    got: list[int] = []
+    for _ in range(4):
+        got += [c.firing.job_id for c in harness.store.claim("w", tasks=["t"], limit=10)]
+    assert sorted(got) == sorted([*(j.id for j in capped), one_shot.job_id])
+    running = harness.store.list_firings(states=[FiringState.RUNNING], limit=100)
+    assert len(running) == 4

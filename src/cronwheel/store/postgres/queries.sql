@@ -288,6 +288,9 @@ WITH cand AS MATERIALIZED (
     FROM firings f JOIN jobs j ON j.id = f.job_id
     WHERE f.state = 'queued' AND f.due_at <= :now + %(prefetch)s::interval
       AND f.task = ANY (%(tasks)s::text[])
+    AND NOT (f.buffered_at IS NOT NULL AND j.max_concurrency IS NOT NULL
+               AND (SELECT count(*) FROM firings r
+                    WHERE r.job_id = f.job_id AND r.state = 'running') >= j.max_concurrency)
     ORDER BY f.vdeadline
     LIMIT %(scan)s
     FOR UPDATE OF f SKIP LOCKED
@@ -326,6 +329,9 @@ SELECT f.id, f.job_id, f.overlap_override, j.max_concurrency, j.overlap, j.max_b
 FROM firings f JOIN jobs j ON j.id = f.job_id
 WHERE f.state = 'queued' AND f.due_at <= :now + %(prefetch)s::interval
   AND f.task = ANY (%(tasks)s::text[])
+  AND NOT (f.buffered_at IS NOT NULL AND j.max_concurrency IS NOT NULL
+           AND (SELECT count(*) FROM firings r
+                WHERE r.job_id = f.job_id AND r.state = 'running') >= j.max_concurrency)
 ORDER BY f.vdeadline
 LIMIT %(scan)s
 FOR UPDATE OF f SKIP LOCKED
@@ -622,3 +628,9 @@ WHERE namespace = %(namespace)s AND state IN ('queued', 'running')
 GROUP BY job_name
 ORDER BY n DESC, job_name
 LIMIT %(limit)s
+
+-- name: mark_buffered
+-- Due firings kept waiting by their job's overlap policy: claim scans pass over them
+-- while the job stays at its cap (see store/claiming.py, ClaimPlan.buffered).
+UPDATE firings SET buffered_at = coalesce(buffered_at, :now)
+WHERE id = ANY (%(ids)s::bigint[]) AND state = 'queued'

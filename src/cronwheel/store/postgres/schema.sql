@@ -167,3 +167,8 @@ CREATE TABLE fair_clocks (
     namespace text PRIMARY KEY,
     vclock    bigint NOT NULL                                        -- µs: the namespace's virtual time
 );
+
+-- name: migration_4
+-- A due firing kept waiting by its job's overlap policy (buffer_one/buffer_all/
+-- cancel_other) is marked, so claim scans pass over it while the job is at its cap.
+ALTER TABLE firings ADD COLUMN buffered_at timestamptz;

@@ -517,6 +517,8 @@ class PostgresStore:
         fates = [(i, "skipped", why) for i, why in plan.skip]
         fates += [(i, "missed", why) for i, why in plan.missed]
         stop = plan.cancel_running | plan.terminate_running
+        if plan.buffered:
+            self._exec(conn, "mark_buffered", {"ids": plan.buffered})
         if not (plan.claim or fates or stop):
             return [], planned
         rows = self._exec(

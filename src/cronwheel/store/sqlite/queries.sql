@@ -225,6 +225,9 @@ SELECT f.id, f.job_id, f.due_at, f.overlap_override,
 FROM firings f JOIN jobs j ON j.id = f.job_id
 WHERE f.state = 'queued' AND f.due_at <= :until
   AND f.task IN (SELECT value FROM json_each(:tasks))
+  AND NOT (f.buffered_at IS NOT NULL AND j.max_concurrency IS NOT NULL
+           AND (SELECT count(*) FROM firings r
+                WHERE r.job_id = f.job_id AND r.state = 'running') >= j.max_concurrency)
 ORDER BY f.vdeadline
 LIMIT :scan
 
@@ -301,3 +304,6 @@ WHERE id IN (
       AND f.due_at + j.start_deadline_us < :now
     LIMIT :limit
 )
+
+-- name: mark_buffered
+UPDATE firings SET buffered_at = coalesce(buffered_at, :now) WHERE id = :id AND state = 'queued'

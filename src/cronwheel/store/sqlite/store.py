@@ -568,6 +568,8 @@ class SqliteStore:
                     self._q["finish_unrun"],
                     {"id": firing_id, "state": state, "reason": reason, "now": now},
                 )
+        for firing_id in plan.buffered:
+            conn.execute(self._q["mark_buffered"], {"id": firing_id, "now": now})
         for job_id in plan.cancel_running:
             conn.execute(
                 self._q["cancel_running_of_job"],
