@@ -37,6 +37,14 @@ def configure(
         processors += [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
     else:
         processors.append(structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))
+    # Libraries (psycopg's pool) log through stdlib logging: show their warnings —
+    # reconnect attempts matter to an operator of a long-running role.
+    logging.basicConfig(
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s [%(levelname)s] %(name)s: %(message)s",
+    )
+    logging.getLogger("psycopg").setLevel(logging.WARNING)
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.INFO)),

@@ -9,6 +9,7 @@ is imported lazily so ``cronwheel next`` starts fast.
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 from typing import Any
 
@@ -64,6 +65,10 @@ def main(argv: list[str] | None = None) -> Any:
 
     # A child of `serve` inherits its parent's blocked stop signals: undo that.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    # psycopg's pool logs every failed connection attempt through stdlib logging; a
+    # one-shot command reports the failure itself, in one line (long-running roles
+    # turn these logs back on in cronwheel.logs.configure).
+    logging.getLogger("psycopg").setLevel(logging.CRITICAL)
     try:
         return cli.main(args=argv, prog_name="cronwheel", standalone_mode=False)
     except click.exceptions.Exit as exc:

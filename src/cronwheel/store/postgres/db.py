@@ -154,21 +154,28 @@ class Database:
                 with self._retried_lock:
                     self.retried[kind] += 1
                 if attempt > _TX_RETRIES:
-                    raise StoreUnavailableError(f"postgresql: {_first_line(exc)}") from exc
+                    raise StoreUnavailableError(
+                        f"postgresql: {_first_line(exc)}", field="store"
+                    ) from exc
                 time.sleep(random.uniform(0.001, 0.005 * 2**attempt))  # jitter, not security
             except PoolTimeout as exc:
                 raise StoreUnavailableError(
-                    f"postgresql: no connection within {self._timeout_s:g}s ({_first_line(exc)})"
+                    f"postgresql: no connection within {self._timeout_s:g}s ({_first_line(exc)})",
+                    field="store",
                 ) from exc
             except psycopg.OperationalError as exc:
                 # connection lost, admin shutdown, statement/lock timeout, ...
                 if write or attempt > _READ_RETRIES:
-                    raise StoreUnavailableError(f"postgresql: {_first_line(exc)}") from exc
+                    raise StoreUnavailableError(
+                        f"postgresql: {_first_line(exc)}", field="store"
+                    ) from exc
                 time.sleep(0.05 * attempt)
             except psycopg.InterfaceError as exc:  # e.g. a connection closed under us
-                raise StoreUnavailableError(f"postgresql: {_first_line(exc)}") from exc
+                raise StoreUnavailableError(
+                    f"postgresql: {_first_line(exc)}", field="store"
+                ) from exc
             except psycopg.Error as exc:
-                raise StoreError(f"postgresql: {_first_line(exc)}") from exc
+                raise StoreError(f"postgresql: {_first_line(exc)}", field="store") from exc
 
 
 def _first_line(exc: BaseException) -> str:
