@@ -100,8 +100,14 @@ def unblock_stop_signals() -> None:
 def run_scheduler(app: App, config: DispatcherConfig | None = None) -> None:
     """Run a dispatcher (leader or standby) until SIGINT/SIGTERM."""
     stop = threading.Event()
-    stopper: list[Callable[[], None]] = [stop.set]
-    _install_stop_handlers(lambda: stopper[-1]())
+    wake: list[Callable[[], None]] = []  # the dispatcher's, once it exists
+
+    def on_stop() -> None:
+        stop.set()
+        for callback in wake:
+            callback()
+
+    _install_stop_handlers(on_stop)
     store = app.store
     for job, changed in app.sync_jobs():
         if changed:
@@ -113,11 +119,7 @@ def run_scheduler(app: App, config: DispatcherConfig | None = None) -> None:
             )
     dispatcher = Dispatcher(store, app.clock, config=config)
 
-    def request_stop() -> None:
-        stop.set()
-        dispatcher.wake()
-
-    stopper.append(request_stop)
+    wake.append(dispatcher.wake)
     if stop.is_set():
         return
     node = NodeInfo(
