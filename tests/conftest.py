@@ -16,3 +16,21 @@ def require_service(name: str, error: BaseException) -> None:
     if IN_CI:
         pytest.fail(f"{name} is required in CI but unavailable: {error}")
     pytest.skip(f"{name} unavailable: {error}")
+
+
+@pytest.fixture(autouse=True)
+def _isolate_logging():  # type: ignore[no-untyped-def]
+    """A test that runs a CLI command in-process configures logging onto pytest's
+    captured stderr, which is closed afterwards: restore the defaults after each test."""
+    import logging
+
+    import structlog
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    structlog.reset_defaults()
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)

@@ -145,14 +145,23 @@ def test_dashboard_shows_a_job_and_its_firings_live(node: Node, browser: Any) ->
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1440, "height": 900})
     problems: list[str] = []
-    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
+    page.on(
+        "console",
+        lambda m: (
+            problems.append(f"console {m.type}: {m.text}")
+            if m.type in ("error", "warning")
+            else None
+        ),
+    )
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     page.on("dialog", lambda d: problems.append(f"a dialog opened: {d.message}"))
     page.on(
         "requestfinished",
-        lambda r: problems.append(f"{r.url} answered {r.response().status}")
-        if r.response() is not None and r.response().status >= 400
-        else None,
+        lambda r: (
+            problems.append(f"{r.url} answered {r.response().status}")
+            if r.response() is not None and r.response().status >= 400
+            else None
+        ),
     )
 
     page.goto(node.url + "/")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -59,7 +59,6 @@ def test_index_lists_jobs_with_schedule_zone_and_dst_notes(client: TestClient) -
     assert "Europe/Berlin" in html
     assert "Sun 29 Mar 03:00:00 CEST" in html  # 02:30 does not exist that day: moved
     assert "DST gap" in html
-    assert "2026-03-29 01:00:00.000Z" not in html or True  # UTC shown as time only in the table
     assert "01:00:00Z" in html
 
 
@@ -121,7 +120,9 @@ def test_fragments_answer_and_poll(client: TestClient, store: SqliteStore) -> No
 def test_job_page_shows_fates_next_firings_and_lateness(
     client: TestClient, store: SqliteStore
 ) -> None:
-    job_id = add_job(client, "nightly", {"kind": "cron", "cron": "30 2 * * *", "tz": "Europe/Berlin"})
+    job_id = add_job(
+        client, "nightly", {"kind": "cron", "cron": "30 2 * * *", "tz": "Europe/Berlin"}
+    )
     html = client.get(f"/ui/jobs/{job_id}?hours=24").text
     assert "Next firings" in html and "dst_gap:next_valid" in html
     assert "Fates" in html and "upcoming" not in html.split("Fates")[0]
@@ -149,7 +150,7 @@ def test_objective_comes_from_the_environment(
     finish(store, claim_all(store)[0], late_ms=7)
     html = client.get("/ui/f/jobs").text
     assert 'class="num bad-text" title="over the objective">7.0 ms' in html
-    assert "objective 5.0 ms" in client.get("/ui/f/overview").text
+    assert "goal ≤ 5.0 ms" in client.get("/ui/f/overview").text
 
 
 def test_static_files_are_served_locally_with_the_htmx_license(client: TestClient) -> None:
@@ -167,7 +168,7 @@ def test_dashboard_is_not_part_of_the_openapi_document(client: TestClient) -> No
     assert not [p for p in paths if p == "/" or p.startswith("/ui")]
 
 
-# -- with tokens -------------------------------------------------------------------------------------
+# -- with tokens ---------------------------------------------------------------------------
 @pytest.fixture
 def secured(store: SqliteStore) -> Iterator[TestClient]:
     with TestClient(create_app(store, auth_required=True)) as c:
@@ -215,7 +216,7 @@ def test_login_form_is_refused_when_auth_is_off(client: TestClient) -> None:
     assert r.status_code == 303 and r.headers["location"] == "/"
 
 
-# -- schedules in words ------------------------------------------------------------------------------
+# -- schedules in words --------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("expr", "words"),
     [
@@ -236,7 +237,3 @@ def test_login_form_is_refused_when_auth_is_off(client: TestClient) -> None:
 )
 def test_cron_words(expr: str, words: str | None) -> None:
     assert cron_words(expr) == words
-
-
-def test_firing_age_is_relative_to_the_store_clock(store: SqliteStore) -> None:
-    assert store.now() - T0 < timedelta(seconds=1)

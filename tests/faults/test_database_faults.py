@@ -109,11 +109,6 @@ def test_postgres_restart_under_load(cluster: Cluster, mode: str) -> None:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(
-    strict=True,
-    reason="src bug: psycopg_pool's check= backs off 1 s, 2 s, 4 s... per broken pooled "
-    "connection at checkout (store/postgres/db.py Database pool); see tests/faults/README.md",
-)
 def test_dropped_sessions_cost_the_leader_under_a_second(cluster: Cluster) -> None:
     """P1 through a dropped connection: after pg_terminate_backend on every session of the
     leader, it reconnects at once and keeps enqueueing on time (its longest pause between

@@ -269,13 +269,7 @@ def test_long_healthy_job_is_never_redelivered(cluster: Cluster) -> None:
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.xfail(
-    strict=True,
-    reason="src bug: Worker._heartbeat_loop sleeps an interval computed before a new claim "
-    "(up to 2 s), so a claim with visibility_timeout < ~2 s expires before its first "
-    "heartbeat; see tests/faults/README.md",
-)
 def test_long_healthy_job_short_visibility_timeout_worst_phase(cluster: Cluster) -> None:
-    """The same promise at the smallest visibility timeout (1 s), with the claim landing
-    just after the worker's heartbeat loop went to sleep."""
+    """The same promise at the smallest visibility timeout (1 s), with the claim aimed just
+    after the worker's heartbeat loop went to sleep."""
     _long_healthy_job(cluster, vt=1.0, workers=1, phase=True)

@@ -3,11 +3,34 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+import statistics
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
-_WORKLOADS = ["precision", "herd", "drain", "smoke"]
+if TYPE_CHECKING:
+    from cronwheel.bench.runner import BenchResult
+
+_RUNNABLE = ["precision", "herd", "drain", "cron-mix", "scale", "failover", "limit"]
+_WORKLOADS = [*_RUNNABLE, "smoke", "all"]
+DEFAULT_COUNT = {
+    "precision": 200,
+    "herd": 10_000,
+    "drain": 20_000,
+    "cron-mix": 100_000,
+    "scale": 1_000_000,
+    "failover": 200,
+    "limit": 50_000,
+}
+# bench smoke: sized for CI (well under a minute), asserting correctness only
+SMOKE: list[tuple[str, int, dict[str, Any]]] = [
+    ("precision", 20, {}),
+    ("herd", 500, {}),
+    ("drain", 500, {}),
+    ("cron-mix", 300, {"duration_s": 20.0}),
+    ("limit", 5000, {"single_s": 1.0}),
+]
 
 
 @click.command("bench")
@@ -16,8 +39,8 @@ _WORKLOADS = ["precision", "herd", "drain", "smoke"]
     "--store",
     "store_url",
     default=None,
-    help="Store URL (default: a fresh temporary SQLite file). A PostgreSQL "
-    "database given here is EMPTIED first.",
+    help="Store URL (default: a fresh temporary SQLite file). With a PostgreSQL URL each "
+    "run creates a temporary database on that server and drops it afterwards.",
 )
 @click.option("--workers", type=click.IntRange(1, 32), default=2, show_default=True)
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=64, show_default=True)
@@ -25,7 +48,30 @@ _WORKLOADS = ["precision", "herd", "drain", "smoke"]
     "--count",
     type=click.IntRange(1, 10_000_000),
     default=None,
-    help="Firings (default per workload: precision 200, herd 10000, drain 20000).",
+    help="Size (default per workload: precision 200, herd 10000, drain 20000, "
+    "cron-mix 100000 jobs, scale 1000000 jobs, failover 200, limit 50000 rows).",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(5, 3600),
+    default=180.0,
+    show_default=True,
+    help="cron-mix: seconds of firings to run and check (under 120: seconds-resolution patterns).",
+)
+@click.option(
+    "--lease-ttl",
+    type=click.FloatRange(1, 60),
+    default=2.0,
+    show_default=True,
+    help="failover: the schedulers' lease TTL in seconds.",
+)
+@click.option(
+    "--runs",
+    type=click.IntRange(1, 20),
+    default=1,
+    show_default=True,
+    help="Repeat each workload K times and report the median of each figure "
+    "(lost/duplicated: the worst run).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def bench_command(
@@ -34,6 +80,9 @@ def bench_command(
     workers: int,
     concurrency: int,
     count: int | None,
+    duration: float,
+    lease_ttl: float,
+    runs: int,
     as_json: bool,
 ) -> None:
     """Run a benchmark workload against a real store and real processes.
@@ -42,37 +91,60 @@ def bench_command(
     precision  one-shot jobs at distinct instants 100 ms apart: lateness p50/p99/max
     herd       jobs all due at the same instant: time until the last one started
     drain      immediate jobs: jobs/s from first start to last completion
-    smoke      small precision + herd + drain runs (CI): asserts zero lost/duplicated
+    cron-mix   cron jobs in ~35 zones (a third every minute) for --duration, each
+               instant checked: lost/duplicated, lateness, firings/s
+    scale      1,000,000 jobs through the bulk path: registration rate, store size,
+               scheduler peak RSS, due-jobs scan cost at 1M vs 10k (+ its plan)
+    failover   (PostgreSQL) SIGKILL the leader of 2 schedulers: takeover time
+    limit      the store's own rates: single-row commits, batched inserts,
+               enqueue, claims and completions (rows/s)
+    smoke      small precision/herd/drain/cron-mix/limit runs (CI): zero lost/duplicated
+    all        every workload at its default size, one table
     """
     from rich.progress import Progress
 
-    from cronwheel.bench import runner
+    from cronwheel.store.url import sqlite_path
 
-    results = []
-    plan: list[tuple[str, int]] = (
-        [("precision", 20), ("herd", 500), ("drain", 500)]
-        if workload == "smoke"
-        else [(workload, count or {"precision": 200, "herd": 10_000, "drain": 20_000}[workload])]
-    )
+    is_sqlite = store_url is None or sqlite_path(store_url) is not None
+    if workload == "failover" and is_sqlite:
+        raise click.UsageError(
+            "failover needs a PostgreSQL store (--store postgresql://...): SQLite is one "
+            "file on one host, where a second scheduler has nothing to take over"
+        )
+    plan: list[tuple[str, int, dict[str, Any]]]
+    if workload == "smoke":
+        plan = SMOKE
+    elif workload == "all":
+        plan = [
+            (name, DEFAULT_COUNT[name], {})
+            for name in _RUNNABLE
+            if not (name == "failover" and is_sqlite)
+        ]
+    else:
+        plan = [(workload, count or DEFAULT_COUNT[workload], {})]
+    options: dict[str, Any] = {
+        "workers": workers,
+        "concurrency": concurrency,
+        "duration_s": duration,
+        "lease_ttl_s": lease_ttl,
+    }
+    docs: list[dict[str, Any]] = []
     with Progress(disable=as_json, transient=True) as progress:
-        for name, n in plan:
-            bar = progress.add_task(f"{name} ({n})", total=n)
+        for name, n, extra in plan:
+            per_run: list[dict[str, Any]] = []
+            for k in range(runs):
+                label = f"{name} ({n})" + (f" run {k + 1}/{runs}" if runs > 1 else "")
+                bar = progress.add_task(label, total=n)
 
-            def update(done: int, total: int, bar: Any = bar) -> None:
-                progress.update(bar, completed=done, total=total)
+                def update(done: int, total: int, bar: Any = bar) -> None:
+                    progress.update(bar, completed=done, total=total)
 
-            common: dict[str, Any] = {
-                "workers": workers,
-                "concurrency": concurrency,
-                "progress": update,
-            }
-            if name == "precision":
-                results.append(runner.run_precision(store_url, count=n, spacing_ms=100, **common))
-            elif name == "herd":
-                results.append(runner.run_herd(store_url, count=n, **common))
-            else:
-                results.append(runner.run_drain(store_url, count=n, **common))
-    docs = [r.to_dict() for r in results]
+                doc = _run_undisturbed(store_url, name, n, options | extra, update)
+                progress.update(bar, visible=False)
+                per_run.append(doc)
+            docs.append(median_of_runs(per_run))
+    if workload == "all" and is_sqlite and not as_json:
+        click.echo("failover skipped: it needs a PostgreSQL store (--store).", err=True)
     if as_json:
         click.echo(json.dumps(docs, indent=2))
     else:
@@ -85,6 +157,112 @@ def bench_command(
                 f"{d['workload']}: lost {d['lost']}, duplicated {d['duplicated']}" for d in bad
             )
         )
+    if any(d.get("due_plan_index_scan") is False for d in docs):
+        raise click.ClickException("the due-jobs query is not an index range scan on jobs_due")
+
+
+def _run_undisturbed(
+    store_url: str | None,
+    name: str,
+    n: int,
+    options: dict[str, Any],
+    progress: Callable[[int, int], None],
+) -> dict[str, Any]:
+    """Run once; on PostgreSQL, repeat (up to 3 times) a run during which the server
+    restarted (another test suite's fault injection): its figures would measure the
+    restart. A run that still saw a restart is marked ``server_restarted``."""
+    from cronwheel.bench.runner import server_started_at
+    from cronwheel.errors import StoreUnavailableError
+
+    for attempt in range(3):
+        before = server_started_at(store_url)
+        try:
+            doc = run_workload(store_url, name, n, options, progress).to_dict()
+        except StoreUnavailableError:
+            if before is None or server_started_at(store_url) == before or attempt == 2:
+                raise
+            continue
+        if server_started_at(store_url) == before:
+            return doc
+        if attempt == 2:
+            doc["server_restarted"] = True
+            return doc
+    raise AssertionError("unreachable")
+
+
+def run_workload(
+    store_url: str | None,
+    name: str,
+    n: int,
+    options: dict[str, Any],
+    progress: Callable[[int, int], None],
+) -> BenchResult:
+    from cronwheel.bench import runner
+
+    workers: int = options["workers"]
+    concurrency: int = options["concurrency"]
+    common: dict[str, Any] = {"workers": workers, "concurrency": concurrency, "progress": progress}
+    if name == "precision":
+        return runner.run_precision(store_url, count=n, spacing_ms=100, **common)
+    if name == "herd":
+        return runner.run_herd(store_url, count=n, **common)
+    if name == "drain":
+        return runner.run_drain(store_url, count=n, **common)
+    if name == "cron-mix":
+        from cronwheel.bench.cronmix import run_cron_mix
+
+        return run_cron_mix(store_url, count=n, duration_s=options["duration_s"], **common)
+    if name == "scale":
+        from cronwheel.bench.scale import run_scale
+
+        return run_scale(store_url, count=n, **common)
+    if name == "failover":
+        from cronwheel.bench.failover import run_failover
+
+        return run_failover(
+            store_url,
+            count=n,
+            spacing_ms=100,
+            lease_ttl_s=options["lease_ttl_s"],
+            **common,
+        )
+    if name == "limit":
+        from cronwheel.bench.limit import run_limit
+
+        return run_limit(
+            store_url, count=n, single_s=options.get("single_s", 3.0), progress=progress
+        )
+    raise click.UsageError(f"unknown workload {name!r}")
+
+
+def median_of_runs(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result from K runs: the median of every numeric figure; lost and duplicated
+    from the worst run; a figure that is not a number from the first run (a boolean
+    only if true in every run)."""
+    if len(docs) == 1:
+        return docs[0]
+    out = _merge(docs)
+    out["runs"] = len(docs)
+    return out
+
+
+def _merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in docs[0]:
+        values = [d.get(key) for d in docs]
+        if key in ("lost", "duplicated"):
+            out[key] = max(v for v in values if isinstance(v, int))
+        elif all(isinstance(v, dict) for v in values):
+            out[key] = _merge([v for v in values if isinstance(v, dict)])
+        elif all(isinstance(v, bool) for v in values):
+            out[key] = all(values)
+        elif all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            med = statistics.median(v for v in values if isinstance(v, int | float))
+            is_int = all(isinstance(v, int) for v in values)
+            out[key] = round(med) if is_int else round(med, 3)
+        else:
+            out[key] = values[0]
+    return out
 
 
 def _table(docs: list[dict[str, Any]]) -> None:
@@ -101,9 +279,9 @@ def _table(docs: list[dict[str, Any]]) -> None:
         "p50 ms",
         "p99 ms",
         "max ms",
-        "figure",
+        "figures",
     ):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for d in docs:
         late = d["lateness_ms"]
         extra = {

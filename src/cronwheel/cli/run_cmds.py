@@ -18,15 +18,19 @@ def metrics_port_option(f: F) -> F:
         type=click.IntRange(1, 65535),
         envvar="CRONWHEEL_METRICS_PORT",
         default=None,
-        help="Serve this process's Prometheus metrics on 127.0.0.1:PORT/metrics (default: off).",
+        help="Serve this process's Prometheus metrics on PORT (/metrics; default: off).",
     )(f)
 
 
 def _start_metrics(port: int | None) -> None:
+    """Serve this process's metrics; CRONWHEEL_METRICS_HOST (default 127.0.0.1) is the
+    address to bind, e.g. 0.0.0.0 for a Prometheus on another host."""
     if port is not None:
+        import os
+
         from cronwheel.metrics import serve_metrics
 
-        serve_metrics(port)
+        serve_metrics(port, os.environ.get("CRONWHEEL_METRICS_HOST", "127.0.0.1"))
 
 
 def tasks_option(f: F) -> F:

@@ -85,13 +85,22 @@ def written(job: Job) -> str:
     return "now"
 
 
-def in_words(job: Job) -> str:
+def in_words(job: Job, *, dst: bool = True) -> str:
     schedule = job.spec.schedule
     if isinstance(schedule, CronSchedule):
         words = cron_words(schedule.expr)
-        dst = f"DST gap: {schedule.gap}, overlap: {schedule.overlap}"
-        return f"{words} ({dst})" if words else schedule.describe()
+        if words is None:
+            return schedule.describe()
+        policy = f"DST gap: {schedule.gap}, overlap: {schedule.overlap}"
+        return f"{words} ({policy})" if dst else words
     return schedule.describe()
+
+
+def dst_policy(job: Job) -> str | None:
+    schedule = job.spec.schedule
+    if isinstance(schedule, CronSchedule):
+        return f"DST {schedule.gap}/{schedule.overlap}"
+    return None
 
 
 def job_state(job: Job) -> str:
@@ -107,6 +116,7 @@ class Upcoming:
     utc: str
     relative: str
     note: str | None
+    short: str  # local time without the date, for the jobs table
 
 
 def upcoming(job: Job, now: datetime, count: int) -> list[Upcoming]:
@@ -121,7 +131,10 @@ def upcoming(job: Job, now: datetime, count: int) -> list[Upcoming]:
         first = schedule.next_after_with_note(t - timedelta(microseconds=1))
         note = first.note if first is not None and first.utc == t else None
     while t is not None and len(out) < count:
-        out.append(Upcoming(fmt_local(t, zone), fmt_utc(t), fmt_relative(t, now), note))
+        short = t.astimezone(zone).strftime("%a %d %b %H:%M:%S %Z")
+        if t.astimezone(zone).date() == now.astimezone(zone).date():
+            short = t.astimezone(zone).strftime("%H:%M:%S %Z")
+        out.append(Upcoming(fmt_local(t, zone), fmt_utc(t), fmt_relative(t, now), note, short))
         if isinstance(schedule, CronSchedule):
             nxt = schedule.next_after_with_note(t)
             t, note = (None, None) if nxt is None else (nxt.utc, nxt.note)
@@ -220,6 +233,7 @@ class JobRow:
     task: str
     written: str
     words: str
+    dst: str | None
     zone: str
     state: str
     next: list[Upcoming]
@@ -248,7 +262,8 @@ def jobs(store: ApiStore, namespace: str) -> tuple[list[JobRow], bool]:
                 name=job.name,
                 task=job.spec.task,
                 written=written(job),
-                words=in_words(job),
+                words=in_words(job, dst=False),
+                dst=dst_policy(job),
                 zone=zone_of(job),
                 state=job_state(job),
                 next=upcoming(job, now, 2),
@@ -360,7 +375,7 @@ def charts(store: ApiStore, namespace: str) -> Charts:
     counts = [0] * (len(BUCKETS_S) + 1)
     for _, s in samples:
         counts[next((i for i, b in enumerate(BUCKETS_S) if s <= b), len(BUCKETS_S))] += 1
-    width, height, top, bottom = 380, 130, 8, 22
+    width, height, top, bottom = 380, 130, 14, 22
     plot_h = height - top - bottom
     slot = width / len(counts)
     peak = max(counts) or 1
@@ -427,6 +442,8 @@ def job_detail(store: ApiStore, job: Job, *, hours: int) -> dict[str, Any]:
     for o in occurrences:
         summary[o.fate] = summary.get(o.fate, 0) + 1
     zone = ZoneInfo(zone_of(job))
+    before = [o for o in occurrences if o.fate == "not_due" and "existed" in o.detail]
+    shown = [o for o in occurrences if not (o.fate == "not_due" and "existed" in o.detail)]
     fates = [
         {
             "nominal": o.nominal,
@@ -437,7 +454,7 @@ def job_detail(store: ApiStore, job: Job, *, hours: int) -> dict[str, Any]:
             "detail": o.detail,
             "firing_id": o.firing_id,
         }
-        for o in reversed(occurrences[-200:])
+        for o in reversed(shown[-200:])
     ]
     final = store.list_job_firings(job.id, states=STARTED_STATES, limit=100)
     lat = lateness_of(job, final, objective_ms())
@@ -452,6 +469,7 @@ def job_detail(store: ApiStore, job: Job, *, hours: int) -> dict[str, Any]:
         "fates": fates,
         "fate_summary": sorted(summary.items()),
         "fates_total": len(occurrences),
+        "fates_hidden": len(before),
         "hours": hours,
         "lateness": lat,
         "p50": fmt_ms(lat.p50_ms),

@@ -95,6 +95,10 @@ class Worker:
         self._done: list[Completion] = []
         self._slot_freed: asyncio.Event | None = None
         self._completions_ready: asyncio.Event | None = None
+        # monotonic instant each held claim was last renewed (or taken): the heartbeat
+        # loop renews every claim by a third of its visibility timeout after that
+        self._renewed: dict[FiringId, float] = {}
+        self._claim_added: asyncio.Event | None = None
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -106,6 +110,9 @@ class Worker:
         firing = claim.firing
         ctx = make_context(firing, claim.claim_token, self.worker_id)
         self._active[firing.id] = (claim, ctx)
+        self._renewed[firing.id] = self.clock.monotonic()
+        if self._claim_added is not None:
+            self._claim_added.set()
         try:
             delay = (firing.due_at - self.clock.now()).total_seconds()
             if delay > 0:
@@ -114,7 +121,12 @@ class Worker:
                 return None
             return await self._invoke(claim, ctx)
         finally:
-            self._active.pop(firing.id, None)
+            # only this attempt's entry: a stale attempt of the same firing that is still
+            # winding down must not evict the newer attempt (which would stop its heartbeat)
+            entry = self._active.get(firing.id)
+            if entry is not None and entry[0].claim_token == claim.claim_token:
+                del self._active[firing.id]
+                self._renewed.pop(firing.id, None)
 
     async def _invoke(self, claim: ClaimedFiring, ctx: Context) -> Completion:
         firing = claim.firing
@@ -418,21 +430,38 @@ class Worker:
                 self._completions_ready.set()
 
     async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
+        self._claim_added = asyncio.Event()
         next_node_beat = 0.0
+        beat_every = self.config.heartbeat_interval.total_seconds()
+        deadline = self.clock.monotonic() + beat_every  # persists across wake-ups
         while not stop.is_set():
-            # renew at a third of the shortest visibility timeout held
-            interval = min(
-                [self.config.heartbeat_interval.total_seconds()]
+            # renew each claim a third of its visibility timeout after it was taken or
+            # last renewed; a new claim wakes the loop so its first renewal is on time
+            # (the regular deadline is kept, so a stream of claims cannot postpone it)
+            mono = self.clock.monotonic()
+            target = min(
+                [deadline]
                 + [
-                    c.policies.visibility_timeout.total_seconds() / 3
-                    for c, _ in self._active.values()
+                    self._renewed.get(fid, mono) + c.policies.visibility_timeout.total_seconds() / 3
+                    for fid, (c, _) in self._active.items()
                 ]
             )
-            await _wait_any([stop.wait()], interval)
+            if target > mono:
+                self._claim_added.clear()
+                await _wait_any([stop.wait(), self._claim_added.wait()], target - mono)
+                if stop.is_set():
+                    break
+                if self._claim_added.is_set() and self.clock.monotonic() < target:
+                    continue
+            deadline = self.clock.monotonic() + beat_every
             try:
                 claims = [(fid, c.claim_token) for fid, (c, _) in self._active.items()]
                 if claims:
+                    beat_at = self.clock.monotonic()
                     lost = await self._call(self.store.heartbeat, self.worker_id, claims)
+                    for fid, _ in claims:
+                        if fid not in lost and fid in self._renewed:
+                            self._renewed[fid] = beat_at
                     metrics.claims_renewed(len(claims) - len(lost))
                     cancelled = await self._call(self.store.cancel_requested, claims)
                     for fid in lost | cancelled:

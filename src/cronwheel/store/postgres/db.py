@@ -17,11 +17,13 @@ pass through untouched and roll the transaction back.
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, LiteralString, TypeVar
@@ -103,15 +105,16 @@ class Database:
         self.retried: dict[str, int] = {"deadlock": 0, "serialization": 0}
         self._retried_lock = threading.Lock()
         self._timeout_s = timeout_s
+        self._max_size = pool_size
         self.pool: ConnectionPool[Conn] = ConnectionPool(
             self.conninfo,
             connection_class=Conn,
             kwargs={"autocommit": True, "row_factory": dict_row},
             min_size=1,
             max_size=pool_size,
-            # one cheap round trip per checkout; after a server restart the stale
-            # connections are discarded here instead of failing the caller
-            check=ConnectionPool.check_connection,
+            # no `check=`: psycopg_pool sleeps 1 s, 2 s, 4 s ... between failed checks,
+            # which after a server restart stalls a leader past its lease. _checkout
+            # checks each connection itself and retries at once instead.
             timeout=timeout_s,
             # give a failed connection attempt up at once: the next caller starts a
             # fresh one, so the pool is back the moment the server is (the default
@@ -124,6 +127,25 @@ class Database:
 
     def close(self) -> None:
         self.pool.close()
+
+    @contextmanager
+    def _checkout(self) -> Iterator[Conn]:
+        """A pooled connection known to answer: one cheap round trip per checkout. A
+        broken one (server restarted, session terminated) goes back to the pool, which
+        discards it, and the next is tried at once — within the pool's size."""
+        for _ in range(self._max_size + 1):
+            conn = self.pool.getconn(timeout=self._timeout_s)
+            try:
+                conn.execute("")
+            except psycopg.Error:
+                self.pool.putconn(conn)
+                continue
+            try:
+                yield conn
+            finally:
+                self.pool.putconn(conn)
+            return
+        raise psycopg.OperationalError("no connection of the pool answers")
 
     def params(self, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
         out = self.time.params()
@@ -142,7 +164,7 @@ class Database:
         while True:
             attempt += 1
             try:
-                with self.pool.connection() as conn:
+                with self._checkout() as conn:
                     if not (write and atomic):
                         return body(conn)
                     with conn.transaction():
@@ -195,6 +217,7 @@ def _conninfo(url: str, schema: str | None) -> str:
             raise StoreError(f"bad schema name {schema!r}", field="schema")
         options.append(f"-c search_path={schema}")
     params["options"] = " ".join(o for o in options if o)
-    params.setdefault("application_name", "cronwheel")
+    # one name per process, so an operator can tell sessions apart in pg_stat_activity
+    params.setdefault("application_name", f"cronwheel:{os.getpid()}")
     params.setdefault("connect_timeout", 5)
     return make_conninfo("", **params)
