@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from cronwheel.domain.clock import Clock, SystemClock
-from cronwheel.domain.models import Firing, Job, JobPolicies, JobSpec
+from cronwheel.domain.models import DURATION_POLICIES, Firing, Job, JobPolicies, JobSpec
 from cronwheel.domain.policies import MisfirePolicy
 from cronwheel.domain.schedules import AtSchedule, NowSchedule, Schedule
 from cronwheel.errors import ValidationError
@@ -73,21 +73,6 @@ def spec_first_fire_at(
     )
 
 
-_DURATIONS = frozenset(
-    {
-        "retry_backoff",
-        "retry_backoff_max",
-        "visibility_timeout",
-        "timeout",
-        "misfire_grace",
-        "catchup_window",
-        "cancel_grace",
-        "start_deadline",
-        "jitter",
-    }
-)
-
-
 def build_policies(
     *,
     retries: int | None = None,
@@ -105,7 +90,7 @@ def build_policies(
     elif max_attempts is not None:
         values["max_attempts"] = max_attempts
     for key, value in list(values.items()):
-        if key in _DURATIONS and isinstance(value, int | float):
+        if key in DURATION_POLICIES and isinstance(value, int | float):
             values[key] = timedelta(seconds=value)
     if "overlap" in values:
         from cronwheel.domain.overlap import OverlapPolicy

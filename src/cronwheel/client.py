@@ -19,13 +19,20 @@ The token is sent only in the ``Authorization`` header and never shown in
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import fields as dataclass_fields
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from cronwheel.domain.firing import FiringState, format_instant
-from cronwheel.domain.models import Firing, FiringId, Job, JobId, JobPolicies, JobSpec
+from cronwheel.domain.models import (
+    DURATION_POLICIES,
+    Firing,
+    FiringId,
+    Job,
+    JobId,
+    JobPolicies,
+    JobSpec,
+)
 from cronwheel.domain.schedules import Schedule, parse_instant, schedule_from_dict
 from cronwheel.errors import (
     ConflictError,
@@ -109,11 +116,6 @@ def _req_instant(value: Any) -> datetime:
 
 # Policies travel as JobPolicies.to_dict() with the "_s" suffix of durations dropped:
 # {"max_attempts": 3, "retry_backoff": 1.0, "timeout": null, "misfire": "fire_once", ...}
-DURATION_POLICIES = frozenset(
-    f.name for f in dataclass_fields(JobPolicies) if "timedelta" in str(f.type)
-)
-
-
 def policies_to_json(policies: JobPolicies) -> dict[str, Any]:
     return {k.removesuffix("_s"): v for k, v in policies.to_dict().items()}
 

@@ -7,8 +7,8 @@ job is held to one objective: its p99 lateness over its most recent
 global default 200 ms (DESIGN.md promise P1), or ``CRONWHEEL_LATENESS_OBJECTIVE_MS``.
 
 The dashboard, ``cronwheel status`` and ``/metrics`` all compute it here, from
-the store, so the three always agree. (A per-job objective would be a
-``JobPolicies`` field; the store schema does not have one yet.)
+the store, so the three always agree. A job may declare its own objective with
+the ``lateness_objective`` policy (e.g. ``lateness_objective=0.05`` for 50 ms).
 """
 
 from __future__ import annotations
@@ -112,6 +112,10 @@ class JobLateness:
 
 
 def lateness_of(job: Job, firings: Iterable[Firing], objective: float) -> JobLateness:
+    """``objective`` is the default; a job's own ``lateness_objective`` policy wins."""
+    own = job.spec.policies.lateness_objective
+    if own is not None:
+        objective = own.total_seconds() * 1000
     values = [s * 1000 for s in (first_attempt_lateness_s(f) for f in firings) if s is not None]
     return JobLateness(
         job_id=job.id,

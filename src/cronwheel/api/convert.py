@@ -13,9 +13,9 @@ from zoneinfo import ZoneInfo
 
 from cronwheel.api.errors import HttpError
 from cronwheel.api.schemas import PoliciesIn, ScheduleIn
-from cronwheel.client import DURATION_POLICIES, policies_to_json
+from cronwheel.client import policies_to_json
 from cronwheel.domain.firing import format_instant
-from cronwheel.domain.models import Firing, Job, JobPolicies
+from cronwheel.domain.models import DURATION_POLICIES, Firing, Job, JobPolicies
 from cronwheel.domain.schedules import (
     Schedule,
     every,

@@ -63,6 +63,7 @@ class PoliciesIn(_In):
     cancel_grace: Duration | None = None
     start_deadline: Duration | None = None
     jitter: Duration | None = None
+    lateness_objective: Duration | None = None
 
 
 class JobBody(_In):

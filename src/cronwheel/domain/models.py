@@ -6,6 +6,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NewType
 
@@ -107,6 +108,7 @@ class JobPolicies:
     cancel_grace: timedelta = timedelta(seconds=30)
     start_deadline: timedelta | None = None
     jitter: timedelta = timedelta(0)
+    lateness_objective: timedelta | None = None  # p99 start lateness this job must meet
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_attempts, int) or not 1 <= self.max_attempts <= 1000:
@@ -153,6 +155,8 @@ class JobPolicies:
             timedelta(0) <= self.jitter <= timedelta(days=1)
         ):
             raise ValidationError("must be a duration from 0 to 1 day", field="jitter")
+        if self.lateness_objective is not None:
+            _positive(self.lateness_objective, "lateness_objective")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -172,6 +176,7 @@ class JobPolicies:
             "cancel_grace_s": self.cancel_grace.total_seconds(),
             "start_deadline_s": _opt_s(self.start_deadline),
             "jitter_s": self.jitter.total_seconds(),
+            "lateness_objective_s": _opt_s(self.lateness_objective),
         }
 
     @classmethod
@@ -196,7 +201,16 @@ class JobPolicies:
             cancel_grace=timedelta(seconds=float(d.get("cancel_grace_s", 30))),
             start_deadline=(None if d.get("start_deadline_s") is None else td("start_deadline_s")),
             jitter=timedelta(seconds=float(d.get("jitter_s", 0))),
+            lateness_objective=(
+                None if d.get("lateness_objective_s") is None else td("lateness_objective_s")
+            ),
         )
+
+
+# The policies given as durations (seconds or text like "5m" at the edges).
+DURATION_POLICIES = frozenset(
+    f.name for f in dataclass_fields(JobPolicies) if "timedelta" in str(f.type)
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
