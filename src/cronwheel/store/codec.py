@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import zlib
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any, Protocol
 
 from cronwheel.domain.firing import FiringState
@@ -105,6 +106,18 @@ def _req(value: Any) -> datetime:
     return instant
 
 
+def policies_from_stored(value: Any) -> JobPolicies:
+    """JobPolicies from a stored JSON text (SQLite) or mapping (PostgreSQL jsonb), cached:
+    claims and scans see the same few policy documents over and over."""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return _policies_cached(text)
+
+
+@lru_cache(maxsize=4096)
+def _policies_cached(text: str) -> JobPolicies:
+    return JobPolicies.from_dict(json.loads(text))
+
+
 def _opt_rfc3339(text: str | None) -> datetime | None:
     return None if text is None else datetime.fromisoformat(text.replace("Z", "+00:00"))
 
@@ -119,7 +132,7 @@ def job_from_row(row: Row) -> Job:
         args=tuple(payload["args"]),
         kwargs=payload["kwargs"],
         namespace=row["namespace"],
-        policies=JobPolicies.from_dict(_load(row["policies"])),
+        policies=policies_from_stored(row["policies"]),
         paused=bool(row["paused"]),
         start_at=_opt_rfc3339(bounds.get("start_at")),
         end_at=_opt_rfc3339(bounds.get("end_at")),

@@ -458,7 +458,7 @@ class PostgresStore:
         for r in rows:
             firing = codec.firing_from_row(r)
             if r["job_id"] not in policies:
-                policies[r["job_id"]] = JobPolicies.from_dict(r["job_policies"])
+                policies[r["job_id"]] = codec.policies_from_stored(r["job_policies"])
             assert firing.lease_until is not None
             claimed.append(
                 ClaimedFiring(

@@ -231,12 +231,12 @@ WHERE f.state = 'queued' AND f.due_at <= :until
 ORDER BY f.vdeadline
 LIMIT :scan
 
--- name: claim_one
+-- name: claim_ids
 UPDATE firings
 SET state = 'running', attempt = attempt + 1, claim_token = lower(hex(randomblob(16))),
     worker_id = :worker_id, lease_until = :now + visibility_us, started_at = NULL,
     finished_at = NULL
-WHERE id = :id AND state = 'queued'
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'queued'
 RETURNING *
 
 -- name: running_count

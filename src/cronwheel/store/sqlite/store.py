@@ -35,7 +35,6 @@ from cronwheel.domain.models import (
     Job,
     JobEvent,
     JobId,
-    JobPolicies,
     JobSpec,
     Lease,
     NodeInfo,
@@ -505,7 +504,7 @@ class SqliteStore:
             job_ids = sorted({r["job_id"] for r in rows})
             marks = ",".join("?" * len(job_ids))
             policies = {
-                r["id"]: JobPolicies.from_dict(json.loads(r["policies"]))
+                r["id"]: codec.policies_from_stored(r["policies"])
                 for r in conn.execute(
                     f"SELECT id, policies FROM jobs WHERE id IN ({marks})", job_ids
                 )
@@ -588,14 +587,12 @@ class SqliteStore:
                     "reason": "terminated by overlap policy terminate_other",
                 },
             )
-        rows = []
-        for firing_id in plan.claim:
-            row = conn.execute(
-                self._q["claim_one"], {"id": firing_id, "worker_id": worker_id, "now": now}
-            ).fetchone()
-            if row is not None:
-                rows.append(row)
-        return rows
+        if not plan.claim:
+            return []
+        return conn.execute(
+            self._q["claim_ids"],
+            {"ids": json.dumps(plan.claim), "worker_id": worker_id, "now": now},
+        ).fetchall()
 
     def next_due_at(self) -> datetime | None:
         rows = self._read(self._q["next_due_at"], {"now": self._now_us()})
