@@ -26,9 +26,22 @@ class Context:
     firing: Firing
     claim_token: str
     worker_id: str
-    logger: Any
+    _logger: Any = None
     _cancel: threading.Event = field(default_factory=threading.Event)
     _on_cancel: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def logger(self) -> Any:
+        """A structlog logger bound to this firing (job, firing_id, attempt, key); built on
+        first use, so handlers that never log pay nothing for it."""
+        if self._logger is None:
+            self._logger = structlog.get_logger("cronwheel.task").bind(
+                job=self.firing.job_name,
+                firing_id=self.firing.id,
+                attempt=self.firing.attempt,
+                idempotency_key=self.firing.idempotency_key,
+            )
+        return self._logger
 
     @property
     def job(self) -> str:
@@ -81,10 +94,4 @@ class Context:
 
 
 def make_context(firing: Firing, claim_token: str, worker_id: str) -> Context:
-    logger = structlog.get_logger("cronwheel.task").bind(
-        job=firing.job_name,
-        firing_id=firing.id,
-        attempt=firing.attempt,
-        idempotency_key=firing.idempotency_key,
-    )
-    return Context(firing=firing, claim_token=claim_token, worker_id=worker_id, logger=logger)
+    return Context(firing=firing, claim_token=claim_token, worker_id=worker_id)
