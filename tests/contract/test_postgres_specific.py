@@ -546,7 +546,13 @@ def test_mixed_policies_under_load_keep_caps_without_deadlocks(h: Harness) -> No
     threads += [threading.Thread(target=triggers), threading.Thread(target=reaper)]
     for t in threads:
         t.start()
-    time.sleep(3)
+    # run the mixed load until every fate has occurred (bounded), at least 1 s
+    started = time.monotonic()
+    while time.monotonic() - started < 30 and not stop.is_set():
+        time.sleep(0.2)
+        seen = {f.state.value for f in api.list_firings(limit=10_000)}
+        if time.monotonic() - started > 1 and {"succeeded", "skipped", "cancelled"} <= seen:
+            break
     stop.set()
     for t in threads:
         t.join(timeout=30)
