@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -28,6 +28,7 @@ from cronwheel.domain.clock import SystemClock
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import JobPolicies, JobSpec
 from cronwheel.domain.schedules import at
+from cronwheel.errors import StoreUnavailableError
 from cronwheel.store.protocol import Store
 from cronwheel.store.url import open_store, sqlite_path
 
@@ -70,14 +71,26 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 class Cluster:
-    """One scheduler and N worker processes on a store, stopped on exit."""
+    """Scheduler(s) and N worker processes on a store, stopped on exit."""
 
-    def __init__(self, store_url: str, workers: int, concurrency: int, log_dir: Path) -> None:
+    def __init__(
+        self,
+        store_url: str,
+        workers: int,
+        concurrency: int,
+        log_dir: Path,
+        *,
+        schedulers: int = 1,
+        scheduler_args: Sequence[str] = (),
+    ) -> None:
         self.store_url = store_url
         self.workers = workers
         self.concurrency = concurrency
         self.log_dir = log_dir
+        self.n_schedulers = schedulers
+        self.scheduler_args = list(scheduler_args)
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.schedulers: list[subprocess.Popen[bytes]] = []
         self._logs: list[Any] = []
 
     def _spawn(self, role: str, *args: str) -> subprocess.Popen[bytes]:
@@ -94,7 +107,10 @@ class Cluster:
         return proc
 
     def start(self) -> None:
-        self.scheduler = self._spawn("scheduler", "scheduler")
+        for i in range(self.n_schedulers):
+            name = "scheduler" if i == 0 else f"scheduler-{i + 1}"
+            self.schedulers.append(self._spawn(name, "scheduler", *self.scheduler_args))
+        self.scheduler = self.schedulers[0]
         for i in range(self.workers):
             self._spawn(f"worker-{i + 1}", "worker", "--concurrency", str(self.concurrency))
 
@@ -167,12 +183,41 @@ def _as_url(conninfo: str) -> str:
 
 
 def wait_until(done: Callable[[], bool], timeout_s: float, interval_s: float = 0.2) -> bool:
+    """Poll ``done`` until it is true or the deadline passes; a store that is briefly
+    unavailable (a PostgreSQL restart) only counts as "not yet"."""
+
+    def check() -> bool:
+        try:
+            return done()
+        except StoreUnavailableError:
+            return False
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if done():
+        if check():
             return True
         time.sleep(interval_s)
-    return done()
+    return check()
+
+
+def server_started_at(url: str | None) -> str | None:
+    """PostgreSQL: the server's start time (``pg_postmaster_start_time``), waiting up to
+    60 s for a server that is restarting; None for SQLite. A run during which it changed
+    was disturbed by a restart and is repeated by the CLI."""
+    if url is None or sqlite_path(url) is not None:
+        return None
+    import psycopg
+
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+                row = conn.execute("SELECT pg_postmaster_start_time()::text").fetchone()
+            return None if row is None else str(row[0])
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
 
 
 def _finished(store: Store, n: int) -> bool:

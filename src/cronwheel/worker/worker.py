@@ -38,6 +38,7 @@ from cronwheel.signals import Cancel, Retry
 from cronwheel.store.protocol import Completion, Store
 from cronwheel.worker.context import Context, make_context
 from cronwheel.worker.registry import TaskRegistry
+from cronwheel.worker.threads import HandlerThreads
 
 log = structlog.get_logger("cronwheel.worker")
 T = TypeVar("T")
@@ -88,9 +89,7 @@ class Worker:
         self.stats = WorkerStats()
         self._rng = rng or random.Random()
         self._db = ThreadPoolExecutor(1, thread_name_prefix="cronwheel-store")
-        self._pool = ThreadPoolExecutor(
-            self.config.concurrency, thread_name_prefix="cronwheel-task"
-        )
+        self._threads = HandlerThreads(self.config.concurrency)
         self._active: dict[FiringId, tuple[ClaimedFiring, Context]] = {}
         self._done: list[Completion] = []
         self._slot_freed: asyncio.Event | None = None
@@ -248,8 +247,7 @@ class Worker:
 
             ctx.on_cancel(from_any_thread)
         else:
-            call = partial(task.fn, ctx, *firing.args, **firing.kwargs)
-            handler = loop.run_in_executor(self._pool, call)
+            handler = self._threads.submit(partial(task.fn, ctx, *firing.args, **firing.kwargs))
         try:
             await asyncio.wait_for(asyncio.shield(handler), timeout_s)
         finally:
@@ -350,7 +348,7 @@ class Worker:
                 pass
             wakeup.close()
             self._db.shutdown(wait=False)
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._threads.shutdown()
             log.info("worker_stopped", worker_id=self.worker_id)
 
     async def _claim_loop(
