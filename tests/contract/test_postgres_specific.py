@@ -86,7 +86,13 @@ def test_due_jobs_query_uses_the_partial_index(h: Harness) -> None:
         plan = "\n".join(
             r[0]
             for r in conn.execute(
-                "EXPLAIN " + sql, {"horizon": h.now() + 60 * S, "limit": 1000}
+                "EXPLAIN " + sql,
+                {
+                    "horizon": h.now() + 60 * S,
+                    "limit": 1000,
+                    "after_at": h.now() - 3600 * S,
+                    "after_id": 0,
+                },
             ).fetchall()
         )
     assert "jobs_due" in plan, plan

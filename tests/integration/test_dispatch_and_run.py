@@ -7,6 +7,7 @@ import itertools
 from datetime import UTC, datetime, timedelta
 
 from cronwheel.domain.firing import FiringState
+from cronwheel.domain.models import JobSpec
 from cronwheel.domain.schedules import at, cron, every
 from cronwheel.errors import LeaseLostError
 from tests.integration.conftest import Rig
@@ -253,3 +254,44 @@ def test_leader_that_cannot_renew_steps_down_within_its_ttl(rig: Rig) -> None:
     assert d.is_leader  # renewals failing, but the lease is still valid
     rig.run([d], None, until=2 * S)
     assert not d.is_leader and d.stats.lease_lost == 1
+
+
+def test_a_long_step_renews_the_lease_between_batches(rig: Rig) -> None:
+    """40 enqueue batches that each take 1 s (a slow store) outlast a 3 s lease: the
+    leader renews between batches instead of being fenced out halfway."""
+    due = rig.clock.now() + 2 * S
+    rig.store.create_jobs(
+        [(JobSpec(name=f"h{i}", task="record", schedule=at(due)), due) for i in range(4000)]
+    )
+    d = rig.dispatcher(lease_ttl=3 * S, batch_size=100, scan_page=500)
+    real_enqueue = d.store.enqueue
+
+    def slow_enqueue(lease, advances):  # type: ignore[no-untyped-def]
+        rig.clock.advance(S)
+        return real_enqueue(lease, advances)
+
+    d.store.enqueue = slow_enqueue  # type: ignore[method-assign]
+    rig.run([d], None, until=3 * S)
+    assert d.stats.lease_lost == 0 and d.stats.fenced_writes == 0
+    assert d.stats.enqueued == 4000 and d.stats.terms == 1
+
+
+def test_incremental_scans_read_each_due_job_once(rig: Rig) -> None:
+    due = rig.clock.now() + 4 * S
+    rig.store.create_jobs(
+        [(JobSpec(name=f"s{i}", task="record", schedule=at(due)), due) for i in range(1200)]
+    )
+    d = rig.dispatcher(scan_page=500, lookahead=5 * S, scan_interval=timedelta(milliseconds=200))
+    loaded: list[int] = []
+    real_due_jobs = d.store.due_jobs
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        jobs = real_due_jobs(*args, **kwargs)
+        loaded.extend(j.id for j in jobs)
+        return jobs
+
+    d.store.due_jobs = counting  # type: ignore[method-assign]
+    rig.run([d], None, until=3 * S)  # fifteen scans inside the lookahead window
+    assert len(loaded) == 1200  # one full scan, then incremental scans that find nothing new
+    rig.run([d], None, until=2 * S)
+    assert d.stats.enqueued == 1200

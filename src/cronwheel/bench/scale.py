@@ -3,7 +3,7 @@
 Reports the registration rate, the store's size on disk, the scheduler's peak RSS
 with every job registered, and the dispatcher's per-tick cost at N jobs divided by
 its cost at 10,000: the due-jobs scan the dispatcher runs every tick
-(``store.due_jobs(now + lookahead, limit=scan_limit)`` with DispatcherConfig's
+(``store.due_jobs(now + lookahead, limit=scan_page)`` with DispatcherConfig's
 defaults), averaged over many calls.
 
 The jobs are one-shots spread uniformly over a day. Both measurements see the same
@@ -24,7 +24,7 @@ import random
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -86,16 +86,16 @@ def run_scale(
 
         register(0, base_count)
         _analyze(url)
-        small = _tick_cost(store, horizon, config.scan_limit, calls)
-        plan_small = explain_due_jobs(url, horizon, config.scan_limit)
+        small = _tick_cost(store, horizon, config.scan_page, calls)
+        plan_small = explain_due_jobs(url, horizon, config.scan_page)
         register(base_count, count)
         result.figures["register_s"] = round(register_s, 3)
         result.figures["register_jobs_per_s"] = round(count / max(register_s, 1e-6))
         if count != 1_000_000:
             result.figures["register_1M_s_extrapolated"] = round(register_s * 1e6 / count, 1)
         _analyze(url)
-        large = _tick_cost(store, horizon, config.scan_limit, calls)
-        plan = explain_due_jobs(url, horizon, config.scan_limit)
+        large = _tick_cost(store, horizon, config.scan_page, calls)
+        plan = explain_due_jobs(url, horizon, config.scan_page)
         result.figures["store_size_mb"] = round(store_size(url) / 2**20, 1)
         with Cluster(url, workers, concurrency, Path(tmp)) as cluster:
             time.sleep(settle_s)
@@ -153,7 +153,8 @@ def explain_due_jobs(url: str, horizon: datetime, limit: int) -> dict[str, Any]:
         sql = load_queries("cronwheel.store.sqlite", "queries.sql")["due_jobs"]
         with sqlite3.connect(path) as lite:
             rows = lite.execute(
-                "EXPLAIN QUERY PLAN " + sql, {"horizon": to_us(horizon), "limit": limit}
+                "EXPLAIN QUERY PLAN " + sql,
+                {"horizon": to_us(horizon), "limit": limit, "after_at": -(2**62), "after_id": 0},
             ).fetchall()
         details = [str(r[-1]) for r in rows]
         uses = any("USING INDEX jobs_due" in d for d in details) and not any(
@@ -165,7 +166,14 @@ def explain_due_jobs(url: str, horizon: datetime, limit: int) -> dict[str, Any]:
     from cronwheel.store.postgres.db import load_sql, query
 
     sql = load_sql("queries.sql")["due_jobs"]
-    params = {"horizon": horizon, "limit": limit, "_pin": None, "_off": timedelta(0)}
+    params = {
+        "horizon": horizon,
+        "limit": limit,
+        "after_at": datetime(1, 1, 2, tzinfo=UTC),
+        "after_id": 0,
+        "_pin": None,
+        "_off": timedelta(0),
+    }
     with psycopg.connect(url, autocommit=True) as conn:
         cur = psycopg.ClientCursor(conn)
         cur.execute(query("EXPLAIN (FORMAT JSON) " + sql), params)

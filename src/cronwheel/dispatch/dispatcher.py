@@ -51,7 +51,8 @@ class DispatcherConfig:
     change_poll: timedelta = timedelta(milliseconds=50)
     reap_interval: timedelta = timedelta(seconds=1)
     batch_size: int = 1000
-    scan_limit: int = 50_000
+    scan_page: int = 5000
+    full_scan_interval: timedelta = timedelta(seconds=30)
 
     @property
     def renew_interval(self) -> timedelta:
@@ -97,6 +98,8 @@ class Dispatcher:
         self._next_renew = 0.0
         self._lease_deadline = 0.0  # monotonic: past it, the lease may have expired
         self._next_scan = 0.0
+        self._next_full_scan = 0.0
+        self._scan_after: tuple[datetime, JobId] | None = None
         self._next_change_poll = 0.0
         self._next_reap = 0.0
         self._jobs_version = -1
@@ -169,6 +172,7 @@ class Dispatcher:
             log.info("lease_acquired", holder=self.holder, epoch=lease.epoch)
             self._wheel.clear()
             self._jobs_version = -1
+            self._scan_after = None
             self._next_scan = 0.0
             self._next_reap = 0.0
         self.lease = lease
@@ -196,27 +200,51 @@ class Dispatcher:
 
     # -- loading ---------------------------------------------------------------------
     def _maybe_scan(self, mono: float) -> None:
+        """Load due jobs into the wheel. Incremental: only jobs after the last one loaded
+        (keyset on ``(next_fire_at, id)``), in pages; a full rescan when jobs changed, after
+        a takeover or a stale write, and every ``full_scan_interval`` as a safety net. So a
+        herd of 40,000 jobs due at the minute is read once, not once per scan."""
         changed = False
         if mono >= self._next_change_poll:
             self._next_change_poll = mono + self.config.change_poll.total_seconds()
             version = self.store.jobs_version()
             changed = version != self._jobs_version
             self._jobs_version = version
-        if not changed and mono < self._next_scan:
+        full = changed or self._scan_after is None or mono >= self._next_full_scan
+        if not full and mono < self._next_scan:
             return
         self._next_scan = mono + self.config.scan_interval.total_seconds()
-        now = self.clock.now()
-        jobs = self.store.due_jobs(now + self.config.lookahead, limit=self.config.scan_limit)
+        after = None if full else self._scan_after
+        if full:
+            self._next_full_scan = mono + self.config.full_scan_interval.total_seconds()
+        horizon = self.clock.now() + self.config.lookahead
+        seen: set[JobId] = set()
+        while True:
+            jobs = self.store.due_jobs(horizon, limit=self.config.scan_page, after=after)
+            for job in jobs:
+                seen.add(job.id)
+                self._schedule(job)
+            if jobs:
+                last = jobs[-1]
+                assert last.next_fire_at is not None
+                after = (last.next_fire_at, last.id)
+            if len(jobs) < self.config.scan_page:
+                break
+            self._keep_lease()  # a long scan must not outlast the lease
+        self._scan_after = after
         if changed:
             # A job may have been paused, deleted or rescheduled: drop what the
             # store no longer says is due (the cursor CAS would refuse it anyway).
-            due_ids = {job.id for job in jobs}
-            for job_id in [k for k in self._wheel if k not in due_ids]:
+            for job_id in [k for k in self._wheel if k not in seen]:
                 self._wheel.remove(job_id)
-        for job in jobs:
-            self._schedule(job)
-        if len(jobs) >= self.config.scan_limit:
-            self._next_scan = mono  # more are due than one scan returns: scan again at once
+
+    def _keep_lease(self) -> None:
+        """Renew the lease in the middle of a long step when it is due; stop if it is lost."""
+        mono = self.clock.monotonic()
+        if mono >= self._next_renew:
+            self._renew(mono)
+        if self.lease is None:
+            raise LeaseLostError("lease lost during a long dispatch step")
 
     def _schedule(self, job: Job) -> None:
         assert job.next_fire_at is not None
@@ -235,6 +263,8 @@ class Dispatcher:
         jobs = [job for _, job in expired]
         size = self.config.batch_size
         for start in range(0, len(jobs), size):
+            if start:
+                self._keep_lease()  # 40 batches of a herd must not outlast the lease
             self._enqueue_batch(jobs[start : start + size])
 
     def _enqueue_batch(self, jobs: list[Job]) -> None:
@@ -317,7 +347,8 @@ class Dispatcher:
             log.warning("firings_deduplicated", count=result.duplicates)
         stale = set(result.stale)
         if stale:
-            self._next_scan = 0.0  # reload the changed jobs
+            self._scan_after = None  # reload the changed jobs: a full scan
+            self._next_scan = 0.0
         horizon_load = now + self.config.lookahead
         for job_id, job in planned.items():
             if job_id in stale or job.next_fire_at is None:

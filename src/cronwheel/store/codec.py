@@ -19,7 +19,7 @@ from cronwheel.domain.models import (
     JobSpec,
     NodeInfo,
 )
-from cronwheel.domain.schedules import schedule_from_dict
+from cronwheel.domain.schedules import Schedule, schedule_from_dict
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -106,6 +106,18 @@ def _req(value: Any) -> datetime:
     return instant
 
 
+def schedule_from_stored(value: Any) -> Schedule:
+    """A schedule from its stored JSON, cached: parsing a cron expression and loading its
+    zone is the dominant cost of loading a herd of jobs that share a few schedules."""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return _schedule_cached(text)
+
+
+@lru_cache(maxsize=16384)
+def _schedule_cached(text: str) -> Schedule:
+    return schedule_from_dict(json.loads(text))
+
+
 def policies_from_stored(value: Any) -> JobPolicies:
     """JobPolicies from a stored JSON text (SQLite) or mapping (PostgreSQL jsonb), cached:
     claims and scans see the same few policy documents over and over."""
@@ -128,7 +140,7 @@ def job_from_row(row: Row) -> Job:
     spec = JobSpec(
         name=row["name"],
         task=row["task"],
-        schedule=schedule_from_dict(_load(row["schedule"])),
+        schedule=schedule_from_stored(row["schedule"]),
         args=tuple(payload["args"]),
         kwargs=payload["kwargs"],
         namespace=row["namespace"],

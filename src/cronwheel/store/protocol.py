@@ -169,8 +169,11 @@ class Store(Protocol):
         """Delete a job and its firing history. Raises JobNotFoundError."""
         ...
 
-    def due_jobs(self, horizon: datetime, *, limit: int) -> list[Job]:
-        """Unpaused jobs with ``next_fire_at <= horizon``, earliest first: an index range scan."""
+    def due_jobs(
+        self, horizon: datetime, *, limit: int, after: tuple[datetime, int] | None = None
+    ) -> list[Job]:
+        """Unpaused jobs with ``next_fire_at <= horizon``, ordered by ``(next_fire_at, id)``
+        and after ``after`` in that order (keyset paging): an index range scan."""
         ...
 
     def jobs_version(self) -> int:

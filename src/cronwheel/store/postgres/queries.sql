@@ -84,9 +84,11 @@ ev AS (
 SELECT * FROM j
 
 -- name: due_jobs
+-- keyset paging on (next_fire_at, id): a page boundary never splits a herd
 SELECT * FROM jobs
 WHERE NOT paused AND next_fire_at IS NOT NULL AND next_fire_at <= %(horizon)s
-ORDER BY next_fire_at
+  AND next_fire_at >= %(after_at)s AND (next_fire_at > %(after_at)s OR id > %(after_id)s)
+ORDER BY next_fire_at, id
 LIMIT %(limit)s
 
 -- name: fence_check

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from psycopg import errors as pgerrors
@@ -84,6 +84,8 @@ from cronwheel.store.protocol import (
     StoreStatus,
 )
 from cronwheel.wakeup import Wakeup
+
+_BEGINNING = datetime(1, 1, 2, tzinfo=UTC)  # before any cursor: the first page's lower bound
 
 
 class PostgresStore:
@@ -312,8 +314,14 @@ class PostgresStore:
 
         self._db.run(body, write=True)
 
-    def due_jobs(self, horizon: datetime, *, limit: int) -> list[Job]:
-        rows = self._read(self._q["due_jobs"], {"horizon": horizon, "limit": limit})
+    def due_jobs(
+        self, horizon: datetime, *, limit: int, after: tuple[datetime, int] | None = None
+    ) -> list[Job]:
+        after_at, after_id = (_BEGINNING, 0) if after is None else after
+        rows = self._read(
+            self._q["due_jobs"],
+            {"horizon": horizon, "limit": limit, "after_at": after_at, "after_id": after_id},
+        )
         return [codec.job_from_row(r) for r in rows]
 
     def jobs_version(self) -> int:

@@ -38,9 +38,11 @@ INSERT INTO meta (key, value) VALUES ('jobs_version', '1')
 ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1
 
 -- name: due_jobs
+-- keyset paging on (next_fire_at, id): a page boundary never splits a herd
 SELECT * FROM jobs
 WHERE paused = 0 AND next_fire_at IS NOT NULL AND next_fire_at <= :horizon
-ORDER BY next_fire_at
+  AND next_fire_at >= :after_at AND (next_fire_at > :after_at OR id > :after_id)
+ORDER BY next_fire_at, id
 LIMIT :limit
 
 -- name: fence_check

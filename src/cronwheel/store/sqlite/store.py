@@ -325,8 +325,14 @@ class SqliteStore:
                 raise JobNotFoundError(f"no job named {name!r}", field="name")
             conn.execute(self._q["bump_jobs_version"])
 
-    def due_jobs(self, horizon: datetime, *, limit: int) -> list[Job]:
-        rows = self._read(self._q["due_jobs"], {"horizon": to_us(horizon), "limit": limit})
+    def due_jobs(
+        self, horizon: datetime, *, limit: int, after: tuple[datetime, int] | None = None
+    ) -> list[Job]:
+        after_at, after_id = (-(2**62), 0) if after is None else (to_us(after[0]), after[1])
+        rows = self._read(
+            self._q["due_jobs"],
+            {"horizon": to_us(horizon), "limit": limit, "after_at": after_at, "after_id": after_id},
+        )
         return [codec.job_from_row(r) for r in rows]
 
     def jobs_version(self) -> int:
