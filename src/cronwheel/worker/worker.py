@@ -88,7 +88,10 @@ class Worker:
         self.worker_id = worker_id or make_worker_id()
         self.stats = WorkerStats()
         self._rng = rng or random.Random()
+        # two store threads: claims on one, completions and heartbeats on the other, so
+        # their round trips overlap instead of queueing behind each other
         self._db = ThreadPoolExecutor(1, thread_name_prefix="cronwheel-store")
+        self._db_out = ThreadPoolExecutor(1, thread_name_prefix="cronwheel-store-out")
         self._threads = HandlerThreads(self.config.concurrency)
         self._active: dict[FiringId, tuple[ClaimedFiring, Context]] = {}
         self._done: list[Completion] = []
@@ -102,6 +105,10 @@ class Worker:
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._db, partial(fn, *args, **kwargs))
+
+    async def _call_out(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._db_out, partial(fn, *args, **kwargs))
 
     # -- running one firing ------------------------------------------------------------
     async def execute(self, claim: ClaimedFiring) -> Completion | None:
@@ -270,7 +277,7 @@ class Worker:
             failpoints.hit("worker.before_complete")
         while self._done:
             batch = self._done[: self.config.flush_batch]
-            accepted = await self._call(self.store.complete, batch)
+            accepted = await self._call_out(self.store.complete, batch)
             del self._done[: len(batch)]
             for completion, ok in zip(batch, accepted, strict=True):
                 if not ok:
@@ -348,6 +355,7 @@ class Worker:
                 pass
             wakeup.close()
             self._db.shutdown(wait=False)
+            self._db_out.shutdown(wait=False)
             self._threads.shutdown()
             log.info("worker_stopped", worker_id=self.worker_id)
 
@@ -456,7 +464,7 @@ class Worker:
                 claims = [(fid, c.claim_token) for fid, (c, _) in self._active.items()]
                 if claims:
                     beat_at = self.clock.monotonic()
-                    lost = await self._call(self.store.heartbeat, self.worker_id, claims)
+                    lost = await self._call_out(self.store.heartbeat, self.worker_id, claims)
                     for fid, _ in claims:
                         if fid not in lost and fid in self._renewed:
                             self._renewed[fid] = beat_at

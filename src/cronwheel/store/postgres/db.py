@@ -153,18 +153,37 @@ class Database:
             out.update(values)
         return out
 
-    def run(self, body: Callable[[Conn], T], *, write: bool, atomic: bool = True) -> T:
+    def run(
+        self,
+        body: Callable[[Conn], T],
+        *,
+        write: bool,
+        atomic: bool = True,
+        durable: bool = True,
+    ) -> T:
         """Run ``body`` on a pooled connection.
 
         ``write``: in one transaction (BEGIN ... COMMIT), unless ``atomic`` is False —
         for a body of a single statement, which autocommit makes atomic by itself.
         Reads (not ``write``) are retried on connection errors; writes are not.
+
+        ``durable=False`` commits without waiting for the WAL flush
+        (``synchronous_commit = off``: still atomic and ordered, but a crash of the
+        *database server* may forget the last few hundred milliseconds of such commits).
+        Used for claims, heartbeats and completions only: forgetting one re-delivers the
+        firing with the same idempotency key — the at-least-once promise already covers
+        it — and it removes the fsync that otherwise bounds throughput at ~700
+        commits/s here. Enqueues and every user-facing write stay durable.
         """
         attempt = 0
         while True:
             attempt += 1
             try:
                 with self._checkout() as conn:
+                    if write and not durable:
+                        with conn.transaction():
+                            conn.execute("SET LOCAL synchronous_commit TO off")
+                            return body(conn)
                     if not (write and atomic):
                         return body(conn)
                     with conn.transaction():

@@ -317,7 +317,7 @@ upd AS (
         finished_at = NULL
     FROM picked p, jobs j
     WHERE f.id = p.id AND j.id = f.job_id
-    RETURNING f.*, j.policies AS job_policies
+    RETURNING f.*, j.policies::text AS job_policies
 )
 SELECT s.ok AS simple, u.* FROM simple s LEFT JOIN upd u ON true
 
@@ -409,7 +409,7 @@ SET state = 'running',
     finished_at = NULL
 FROM jobs j
 WHERE f.id = ANY (%(claim_ids)s::bigint[]) AND f.state = 'queued' AND j.id = f.job_id
-RETURNING f.*, j.policies AS job_policies
+RETURNING f.*, j.policies::text AS job_policies
 
 -- name: heartbeat
 UPDATE firings f SET lease_until = :now + f.visibility_us * interval '1 microsecond'

@@ -451,14 +451,19 @@ class PostgresStore:
         rows: list[DictRow] | None = None
         if key not in self._planned_tasks:
             fast = self._db.run(
-                lambda conn: self._exec(conn, "claim_fast", params), write=True, atomic=False
+                lambda conn: self._exec(conn, "claim_fast", params),
+                write=True,
+                atomic=False,
+                durable=False,
             )
             if fast and not fast[0]["simple"]:
                 self._remember_planned(key, True)
             else:
                 rows = [r for r in fast if r["id"] is not None]
         if rows is None:
-            rows, planned = self._db.run(lambda conn: self._claim_planned(conn, params), write=True)
+            rows, planned = self._db.run(
+                lambda conn: self._claim_planned(conn, params), write=True, durable=False
+            )
             self._remember_planned(key, planned)
         rows.sort(key=lambda r: (r["vdeadline"], r["id"]))
         policies: dict[int, JobPolicies] = {}
@@ -559,7 +564,10 @@ class PostgresStore:
         ordered = sorted(claims)  # rows locked in id order, as everywhere
         params = {"ids": [c[0] for c in ordered], "tokens": [c[1] for c in ordered]}
         rows = self._db.run(
-            lambda conn: self._exec(conn, "heartbeat", params), write=True, atomic=False
+            lambda conn: self._exec(conn, "heartbeat", params),
+            write=True,
+            atomic=False,
+            durable=False,
         )
         held = {r["id"] for r in rows}
         return {FiringId(fid) for fid, _ in claims if fid not in held}
@@ -589,7 +597,7 @@ class PostgresStore:
                     accepted[i] = completions[i].firing_id in done
             return accepted
 
-        return self._db.run(body, write=True, atomic=len(batches) > 1)
+        return self._db.run(body, write=True, atomic=len(batches) > 1, durable=False)
 
     # -- firings --------------------------------------------------------------------------
     def get_firing(self, firing_id: FiringId) -> Firing:
