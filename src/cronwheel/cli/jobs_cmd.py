@@ -459,11 +459,36 @@ def backfill_command(
                 raise ValidationError("backfill covers past instants only", field="end")
             job = store.get_job(namespace, name)
             instants = instants_between(job.spec.schedule.next_after, start, end)
-            added = store.add_firings(namespace, name, instants, note="backfill", overlap=overlap)
+            inserted, duplicates = _backfill_with_progress(
+                store, namespace, name, instants, overlap
+            )
         finally:
             store.close()
-        inserted, duplicates = len(added.inserted), added.duplicates
     click.echo(
         f"backfilled job {name!r}: {inserted} firing(s) queued, "
         f"{duplicates} instant(s) already had one"
     )
+
+
+def _backfill_with_progress(
+    store: Any, namespace: str, name: str, instants: list[Any], overlap: str | None
+) -> tuple[int, int]:
+    """Queue the instants in chunks of 100 (one transaction each), with a progress bar."""
+    from rich.progress import Progress
+
+    inserted = duplicates = 0
+    with Progress(transient=True, console=_stderr_console()) as progress:
+        bar = progress.add_task(f"backfill {name}", total=len(instants))
+        for lo in range(0, len(instants), 100):
+            chunk = instants[lo : lo + 100]
+            added = store.add_firings(namespace, name, chunk, note="backfill", overlap=overlap)
+            inserted += len(added.inserted)
+            duplicates += added.duplicates
+            progress.advance(bar, len(chunk))
+    return inserted, duplicates
+
+
+def _stderr_console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True)

@@ -214,7 +214,14 @@ def worker_command(
 @store_option
 def migrate_command(store_url: str) -> None:
     """Create or upgrade the store's schema (idempotent)."""
-    store = open_cli_store(store_url)
-    version = store.migrate()
-    store.close()
+    from rich.console import Console
+
+    from cronwheel.store.url import open_store
+
+    with Console(stderr=True).status(f"migrating {store_url} ..."):
+        store = open_store(store_url, migrate=False)
+        try:
+            version = store.migrate()
+        finally:
+            store.close()
     click.echo(f"schema at version {version}")
