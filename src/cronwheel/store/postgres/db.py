@@ -170,10 +170,11 @@ class Database:
         ``durable=False`` commits without waiting for the WAL flush
         (``synchronous_commit = off``: still atomic and ordered, but a crash of the
         *database server* may forget the last few hundred milliseconds of such commits).
-        Used for claims, heartbeats and completions only: forgetting one re-delivers the
-        firing with the same idempotency key — the at-least-once promise already covers
-        it — and it removes the fsync that otherwise bounds throughput at ~700
-        commits/s here. Enqueues and every user-facing write stay durable.
+        Used for heartbeats only: a forgotten renewal leaves the lease where the previous
+        one put it, still valid for two thirds of its visibility timeout. Claims and
+        completions stay durable — forgetting one would re-run a firing whose worker
+        never failed (measured: a PostgreSQL `immediate` restart then produced duplicate
+        executions), and the fsync was not what bounded their throughput anyway.
         """
         attempt = 0
         while True:

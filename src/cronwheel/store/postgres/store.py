@@ -451,19 +451,14 @@ class PostgresStore:
         rows: list[DictRow] | None = None
         if key not in self._planned_tasks:
             fast = self._db.run(
-                lambda conn: self._exec(conn, "claim_fast", params),
-                write=True,
-                atomic=False,
-                durable=False,
+                lambda conn: self._exec(conn, "claim_fast", params), write=True, atomic=False
             )
             if fast and not fast[0]["simple"]:
                 self._remember_planned(key, True)
             else:
                 rows = [r for r in fast if r["id"] is not None]
         if rows is None:
-            rows, planned = self._db.run(
-                lambda conn: self._claim_planned(conn, params), write=True, durable=False
-            )
+            rows, planned = self._db.run(lambda conn: self._claim_planned(conn, params), write=True)
             self._remember_planned(key, planned)
         rows.sort(key=lambda r: (r["vdeadline"], r["id"]))
         policies: dict[int, JobPolicies] = {}
@@ -597,7 +592,7 @@ class PostgresStore:
                     accepted[i] = completions[i].firing_id in done
             return accepted
 
-        return self._db.run(body, write=True, atomic=len(batches) > 1, durable=False)
+        return self._db.run(body, write=True, atomic=len(batches) > 1)
 
     # -- firings --------------------------------------------------------------------------
     def get_firing(self, firing_id: FiringId) -> Firing:
