@@ -295,3 +295,28 @@ def test_incremental_scans_read_each_due_job_once(rig: Rig) -> None:
     assert len(loaded) == 1200  # one full scan, then incremental scans that find nothing new
     rig.run([d], None, until=2 * S)
     assert d.stats.enqueued == 1200
+
+
+def test_a_failed_enqueue_is_retried_by_a_full_rescan(rig: Rig) -> None:
+    """The store fails one enqueue (connection lost): the expired wheel entries are gone
+    and the cursors did not move, so the next scan must reload them — not wait for the
+    periodic full scan."""
+    from cronwheel.errors import StoreUnavailableError
+
+    job = rig.app.schedule("record", every("1s"), name="resilient")
+    d = rig.dispatcher()
+    rig.run([d], None, until=2 * S)
+    real_enqueue = d.store.enqueue
+    failures = [1]
+
+    def flaky(lease, advances):  # type: ignore[no-untyped-def]
+        if failures:
+            failures.pop()
+            raise StoreUnavailableError("server closed the connection")
+        return real_enqueue(lease, advances)
+
+    d.store.enqueue = flaky  # type: ignore[method-assign]
+    rig.run([d], None, until=3 * S)
+    instants = sorted(f.scheduled_for for f in rig.store.list_firings(job_id=job.id, limit=100))
+    assert len(instants) >= 4
+    assert all(b - a == S for a, b in itertools.pairwise(instants))

@@ -52,7 +52,7 @@ class DispatcherConfig:
     reap_interval: timedelta = timedelta(seconds=1)
     batch_size: int = 1000
     scan_page: int = 5000
-    full_scan_interval: timedelta = timedelta(seconds=30)
+    full_scan_interval: timedelta = timedelta(seconds=5)
 
     @property
     def renew_interval(self) -> timedelta:
@@ -139,6 +139,10 @@ class Dispatcher:
         except LeaseLostError as exc:
             self._step_down(str(exc))
         except StoreUnavailableError as exc:
+            # Expired wheel entries whose enqueue failed are gone from the wheel while
+            # their cursors did not move: the next scan must be a full one to reload them.
+            self._scan_after = None
+            self._next_scan = 0.0
             self.stats.store_errors += 1
             metrics.store_error()
             log.warning("store_unavailable", error=str(exc))
