@@ -33,10 +33,14 @@ class Row(Protocol):
 SHARDS = 256
 
 
+def duration_us(delta: timedelta) -> int:
+    """timedelta -> integer microseconds (exact, no float rounding)."""
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
 def to_us(instant: datetime) -> int:
     """Aware datetime -> integer microseconds since the Unix epoch."""
-    delta = instant - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return duration_us(instant - _EPOCH)
 
 
 def from_us(us: int) -> datetime:
@@ -74,17 +78,13 @@ def job_params(spec: JobSpec) -> dict[str, Any]:
         "max_concurrency": spec.max_concurrency,
         "overlap": policies.overlap.value,
         "max_buffer": policies.max_buffer,
-        "cancel_grace_us": _us(policies.cancel_grace),
+        "cancel_grace_us": duration_us(policies.cancel_grace),
         "start_deadline_us": None
         if policies.start_deadline is None
-        else _us(policies.start_deadline),
+        else duration_us(policies.start_deadline),
         "bounds": json.dumps(spec.bounds_dict(), sort_keys=True),
         "remaining_runs": spec.max_runs,
     }
-
-
-def _us(delta: timedelta) -> int:
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def _load(value: Any) -> Any:

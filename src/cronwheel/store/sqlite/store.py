@@ -52,7 +52,7 @@ from cronwheel.errors import (
 )
 from cronwheel.store import codec
 from cronwheel.store.claiming import Candidate, capped, plan_claim
-from cronwheel.store.codec import from_us, opt_us, to_us
+from cronwheel.store.codec import duration_us, from_us, opt_us, to_us
 from cronwheel.store.protocol import (
     AddedFirings,
     ApiToken,
@@ -351,7 +351,7 @@ class SqliteStore:
         with self._tx() as conn:
             row = conn.execute(
                 self._q["acquire_lease"],
-                {"name": name, "holder": holder, "now": now, "expires_at": now + _us(ttl)},
+                {"name": name, "holder": holder, "now": now, "expires_at": now + duration_us(ttl)},
             ).fetchone()
         return None if row is None else _lease(row)
 
@@ -504,7 +504,7 @@ class SqliteStore:
             return []
         with self._tx() as conn:
             now = self._now_us()
-            rows = self._claim_rows(conn, worker_id, tasks, limit, now, now + _us(prefetch))
+            rows = self._claim_rows(conn, worker_id, tasks, limit, now, now + duration_us(prefetch))
             if not rows:
                 return []
             job_ids = sorted({r["job_id"] for r in rows})
@@ -769,7 +769,7 @@ class SqliteStore:
         else:
             rows = self._read(
                 "SELECT * FROM nodes WHERE heartbeat_at >= ? ORDER BY kind, id",
-                (self._now_us() - _us(alive_within),),
+                (self._now_us() - duration_us(alive_within),),
             )
         return [codec.node_from_row(r) for r in rows]
 
@@ -1033,10 +1033,6 @@ def _statements(script: str) -> list[str]:
     ):
         raise StoreError(f"incomplete statement in schema: {buf[:80]!r}")
     return out
-
-
-def _us(delta: timedelta) -> int:
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def _lease(row: sqlite3.Row) -> Lease:
