@@ -277,34 +277,21 @@ SELECT pg_notify('cronwheel_work', '')
 -- name: claim_fast
 -- The claim in one statement, taken when no candidate needs a policy decision (no
 -- capped job, no overlap override, no passed start deadline): candidates in virtual
--- deadline order, locked with SKIP LOCKED (concurrent claimers pass over each other's
--- rows), the first `limit` of them claimed. Otherwise it claims nothing, `simple` is
--- false, and the caller runs the planned claim (claim_candidates ... claim_apply).
+-- deadline order (cronwheel_claim_scan: locked with SKIP LOCKED, so concurrent
+-- claimers pass over each other's rows), the first `limit` of them claimed. Otherwise
+-- it claims nothing, `simple` is false, and the caller runs the planned claim
+-- (claim_candidates ... claim_apply).
 WITH cand AS MATERIALIZED (
-    SELECT f.id, f.vdeadline,
-           (f.overlap_override IS NOT NULL
-            OR (j.max_concurrency IS NOT NULL AND j.overlap <> 'allow')
-            OR (j.start_deadline_us IS NOT NULL
-                AND f.due_at + j.start_deadline_us * interval '1 microsecond' < :now))
+    SELECT s.id, s.vdeadline,
+           (s.overlap_override IS NOT NULL
+            OR (s.max_concurrency IS NOT NULL AND s.overlap <> 'allow')
+            OR (s.start_deadline_us IS NOT NULL
+                AND s.due_at + s.start_deadline_us * interval '1 microsecond' < :now))
                AS planned
-    FROM firings f JOIN jobs j ON j.id = f.job_id
-    WHERE f.state = 'queued' AND f.due_at <= :now + %(prefetch)s::interval
-      AND f.task = ANY (%(tasks)s::text[])
-    AND NOT (f.buffered_at IS NOT NULL AND j.max_concurrency IS NOT NULL
-               AND (SELECT count(*) FROM firings r
-                    WHERE r.job_id = f.job_id AND r.state = 'running') >= j.max_concurrency)
-    ORDER BY f.vdeadline
-    LIMIT %(scan)s
-    FOR UPDATE OF f SKIP LOCKED
+    FROM cronwheel_claim_scan(%(tasks)s::text[], :now + %(prefetch)s::interval, %(scan)s) s
 ),
 simple AS (
     SELECT NOT coalesce(bool_or(planned), false) AS ok FROM cand
-),
-picked AS (
-    SELECT c.id FROM cand c
-    WHERE (SELECT ok FROM simple)
-    ORDER BY c.vdeadline
-    LIMIT %(limit)s
 ),
 upd AS (
     UPDATE firings f
@@ -315,8 +302,10 @@ upd AS (
         lease_until = :now + f.visibility_us * interval '1 microsecond',
         started_at = NULL,
         finished_at = NULL
-    FROM picked p, jobs j
-    WHERE f.id = p.id AND j.id = f.job_id
+    FROM jobs j
+    WHERE f.id = ANY (ARRAY(SELECT c.id FROM cand c WHERE (SELECT ok FROM simple)
+                            ORDER BY c.vdeadline LIMIT %(limit)s))
+      AND j.id = f.job_id
     RETURNING f.*, j.policies::text AS job_policies
 )
 SELECT s.ok AS simple, u.* FROM simple s LEFT JOIN upd u ON true
@@ -324,19 +313,12 @@ SELECT s.ok AS simple, u.* FROM simple s LEFT JOIN upd u ON true
 -- name: claim_candidates
 -- The planned claim (one transaction), step 1: candidates, locked as in claim_fast,
 -- with what store/claiming.py needs to know about each.
-SELECT f.id, f.job_id, f.overlap_override, j.max_concurrency, j.overlap, j.max_buffer,
-       (j.start_deadline_us IS NOT NULL
-        AND f.due_at + j.start_deadline_us * interval '1 microsecond' < :now) AS deadline_passed,
-       f.due_at > :now AS early
-FROM firings f JOIN jobs j ON j.id = f.job_id
-WHERE f.state = 'queued' AND f.due_at <= :now + %(prefetch)s::interval
-  AND f.task = ANY (%(tasks)s::text[])
-  AND NOT (f.buffered_at IS NOT NULL AND j.max_concurrency IS NOT NULL
-           AND (SELECT count(*) FROM firings r
-                WHERE r.job_id = f.job_id AND r.state = 'running') >= j.max_concurrency)
-ORDER BY f.vdeadline
-LIMIT %(scan)s
-FOR UPDATE OF f SKIP LOCKED
+SELECT s.id, s.job_id, s.overlap_override, s.max_concurrency, s.overlap, s.max_buffer,
+       (s.start_deadline_us IS NOT NULL
+        AND s.due_at + s.start_deadline_us * interval '1 microsecond' < :now) AS deadline_passed,
+       s.due_at > :now AS early
+FROM cronwheel_claim_scan(%(tasks)s::text[], :now + %(prefetch)s::interval, %(scan)s) s
+ORDER BY s.vdeadline
 
 -- name: claim_lock_jobs
 -- Step 2: the capped jobs among them, locked in id order. Every claimer deciding for a
