@@ -445,13 +445,18 @@ class PostgresStore:
             "tasks": list(tasks),
             "limit": limit,
             "prefetch": prefetch,
-            "scan": limit * 2 + 32,  # as SqliteStore: candidates looked at per claim
+            # the planned claim looks at more candidates than it may claim (as SqliteStore:
+            # some are skipped or buffered); the one-statement claim locks only the rows
+            # it takes — a row lock is a heap write and a WAL record
+            "scan": limit * 2 + 32,
         }
         key = frozenset(tasks)
         rows: list[DictRow] | None = None
         if key not in self._planned_tasks:
             fast = self._db.run(
-                lambda conn: self._exec(conn, "claim_fast", params), write=True, atomic=False
+                lambda conn: self._exec(conn, "claim_fast", {**params, "scan": limit}),
+                write=True,
+                atomic=False,
             )
             if fast and not fast[0]["simple"]:
                 self._remember_planned(key, True)
