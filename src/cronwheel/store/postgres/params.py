@@ -3,6 +3,8 @@ the batched statements, rows back to domain values."""
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -130,15 +132,38 @@ def insert_params(
 
 
 def complete_params(batch: Sequence[Completion]) -> dict[str, Any]:
+    """The batch as one JSON text for complete_batch's json_to_recordset."""
     return {
-        "ids": [c.firing_id for c in batch],
-        "tokens": [c.claim_token for c in batch],
-        "ok": [c.succeeded for c in batch],
-        "cancelled": [c.cancelled for c in batch],
-        "started": [c.started_at for c in batch],
-        "finished": [c.finished_at for c in batch],
-        # a handler's error text may carry NUL (e.g. subprocess output), which a
-        # PostgreSQL text column refuses: it must not make the outcome unrecordable
-        "errors": [None if c.error is None else c.error.replace("\x00", "\ufffd") for c in batch],
-        "retry_at": [c.retry_at for c in batch],
+        "batch": json.dumps(
+            [
+                {
+                    "id": c.firing_id,
+                    "token": c.claim_token,
+                    "ok": c.succeeded,
+                    "cancelled": c.cancelled,
+                    "started_at": _iso(c.started_at),
+                    "finished_at": _iso(c.finished_at),
+                    "error": None if c.error is None else _text(c.error),
+                    "retry_at": _iso(c.retry_at),
+                }
+                for c in batch
+            ],
+            ensure_ascii=False,
+        )
     }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _text(value: str) -> str:
+    """A handler's error text as a PostgreSQL text column takes it: NUL (e.g. in
+    subprocess output) and lone surrogates, which it refuses, are replaced, so that
+    neither can make the outcome unrecordable."""
+    value = value.replace("\x00", "\ufffd")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        value = value.encode("utf-8", "replace").decode("utf-8")
+    return value

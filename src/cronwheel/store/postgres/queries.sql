@@ -407,12 +407,12 @@ SELECT id FROM firings WHERE id = ANY (%(ids)s::bigint[]) AND cancel_requested_a
 -- A handler that stopped on a cancellation request ends CANCELLED; a failure with
 -- retry_at and attempts left goes back to queued, else dead; every failure records
 -- its attempt.
+-- The batch is one JSON array of objects (params.complete_params): encoding it is one
+-- C call in the worker, where eight parameter arrays cost ~20 µs per completion.
 WITH c AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::text[], %(ok)s::boolean[],
-                         %(cancelled)s::boolean[], %(started)s::timestamptz[],
-                         %(finished)s::timestamptz[], %(errors)s::text[],
-                         %(retry_at)s::timestamptz[])
-        AS c (id, token, ok, cancelled, started_at, finished_at, error, retry_at)
+    SELECT * FROM json_to_recordset(%(batch)s::json)
+        AS c (id bigint, token text, ok boolean, cancelled boolean, started_at timestamptz,
+              finished_at timestamptz, error text, retry_at timestamptz)
 ),
 upd AS (
     UPDATE firings f
