@@ -497,6 +497,48 @@ def test_bulk_create_is_all_or_nothing(harness: Harness) -> None:
         harness.store.get_job("default", "fresh")
 
 
+def test_bulk_create_stores_what_a_single_create_stores(harness: Harness) -> None:
+    """The bulk path (COPY on PostgreSQL) keeps every declared field as create_job does."""
+    from dataclasses import replace
+
+    from cronwheel.domain.models import JobPolicies
+    from cronwheel.domain.overlap import OverlapPolicy
+    from cronwheel.domain.schedules import cron
+
+    now = harness.now()
+    full = JobSpec(
+        name="one",
+        task="t.x",
+        schedule=cron("0 9 * * *", tz="Europe/Berlin"),
+        args=("é\u2028", 1e300, {"z": [None, -0.0]}),
+        kwargs={"ü": "\U0001f600"},
+        namespace="team-a",
+        policies=JobPolicies(
+            priority=3,
+            overlap=OverlapPolicy.BUFFER_ALL,
+            max_concurrency=2,
+            timeout=timedelta(seconds=3),
+            start_deadline=timedelta(seconds=9),
+        ),
+        paused=True,
+        start_at=now - 60 * S,
+        end_at=now + 86400 * S,
+        max_runs=5,
+    )
+    single = harness.store.create_job(full, first_fire_at=now + S)
+    assert harness.store.create_jobs([(replace(full, name="bulk"), now + S)]) == 1
+    bulk = harness.store.get_job("team-a", "bulk")
+    assert bulk.spec == replace(single.spec, name="bulk")
+    assert bulk.spec.spec_hash() == replace(full, name="bulk").spec_hash()
+    assert (bulk.next_fire_at, bulk.paused, bulk.remaining_runs, bulk.created_at) == (
+        single.next_fire_at,
+        single.paused,
+        single.remaining_runs,
+        single.created_at,
+    )
+    assert bulk.created_at == bulk.updated_at == now
+
+
 # -- policies applied by the store ------------------------------------------------------------
 def _capped_job(h: Harness, name: str, overlap: str, **kw):
     from cronwheel.domain.overlap import OverlapPolicy

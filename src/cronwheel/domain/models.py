@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NewType
 
 from cronwheel.domain.firing import FiringState, format_instant, idempotency_key
@@ -63,6 +64,8 @@ def validate_task(task: object) -> str:
 
 def encode_payload(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> str:
     """Arguments as canonical JSON; raises ValidationError when not JSON-safe or too large."""
+    if not args and not kwargs:
+        return _NO_ARGS  # most jobs: no serialization at all
     try:
         text = json.dumps(
             {"args": list(args), "kwargs": kwargs},
@@ -76,6 +79,9 @@ def encode_payload(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) ->
     if len(text.encode("utf-8", "surrogatepass")) > PAYLOAD_MAX_BYTES:
         raise ValidationError(f"must encode to at most {PAYLOAD_MAX_BYTES} bytes", field="args")
     return text
+
+
+_NO_ARGS = '{"args":[],"kwargs":{}}'
 
 
 def _opt_s(value: timedelta | None) -> float | None:
@@ -273,19 +279,39 @@ class JobSpec:
         }
 
     def spec_hash(self) -> str:
-        """Changes whenever anything a user declared changes (upserts compare it)."""
-        doc = json.dumps(
-            {
-                "task": self.task,
-                "schedule": self.schedule.to_dict(),
-                "payload": self.payload,
-                "policies": self.policies.to_dict(),
-                "bounds": self.bounds_dict(),
-            },
-            sort_keys=True,
-            ensure_ascii=False,
+        """Changes whenever anything a user declared changes (upserts compare it).
+
+        The SHA-256 of the canonical JSON document {"bounds", "payload", "policies",
+        "schedule", "task"} (sorted keys, json's default separators), assembled from
+        its parts so that the parts many jobs share are serialized once."""
+        doc = (
+            f'{{"bounds": {bounds_json(self.bounds_dict())}, '
+            f'"payload": {_dumps(self.payload)}, '
+            f'"policies": {policies_json(self.policies)}, '
+            f'"schedule": {_dumps(self.schedule.to_dict())}, '
+            f'"task": {_dumps(self.task)}}}'
         )
         return hashlib.sha256(doc.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+@lru_cache(maxsize=4096)
+def policies_json(policies: JobPolicies) -> str:
+    """``policies.to_dict()`` as canonical JSON, cached: a bulk registration or a herd
+    shares a few policy values between many jobs."""
+    return _dumps(policies.to_dict())
+
+
+def bounds_json(bounds: dict[str, Any]) -> str:
+    """A JobSpec's ``bounds_dict()`` as canonical JSON (almost always all unset)."""
+    return _BOUNDS_UNSET if bounds == _NO_BOUNDS else _dumps(bounds)
+
+
+_NO_BOUNDS: dict[str, Any] = {"start_at": None, "end_at": None, "max_runs": None}
+_BOUNDS_UNSET = _dumps(_NO_BOUNDS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,6 +18,8 @@ from cronwheel.domain.models import (
     JobPolicies,
     JobSpec,
     NodeInfo,
+    bounds_json,
+    policies_json,
 )
 from cronwheel.domain.schedules import Schedule, schedule_from_dict
 
@@ -68,7 +70,7 @@ def job_params(spec: JobSpec) -> dict[str, Any]:
         "task": spec.task,
         "schedule": json.dumps(spec.schedule.to_dict(), sort_keys=True),
         "payload": spec.payload,
-        "policies": json.dumps(policies.to_dict(), sort_keys=True),
+        "policies": policies_json(policies),
         "spec_hash": spec.spec_hash(),
         "priority": float(policies.priority),
         "max_attempts": policies.max_attempts,
@@ -82,7 +84,7 @@ def job_params(spec: JobSpec) -> dict[str, Any]:
         "start_deadline_us": None
         if policies.start_deadline is None
         else duration_us(policies.start_deadline),
-        "bounds": json.dumps(spec.bounds_dict(), sort_keys=True),
+        "bounds": bounds_json(spec.bounds_dict()),
         "remaining_runs": spec.max_runs,
     }
 

@@ -4,7 +4,6 @@ the batched statements, rows back to domain values."""
 from __future__ import annotations
 
 import json
-
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar

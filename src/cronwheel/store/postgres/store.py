@@ -88,6 +88,16 @@ from cronwheel.wakeup import Wakeup
 _BEGINNING = datetime(1, 1, 2, tzinfo=UTC)  # before any cursor: the first page's lower bound
 
 
+# the columns create_jobs copies, job_params' keys plus the cursor and timestamps
+_JOB_COLUMNS = (
+    "namespace", "name", "task", "schedule", "payload", "policies", "spec_hash", "priority",
+    "max_attempts", "visibility_us", "paused", "next_fire_at", "created_at", "updated_at",
+    "shard", "max_concurrency", "overlap", "max_buffer", "cancel_grace_us",
+    "start_deadline_us", "bounds", "remaining_runs",
+)  # fmt: skip
+_COPY_JOBS = f"COPY jobs ({', '.join(_JOB_COLUMNS)}) FROM STDIN"
+
+
 class PostgresStore:
     """The Store on a PostgreSQL database (see the module docstring for its guarantees).
 
@@ -200,14 +210,18 @@ class PostgresStore:
         return codec.job_from_row(self._db.run(body, write=True))
 
     def create_jobs(self, items: Sequence[tuple[JobSpec, datetime | None]]) -> int:
-        rows = [
-            self._db.params(job_params(spec) | {"next_fire_at": first}) for spec, first in items
-        ]
+        """The bulk path: one COPY (a fraction of the server work and client work of as
+        many INSERTs), created_at/updated_at the store's clock read in the same
+        transaction."""
+        rows = [job_params(spec) | {"next_fire_at": first} for spec, first in items]
 
         def body(conn: Conn) -> int:
+            now = self._exec(conn, "now")[0]["now"]
             try:
-                with conn.cursor() as cur:
-                    cur.executemany(query(self._q["insert_job_bulk"]), rows)
+                with conn.cursor() as cur, cur.copy(query(_COPY_JOBS)) as copy:
+                    for r in rows:
+                        r["created_at"] = r["updated_at"] = now
+                        copy.write_row([r[c] for c in _JOB_COLUMNS])
             except pgerrors.UniqueViolation as exc:
                 raise ConflictError(
                     f"a job in the batch already exists ({exc.diag.message_detail})",
