@@ -23,7 +23,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -149,9 +149,15 @@ def claimed(claims: Sequence[ClaimedFiring]) -> None:
 
 def attempt_finished(outcome: str, firing: Firing | None = None, lateness_ms: float = 0.0) -> None:
     """``outcome``: succeeded | failed | cancelled. Lateness is recorded for first attempts."""
-    ATTEMPTS.labels(outcome).inc()
+    child = _ATTEMPT_CHILDREN.get(outcome)
+    if child is None:  # labels() is a lookup under a lock: once per outcome, not per firing
+        child = _ATTEMPT_CHILDREN[outcome] = ATTEMPTS.labels(outcome)
+    child.inc()
     if firing is not None and firing.attempt == 1:
         WORKER_LATENESS.observe(max(0.0, lateness_ms / 1000))
+
+
+_ATTEMPT_CHILDREN: dict[str, Any] = {}
 
 
 def claims_renewed(count: int) -> None:

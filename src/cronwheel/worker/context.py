@@ -27,7 +27,10 @@ class Context:
     claim_token: str
     worker_id: str
     _logger: Any = None
-    _cancel: threading.Event = field(default_factory=threading.Event)
+    _cancelled: bool = False
+    # created by the first wait_cancelled(): most handlers never wait, and an Event (a
+    # Condition and its lock) per firing was a measurable part of a worker's own work
+    _waiter: threading.Event | None = None
     _on_cancel: list[Callable[[], None]] = field(default_factory=list)
 
     @property
@@ -73,24 +76,42 @@ class Context:
 
     @property
     def cancel_requested(self) -> bool:
-        return self._cancel.is_set()
+        return self._cancelled
 
     def wait_cancelled(self, timeout: float | None = None) -> bool:
         """Block (a sync handler's sleep) until cancellation is requested or ``timeout``."""
-        return self._cancel.wait(timeout)
+        with _LOCK:
+            if self._waiter is None:
+                self._waiter = threading.Event()
+                if self._cancelled:
+                    self._waiter.set()
+            waiter = self._waiter
+        return waiter.wait(timeout)
 
     def request_cancel(self) -> None:
-        if self._cancel.is_set():
-            return
-        self._cancel.set()
-        for callback in self._on_cancel:
+        with _LOCK:
+            if self._cancelled:
+                return
+            self._cancelled = True
+            waiter = self._waiter
+            callbacks = list(self._on_cancel)
+        if waiter is not None:
+            waiter.set()
+        for callback in callbacks:
             callback()
 
     def on_cancel(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` when cancellation is requested (at once if it already was)."""
-        self._on_cancel.append(callback)
-        if self._cancel.is_set():
+        """Run ``callback`` when cancellation is requested (at once if it already was);
+        exactly once, whichever thread requests it."""
+        with _LOCK:
+            self._on_cancel.append(callback)
+            already = self._cancelled
+        if already:
             callback()
+
+
+# guards the cancellation state of every Context (held for a few instructions)
+_LOCK = threading.Lock()
 
 
 def make_context(firing: Firing, claim_token: str, worker_id: str) -> Context:

@@ -181,7 +181,6 @@ class Worker:
                 finished_at=finished,
                 error=error,
             )
-        finished = self.clock.now()
         if error is None:
             self.stats.succeeded += 1
             self.stats.lateness_ms.append(lateness_ms)
@@ -255,6 +254,11 @@ class Worker:
             ctx.on_cancel(from_any_thread)
         else:
             handler = self._threads.submit(partial(task.fn, ctx, *firing.args, **firing.kwargs))
+            if timeout_s is None:
+                # a thread cannot be interrupted, so there is nothing to shield it from;
+                # if the worker stops, the future is dropped and the thread runs on
+                await handler
+                return
         try:
             await asyncio.wait_for(asyncio.shield(handler), timeout_s)
         finally:
