@@ -355,6 +355,59 @@ def _complete(h: Harness, claim, ok: bool = True, retry_in: timedelta | None = N
     )[0]
 
 
+def _done(h: Harness, claim, token=None) -> Completion:
+    now = h.now()
+    return Completion(
+        firing_id=claim.firing.id,
+        claim_token=token or claim.claim_token,
+        succeeded=True,
+        started_at=now,
+        finished_at=now,
+    )
+
+
+def test_complete_and_claim_records_the_outcomes_then_claims(harness: Harness) -> None:
+    first = _queued(harness, 2)
+    held = harness.store.claim("w", tasks=["t"], limit=2)
+    assert sorted(c.firing.id for c in held) == sorted(first)
+    more = _queued(harness, 3, name="m")
+    # one outcome accepted, one refused (a stale token), then up to 2 claimed
+    accepted, claims = harness.store.complete_and_claim(
+        [_done(harness, held[0]), _done(harness, held[1], token="stale")],
+        "w",
+        tasks=["t"],
+        limit=2,
+    )
+    assert accepted == [True, False]
+    assert len(claims) == 2 and {c.firing.id for c in claims} <= set(more)
+    assert all(c.firing.state is FiringState.RUNNING for c in claims)
+    assert harness.store.get_firing(held[0].firing.id).state is FiringState.SUCCEEDED
+    assert harness.store.get_firing(held[1].firing.id).state is FiringState.RUNNING
+    # nothing to claim for these tasks: the outcomes are still recorded
+    accepted, claims = harness.store.complete_and_claim(
+        [_done(harness, held[1])], "w", tasks=["nosuchtask"], limit=5
+    )
+    assert (accepted, claims) == ([True], [])
+    assert harness.store.get_firing(held[1].firing.id).state is FiringState.SUCCEEDED
+
+
+def test_complete_and_claim_frees_a_capped_jobs_slot_for_the_same_claim(
+    harness: Harness,
+) -> None:
+    job = _capped_job(harness, "cap", "buffer_all")
+    t = job.next_fire_at
+    ids = _enqueue_instants(harness, job, [t, t + S])
+    harness.advance(2 * S)
+    (running,) = harness.store.claim("w", tasks=["t"], limit=5)
+    assert running.firing.id == ids[0]
+    assert harness.store.claim("w", tasks=["t"], limit=5) == []  # at its cap: buffered
+    accepted, claims = harness.store.complete_and_claim(
+        [_done(harness, running)], "w", tasks=["t"], limit=5
+    )
+    assert accepted == [True]
+    assert [c.firing.id for c in claims] == [ids[1]]
+
+
 def test_completion_is_a_compare_and_swap_on_the_claim_token(harness: Harness) -> None:
     _queued(harness)
     (claim,) = harness.store.claim("w", tasks=["t"], limit=1)

@@ -259,6 +259,23 @@ class Store(Protocol):
         otherwise DEAD."""
         ...
 
+    def complete_and_claim(
+        self,
+        completions: Sequence[Completion],
+        worker_id: str,
+        *,
+        tasks: Sequence[str],
+        limit: int,
+        prefetch: timedelta = timedelta(0),
+    ) -> tuple[list[bool], list[ClaimedFiring]]:
+        """``complete(completions)`` then ``claim(...)``, with one commit where the store
+        can: a busy worker reports what finished in the transaction that takes the next
+        firings. The outcomes are applied first (a capped job's finished firing frees its
+        slot for this very claim). Returns complete's flags and claim's firings. If it
+        raises, the outcomes are as after a failed ``complete``: not recorded, or (a
+        connection lost at commit) unknown — resending them is safe."""
+        ...
+
     # -- firings ------------------------------------------------------------------
     def get_firing(self, firing_id: FiringId) -> Firing:
         """Raises FiringNotFoundError."""

@@ -280,18 +280,37 @@ class Worker:
         if self._done:
             failpoints.hit("worker.before_complete")
         while self._done:
-            batch = self._done[: self.config.flush_batch]
-            accepted = await self._call_out(self.store.complete, batch)
-            del self._done[: len(batch)]
-            for completion, ok in zip(batch, accepted, strict=True):
-                if not ok:
-                    self.stats.rejected += 1
-                    metrics.completion_rejected()
-                    log.warning(
-                        "completion_rejected",
-                        firing_id=completion.firing_id,
-                        reason="claim no longer held (lease expired or cancelled)",
-                    )
+            batch = self._take_done()
+            try:
+                accepted = await self._call_out(self.store.complete, batch)
+            except BaseException:
+                self._give_back(batch)
+                raise
+            self._recorded(batch, accepted)
+
+    def _take_done(self) -> list[Completion]:
+        """Pending completions, taken: the flush loop and the claim loop (which sends them
+        with its claim) never send one twice."""
+        batch = self._done[: self.config.flush_batch]
+        del self._done[: len(batch)]
+        return batch
+
+    def _give_back(self, batch: list[Completion]) -> None:
+        """Completions whose sending failed go back, first in line."""
+        self._done[:0] = batch
+        if self._completions_ready is not None:
+            self._completions_ready.set()
+
+    def _recorded(self, batch: list[Completion], accepted: list[bool]) -> None:
+        for completion, ok in zip(batch, accepted, strict=True):
+            if not ok:
+                self.stats.rejected += 1
+                metrics.completion_rejected()
+                log.warning(
+                    "completion_rejected",
+                    firing_id=completion.firing_id,
+                    reason="claim no longer held (lease expired or cancelled)",
+                )
 
     # -- test/driver helper ---------------------------------------------------------------
     async def drain_once(self) -> int:
@@ -375,16 +394,36 @@ class Worker:
             free = self.config.concurrency - len(self._active)
             claimed = 0
             if free > 0:
+                # what finished since the last claim is recorded in the claim's own
+                # transaction (one commit instead of two: a store's commit is the costly
+                # part of a busy worker's round trip); the flush loop takes the rest
+                done = self._take_done()
                 try:
-                    claims = await self._call(
-                        self.store.claim,
-                        self.worker_id,
-                        tasks=names,
-                        limit=free,
-                        prefetch=self.config.prefetch,
-                    )
+                    if done:
+                        failpoints.hit("worker.before_complete")
+                        accepted, claims = await self._call(
+                            self.store.complete_and_claim,
+                            done,
+                            self.worker_id,
+                            tasks=names,
+                            limit=free,
+                            prefetch=self.config.prefetch,
+                        )
+                        self._recorded(done, accepted)
+                    else:
+                        claims = await self._call(
+                            self.store.claim,
+                            self.worker_id,
+                            tasks=names,
+                            limit=free,
+                            prefetch=self.config.prefetch,
+                        )
                     backoff = 0.1
-                except StoreUnavailableError as exc:
+                except BaseException as exc:
+                    if done:
+                        self._give_back(done)
+                    if not isinstance(exc, StoreUnavailableError):
+                        raise
                     log.warning("store_unavailable", error=str(exc), retry_in_s=backoff)
                     metrics.store_error()
                     await _wait_any([stop.wait()], backoff)

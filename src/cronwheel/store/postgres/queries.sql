@@ -383,9 +383,11 @@ WHERE f.id = ANY (%(claim_ids)s::bigint[]) AND f.state = 'queued' AND j.id = f.j
 RETURNING f.*, j.policies::text AS job_policies
 
 -- name: heartbeat
+-- By primary key, the state test kept off the partial indexes (see complete_batch).
 UPDATE firings f SET lease_until = :now + f.visibility_us * interval '1 microsecond'
 FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS c (id, token)
-WHERE f.id = c.id AND f.claim_token = c.token AND f.state = 'running'
+WHERE f.id = ANY (%(ids)s::bigint[])
+  AND f.id = c.id AND f.claim_token = c.token AND (f.state = 'running') IS NOT FALSE
 RETURNING f.id
 
 -- name: cancel_requested
@@ -425,7 +427,12 @@ upd AS (
         reason = CASE WHEN c.cancelled THEN coalesce(f.reason, 'cancelled: the handler stopped')
                       ELSE f.reason END
     FROM c
-    WHERE f.id = c.id AND f.claim_token = c.token AND f.state = 'running'
+    -- The rows are found by primary key, the ids passed again as an array. The state
+    -- test is spelled so that it does not match the partial indexes on state: the
+    -- planner otherwise chose to scan every RUNNING firing, cluster-wide (dead index
+    -- entries included), for each batch. (state is NOT NULL: IS NOT FALSE is "=")
+    WHERE f.id = ANY (ARRAY(SELECT c.id FROM c))
+      AND f.id = c.id AND f.claim_token = c.token AND (f.state = 'running') IS NOT FALSE
     RETURNING f.id, f.attempt, f.worker_id, c.ok, c.cancelled, c.started_at, c.finished_at,
               c.error
 ),

@@ -454,48 +454,62 @@ class PostgresStore:
         one-statement path in vain on every call."""
         if limit <= 0 or not tasks:
             return []
-        params = {
-            "worker_id": worker_id,
-            "tasks": list(tasks),
-            "limit": limit,
-            "prefetch": prefetch,
-            # the planned claim looks at more candidates than it may claim (as SqliteStore:
-            # some are skipped or buffered); the one-statement claim locks only the rows
-            # it takes — a row lock is a heap write and a WAL record
-            "scan": limit * 2 + 32,
-        }
+        params = _claim_params(worker_id, tasks, limit, prefetch)
         key = frozenset(tasks)
-        rows: list[DictRow] | None = None
         if key not in self._planned_tasks:
             fast = self._db.run(
                 lambda conn: self._exec(conn, "claim_fast", {**params, "scan": limit}),
                 write=True,
                 atomic=False,
             )
-            if fast and not fast[0]["simple"]:
-                self._remember_planned(key, True)
-            else:
-                rows = [r for r in fast if r["id"] is not None]
-        if rows is None:
-            rows, planned = self._db.run(lambda conn: self._claim_planned(conn, params), write=True)
-            self._remember_planned(key, planned)
-        rows.sort(key=lambda r: (r["vdeadline"], r["id"]))
-        policies: dict[int, JobPolicies] = {}
-        claimed = []
-        for r in rows:
-            firing = codec.firing_from_row(r)
-            if r["job_id"] not in policies:
-                policies[r["job_id"]] = codec.policies_from_stored(r["job_policies"])
-            assert firing.lease_until is not None
-            claimed.append(
-                ClaimedFiring(
-                    firing=firing,
-                    claim_token=r["claim_token"],
-                    lease_until=firing.lease_until,
-                    policies=policies[r["job_id"]],
-                )
-            )
-        return claimed
+            if not fast or fast[0]["simple"]:
+                return _claimed(fast)
+            self._remember_planned(key, True)
+        rows, planned = self._db.run(lambda conn: self._claim_planned(conn, params), write=True)
+        self._remember_planned(key, planned)
+        return _claimed(rows)
+
+    def complete_and_claim(
+        self,
+        completions: Sequence[Completion],
+        worker_id: str,
+        *,
+        tasks: Sequence[str],
+        limit: int,
+        prefetch: timedelta = timedelta(0),
+    ) -> tuple[list[bool], list[ClaimedFiring]]:
+        """complete_batch then claim_fast in one transaction: one commit (one WAL flush)
+        where there were two. The one-statement claim never waits for a lock, so joining
+        it to the completions adds no lock wait to a transaction holding their rows.
+        A claim that needs policy decisions runs after the completions committed, in its
+        own transaction as in ``claim`` (its job locks are not taken while completed
+        rows are held); if that claim fails, the outcomes are returned with no claims."""
+        if not completions:
+            return [], self.claim(worker_id, tasks=tasks, limit=limit, prefetch=prefetch)
+        key = frozenset(tasks)
+        if limit <= 0 or not tasks or key in self._planned_tasks:
+            accepted = self.complete(completions)
+            return accepted, self._claim_after(worker_id, tasks, limit, prefetch)
+        params = _claim_params(worker_id, tasks, limit, prefetch) | {"scan": limit}
+        batches = _completion_rounds(completions)
+
+        def body(conn: Conn) -> tuple[list[bool], list[DictRow]]:
+            accepted = self._complete_in(conn, completions, batches)
+            return accepted, self._exec(conn, "claim_fast", params)
+
+        accepted, fast = self._db.run(body, write=True)
+        if not fast or fast[0]["simple"]:
+            return accepted, _claimed(fast)
+        self._remember_planned(key, True)
+        return accepted, self._claim_after(worker_id, tasks, limit, prefetch)
+
+    def _claim_after(
+        self, worker_id: str, tasks: Sequence[str], limit: int, prefetch: timedelta
+    ) -> list[ClaimedFiring]:
+        try:
+            return self.claim(worker_id, tasks=tasks, limit=limit, prefetch=prefetch)
+        except StoreUnavailableError:
+            return []  # the outcomes are recorded; the worker's next claim retries
 
     def _remember_planned(self, key: frozenset[str], planned: bool) -> None:
         if not planned:
@@ -595,23 +609,23 @@ class PostgresStore:
     def complete(self, completions: Sequence[Completion]) -> list[bool]:
         if not completions:
             return []
-        # a firing reported twice in one batch is decided in order, one round each;
-        # within a round, rows in id order
-        batches = [
-            sorted(batch, key=lambda i: completions[i].firing_id)
-            for batch in rounds(range(len(completions)), lambda i: completions[i].firing_id)
-        ]
+        batches = _completion_rounds(completions)
+        return self._db.run(
+            lambda conn: self._complete_in(conn, completions, batches),
+            write=True,
+            atomic=len(batches) > 1,
+        )
 
-        def body(conn: Conn) -> list[bool]:
-            accepted = [False] * len(completions)
-            for batch in batches:
-                params = complete_params([completions[i] for i in batch])
-                done = {r["id"] for r in self._exec(conn, "complete_batch", params)}
-                for i in batch:
-                    accepted[i] = completions[i].firing_id in done
-            return accepted
-
-        return self._db.run(body, write=True, atomic=len(batches) > 1)
+    def _complete_in(
+        self, conn: Conn, completions: Sequence[Completion], batches: list[list[int]]
+    ) -> list[bool]:
+        accepted = [False] * len(completions)
+        for batch in batches:
+            params = complete_params([completions[i] for i in batch])
+            done = {r["id"] for r in self._exec(conn, "complete_batch", params)}
+            for i in batch:
+                accepted[i] = completions[i].firing_id in done
+        return accepted
 
     # -- firings --------------------------------------------------------------------------
     def get_firing(self, firing_id: FiringId) -> Firing:
@@ -908,6 +922,51 @@ class PostgresStore:
     def job_backlog(self, namespace: str, *, limit: int = 50) -> dict[str, int]:
         rows = self._read(self._q["job_backlog"], {"namespace": namespace, "limit": limit})
         return {r["job_name"]: int(r["n"]) for r in rows}
+
+
+def _claim_params(
+    worker_id: str, tasks: Sequence[str], limit: int, prefetch: timedelta
+) -> dict[str, Any]:
+    return {
+        "worker_id": worker_id,
+        "tasks": list(tasks),
+        "limit": limit,
+        "prefetch": prefetch,
+        # the planned claim looks at more candidates than it may claim (as SqliteStore:
+        # some are skipped or buffered); the one-statement claim locks only the rows it
+        # takes (its callers pass scan=limit) — a row lock is a heap write and a WAL record
+        "scan": limit * 2 + 32,
+    }
+
+
+def _claimed(rows: Sequence[DictRow]) -> list[ClaimedFiring]:
+    """Claimed rows (claim_fast's or claim_apply's) as ClaimedFirings, in claim order."""
+    rows = sorted((r for r in rows if r["id"] is not None), key=lambda r: (r["vdeadline"], r["id"]))
+    policies: dict[int, JobPolicies] = {}
+    claimed = []
+    for r in rows:
+        firing = codec.firing_from_row(r)
+        if r["job_id"] not in policies:
+            policies[r["job_id"]] = codec.policies_from_stored(r["job_policies"])
+        assert firing.lease_until is not None
+        claimed.append(
+            ClaimedFiring(
+                firing=firing,
+                claim_token=r["claim_token"],
+                lease_until=firing.lease_until,
+                policies=policies[r["job_id"]],
+            )
+        )
+    return claimed
+
+
+def _completion_rounds(completions: Sequence[Completion]) -> list[list[int]]:
+    """Indexes of ``completions`` in rounds: a firing reported twice in one batch is
+    decided in order, one round each; within a round, rows in id order."""
+    return [
+        sorted(batch, key=lambda i: completions[i].firing_id)
+        for batch in rounds(range(len(completions)), lambda i: completions[i].firing_id)
+    ]
 
 
 def _token(row: DictRow) -> ApiToken:

@@ -503,18 +503,42 @@ class SqliteStore:
         if limit <= 0 or not tasks:
             return []
         with self._tx() as conn:
-            now = self._now_us()
-            rows = self._claim_rows(conn, worker_id, tasks, limit, now, now + duration_us(prefetch))
-            if not rows:
-                return []
-            job_ids = sorted({r["job_id"] for r in rows})
-            marks = ",".join("?" * len(job_ids))
-            policies = {
-                r["id"]: codec.policies_from_stored(r["policies"])
-                for r in conn.execute(
-                    f"SELECT id, policies FROM jobs WHERE id IN ({marks})", job_ids
-                )
-            }
+            return self._claim_in(conn, worker_id, tasks, limit, prefetch)
+
+    def complete_and_claim(
+        self,
+        completions: Sequence[Completion],
+        worker_id: str,
+        *,
+        tasks: Sequence[str],
+        limit: int,
+        prefetch: timedelta = timedelta(0),
+    ) -> tuple[list[bool], list[ClaimedFiring]]:
+        """Both in one write transaction: one commit, one take of the writer lock."""
+        with self._tx() as conn:
+            accepted = self._complete_in(conn, completions)
+            if limit <= 0 or not tasks:
+                return accepted, []
+            return accepted, self._claim_in(conn, worker_id, tasks, limit, prefetch)
+
+    def _claim_in(
+        self,
+        conn: sqlite3.Connection,
+        worker_id: str,
+        tasks: Sequence[str],
+        limit: int,
+        prefetch: timedelta,
+    ) -> list[ClaimedFiring]:
+        now = self._now_us()
+        rows = self._claim_rows(conn, worker_id, tasks, limit, now, now + duration_us(prefetch))
+        if not rows:
+            return []
+        job_ids = sorted({r["job_id"] for r in rows})
+        marks = ",".join("?" * len(job_ids))
+        policies = {
+            r["id"]: codec.policies_from_stored(r["policies"])
+            for r in conn.execute(f"SELECT id, policies FROM jobs WHERE id IN ({marks})", job_ids)
+        }
         rows = sorted(rows, key=lambda r: r["vdeadline"])
         return [
             ClaimedFiring(
@@ -630,42 +654,47 @@ class SqliteStore:
         return {FiringId(r["id"]) for r in rows}
 
     def complete(self, completions: Sequence[Completion]) -> list[bool]:
-        accepted: list[bool] = []
         if not completions:
-            return accepted
+            return []
         with self._tx() as conn:
-            for c in completions:
-                params = {
-                    "id": c.firing_id,
-                    "token": c.claim_token,
-                    "started_at": to_us(c.started_at),
-                    "finished_at": to_us(c.finished_at),
-                }
-                if c.cancelled:
-                    row = conn.execute(
-                        self._q["complete_cancelled"], params | {"error": c.error}
-                    ).fetchone()
-                elif c.succeeded:
-                    row = conn.execute(self._q["complete_success"], params).fetchone()
-                else:
-                    row = conn.execute(
-                        self._q["complete_failure"],
-                        params | {"error": c.error, "retry_at": opt_us(c.retry_at)},
-                    ).fetchone()
-                    if row is not None:
-                        conn.execute(
-                            self._q["insert_attempt"],
-                            {
-                                "firing_id": c.firing_id,
-                                "attempt": row["attempt"],
-                                "worker_id": row["worker_id"],
-                                "started_at": params["started_at"],
-                                "finished_at": params["finished_at"],
-                                "outcome": "failed",
-                                "error": c.error,
-                            },
-                        )
-                accepted.append(row is not None)
+            return self._complete_in(conn, completions)
+
+    def _complete_in(
+        self, conn: sqlite3.Connection, completions: Sequence[Completion]
+    ) -> list[bool]:
+        accepted: list[bool] = []
+        for c in completions:
+            params = {
+                "id": c.firing_id,
+                "token": c.claim_token,
+                "started_at": to_us(c.started_at),
+                "finished_at": to_us(c.finished_at),
+            }
+            if c.cancelled:
+                row = conn.execute(
+                    self._q["complete_cancelled"], params | {"error": c.error}
+                ).fetchone()
+            elif c.succeeded:
+                row = conn.execute(self._q["complete_success"], params).fetchone()
+            else:
+                row = conn.execute(
+                    self._q["complete_failure"],
+                    params | {"error": c.error, "retry_at": opt_us(c.retry_at)},
+                ).fetchone()
+                if row is not None:
+                    conn.execute(
+                        self._q["insert_attempt"],
+                        {
+                            "firing_id": c.firing_id,
+                            "attempt": row["attempt"],
+                            "worker_id": row["worker_id"],
+                            "started_at": params["started_at"],
+                            "finished_at": params["finished_at"],
+                            "outcome": "failed",
+                            "error": c.error,
+                        },
+                    )
+            accepted.append(row is not None)
         return accepted
 
     # -- firings ------------------------------------------------------------------------
