@@ -99,22 +99,28 @@ def test_due_jobs_query_uses_the_partial_index(h: Harness) -> None:
     assert "Seq Scan" not in plan, plan
 
 
+def _bulk_jobs(conn: psycopg.Connection[Any], n: int) -> None:
+    """``n`` exhausted jobs of task t, inserted by SQL (fast, and unseen by ANALYZE)."""
+    conn.execute(
+        """
+        INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash,
+                          priority, max_attempts, visibility_us, next_fire_at,
+                          created_at, updated_at, shard)
+        SELECT 'default', 'bulk' || g, 't', '{}', '{"args": [], "kwargs": {}}', '{}', 'h',
+               1, 3, 30000000, NULL, now(), now(), 0
+        FROM generate_series(1, %s) AS g
+        """,
+        (n,),
+    )
+
+
 def test_claim_scan_stays_an_ordered_index_walk_when_statistics_are_stale(h: Harness) -> None:
     """A herd of one-shot jobs is enqueued before any ANALYZE has seen it (as on a new
     database, or after a burst): the planner's own choice was then a bitmap scan and a
     sort of the whole queue on every claim (50 ms per claim at 20,000 queued). The
     claim scan must read a few pages per claim, not every queued firing."""
     with _raw(h) as conn:
-        conn.execute(
-            """
-            INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash,
-                              priority, max_attempts, visibility_us, next_fire_at,
-                              created_at, updated_at, shard)
-            SELECT 'default', 'herd' || g, 't', '{}', '{"args": [], "kwargs": {}}', '{}', 'h',
-                   1, 3, 30000000, NULL, now(), now(), 0
-            FROM generate_series(1, 5000) AS g
-            """
-        )
+        _bulk_jobs(conn, 5000)
         conn.execute(
             """
             INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for,
@@ -161,16 +167,7 @@ def test_completions_and_heartbeats_find_their_rows_by_key(h: Harness) -> None:
     from cronwheel.store.postgres.params import complete_params
 
     with _raw(h) as conn:
-        conn.execute(
-            """
-            INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash,
-                              priority, max_attempts, visibility_us, next_fire_at,
-                              created_at, updated_at, shard)
-            SELECT 'default', 'run' || g, 't', '{}', '{"args": [], "kwargs": {}}', '{}', 'h',
-                   1, 3, 30000000, NULL, now(), now(), 0
-            FROM generate_series(1, 20000) AS g
-            """
-        )
+        _bulk_jobs(conn, 20000)
         conn.execute(
             """
             INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for,
