@@ -33,8 +33,8 @@ class ClaimPlan(Generic[K, J]):
     claim: list[K] = field(default_factory=list)
     skip: list[tuple[K, str]] = field(default_factory=list)
     missed: list[tuple[K, str]] = field(default_factory=list)
-    # due firings kept waiting for a slot: marked so the next scans pass over them while
-    # their job stays at its cap (otherwise a deep buffer fills the scan window and
+    # due firings kept waiting by their job's cap: marked so the next scans pass over
+    # them while their job stays at its cap (otherwise a deep buffer fills the scan window and
     # starves every other job's due work)
     buffered: list[K] = field(default_factory=list)
     cancel_running: set[J] = field(default_factory=set)
@@ -108,7 +108,11 @@ def plan_claim(
         handled.update(k for k, _ in d.skip)
         considered = due if c.overlap_override is None else [c.id]
         decided_ids = set(d.claim) | {k for k, _ in d.skip}
-        plan.buffered.extend(k for k in considered if k not in decided_ids)
+        cap = c.max_concurrency
+        if cap is not None and running.get(c.job_id, 0) + started[c.job_id] >= cap:
+            # kept waiting by the cap; a firing left only because this claim is full
+            # is not marked (marking it was a write per firing beyond the claim's room)
+            plan.buffered.extend(k for k in considered if k not in decided_ids)
         handled.update(considered)
         if d.cancel_running:
             plan.cancel_running.add(c.job_id)
