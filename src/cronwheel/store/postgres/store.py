@@ -932,10 +932,12 @@ def _claim_params(
         "tasks": list(tasks),
         "limit": limit,
         "prefetch": prefetch,
-        # the planned claim looks at more candidates than it may claim (as SqliteStore:
-        # some are skipped or buffered); the one-statement claim locks only the rows it
-        # takes (its callers pass scan=limit) — a row lock is a heap write and a WAL record
-        "scan": limit * 2 + 32,
+        # the planned claim looks at a few more candidates than it may claim (some are
+        # skipped or held by a cap), and each capped candidate's job is locked and
+        # examined: twice the limit made that work 2.5 times the claim. The one-statement
+        # claim locks only the rows it takes (its callers pass scan=limit): a row lock is
+        # a heap write and a WAL record.
+        "scan": limit + 32,
     }
 
 
