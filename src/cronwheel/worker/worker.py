@@ -440,11 +440,8 @@ class Worker:
                     running.add(task)
                     task.add_done_callback(running.discard)
                 await asyncio.sleep(0)  # let the new tasks register themselves
-            if claimed:
-                # there may be more (a claim can come back short of `free` when some of
-                # its candidates met their overlap policy): claim again while slots are
-                # free, wait for a slot otherwise; only an empty claim waits for a ring
-                continue
+            if claimed and claimed == free:
+                continue  # there may be more: claim again as soon as slots free up
             waits = (
                 [stop.wait(), rung.wait(), self._slot_freed.wait()]
                 if free > 0
