@@ -398,26 +398,17 @@ class Worker:
                 # transaction (one commit instead of two: a store's commit is the costly
                 # part of a busy worker's round trip); the flush loop takes the rest
                 done = self._take_done()
+                if done:
+                    failpoints.hit("worker.before_complete")
                 try:
-                    if done:
-                        failpoints.hit("worker.before_complete")
-                        accepted, claims = await self._call(
-                            self.store.complete_and_claim,
-                            done,
-                            self.worker_id,
-                            tasks=names,
-                            limit=free,
-                            prefetch=self.config.prefetch,
-                        )
-                        self._recorded(done, accepted)
-                    else:
-                        claims = await self._call(
-                            self.store.claim,
-                            self.worker_id,
-                            tasks=names,
-                            limit=free,
-                            prefetch=self.config.prefetch,
-                        )
+                    accepted, claims = await self._call(
+                        self.store.complete_and_claim,
+                        done,
+                        self.worker_id,
+                        tasks=names,
+                        limit=free,
+                        prefetch=self.config.prefetch,
+                    )
                     backoff = 0.1
                 except BaseException as exc:
                     if done:
@@ -429,6 +420,7 @@ class Worker:
                     await _wait_any([stop.wait()], backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
+                self._recorded(done, accepted)
                 claimed = len(claims)
                 if claimed:
                     failpoints.hit("worker.after_claim")

@@ -88,16 +88,6 @@ from cronwheel.wakeup import Wakeup
 _BEGINNING = datetime(1, 1, 2, tzinfo=UTC)  # before any cursor: the first page's lower bound
 
 
-# the columns create_jobs copies, job_params' keys plus the cursor and timestamps
-_JOB_COLUMNS = (
-    "namespace", "name", "task", "schedule", "payload", "policies", "spec_hash", "priority",
-    "max_attempts", "visibility_us", "paused", "next_fire_at", "created_at", "updated_at",
-    "shard", "max_concurrency", "overlap", "max_buffer", "cancel_grace_us",
-    "start_deadline_us", "bounds", "remaining_runs",
-)  # fmt: skip
-_COPY_JOBS = f"COPY jobs ({', '.join(_JOB_COLUMNS)}) FROM STDIN"
-
-
 class PostgresStore:
     """The Store on a PostgreSQL database (see the module docstring for its guarantees).
 
@@ -218,10 +208,15 @@ class PostgresStore:
         def body(conn: Conn) -> int:
             now = self._exec(conn, "now")[0]["now"]
             try:
-                with conn.cursor() as cur, cur.copy(query(_COPY_JOBS)) as copy:
-                    for r in rows:
-                        r["created_at"] = r["updated_at"] = now
-                        copy.write_row([r[c] for c in _JOB_COLUMNS])
+                if rows:
+                    # job_params' keys (in one order for every row) and the timestamps
+                    columns = ", ".join([*rows[0], "created_at", "updated_at"])
+                    with (
+                        conn.cursor() as cur,
+                        cur.copy(query(f"COPY jobs ({columns}) FROM STDIN")) as copy,
+                    ):
+                        for r in rows:
+                            copy.write_row([*r.values(), now, now])
             except pgerrors.UniqueViolation as exc:
                 raise ConflictError(
                     f"a job in the batch already exists ({exc.diag.message_detail})",
@@ -454,17 +449,19 @@ class PostgresStore:
         one-statement path in vain on every call."""
         if limit <= 0 or not tasks:
             return []
-        params = _claim_params(worker_id, tasks, limit, prefetch)
         key = frozenset(tasks)
         if key not in self._planned_tasks:
             fast = self._db.run(
-                lambda conn: self._exec(conn, "claim_fast", {**params, "scan": limit}),
+                lambda conn: self._exec(
+                    conn, "claim_fast", _claim_params(worker_id, tasks, limit, prefetch)
+                ),
                 write=True,
                 atomic=False,
             )
             if not fast or fast[0]["simple"]:
                 return _claimed(fast)
             self._remember_planned(key, True)
+        params = _claim_params(worker_id, tasks, limit, prefetch, planned=True)
         rows, planned = self._db.run(lambda conn: self._claim_planned(conn, params), write=True)
         self._remember_planned(key, planned)
         return _claimed(rows)
@@ -490,7 +487,7 @@ class PostgresStore:
         if limit <= 0 or not tasks or key in self._planned_tasks:
             accepted = self.complete(completions)
             return accepted, self._claim_after(worker_id, tasks, limit, prefetch)
-        params = _claim_params(worker_id, tasks, limit, prefetch) | {"scan": limit}
+        params = _claim_params(worker_id, tasks, limit, prefetch)
         batches = _completion_rounds(completions)
 
         def body(conn: Conn) -> tuple[list[bool], list[DictRow]]:
@@ -925,19 +922,20 @@ class PostgresStore:
 
 
 def _claim_params(
-    worker_id: str, tasks: Sequence[str], limit: int, prefetch: timedelta
+    worker_id: str, tasks: Sequence[str], limit: int, prefetch: timedelta, *, planned: bool = False
 ) -> dict[str, Any]:
+    """Parameters of claim_fast, or (``planned``) of the planned claim's statements."""
     return {
         "worker_id": worker_id,
         "tasks": list(tasks),
         "limit": limit,
         "prefetch": prefetch,
-        # the planned claim looks at a few more candidates than it may claim (some are
-        # skipped or held by a cap), and each capped candidate's job is locked and
-        # examined: twice the limit made that work 2.5 times the claim. The one-statement
-        # claim locks only the rows it takes (its callers pass scan=limit): a row lock is
-        # a heap write and a WAL record.
-        "scan": limit + 32,
+        # Candidates scanned (and locked). The one-statement claim locks only the rows it
+        # takes: a row lock is a heap write and a WAL record. The planned claim looks at a
+        # few more than it may claim (some are skipped or held by a cap); each capped
+        # candidate's job is locked and examined, so twice the limit made that work 2.5
+        # times the claim.
+        "scan": limit + 32 if planned else limit,
     }
 
 
