@@ -209,3 +209,11 @@ BEGIN
     FOR UPDATE OF f SKIP LOCKED;
 END
 $fn$;
+
+-- name: migration_6
+-- When the next queued firing falls due (an idle worker's wake-up hint): a range scan
+-- of this index instead of a scan of every queued firing, which a worker ran each time
+-- it waited (measured: 16 ms per call with 50,000 firings queued and due, so that a
+-- deep queue slowed its own drain). Only queued rows are in it: claims and completions
+-- add no entry.
+CREATE INDEX firings_queued_due ON firings (due_at) WHERE state = 'queued';

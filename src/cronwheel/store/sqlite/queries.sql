@@ -266,7 +266,9 @@ SET state = 'cancelled', reason = :reason, finished_at = :now, claim_token = NUL
 WHERE job_id = :job_id AND state = 'running'
 
 -- name: next_due_at
-SELECT min(due_at) AS d FROM firings WHERE state = 'queued' AND due_at > :now
+-- (named: with no statistics, SQLite otherwise walks all of firings_queued_job)
+SELECT min(due_at) AS d FROM firings INDEXED BY firings_queued_due
+WHERE state = 'queued' AND due_at > :now
 
 -- name: fair_clock
 SELECT j.namespace, j.priority, coalesce(c.vclock, 0) AS vclock

@@ -162,3 +162,13 @@ CREATE TABLE fair_clocks (
 -- A due firing kept waiting by its job's overlap policy (buffer_one/buffer_all/
 -- cancel_other) is marked, so claim scans pass over it while the job is at its cap.
 ALTER TABLE firings ADD COLUMN buffered_at INTEGER;
+
+-- name: migration_5
+-- (PostgreSQL's plan-pinned claim scan function; SQLite has none. Kept so that schema
+-- versions mean the same on both stores.)
+SELECT 1;
+
+-- name: migration_6
+-- When the next queued firing falls due (an idle worker's wake-up hint): a range scan
+-- of this index instead of a scan of every queued firing (see the PostgreSQL schema).
+CREATE INDEX firings_queued_due ON firings (due_at) WHERE state = 'queued';
