@@ -239,6 +239,29 @@ def test_herd_of_one_shot_jobs_is_enqueued_in_batches(rig: Rig) -> None:
     assert rig.store.status().counts["queued"] == 2500
 
 
+def test_a_crowd_is_enqueued_early_enough_to_be_queued_by_its_lead(rig: Rig) -> None:
+    """3,000 jobs due at the same instant, enqueued at an assumed 2,000 firings/s (halved:
+    1,000/s): the leader must begin ~3 s before the lead, not at it. One job alone is
+    enqueued at its lead, as before."""
+    due = rig.clock.now() + 5 * S
+    rig.app.schedule("record", at(due + 30 * S), name="alone")
+    for i in range(3000):
+        rig.app.schedule("record", at(due), name=f"crowd-{i}")
+    d = rig.dispatcher(batch_size=1000, lookahead=40 * S, enqueue_rate=2000.0)
+    queued = lambda: rig.store.status().counts.get("queued", 0)  # noqa: E731
+    d.step()
+    assert queued() == 0  # T - 5 s: 3,000 at 1,000/s need 3 s, before the 0.5 s lead
+    rig.clock.advance(1.7 * S)  # T - 3.3 s: the crowd must have started
+    d.step()
+    assert queued() == 3000
+    firings = rig.store.list_firings(limit=5000)
+    assert {f.due_at for f in firings} == {due}  # early in the queue, due at its instant
+    rig.run([d], None, until=32.7 * S)  # to T + 29.4 s: the lone job's lead is T + 29.5 s
+    assert queued() == 3000  # a lone job is not taken early
+    rig.run([d], None, until=0.3 * S)
+    assert queued() == 3001 and d.stats.lease_lost == 0
+
+
 def test_leader_that_cannot_renew_steps_down_within_its_ttl(rig: Rig) -> None:
     from cronwheel.errors import StoreUnavailableError
 

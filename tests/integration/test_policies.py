@@ -374,3 +374,92 @@ def test_trigger_and_backfill_add_firings_without_moving_the_cursor(rig: Rig) ->
     again = rig.store.add_firings("default", "hourly", past, note="backfill")
     assert again.duplicates == 3 and again.inserted == []
     assert rig.store.get_job_by_id(job.id).next_fire_at == before
+
+
+# -- early claims (a crowd before its instant) ------------------------------------------------
+def _crowd(rig: Rig, n: int, due: datetime) -> None:
+    """``n`` jobs with one firing each, queued and due at ``due`` (as if enqueued ahead)."""
+    import sqlite3
+
+    from cronwheel.domain.models import JobSpec
+
+    rig.store.create_jobs(
+        [(JobSpec(name=f"crowd{i}", task="crowded", schedule=every(3600)), None) for i in range(n)]
+    )
+    for i in range(n):
+        rig.store.add_firings("default", f"crowd{i}", [due], note="crowd")
+    with sqlite3.connect(rig.path) as conn:  # a trigger is due at once; these at `due`
+        conn.execute(
+            "UPDATE firings SET due_at = scheduled_for, vdeadline = scheduled_for"
+            " WHERE task = 'crowded'"
+        )
+
+
+def _running(rig: Rig) -> int:
+    return len(rig.store.list_firings(states=[FiringState.RUNNING], limit=1000))
+
+
+def _run_until(rig: Rig, w: Any, done: Any, check: Any = None, timeout_s: float = 30) -> None:
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        runner = asyncio.create_task(w.run(stop))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not done() and loop.time() < deadline:
+            if check is not None:
+                check()
+            await asyncio.sleep(0.01)
+        stop.set()
+        await runner
+
+    asyncio.run(scenario())
+
+
+def test_a_crowd_is_claimed_ahead_up_to_early_claims_and_runs_within_concurrency(
+    rig: Rig,
+) -> None:
+    """60 firings due 2 s ahead: the worker holds its 4 slots' claims and 20 early ones
+    (no more) before the instant, starts none early, and never runs more than 4 at once."""
+    running, peak, started = 0, 0, []
+    due = rig.clock.now() + timedelta(seconds=2)
+
+    @rig.app.task
+    async def crowded(ctx: Any) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        started.append(ctx.scheduled_for)
+        await asyncio.sleep(0.005)
+        running -= 1
+
+    _crowd(rig, 60, due)
+    w = rig.worker(concurrency=4, early_claims=20, prefetch=timedelta(seconds=3))
+    held: list[int] = []
+
+    def check() -> None:
+        held.append(_running(rig))
+        if held[-1] == 24 and not started and rig.clock.now() < due:
+            assert held[-1] <= 24
+            rig.clock.advance(timedelta(seconds=2))  # the instant: the crowd falls due
+
+    _run_until(rig, w, lambda: len(started) == 60, check)
+    assert len(started) == 60
+    assert 24 in held  # claimed ahead: 4 + 20 before the instant
+    assert max(held) <= 24
+    assert peak <= 4
+
+
+def test_due_firings_are_claimed_only_for_free_slots(rig: Rig) -> None:
+    """Firings already due are not claimed ahead of free slots: at every handler start
+    the worker holds at most `concurrency` claims (another worker can take the rest)."""
+    held_at_start: list[int] = []
+
+    @rig.app.task
+    def crowded(ctx: Any) -> None:
+        held_at_start.append(_running(rig))
+
+    _crowd(rig, 40, rig.clock.now())
+    w = rig.worker(concurrency=4, early_claims=20)
+    _run_until(rig, w, lambda: len(held_at_start) == 40)
+    assert len(held_at_start) == 40
+    assert max(held_at_start) <= 4

@@ -10,6 +10,11 @@ Items never expire early: an item with deadline ``d`` expires on the first
 ``advance(now)`` with ``now >= d`` (at most one tick after ``d`` when advanced
 every tick). Keys are unique: inserting a key again replaces the old entry.
 
+Beside the wheel, a calendar counts the items by coarse deadline bucket
+(``calendar`` wide): ``crowd_start`` tells when a consumer working through the
+items at a known rate must start so that every item is taken by its deadline,
+and ``take_earliest`` hands over the earliest bucket's items ahead of time.
+
 Pure data structure: it never reads a clock; time is what ``advance`` is given.
 """
 
@@ -37,7 +42,15 @@ class _Entry(Generic[K, V]):
 
 
 class TimingWheel(Generic[K, V]):
-    def __init__(self, *, tick: timedelta, now: datetime, slots: int = 64, levels: int = 4):
+    def __init__(
+        self,
+        *,
+        tick: timedelta,
+        now: datetime,
+        slots: int = 64,
+        levels: int = 4,
+        calendar: timedelta = timedelta(milliseconds=100),
+    ):
         if tick <= timedelta(0):
             raise ValueError("tick must be positive")
         if slots < 2 or slots & (slots - 1):
@@ -52,6 +65,9 @@ class TimingWheel(Generic[K, V]):
         self._overflow: dict[K, _Entry[K, V]] = {}
         self._entries: dict[K, _Entry[K, V]] = {}
         self._current = self._floor_tick(now)
+        # coarse deadline bucket -> its keys (insertion-ordered dict used as a set)
+        self._calendar_us = calendar // timedelta(microseconds=1)
+        self._calendar: dict[int, dict[K, None]] = {}
 
     # -- time <-> ticks ------------------------------------------------------------
     def _floor_tick(self, instant: datetime) -> int:
@@ -89,11 +105,13 @@ class TimingWheel(Generic[K, V]):
         )
         self._entries[key] = entry
         self._place(entry)
+        self._calendar.setdefault(self._day(deadline), {})[key] = None
 
     def remove(self, key: K) -> V | None:
         entry = self._entries.pop(key, None)
         if entry is None:
             return None
+        self._uncalendar(entry)
         if entry.level < 0:
             self._overflow.pop(key, None)
         else:
@@ -106,6 +124,7 @@ class TimingWheel(Generic[K, V]):
                 bucket.clear()
         self._overflow.clear()
         self._entries.clear()
+        self._calendar.clear()
 
     def advance(self, now: datetime) -> list[tuple[datetime, V]]:
         """Move time to ``now``; return the expired items as (deadline, value), earliest first."""
@@ -141,7 +160,46 @@ class TimingWheel(Generic[K, V]):
         # Nothing in the rest of level 0: the next cascade is the earliest possible expiry.
         return self._tick_time((self._current | mask) + 1)
 
+    def crowd_start(self, rate: float) -> datetime | None:
+        """The latest instant at which a consumer taking the items in deadline order,
+        ``rate`` items per second, must start to take each bucket's items by the end of
+        that calendar bucket (None: the wheel is empty). A lone item's start is its own
+        deadline or later (``advance`` hands it over then); a crowd's is earlier by the
+        time the items before and in its bucket take."""
+        start: datetime | None = None
+        count = 0
+        for day in sorted(self._calendar):
+            count += len(self._calendar[day])
+            end_us = (day + 1) * self._calendar_us
+            at = _EPOCH + timedelta(microseconds=end_us - count / rate * 1e6)
+            if start is None or at < start:
+                start = at
+        return start
+
+    def take_earliest(self) -> list[tuple[datetime, V]]:
+        """Remove and return the items of the earliest calendar bucket, earliest first,
+        whatever their deadline (the consumer takes them ahead of time)."""
+        if not self._calendar:
+            return []
+        keys = list(self._calendar[min(self._calendar)])
+        entries = [self._entries[k] for k in keys]
+        for key in keys:
+            self.remove(key)
+        entries.sort(key=lambda e: e.deadline)
+        return [(e.deadline, e.value) for e in entries]
+
     # -- internals -------------------------------------------------------------------
+    def _day(self, deadline: datetime) -> int:
+        return ((deadline - _EPOCH) // timedelta(microseconds=1)) // self._calendar_us
+
+    def _uncalendar(self, entry: _Entry[K, V]) -> None:
+        day = self._day(entry.deadline)
+        keys = self._calendar.get(day)
+        if keys is not None:
+            keys.pop(entry.key, None)
+            if not keys:
+                del self._calendar[day]
+
     def _place(self, entry: _Entry[K, V]) -> None:
         delta = entry.tick - self._current
         for level in range(self._levels):
@@ -162,6 +220,7 @@ class TimingWheel(Generic[K, V]):
             if entry.tick <= tick:
                 out.append(entry)
                 del self._entries[entry.key]
+                self._uncalendar(entry)
             else:
                 keep.append(entry)
         bucket.clear()

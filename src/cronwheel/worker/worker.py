@@ -7,7 +7,11 @@
   it, so a stale (zombie) worker's late result is rejected.
 - Firings enqueued slightly ahead of their instant are claimed up to
   ``prefetch`` early and started by a local timer exactly at ``due_at``: the
-  start is a timer expiry, not a database round trip.
+  start is a timer expiry, not a database round trip. While every claim held is
+  such an early one (a crowd is about to fall due), the worker claims up to
+  ``early_claims`` more than its concurrency, so that at the instant it starts
+  them as fast as slots free up instead of claiming them one round trip at a
+  time; at most ``concurrency`` handlers run at once all the same.
 - Sync handlers run in a thread pool, async handlers on the event loop. Store
   calls go through one dedicated thread so the loop never blocks on I/O.
 """
@@ -48,12 +52,16 @@ _ERROR_MAX = 8000
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerConfig:
     concurrency: int = 16
-    prefetch: timedelta = timedelta(milliseconds=700)
+    prefetch: timedelta = timedelta(milliseconds=2000)
     poll_interval: timedelta = timedelta(seconds=1)
     heartbeat_interval: timedelta = timedelta(seconds=2)
     node_heartbeat: timedelta = timedelta(seconds=2)
     flush_interval: timedelta = timedelta(milliseconds=5)
     flush_batch: int = 500
+    # claims held beyond `concurrency` for firings not yet due (a crowd before its
+    # instant). They are leases like any other: renewed while held, and recovered by
+    # the reaper after the visibility timeout if this worker dies.
+    early_claims: int = 5000
 
 
 @dataclass(slots=True)
@@ -101,6 +109,7 @@ class Worker:
         # loop renews every claim by a third of its visibility timeout after that
         self._renewed: dict[FiringId, float] = {}
         self._claim_added: asyncio.Event | None = None
+        self._run_slots: asyncio.Semaphore | None = None  # set by run(): `concurrency`
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -123,9 +132,10 @@ class Worker:
             delay = (firing.due_at - self.clock.now()).total_seconds()
             if delay > 0:
                 await asyncio.sleep(delay)
-            if ctx.cancel_requested:
-                return None
-            return await self._invoke(claim, ctx)
+            if self._run_slots is None:
+                return None if ctx.cancel_requested else await self._invoke(claim, ctx)
+            async with self._run_slots:
+                return None if ctx.cancel_requested else await self._invoke(claim, ctx)
         finally:
             # only this attempt's entry: a stale attempt of the same firing that is still
             # winding down must not evict the newer attempt (which would stop its heartbeat)
@@ -332,6 +342,7 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         self._slot_freed = asyncio.Event()
         self._completions_ready = asyncio.Event()
+        self._run_slots = asyncio.Semaphore(self.config.concurrency)
         loop = asyncio.get_running_loop()
         rung = asyncio.Event()
 
@@ -391,7 +402,7 @@ class Worker:
         while not stop.is_set():
             rung.clear()
             self._slot_freed.clear()
-            free = self.config.concurrency - len(self._active)
+            free = self._room()
             claimed = 0
             if free > 0:
                 # what finished since the last claim is recorded in the claim's own
@@ -440,6 +451,17 @@ class Worker:
                 else [stop.wait(), self._slot_freed.wait()]
             )
             await _wait_any(waits, await self._idle_timeout(free))
+
+    def _room(self) -> int:
+        """How many firings the next claim may take: the free slots; or, while every
+        claim held is waiting for its instant, up to ``early_claims`` more."""
+        free = self.config.concurrency - len(self._active)
+        if free > 0 or self.config.early_claims <= 0:
+            return free
+        now = self.clock.now()
+        if all(c.firing.due_at > now for c, _ in self._active.values()):
+            return self.config.concurrency + self.config.early_claims - len(self._active)
+        return free
 
     async def _idle_timeout(self, free: int) -> float:
         """Sleep until the poll interval, or until the next queued firing falls due
