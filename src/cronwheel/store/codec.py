@@ -94,11 +94,12 @@ def _load(value: Any) -> Any:
 
 
 def _instant(value: Any) -> datetime | None:
-    """SQLite rows hold microseconds; PostgreSQL rows hold timestamptz."""
+    """SQLite rows hold microseconds; PostgreSQL rows hold timestamptz (in UTC already:
+    the store's sessions run with TimeZone=UTC)."""
     if value is None:
         return None
     if isinstance(value, datetime):
-        return value.astimezone(UTC)
+        return value if value.tzinfo is UTC else value.astimezone(UTC)
     return from_us(int(value))
 
 
@@ -165,6 +166,9 @@ def job_from_row(row: Row) -> Job:
     )
 
 
+_STATES = {s.value: s for s in FiringState}
+
+
 def firing_from_row(row: Row) -> Firing:
     payload = _load(row["payload"])
     return Firing(
@@ -177,7 +181,7 @@ def firing_from_row(row: Row) -> Firing:
         kwargs=payload["kwargs"],
         scheduled_for=_req(row["scheduled_for"]),
         due_at=_req(row["due_at"]),
-        state=FiringState(row["state"]),
+        state=_STATES[row["state"]],
         attempt=int(row["attempt"]),
         max_attempts=int(row["max_attempts"]),
         priority=float(row["priority"]),

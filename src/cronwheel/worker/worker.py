@@ -24,6 +24,7 @@ import random
 import socket
 import traceback
 import uuid
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -71,7 +72,8 @@ class WorkerStats:
     failed: int = 0
     rejected: int = 0  # completions refused: the claim was lost (zombie)
     lost_claims: int = 0
-    lateness_ms: list[float] = field(default_factory=list)
+    # the most recent first attempts' lateness (bounded: a worker runs for months)
+    lateness_ms: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
 
 
 def make_worker_id() -> str:

@@ -73,8 +73,13 @@ ev AS (
 SELECT * FROM j
 
 -- name: due_jobs
--- keyset paging on (next_fire_at, id): a page boundary never splits a herd
-SELECT * FROM jobs
+-- keyset paging on (next_fire_at, id): a page boundary never splits a herd. Schedule,
+-- policies and bounds come back as text: the codec's caches are keyed by that text, so
+-- a herd sharing a few schedules costs no JSON parsing (nor re-serializing) per job.
+SELECT id, namespace, name, task, schedule::text AS schedule, payload,
+       policies::text AS policies, bounds::text AS bounds, paused, next_fire_at,
+       last_fired_at, missed_total, remaining_runs, created_at, updated_at
+FROM jobs
 WHERE NOT paused AND next_fire_at IS NOT NULL AND next_fire_at <= %(horizon)s
   AND next_fire_at >= %(after_at)s AND (next_fire_at > %(after_at)s OR id > %(after_id)s)
 ORDER BY next_fire_at, id
@@ -95,10 +100,9 @@ FOR SHARE
 -- order claimers lock them in. ON CONFLICT DO UPDATE creates a missing clock row and
 -- locks and returns the latest committed one in the same step (READ COMMITTED).
 WITH adv AS (
-    SELECT * FROM unnest(%(a_job)s::bigint[], %(a_expected)s::timestamptz[],
-                         %(a_new)s::timestamptz[], %(a_last)s::timestamptz[],
-                         %(a_missed)s::bigint[], %(a_runs)s::integer[])
-        AS a (job_id, expected, new_next, last_fired, missed, runs)
+    SELECT * FROM json_to_recordset(%(adv)s::json)
+        AS a (job_id bigint, expected timestamptz, new_next timestamptz,
+              last_fired timestamptz, missed bigint, runs integer)
 ),
 locked AS MATERIALIZED (
     SELECT id FROM jobs WHERE id IN (SELECT job_id FROM adv) ORDER BY id FOR NO KEY UPDATE
@@ -130,9 +134,9 @@ FROM moved m LEFT JOIN clocks c ON c.namespace = m.namespace
 -- The uncorrelated pg_notify subquery is an InitPlan: it runs once, at the first
 -- inserted row, and not at all when nothing was inserted (delivered at commit).
 WITH f AS (
-    SELECT * FROM unnest(%(f_job)s::bigint[], %(f_at)s::timestamptz[], %(f_due)s::timestamptz[],
-                         %(f_vd)s::timestamptz[], %(f_note)s::text[])
-        WITH ORDINALITY AS f (job_id, at, due, vd, note, ord)
+    SELECT * FROM json_to_recordset(%(firings)s::json)
+        AS f (job_id bigint, at timestamptz, due timestamptz, vd timestamptz, note text,
+              ord integer)
 ),
 ins AS (
     INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for, due_at,
@@ -148,9 +152,9 @@ ins AS (
 ev AS (
     INSERT INTO job_events (job_id, at, kind, first_at, last_at, count, exact, detail)
     SELECT e.job_id, :now, 'missed', e.first_at, e.last_at, e.count, e.exact, e.detail
-    FROM unnest(%(e_job)s::bigint[], %(e_first)s::timestamptz[], %(e_last)s::timestamptz[],
-                %(e_count)s::bigint[], %(e_exact)s::boolean[], %(e_detail)s::text[])
-             WITH ORDINALITY AS e (job_id, first_at, last_at, count, exact, detail, ord)
+    FROM json_to_recordset(%(events)s::json)
+             AS e (job_id bigint, first_at timestamptz, last_at timestamptz, count bigint,
+                   exact boolean, detail text, ord integer)
     ORDER BY e.ord
 ),
 clk AS (
