@@ -291,6 +291,7 @@ class Dispatcher:
         ``early`` (a crowd's) also fires its next instant, however far ahead it is."""
         assert self.lease is not None
         now = self.clock.now()
+        began = self.clock.monotonic()  # the rate measured covers planning and the write
         lead_horizon = now + self.config.lead
         advances: list[JobAdvance] = []
         planned: dict[JobId, Job] = {}
@@ -350,7 +351,6 @@ class Dispatcher:
         if not advances:
             return
         failpoints.hit("dispatch.before_enqueue")
-        began = self.clock.monotonic()
         try:
             result = self.store.enqueue(self.lease, advances)
         except LeaseLostError:
