@@ -194,6 +194,39 @@ def test_next_due_hint_reads_an_index_not_the_queue(h: Harness) -> None:
     assert h.store.next_due_at() == expect[0]
 
 
+def test_claim_facts_look_up_their_jobs_not_the_queue(h: Harness) -> None:
+    """A planned claim (capped jobs) reads, for the jobs it decides for, their RUNNING
+    count and due QUEUED firings. During a burst every queued firing is due and no
+    ANALYZE has seen them: the facts for 64 jobs must come from 64 lookups, not from a
+    walk of the whole queue (which bounded a minute's burst of cron jobs)."""
+    with _raw(h) as conn:
+        _bulk_jobs(conn, 40000)
+        conn.execute(
+            """
+            INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for,
+                                 due_at, vdeadline, state, max_attempts, priority,
+                                 visibility_us, enqueued_at, shard)
+            SELECT j.id, 'default', j.name, 't', '{"args": [], "kwargs": {}}', now(),
+                   now() - interval '1 s', now(), 'queued', 3, 1, 30000000, now(), 0
+            FROM jobs j
+            """
+        )
+        conn.commit()
+        jobs = [r[0] for r in conn.execute("SELECT id FROM jobs ORDER BY id LIMIT 64 OFFSET 500")]
+        sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + _store(h)._q["claim_facts"]
+        row = conn.execute(sql, _store(h)._db.params({"jobs": jobs})).fetchone()
+        assert row is not None
+        top = row[0][0]["Plan"]
+        touched = top["Shared Hit Blocks"] + top["Shared Read Blocks"]
+        facts = conn.execute(_store(h)._q["claim_facts"], _store(h)._db.params({"jobs": jobs}))
+        due = {r[0]: list(r[2]) for r in facts.fetchall()}
+        conn.rollback()
+    assert top["Actual Rows"] == 64
+    assert all(len(ids) == 1 for ids in due.values()) and len(due) == 64
+    # 64 lookups: a few index pages and a heap page each; the walk read all 40,000
+    assert touched < 600, f"{touched} buffers for the facts of 64 jobs"
+
+
 def test_completions_and_heartbeats_find_their_rows_by_key(h: Harness) -> None:
     """With thousands of firings RUNNING cluster-wide, a batch of 5 completions (or
     heartbeats) must read a handful of pages, not every RUNNING firing."""

@@ -216,4 +216,7 @@ $fn$;
 -- it waited (measured: 16 ms per call with 50,000 firings queued and due, so that a
 -- deep queue slowed its own drain). Only queued rows are in it: claims and completions
 -- add no entry.
-CREATE INDEX firings_queued_due ON firings (due_at) WHERE state = 'queued';
+-- Its predicate names buffered_at so that only the hint's query, which says so too, can
+-- use it: a query on queued firings by job (a claim's facts) took it, with stale
+-- statistics, to walk every due firing instead of looking its jobs up.
+CREATE INDEX firings_queued_due ON firings (due_at) WHERE state = 'queued' AND buffered_at IS NULL;

@@ -268,7 +268,7 @@ WHERE job_id = :job_id AND state = 'running'
 -- name: next_due_at
 -- (named: with no statistics, SQLite otherwise walks all of firings_queued_job)
 SELECT min(due_at) AS d FROM firings INDEXED BY firings_queued_due
-WHERE state = 'queued' AND due_at > :now
+WHERE state = 'queued' AND buffered_at IS NULL AND due_at > :now
 
 -- name: fair_clock
 SELECT j.namespace, j.priority, coalesce(c.vclock, 0) AS vclock

@@ -171,4 +171,7 @@ SELECT 1;
 -- name: migration_6
 -- When the next queued firing falls due (an idle worker's wake-up hint): a range scan
 -- of this index instead of a scan of every queued firing (see the PostgreSQL schema).
-CREATE INDEX firings_queued_due ON firings (due_at) WHERE state = 'queued';
+-- Its predicate names buffered_at so that only the hint's query, which says so too, can
+-- use it: a query on queued firings by job (a claim's facts) took it, with stale
+-- statistics, to walk every due firing instead of looking its jobs up.
+CREATE INDEX firings_queued_due ON firings (due_at) WHERE state = 'queued' AND buffered_at IS NULL;
