@@ -227,6 +227,39 @@ def test_claim_facts_look_up_their_jobs_not_the_queue(h: Harness) -> None:
     assert touched < 600, f"{touched} buffers for the facts of 64 jobs"
 
 
+def test_reaper_start_deadline_pass_does_not_walk_the_queue(h: Harness) -> None:
+    """Once a second the leader's reaper looks for queued firings past their job's start
+    deadline. With 20,000 firings queued (none of whose jobs has a deadline) and one
+    job that has one, it must start from that job, not read every queued firing."""
+    with _raw(h) as conn:
+        _bulk_jobs(conn, 20000)
+        conn.execute(
+            "UPDATE jobs SET start_deadline_us = 1000000 WHERE id = (SELECT min(id) FROM jobs)"
+        )
+        conn.execute(
+            """
+            INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for,
+                                 due_at, vdeadline, state, max_attempts, priority,
+                                 visibility_us, enqueued_at, shard)
+            SELECT j.id, 'default', j.name, 't', '{"args": [], "kwargs": {}}', now(),
+                   now() - interval '1 minute', now(), 'queued', 3, 1, 30000000, now(), 0
+            FROM jobs j
+            """
+        )
+        conn.commit()
+        sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + _store(h)._q["requeue_expired"]
+        conn.execute(sql, _store(h)._db.params({"limit": 1000}))  # plans the function
+        conn.rollback()
+        row = conn.execute(sql, _store(h)._db.params({"limit": 1000})).fetchone()
+        conn.rollback()
+    assert row is not None
+    top = row[0][0]["Plan"]
+    touched = top["Shared Hit Blocks"] + top["Shared Read Blocks"]
+    assert touched < 100, f"{touched} buffers for one late firing"
+    assert h.store.requeue_expired() == 1  # the one late firing: MISSED
+    assert h.store.status().counts.get("missed") == 1
+
+
 def test_completions_and_heartbeats_find_their_rows_by_key(h: Harness) -> None:
     """With thousands of firings RUNNING cluster-wide, a batch of 5 completions (or
     heartbeats) must read a handful of pages, not every RUNNING firing."""

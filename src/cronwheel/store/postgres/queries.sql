@@ -518,18 +518,17 @@ revoked AS (
     RETURNING f.id
 ),
 late AS MATERIALIZED (
-    SELECT f.id FROM firings f JOIN jobs j ON j.id = f.job_id
-    WHERE f.state = 'queued' AND j.start_deadline_us IS NOT NULL
-      AND f.due_at + j.start_deadline_us * interval '1 microsecond' < :now
-    LIMIT %(limit)s
-    FOR UPDATE OF f SKIP LOCKED
+    -- from the jobs that have a start deadline, not a walk of every queued firing once
+    -- a second (schema: cronwheel_late_firings)
+    SELECT id FROM cronwheel_late_firings(:now, %(limit)s) AS id
 ),
 missed AS (
     UPDATE firings f
     SET state = 'missed', finished_at = :now,
         reason = 'start deadline passed before a worker could start it'
-    FROM late l
-    WHERE f.id = l.id AND f.state = 'queued'
+    -- by primary key; the state test spelled so that it cannot match a partial index
+    -- (a bitmap scan of every queued firing otherwise; see complete_batch)
+    WHERE f.id = ANY (ARRAY(SELECT id FROM late)) AND (f.state = 'queued') IS NOT FALSE
     RETURNING f.id
 )
 SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM revoked)

@@ -175,3 +175,7 @@ SELECT 1;
 -- use it: a query on queued firings by job (a claim's facts) took it, with stale
 -- statistics, to walk every due firing instead of looking its jobs up.
 CREATE INDEX firings_queued_due ON firings (due_at) WHERE state = 'queued' AND buffered_at IS NULL;
+
+-- name: migration_7
+-- The reaper's start-deadline pass starts from the jobs that have one (see requeue_expired).
+CREATE INDEX jobs_start_deadline ON jobs (id) WHERE start_deadline_us IS NOT NULL;
