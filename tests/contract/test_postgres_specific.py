@@ -114,6 +114,33 @@ def _bulk_jobs(conn: psycopg.Connection[Any], n: int) -> None:
     )
 
 
+def _queue_one_per_job(conn: psycopg.Connection[Any], due: str) -> None:
+    """One QUEUED firing per job, due at the SQL expression ``due`` (unseen by ANALYZE)."""
+    conn.execute(
+        f"""
+        INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for,
+                             due_at, vdeadline, state, max_attempts, priority,
+                             visibility_us, enqueued_at, shard)
+        SELECT j.id, 'default', j.name, 't', '{{"args": [], "kwargs": {{}}}}', now(),
+               {due}, now(), 'queued', 3, 1, 30000000, now(), 0
+        FROM jobs j
+        """
+    )
+    conn.commit()
+
+
+def _buffers(conn: psycopg.Connection[Any], h: Harness, name: str, params: Any) -> Any:
+    """The top node of ``EXPLAIN (ANALYZE, BUFFERS)`` of the store's query ``name``, with
+    the buffers it touched as ``touched`` (rolled back)."""
+    sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + _store(h)._q[name]
+    row = conn.execute(sql, _store(h)._db.params(params)).fetchone()
+    conn.rollback()
+    assert row is not None
+    top = row[0][0]["Plan"]
+    top["touched"] = top["Shared Hit Blocks"] + top["Shared Read Blocks"]
+    return top
+
+
 def test_claim_scan_stays_an_ordered_index_walk_when_statistics_are_stale(h: Harness) -> None:
     """A herd of one-shot jobs is enqueued before any ANALYZE has seen it (as on a new
     database, or after a burst): the planner's own choice was then a bitmap scan and a
@@ -167,29 +194,17 @@ def test_next_due_hint_reads_an_index_not_the_queue(h: Harness) -> None:
     from a few index pages, not a scan of every queued firing (16 ms per call at 50,000)."""
     with _raw(h) as conn:
         _bulk_jobs(conn, 5000)
-        conn.execute(
-            """
-            INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for,
-                                 due_at, vdeadline, state, max_attempts, priority,
-                                 visibility_us, enqueued_at, shard)
-            SELECT j.id, 'default', j.name, 't', '{"args": [], "kwargs": {}}', now(),
-                   now() - interval '1 s' + CASE WHEN j.id % 1000 = 7 THEN interval '1 h'
-                                                 ELSE interval '0' END,
-                   now(), 'queued', 3, 1, 30000000, now(), 0
-            FROM jobs j
-            """
+        _queue_one_per_job(
+            conn,
+            "now() - interval '1 s' + CASE WHEN j.id % 1000 = 7 THEN interval '1 h' "
+            "ELSE interval '0' END",
         )
-        conn.commit()
-        sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + _store(h)._q["next_due_at"]
-        row = conn.execute(sql, _store(h)._db.params(None)).fetchone()
-        assert row is not None
-        top = row[0][0]["Plan"]
-        touched = top["Shared Hit Blocks"] + top["Shared Read Blocks"]
-        assert touched < 20, f"{touched} buffers to find the next due instant"
+        top = _buffers(conn, h, "next_due_at", None)
         expect = conn.execute(
             "SELECT min(due_at) FROM firings WHERE due_at > now() AND state = 'queued'"
         ).fetchone()
         conn.rollback()
+    assert top["touched"] < 20, f"{top['touched']} buffers to find the next due instant"
     assert expect is not None and expect[0] is not None
     assert h.store.next_due_at() == expect[0]
 
@@ -201,30 +216,16 @@ def test_claim_facts_look_up_their_jobs_not_the_queue(h: Harness) -> None:
     walk of the whole queue (which bounded a minute's burst of cron jobs)."""
     with _raw(h) as conn:
         _bulk_jobs(conn, 40000)
-        conn.execute(
-            """
-            INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for,
-                                 due_at, vdeadline, state, max_attempts, priority,
-                                 visibility_us, enqueued_at, shard)
-            SELECT j.id, 'default', j.name, 't', '{"args": [], "kwargs": {}}', now(),
-                   now() - interval '1 s', now(), 'queued', 3, 1, 30000000, now(), 0
-            FROM jobs j
-            """
-        )
-        conn.commit()
+        _queue_one_per_job(conn, "now() - interval '1 s'")
         jobs = [r[0] for r in conn.execute("SELECT id FROM jobs ORDER BY id LIMIT 64 OFFSET 500")]
-        sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + _store(h)._q["claim_facts"]
-        row = conn.execute(sql, _store(h)._db.params({"jobs": jobs})).fetchone()
-        assert row is not None
-        top = row[0][0]["Plan"]
-        touched = top["Shared Hit Blocks"] + top["Shared Read Blocks"]
+        top = _buffers(conn, h, "claim_facts", {"jobs": jobs})
         facts = conn.execute(_store(h)._q["claim_facts"], _store(h)._db.params({"jobs": jobs}))
         due = {r[0]: list(r[2]) for r in facts.fetchall()}
         conn.rollback()
     assert top["Actual Rows"] == 64
     assert all(len(ids) == 1 for ids in due.values()) and len(due) == 64
     # 64 lookups: a few index pages and a heap page each; the walk read all 40,000
-    assert touched < 600, f"{touched} buffers for the facts of 64 jobs"
+    assert top["touched"] < 600, f"{top['touched']} buffers for the facts of 64 jobs"
 
 
 def test_reaper_start_deadline_pass_does_not_walk_the_queue(h: Harness) -> None:
@@ -236,26 +237,10 @@ def test_reaper_start_deadline_pass_does_not_walk_the_queue(h: Harness) -> None:
         conn.execute(
             "UPDATE jobs SET start_deadline_us = 1000000 WHERE id = (SELECT min(id) FROM jobs)"
         )
-        conn.execute(
-            """
-            INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for,
-                                 due_at, vdeadline, state, max_attempts, priority,
-                                 visibility_us, enqueued_at, shard)
-            SELECT j.id, 'default', j.name, 't', '{"args": [], "kwargs": {}}', now(),
-                   now() - interval '1 minute', now(), 'queued', 3, 1, 30000000, now(), 0
-            FROM jobs j
-            """
-        )
-        conn.commit()
-        sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + _store(h)._q["requeue_expired"]
-        conn.execute(sql, _store(h)._db.params({"limit": 1000}))  # plans the function
-        conn.rollback()
-        row = conn.execute(sql, _store(h)._db.params({"limit": 1000})).fetchone()
-        conn.rollback()
-    assert row is not None
-    top = row[0][0]["Plan"]
-    touched = top["Shared Hit Blocks"] + top["Shared Read Blocks"]
-    assert touched < 100, f"{touched} buffers for one late firing"
+        _queue_one_per_job(conn, "now() - interval '1 minute'")
+        _buffers(conn, h, "requeue_expired", {"limit": 1000})  # plans the function
+        top = _buffers(conn, h, "requeue_expired", {"limit": 1000})
+    assert top["touched"] < 100, f"{top['touched']} buffers for one late firing"
     assert h.store.requeue_expired() == 1  # the one late firing: MISSED
     assert h.store.status().counts.get("missed") == 1
 
