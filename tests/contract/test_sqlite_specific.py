@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
@@ -9,15 +10,30 @@ from cronwheel.store.sql import load_queries
 from cronwheel.store.sqlite import SqliteStore
 
 
-def test_next_due_hint_is_a_range_scan_of_an_index(tmp_path: Path) -> None:
-    """An idle worker asks when the next queued firing falls due: with a deep queue of
-    due firings that must be an index range scan, not a scan of every queued firing."""
+def _plan(tmp_path: Path, name: str) -> list[str]:
+    """EXPLAIN QUERY PLAN of the store's query ``name`` on a fresh, migrated store."""
     path = tmp_path / "plan.db"
     store = SqliteStore(str(path))
     store.migrate()
     store.close()
-    sql = load_queries("cronwheel.store.sqlite", "queries.sql")["next_due_at"]
+    sql = load_queries("cronwheel.store.sqlite", "queries.sql")[name]
+    params = dict.fromkeys(re.findall(r":(\w+)", sql), 0)
     with sqlite3.connect(path) as conn:
-        plan = [str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql, {"now": 0})]
+        return [str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+
+
+def test_next_due_hint_is_a_range_scan_of_an_index(tmp_path: Path) -> None:
+    """An idle worker asks when the next queued firing falls due: with a deep queue of
+    due firings that must be an index range scan, not a scan of every queued firing."""
+    plan = _plan(tmp_path, "next_due_at")
     assert any("USING" in d and "INDEX firings_queued_due" in d for d in plan), plan
     assert not any(d.startswith("SCAN firings") and "INDEX" not in d for d in plan), plan
+
+
+def test_reaper_start_deadline_pass_starts_from_the_jobs_that_have_one(tmp_path: Path) -> None:
+    """Once a second: the jobs with a start deadline (an index), then each one's queued
+    firings by job, never a scan of every queued firing."""
+    plan = _plan(tmp_path, "start_deadline_passed")
+    assert any("SCAN j USING INDEX jobs_start_deadline" in d for d in plan), plan
+    assert any(d.startswith("SEARCH f USING INDEX") and "job_id=?" in d for d in plan), plan
+    assert not any(d.startswith("SCAN f") for d in plan), plan

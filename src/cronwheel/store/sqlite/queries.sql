@@ -305,9 +305,10 @@ SET state = 'missed', finished_at = :now,
 WHERE id IN (
     -- from the jobs that have a start deadline (jobs_start_deadline: usually few), each
     -- one's queued firings by index; not a walk of every queued firing once a second
+    -- (CROSS JOIN: in SQLite, the order written is the loop order, jobs outside)
     SELECT f.id FROM jobs j INDEXED BY jobs_start_deadline
-    JOIN firings f ON f.job_id = j.id
-    WHERE j.start_deadline_us IS NOT NULL AND f.state = 'queued'
+    CROSS JOIN firings f
+    WHERE f.job_id = j.id AND j.start_deadline_us IS NOT NULL AND f.state = 'queued'
       AND f.due_at < :now - j.start_deadline_us
     LIMIT :limit
 )
