@@ -48,6 +48,7 @@ CASES: dict[str, Case] = {
     "store-postgres-unreachable": Case(("jobs", "list", "--json"), ("store",),
                                        store="postgresql://nobody@127.0.0.1:1/nodb"),
     "worker-bad-app": Case(("worker", "nosuchmodule:app"), ("APP",)),
+    "worker-early-claims-negative": Case(("worker", "--early-claims", "-1"), ("early-claims",)),
     "serve-bad-app": Case(("serve", "nosuchmodule:app"), ("APP",)),
     "scheduler-app-not-an-app": Case(("scheduler", "ledger_app:append_line"), ("APP",)),
 }

@@ -180,6 +180,15 @@ def scheduler_command(
     show_default=True,
     help="Handlers run at once.",
 )
+@click.option(
+    "--early-claims",
+    type=click.IntRange(0, 100_000),
+    default=5000,
+    show_default=True,
+    help="Claims held beyond --concurrency for firings not yet due (a crowd before its "
+    "instant starts from local timers). A worker that dies strands them until their "
+    "visibility timeout: 0 holds none.",
+)
 @click.option("--role", default="worker", hidden=True)
 @tasks_option
 @metrics_port_option
@@ -188,6 +197,7 @@ def worker_command(
     app_ref: str | None,
     store_url: str,
     concurrency: int,
+    early_claims: int,
     role: str,
     tasks_file: str | None,
     metrics_port: int | None,
@@ -207,7 +217,8 @@ def worker_command(
     app = load_app(app_ref, store_url)
     kinds = load_task_file(app, tasks_file) if tasks_file else None
     _start_metrics(metrics_port)
-    run_worker(app, WorkerConfig(concurrency=concurrency), task_kinds=kinds)
+    config = WorkerConfig(concurrency=concurrency, early_claims=early_claims)
+    run_worker(app, config, task_kinds=kinds)
 
 
 @click.command("migrate")
