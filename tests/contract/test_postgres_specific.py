@@ -114,15 +114,16 @@ def _bulk_jobs(conn: psycopg.Connection[Any], n: int) -> None:
     )
 
 
-def _queue_one_per_job(conn: psycopg.Connection[Any], due: str) -> None:
-    """One QUEUED firing per job, due at the SQL expression ``due`` (unseen by ANALYZE)."""
+def _queue_one_per_job(conn: psycopg.Connection[Any], due: str, vdeadline: str = "now()") -> None:
+    """One QUEUED firing per job, due at the SQL expression ``due``, with virtual
+    deadline ``vdeadline`` (unseen by ANALYZE)."""
     conn.execute(
         f"""
         INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for,
                              due_at, vdeadline, state, max_attempts, priority,
                              visibility_us, enqueued_at, shard)
         SELECT j.id, 'default', j.name, 't', '{{"args": [], "kwargs": {{}}}}', now(),
-               {due}, now(), 'queued', 3, 1, 30000000, now(), 0
+               {due}, {vdeadline}, 'queued', 3, 1, 30000000, now(), 0
         FROM jobs j
         """
     )
@@ -148,18 +149,9 @@ def test_claim_scan_stays_an_ordered_index_walk_when_statistics_are_stale(h: Har
     claim scan must read a few pages per claim, not every queued firing."""
     with _raw(h) as conn:
         _bulk_jobs(conn, 5000)
-        conn.execute(
-            """
-            INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for,
-                                 due_at, vdeadline, state, max_attempts, priority,
-                                 visibility_us, enqueued_at, shard)
-            SELECT j.id, 'default', j.name, 't', '{"args": [], "kwargs": {}}', now(),
-                   now() - interval '1 s', now() + (j.id % 4999) * interval '1 ms',
-                   'queued', 3, 1, 30000000, now(), 0
-            FROM jobs j
-            """
+        _queue_one_per_job(
+            conn, "now() - interval '1 s'", vdeadline="now() + (j.id % 4999) * interval '1 ms'"
         )
-        conn.commit()
         row = conn.execute(
             "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
             "SELECT * FROM cronwheel_claim_scan(ARRAY['t'], now(), 50)"

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import socket
@@ -134,9 +135,8 @@ class Worker:
             delay = (firing.due_at - self.clock.now()).total_seconds()
             if delay > 0:
                 await asyncio.sleep(delay)
-            if self._run_slots is None:
-                return None if ctx.cancel_requested else await self._invoke(claim, ctx)
-            async with self._run_slots:
+            # at most `concurrency` handlers at once (no limit when driven by drain_once)
+            async with self._run_slots or contextlib.nullcontext():
                 return None if ctx.cancel_requested else await self._invoke(claim, ctx)
         finally:
             # only this attempt's entry: a stale attempt of the same firing that is still
