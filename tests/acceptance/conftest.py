@@ -79,11 +79,13 @@ def read_ledger(path: Path) -> list[dict[str, Any]]:
     return entries
 
 
-def executions(entries: Iterable[dict[str, Any]], *, job: str | None = None,
-               job_prefix: str | None = None) -> list[dict[str, Any]]:
+def executions(
+    entries: Iterable[dict[str, Any]], *, job: str | None = None, job_prefix: str | None = None
+) -> list[dict[str, Any]]:
     """The completed executions (``phase == "done"``), optionally of one job or job prefix."""
     return [
-        e for e in entries
+        e
+        for e in entries
         if e["phase"] == "done"
         and (job is None or e["job"] == job)
         and (job_prefix is None or e["job"].startswith(job_prefix))
@@ -197,8 +199,11 @@ class Cluster:
 
     # -- environment -----------------------------------------------------------------
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("CRONWHEEL_", "LEDGER_", "PYTEST_"))}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("CRONWHEEL_", "LEDGER_", "PYTEST_"))
+        }
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p
         )
@@ -209,20 +214,39 @@ class Cluster:
         return env
 
     # -- long-running roles --------------------------------------------------------------
-    def start(self, role: str, *args: str, env: dict[str, str] | None = None,
-              app: str | None = APP_REF, name: str | None = None) -> Proc:
+    def start(
+        self,
+        role: str,
+        *args: str,
+        env: dict[str, str] | None = None,
+        app: str | None = APP_REF,
+        name: str | None = None,
+    ) -> Proc:
         """Start ``cronwheel ROLE [APP] --store URL ARGS...`` in a new session."""
         self._seq += 1
         label = name or role
         stem = f"{self._seq:02d}-{label}"
         stdout_path = self.dir / f"{stem}.stdout"
         stderr_path = self.dir / f"{stem}.stderr"
-        argv = [sys.executable, "-m", "cronwheel", role, *([app] if app else []),
-                "--store", self.store_url, *args]
+        argv = [
+            sys.executable,
+            "-m",
+            "cronwheel",
+            role,
+            *([app] if app else []),
+            "--store",
+            self.store_url,
+            *args,
+        ]
         with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
             popen = subprocess.Popen(
-                argv, cwd=self.dir, env=self.env(env), stdin=subprocess.DEVNULL,
-                stdout=out, stderr=err, start_new_session=True,
+                argv,
+                cwd=self.dir,
+                env=self.env(env),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
             )
         proc = Proc(label, popen, stdout_path, stderr_path)
         self.procs.append(proc)
@@ -269,13 +293,21 @@ class Cluster:
                 proc.wait(timeout=10)
 
     # -- one-shot commands -------------------------------------------------------------
-    def cli(self, *args: str, store: bool = True,
-            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, store: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         argv = [sys.executable, "-m", "cronwheel", *args]
         if store:
             argv += ["--store", self.store_url]
-        return subprocess.run(argv, cwd=self.dir, env=self.env(), capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        return subprocess.run(
+            argv,
+            cwd=self.dir,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
     def cli_json(self, *args: str) -> Any:
         result = self.cli(*args, "--json")
@@ -305,8 +337,10 @@ class Cluster:
         """Every row of every table: a snapshot to prove a command changed nothing."""
         if not self.db_path.exists():
             return {}
-        tables = [r[0] for r in self.query(
-            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        tables = [
+            r[0]
+            for r in self.query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        ]
         return {t: self.query(f'SELECT * FROM "{t}" ORDER BY rowid') for t in tables}
 
     # -- the ledger -----------------------------------------------------------------------

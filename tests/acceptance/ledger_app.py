@@ -120,8 +120,12 @@ def fast(ctx: Context) -> None:
     _record(ctx)
 
 
-@app.task(schedule=_declared("catchup", every("1s")), misfire="fire_once", misfire_grace=1,
-          **_RUN_EVERY_FIRING)
+@app.task(
+    schedule=_declared("catchup", every("1s")),
+    misfire="fire_once",
+    misfire_grace=1,
+    **_RUN_EVERY_FIRING,
+)
 def catchup(ctx: Context) -> None:
     """Every second; after an outage: one catch-up firing for the latest missed instant."""
     _record(ctx)

@@ -30,23 +30,29 @@ CASES: dict[str, Case] = {
     "add-at-naive": Case((*ADD, "--at", "2027-01-01T00:00:00"), ("at",)),
     "add-two-schedules": Case((*ADD, "--every", "5s", "--cron", "* * * * *"), ("schedule",)),
     "add-no-schedule": Case(ADD, ("schedule",)),
-    "add-duplicate-name": Case(("jobs", "add", "seed", "--task", "record", "--every", "1h"),
-                               ("name",)),
+    "add-duplicate-name": Case(
+        ("jobs", "add", "seed", "--task", "record", "--every", "1h"), ("name",)
+    ),
     "add-args-not-array": Case((*ADD, "--every", "5s", "--args", '{"a": 1}'), ("args",)),
     "add-bad-timeout": Case((*ADD, "--every", "5s", "--timeout", "abc"), ("timeout",)),
     "add-fractional-visibility-timeout": Case(
-        (*ADD, "--every", "5s", "--visibility-timeout", "0.5s"), ("visibility",)),
+        (*ADD, "--every", "5s", "--visibility-timeout", "0.5s"), ("visibility",)
+    ),
     "add-retries-negative": Case((*ADD, "--every", "5s", "--retries", "-1"), ("retries",)),
     "jobs-show-missing": Case(("jobs", "show", "nosuchjob"), ("name",)),
     "firings-show-missing": Case(("firings", "show", "999999"), ("firing_id", "firing")),
-    "firings-list-unknown-job": Case(("firings", "list", "--job", "nosuchjob", "--json"),
-                                     ("name", "job")),
-    "store-dir-missing": Case(("jobs", "list", "--json"), ("store",),
-                              store="sqlite:///{tmp}/no/such/dir/cronwheel.db"),
-    "store-unsupported-scheme": Case(("jobs", "list", "--json"), ("store",),
-                                     store="mysql://nobody@127.0.0.1/db"),
-    "store-postgres-unreachable": Case(("jobs", "list", "--json"), ("store",),
-                                       store="postgresql://nobody@127.0.0.1:1/nodb"),
+    "firings-list-unknown-job": Case(
+        ("firings", "list", "--job", "nosuchjob", "--json"), ("name", "job")
+    ),
+    "store-dir-missing": Case(
+        ("jobs", "list", "--json"), ("store",), store="sqlite:///{tmp}/no/such/dir/cronwheel.db"
+    ),
+    "store-unsupported-scheme": Case(
+        ("jobs", "list", "--json"), ("store",), store="mysql://nobody@127.0.0.1/db"
+    ),
+    "store-postgres-unreachable": Case(
+        ("jobs", "list", "--json"), ("store",), store="postgresql://nobody@127.0.0.1:1/nodb"
+    ),
     "worker-bad-app": Case(("worker", "nosuchmodule:app"), ("APP",)),
     "worker-early-claims-negative": Case(("worker", "--early-claims", "-1"), ("early-claims",)),
     "serve-bad-app": Case(("serve", "nosuchmodule:app"), ("APP",)),
@@ -85,7 +91,8 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(seeded: Cluster, case:
     assert lines[0].startswith("cronwheel: error: "), shown
     message = lines[0].removeprefix("cronwheel: error: ")
     assert any(field in message for field in case.fields), (
-        f"the error names none of {case.fields}: {shown}")
+        f"the error names none of {case.fields}: {shown}"
+    )
     assert result.stdout == "", shown
     # Nothing changed: every row of every table is as before.
     assert seeded.dump() == before

@@ -26,12 +26,19 @@ PERIOD = timedelta(milliseconds=200)
 
 def _start_pair(cluster: Cluster) -> tuple[dict[str, Proc], Proc]:
     env = {"LEDGER_JOBS": "fast"}
-    schedulers = [cluster.start("scheduler", "--lease-ttl", str(LEASE_TTL), env=env,
-                                name=f"scheduler-{x}") for x in "ab"]
+    schedulers = [
+        cluster.start("scheduler", "--lease-ttl", str(LEASE_TTL), env=env, name=f"scheduler-{x}")
+        for x in "ab"
+    ]
     worker = cluster.start("worker", env=env)
-    wait_until(lambda: all(p.events("scheduler_started") for p in schedulers)
-               and worker.events("worker_started"), 30,
-               message=lambda: f"two schedulers and a worker; {cluster.diagnostics()}")
+    wait_until(
+        lambda: (
+            all(p.events("scheduler_started") for p in schedulers)
+            and worker.events("worker_started")
+        ),
+        30,
+        message=lambda: f"two schedulers and a worker; {cluster.diagnostics()}",
+    )
     by_holder = {p.events("scheduler_started")[0]["holder"]: p for p in schedulers}
     return by_holder, worker
 
@@ -48,57 +55,76 @@ def _leader(cluster: Cluster, by_holder: dict[str, Proc]) -> tuple[str, int]:
 def _fast_firings(cluster: Cluster) -> list:
     with cluster.store() as store:
         job = store.get_job("default", "fast")
-        return sorted(store.list_firings(job_id=job.id, limit=10_000),
-                      key=lambda f: f.scheduled_for)
+        return sorted(
+            store.list_firings(job_id=job.id, limit=10_000), key=lambda f: f.scheduled_for
+        )
 
 
 def _succeeded_since(cluster: Cluster, since: datetime, n: int) -> bool:
-    done = [f for f in _fast_firings(cluster)
-            if f.scheduled_for >= since and f.state is FiringState.SUCCEEDED]
+    done = [
+        f
+        for f in _fast_firings(cluster)
+        if f.scheduled_for >= since and f.state is FiringState.SUCCEEDED
+    ]
     return len(done) >= n
 
 
-def _drain_and_check(cluster: Cluster, standby: Proc, worker: Proc, epochs: tuple[int, int],
-                     takeover_at: datetime) -> list:
+def _drain_and_check(
+    cluster: Cluster, standby: Proc, worker: Proc, epochs: tuple[int, int], takeover_at: datetime
+) -> list:
     """Stop the new leader, let the worker finish what is queued, stop it; then check that
     every instant between the first and the last firing was enqueued exactly once, by the
     epoch that led at the time, and executed exactly once."""
     cluster.kill(standby)
-    wait_until(lambda: all(f.state is FiringState.SUCCEEDED for f in _fast_firings(cluster)), 20,
-               message=lambda: f"the worker to drain the queue; {worker.tail()}")
+    wait_until(
+        lambda: all(f.state is FiringState.SUCCEEDED for f in _fast_firings(cluster)),
+        20,
+        message=lambda: f"the worker to drain the queue; {worker.tail()}",
+    )
     cluster.kill(worker)
     firings = _fast_firings(cluster)
     instants = [f.scheduled_for for f in firings]
     gaps = [b - a for a, b in itertools.pairwise(instants)]
-    bad = [(str(a), str(b)) for (a, b), g in zip(itertools.pairwise(instants), gaps, strict=True)
-           if g != PERIOD]
+    bad = [
+        (str(a), str(b))
+        for (a, b), g in zip(itertools.pairwise(instants), gaps, strict=True)
+        if g != PERIOD
+    ]
     assert not bad, f"gaps or duplicates across the takeover: {bad}"
     old, new = epochs
     assert {f.enqueued_epoch for f in firings} == {old, new}
-    wrong = [(f.id, str(f.scheduled_for), str(f.enqueued_at), f.enqueued_epoch) for f in firings
-             if f.enqueued_epoch != (old if f.enqueued_at < takeover_at else new)]
+    wrong = [
+        (f.id, str(f.scheduled_for), str(f.enqueued_at), f.enqueued_epoch)
+        for f in firings
+        if f.enqueued_epoch != (old if f.enqueued_at < takeover_at else new)
+    ]
     assert not wrong, f"enqueued under the wrong epoch (takeover at {takeover_at}): {wrong}"
     # Epochs never go backwards along the schedule: the old leader wrote nothing after.
     assert [f.enqueued_epoch for f in firings] == sorted(f.enqueued_epoch for f in firings)
-    report = check_ledger({f.idempotency_key for f in firings},
-                          executions(cluster.ledger(), job="fast"))
+    report = check_ledger(
+        {f.idempotency_key for f in firings}, executions(cluster.ledger(), job="fast")
+    )
     assert report.ok, report.summary()
     late = max((f.started_at - f.scheduled_for).total_seconds() for f in firings)
-    print(f"{len(firings)} firings {instants[0]:%H:%M:%S.%f}..{instants[-1]:%H:%M:%S.%f}, "
-          f"every 200 ms, none lost or doubled; max lateness {late:.2f} s (across the takeover)")
+    print(
+        f"{len(firings)} firings {instants[0]:%H:%M:%S.%f}..{instants[-1]:%H:%M:%S.%f}, "
+        f"every 200 ms, none lost or doubled; max lateness {late:.2f} s (across the takeover)"
+    )
     return firings
 
 
 @pytest.mark.slow
 def test_standby_takes_over_from_a_killed_leader(cluster: Cluster) -> None:
     by_holder, worker = _start_pair(cluster)
-    leader_id, epoch = wait_until(lambda: _leader(cluster, by_holder), 20,
-                                  message="one leader")
+    leader_id, epoch = wait_until(lambda: _leader(cluster, by_holder), 20, message="one leader")
     leader = by_holder[leader_id]
-    (standby_id, standby), = ((h, p) for h, p in by_holder.items() if h != leader_id)
+    ((standby_id, standby),) = ((h, p) for h, p in by_holder.items() if h != leader_id)
     started = datetime.fromisoformat(leader.events("lease_acquired")[0]["timestamp"])
-    wait_until(lambda: _succeeded_since(cluster, started, 10), 20,
-               message=lambda: f"10 fast firings under the first leader; {cluster.diagnostics()}")
+    wait_until(
+        lambda: _succeeded_since(cluster, started, 10),
+        20,
+        message=lambda: f"10 fast firings under the first leader; {cluster.diagnostics()}",
+    )
 
     cluster.kill(leader)
     killed = time.monotonic()
@@ -115,9 +141,11 @@ def test_standby_takes_over_from_a_killed_leader(cluster: Cluster) -> None:
 
     new_lease = wait_until(taken_over, 20, interval=0.02, message="the standby to take over")
     took = time.monotonic() - killed
-    print(f"\ntakeover after SIGKILL of the leader: {took:.2f} s "
-          f"(lease ttl {LEASE_TTL} s, bound {TAKEOVER_BOUND_S:.2f} s), epoch {epoch} -> "
-          f"{new_lease.epoch}")
+    print(
+        f"\ntakeover after SIGKILL of the leader: {took:.2f} s "
+        f"(lease ttl {LEASE_TTL} s, bound {TAKEOVER_BOUND_S:.2f} s), epoch {epoch} -> "
+        f"{new_lease.epoch}"
+    )
     assert new_lease.holder == standby_id
     assert new_lease.epoch == epoch + 1
     assert took <= TAKEOVER_BOUND_S, f"takeover took {took:.2f} s"
@@ -128,8 +156,11 @@ def test_standby_takes_over_from_a_killed_leader(cluster: Cluster) -> None:
     status = cluster.cli_json("status")
     assert (status["leader"], status["epoch"]) == (standby_id, epoch + 1), status
 
-    wait_until(lambda: _succeeded_since(cluster, new_lease.acquired_at + timedelta(seconds=1), 5),
-               20, message=lambda: f"fast firings under the new leader; {cluster.diagnostics()}")
+    wait_until(
+        lambda: _succeeded_since(cluster, new_lease.acquired_at + timedelta(seconds=1), 5),
+        20,
+        message=lambda: f"fast firings under the new leader; {cluster.diagnostics()}",
+    )
     _drain_and_check(cluster, standby, worker, (epoch, epoch + 1), new_lease.acquired_at)
 
 
@@ -140,13 +171,17 @@ def test_paused_leader_is_fenced_out_when_it_resumes(cluster: Cluster) -> None:
     by_holder, worker = _start_pair(cluster)
     leader_id, epoch = wait_until(lambda: _leader(cluster, by_holder), 20, message="one leader")
     leader = by_holder[leader_id]
-    (_, standby), = ((h, p) for h, p in by_holder.items() if h != leader_id)
+    ((_, standby),) = ((h, p) for h, p in by_holder.items() if h != leader_id)
     started = datetime.fromisoformat(leader.events("lease_acquired")[0]["timestamp"])
-    wait_until(lambda: _succeeded_since(cluster, started, 5), 20,
-               message=lambda: f"fast firings under the first leader; {cluster.diagnostics()}")
+    wait_until(
+        lambda: _succeeded_since(cluster, started, 5),
+        20,
+        message=lambda: f"fast firings under the first leader; {cluster.diagnostics()}",
+    )
 
     cluster.pause(leader)
     try:
+
         def taken_over():
             with cluster.store() as store:
                 lease = store.get_lease("dispatcher")
@@ -159,13 +194,21 @@ def test_paused_leader_is_fenced_out_when_it_resumes(cluster: Cluster) -> None:
         os.kill(leader.pid, signal.SIGCONT)
     resumed = time.monotonic()
 
-    lost = wait_until(lambda: leader.events("lease_lost"), 15,
-                      message=lambda: f"the resumed leader to step down; {leader.tail()}")
-    print(f"\nresumed leader stepped down after {time.monotonic() - resumed:.2f} s: "
-          f"{lost[0].get('reason')}")
+    lost = wait_until(
+        lambda: leader.events("lease_lost"),
+        15,
+        message=lambda: f"the resumed leader to step down; {leader.tail()}",
+    )
+    print(
+        f"\nresumed leader stepped down after {time.monotonic() - resumed:.2f} s: "
+        f"{lost[0].get('reason')}"
+    )
     assert lost[0]["epoch"] == epoch
     assert leader.alive(), "a fenced-out leader stands by; it does not crash"
-    wait_until(lambda: _succeeded_since(cluster, new_lease.acquired_at + timedelta(seconds=1), 5),
-               20, message=lambda: f"fast firings under the new leader; {cluster.diagnostics()}")
+    wait_until(
+        lambda: _succeeded_since(cluster, new_lease.acquired_at + timedelta(seconds=1), 5),
+        20,
+        message=lambda: f"fast firings under the new leader; {cluster.diagnostics()}",
+    )
     cluster.kill(leader)
     _drain_and_check(cluster, standby, worker, (epoch, epoch + 1), new_lease.acquired_at)

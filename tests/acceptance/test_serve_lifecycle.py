@@ -36,20 +36,24 @@ def test_cron_every_second_fires_on_time(cluster: Cluster) -> None:
 
     def steady() -> list[dict]:
         # Instants scheduled before any worker ran are legitimately late: not measured.
-        return [e for e in executions(cluster.ledger(), job="tick")
-                if e["scheduled_for"] > worker_up]
+        return [
+            e for e in executions(cluster.ledger(), job="tick") if e["scheduled_for"] > worker_up
+        ]
 
     def enough() -> list[dict]:
         runs = steady()
         return runs if len(runs) >= WANTED else []
 
-    runs = wait_until(enough, 30,
-                      message=lambda: f"{WANTED} tick executions; {cluster.diagnostics()}")
+    runs = wait_until(
+        enough, 30, message=lambda: f"{WANTED} tick executions; {cluster.diagnostics()}"
+    )
     runs = sorted(runs, key=lambda e: e["scheduled_for"])
     lateness = [e["start"] - e["scheduled_for"] for e in runs]
-    print(f"\ncron '* * * * * *': {len(runs)} executions, lateness ms "
-          f"min {min(lateness) * 1000:.1f} p50 {statistics.median(lateness) * 1000:.1f} "
-          f"max {max(lateness) * 1000:.1f}")
+    print(
+        f"\ncron '* * * * * *': {len(runs)} executions, lateness ms "
+        f"min {min(lateness) * 1000:.1f} p50 {statistics.median(lateness) * 1000:.1f} "
+        f"max {max(lateness) * 1000:.1f}"
+    )
 
     # Started at (never before) the scheduled instant, within the bound.
     assert all(0 <= late <= LATENESS_BOUND_S for late in lateness), [
@@ -62,10 +66,14 @@ def test_cron_every_second_fires_on_time(cluster: Cluster) -> None:
     # Every firing the store has for the job up to the last observed one ran exactly once.
     with cluster.store() as store:
         job = store.get_job("default", "tick")
-        firings = [f for f in store.list_firings(job_id=job.id, limit=1000)
-                   if f.scheduled_for.timestamp() <= instants[-1]]
-    report = check_ledger({f.idempotency_key for f in firings},
-                          executions(cluster.ledger(), job="tick"))
+        firings = [
+            f
+            for f in store.list_firings(job_id=job.id, limit=1000)
+            if f.scheduled_for.timestamp() <= instants[-1]
+        ]
+    report = check_ledger(
+        {f.idempotency_key for f in firings}, executions(cluster.ledger(), job="tick")
+    )
     assert report.ok, report.summary()
     assert len({f.scheduled_for for f in firings}) == len(firings)
 
@@ -73,8 +81,11 @@ def test_cron_every_second_fires_on_time(cluster: Cluster) -> None:
 @pytest.mark.slow
 def test_sigterm_stops_serve_gracefully_and_releases_the_lease(cluster: Cluster) -> None:
     serve = cluster.start("serve", env={"LEDGER_JOBS": "tick"})
-    wait_until(lambda: executions(cluster.ledger(), job="tick"), 30,
-               message=lambda: f"a first tick execution; {cluster.diagnostics()}")
+    wait_until(
+        lambda: executions(cluster.ledger(), job="tick"),
+        30,
+        message=lambda: f"a first tick execution; {cluster.diagnostics()}",
+    )
     status = cluster.cli_json("status")
     assert status["leader"] is not None, status
     assert {n["kind"] for n in status["nodes"]} == {"scheduler", "worker"}, status
@@ -108,15 +119,20 @@ def test_sigterm_stops_serve_gracefully_and_releases_the_lease(cluster: Cluster)
 @pytest.mark.slow
 def test_serve_restarts_a_crashed_worker_and_loses_no_firing(cluster: Cluster) -> None:
     serve = cluster.start("serve", env={"LEDGER_JOBS": "tick"})
-    first = wait_until(lambda: executions(cluster.ledger(), job="tick"), 30,
-                       message=lambda: f"a first tick execution; {cluster.diagnostics()}")[0]
+    first = wait_until(
+        lambda: executions(cluster.ledger(), job="tick"),
+        30,
+        message=lambda: f"a first tick execution; {cluster.diagnostics()}",
+    )[0]
     workers = [e for e in serve.events("process_started") if e["process"] == "worker-1"]
     assert [w["pid"] for w in workers] == [first["pid"]]
 
     def running() -> set[str]:
         with cluster.store() as store:
-            return {f.idempotency_key for f in store.list_firings(
-                states=[FiringState.RUNNING], limit=100)}
+            return {
+                f.idempotency_key
+                for f in store.list_firings(states=[FiringState.RUNNING], limit=100)
+            }
 
     # Kill it while it holds a claim (a tick is claimed ~0.7 s ahead of its instant).
     wait_until(running, 10, interval=0.02, message="the worker to claim a tick")
@@ -125,14 +141,23 @@ def test_serve_restarts_a_crashed_worker_and_loses_no_firing(cluster: Cluster) -
     in_flight = running()
 
     def restarted() -> list[dict]:
-        return [e for e in serve.events("process_started")
-                if e["process"] == "worker-1" and e["pid"] != first["pid"]]
+        return [
+            e
+            for e in serve.events("process_started")
+            if e["process"] == "worker-1" and e["pid"] != first["pid"]
+        ]
 
     new = wait_until(restarted, 20, message=lambda: f"serve to restart the worker; {serve.tail()}")
     new_pid = new[0]["pid"]
-    wait_until(lambda: [e for e in executions(cluster.ledger(), job="tick")
-                        if e["pid"] == new_pid and e["scheduled_for"] > killed + 1], 30,
-               message=lambda: f"ticks from the restarted worker; {serve.tail()}")
+    wait_until(
+        lambda: [
+            e
+            for e in executions(cluster.ledger(), job="tick")
+            if e["pid"] == new_pid and e["scheduled_for"] > killed + 1
+        ],
+        30,
+        message=lambda: f"ticks from the restarted worker; {serve.tail()}",
+    )
     assert serve.alive()
     assert [e["process"] for e in serve.events("process_started")].count("scheduler") == 1
 
@@ -141,33 +166,48 @@ def test_serve_restarts_a_crashed_worker_and_loses_no_firing(cluster: Cluster) -
     def settled() -> list:
         with cluster.store() as store:
             job = store.get_job("default", "tick")
-            firings = [f for f in store.list_firings(job_id=job.id, limit=1000)
-                       if f.scheduled_for.timestamp() <= killed + 2]
+            firings = [
+                f
+                for f in store.list_firings(job_id=job.id, limit=1000)
+                if f.scheduled_for.timestamp() <= killed + 2
+            ]
         return firings if all(f.state is FiringState.SUCCEEDED for f in firings) else []
 
-    firings = wait_until(settled, 20, interval=0.1,
-                         message="the ticks around the crash to be redelivered and succeed")
+    firings = wait_until(
+        settled,
+        20,
+        interval=0.1,
+        message="the ticks around the crash to be redelivered and succeed",
+    )
     keys = {f.idempotency_key for f in firings}
-    report = check_ledger(keys, [e for e in executions(cluster.ledger(), job="tick")
-                                 if e["key"] in keys])
-    print(f"\nworker pid {first['pid']} killed, restarted as {new_pid}; {len(in_flight)} "
-          f"claim(s) in flight; {report.summary()}")
+    report = check_ledger(
+        keys, [e for e in executions(cluster.ledger(), job="tick") if e["key"] in keys]
+    )
+    print(
+        f"\nworker pid {first['pid']} killed, restarted as {new_pid}; {len(in_flight)} "
+        f"claim(s) in flight; {report.summary()}"
+    )
     assert in_flight, "the worker held no claim when it was killed"
     assert not report.lost, report.summary()
     assert set(report.duplicates) <= in_flight, report.summary()
     instants = sorted(f.scheduled_for for f in firings)
     assert [(b - a).total_seconds() for a, b in itertools.pairwise(instants)] == [1.0] * (
-        len(instants) - 1)
+        len(instants) - 1
+    )
 
 
 @pytest.mark.slow
 def test_jobs_added_from_the_cli_fire_on_a_running_node(cluster: Cluster) -> None:
     serve = cluster.start("serve")
-    wait_until(lambda: serve.events("worker_started") and serve.events("lease_acquired"), 30,
-               message=lambda: f"the node to come up; {cluster.diagnostics()}")
+    wait_until(
+        lambda: serve.events("worker_started") and serve.events("lease_acquired"),
+        30,
+        message=lambda: f"the node to come up; {cluster.diagnostics()}",
+    )
     due = datetime.fromtimestamp(math.ceil(time.time() + 2.5), UTC)
-    added = cluster.cli("jobs", "add", "cli-at", "--task", "record",
-                        "--at", due.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    added = cluster.cli(
+        "jobs", "add", "cli-at", "--task", "record", "--at", due.strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
     assert added.returncode == 0, added.stderr
     added = cluster.cli("jobs", "add", "cli-now", "--task", "record", "--now")
     assert added.returncode == 0, added.stderr
@@ -178,15 +218,24 @@ def test_jobs_added_from_the_cli_fire_on_a_running_node(cluster: Cluster) -> Non
 
     now_run = wait_until(lambda: ran("cli-now"), 20, message=serve.tail)[0]
     at_run = wait_until(lambda: ran("cli-at"), 20, message=serve.tail)[0]
-    print(f"\n--now ran {now_run['start'] - added_at:.3f} s after `jobs add` returned; "
-          f"--at ran {(at_run['start'] - at_run['scheduled_for']) * 1000:.1f} ms late")
+    print(
+        f"\n--now ran {now_run['start'] - added_at:.3f} s after `jobs add` returned; "
+        f"--at ran {(at_run['start'] - at_run['scheduled_for']) * 1000:.1f} ms late"
+    )
     assert now_run["start"] - added_at < 2.0
     assert at_run["scheduled_for"] == due.timestamp()
     assert 0 <= at_run["start"] - at_run["scheduled_for"] <= LATENESS_BOUND_S
 
     firings = wait_until(
-        lambda: [f for f in cluster.cli_json("firings", "list", "--job", "cli-at")
-                 if f["state"] == "succeeded"], 10, interval=0.2, message="cli-at to succeed")
+        lambda: [
+            f
+            for f in cluster.cli_json("firings", "list", "--job", "cli-at")
+            if f["state"] == "succeeded"
+        ],
+        10,
+        interval=0.2,
+        message="cli-at to succeed",
+    )
     assert len(cluster.cli_json("firings", "list", "--job", "cli-at")) == 1
     assert firings[0]["idempotency_key"] == at_run["key"]
     assert firings[0]["attempt"] == 1
@@ -205,16 +254,20 @@ def test_ctrl_c_lets_a_running_handler_finish_and_records_it(cluster: Cluster) -
     finally:
         app.close()
     serve = cluster.start("serve", env={"LEDGER_SLEEP_S": "2"})
-    wait_until(lambda: [e for e in cluster.ledger() if e["phase"] == "start"], 30,
-               message=lambda: f"the handler to start; {cluster.diagnostics()}")
+    wait_until(
+        lambda: [e for e in cluster.ledger() if e["phase"] == "start"],
+        30,
+        message=lambda: f"the handler to start; {cluster.diagnostics()}",
+    )
     sent = time.monotonic()
     serve.kill_group(signal.SIGINT)
     try:
         rc = serve.wait(timeout=30)
     except subprocess.TimeoutExpired:
         pytest.fail(f"serve did not exit within 30 s of Ctrl-C\n{serve.tail()}")
-    print(f"\nserve exited {rc} {time.monotonic() - sent:.2f} s after Ctrl-C "
-          f"(handler had ~2 s left)")
+    print(
+        f"\nserve exited {rc} {time.monotonic() - sent:.2f} s after Ctrl-C (handler had ~2 s left)"
+    )
     assert rc == 0, serve.tail()
     assert wait_until(lambda: not serve.group_alive(), 5, message="the process group to be empty")
     runs = executions(cluster.ledger(), job="slow")

@@ -40,16 +40,20 @@ READY = {"scheduler": "scheduler_started", "worker": "worker_started", "serve": 
 @pytest.mark.parametrize("role", ["scheduler", "worker", "serve"])
 def test_a_second_stop_signal_during_the_first_does_not_hang(cluster: Cluster, role: str) -> None:
     proc = _start(cluster, role)
-    wait_until(lambda: proc.events(READY[role]), 30,
-               message=lambda: f"{role} to start; {cluster.diagnostics()}")
+    wait_until(
+        lambda: proc.events(READY[role]),
+        30,
+        message=lambda: f"{role} to start; {cluster.diagnostics()}",
+    )
     os.kill(proc.pid, signal.SIGINT)
     time.sleep(SECOND_SIGNAL_AFTER_S)  # deliberate: the second signal must land mid-handler
     os.kill(proc.pid, signal.SIGTERM)
     try:
         rc = proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"{role} hung after SIGINT + SIGTERM (a deadlock in the stop path?)\n"
-                    f"{proc.tail()}")
+        pytest.fail(
+            f"{role} hung after SIGINT + SIGTERM (a deadlock in the stop path?)\n{proc.tail()}"
+        )
     assert rc == 0, proc.tail()
     if role != "worker":
         status = cluster.cli_json("status")

@@ -226,3 +226,64 @@ def test_dashboard_shows_a_job_and_its_firings_live(node: Node, browser: Any) ->
 
     assert not problems, problems
     assert node.proc.poll() is None, node.tail()
+
+
+def test_a_filter_click_during_a_poll_shows_the_filter_and_logs_no_error(node: Node) -> None:
+    """A click on a state filter while the panel's poll is in flight: the poll's
+    late answer must not replace the filtered panel (the click would be lost),
+    and nothing may be aborted (htmx logs every aborted request as an error).
+    The network is slowed by the browser's router: the poll answers 1 s late,
+    the filter's request 2.5 s late, so the stale poll answers in between."""
+    import asyncio
+
+    executable = shutil.which("chromium")
+    if executable is None:
+        require_service("chromium", FileNotFoundError("`chromium` is not on PATH"))
+    try:
+        from playwright.async_api import Route, async_playwright
+    except ImportError as exc:
+        require_service("playwright", exc)
+
+    async def scenario() -> tuple[list[str], int, int]:
+        problems: list[str] = []
+        async with async_playwright() as pw:
+            b = await pw.chromium.launch(
+                executable_path=executable, args=CHROMIUM_ARGS, headless=True
+            )
+            try:
+                page = await b.new_page()
+                page.on(
+                    "console",
+                    lambda m: (
+                        problems.append(f"console {m.type}: {m.text}")
+                        if m.type in ("error", "warning")
+                        else None
+                    ),
+                )
+                page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+                await page.goto(node.url + "/")
+                await page.locator("#firings td.empty").wait_for()
+                poll_started = asyncio.Event()
+
+                async def slow(route: Route) -> None:
+                    filtered = "state=" in route.request.url
+                    if not filtered:
+                        poll_started.set()
+                    await asyncio.sleep(2.5 if filtered else 1.0)
+                    await route.continue_()
+
+                await page.route("**/ui/f/firings*", slow)
+                await asyncio.wait_for(poll_started.wait(), timeout=10)
+                await page.locator('#firings nav a[data-state="succeeded"]').click()
+                on = page.locator('#firings nav a.on[data-state="succeeded"]')
+                await on.wait_for(timeout=15_000)
+                await page.wait_for_timeout(2500)  # the next poll keeps the filter
+                kept = await on.count()
+                await page.unroute("**/ui/f/firings*")
+                return problems, kept, await page.locator("#firings nav a.on").count()
+            finally:
+                await b.close()
+
+    problems, kept, shown = asyncio.run(scenario())
+    assert kept == 1 and shown == 1
+    assert not problems, problems

@@ -5,6 +5,41 @@
   function ready(fn) {
     if (document.readyState !== "loading") { fn(); } else { document.addEventListener("DOMContentLoaded", fn); }
   }
+  // A filter click supersedes its panel's poll. htmx's own way (hx-sync
+  // "replace") aborts the poll's request, and htmx reports every abort as an
+  // error in the console. Instead the superseded panel stops polling, its late
+  // answer is not shown, and of several quick clicks only the last one's answer
+  // is: the page shows what was asked last, and the console stays clean.
+  var latestFilter = null;
+  function isFilter(elt) { return elt.matches && elt.matches("nav.filters a[hx-get]"); }
+  // the element that made the request (beforeSwap is dispatched on the target)
+  function source(ev) {
+    var config = ev.detail.requestConfig;
+    return (config && config.elt) || ev.detail.elt;
+  }
+  document.addEventListener("htmx:beforeRequest", function (ev) {
+    var elt = ev.detail.elt;
+    if (elt.hasAttribute && elt.hasAttribute("data-superseded")) { ev.preventDefault(); return; }
+    if (!isFilter(elt)) { return; }
+    latestFilter = elt;
+    var panel = elt.closest("section");
+    if (panel) { panel.setAttribute("data-superseded", ""); }
+  });
+  document.addEventListener("htmx:beforeSwap", function (ev) {
+    var elt = source(ev);
+    if ((elt.hasAttribute && elt.hasAttribute("data-superseded")) ||
+        (isFilter(elt) && elt !== latestFilter)) {
+      ev.detail.shouldSwap = false;
+    }
+  });
+  document.addEventListener("htmx:afterRequest", function (ev) {
+    // a filter request that failed gives the panel back its poll
+    var elt = source(ev);
+    if (isFilter(elt) && elt === latestFilter && !ev.detail.successful) {
+      var panel = elt.closest("section");
+      if (panel) { panel.removeAttribute("data-superseded"); }
+    }
+  });
   ready(function () {
     var form = document.getElementById("login-form");
     if (!form) { return; }
