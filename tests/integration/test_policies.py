@@ -4,6 +4,8 @@ fairness, and the schedule controls (bounds, run limits, jitter, start deadline)
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -449,20 +451,89 @@ def test_a_crowd_is_claimed_ahead_up_to_early_claims_and_runs_within_concurrency
     assert peak <= 4
 
 
-def test_due_firings_are_claimed_only_for_free_slots(rig: Rig) -> None:
-    """Firings already due are not claimed ahead of free slots: at every handler start
-    the worker holds at most `concurrency` claims (another worker can take the rest).
-    (Counted in the worker: the store may still show a finished firing RUNNING until
-    its completion is written.)"""
+def test_due_firings_are_claimed_for_free_slots_and_for_the_workers_pace(rig: Rig) -> None:
+    """Firings already due are claimed for the free slots, plus as many as the worker's
+    handlers finished within the last ``claim_ahead_window`` (its pace: the next batch
+    is claimed while this one runs). While its handlers are slow (none finishes), it
+    holds no more than its slots: another worker can take the rest. (Counted in the
+    worker: the store may still show a finished firing RUNNING until its completion
+    is written.)"""
     held_at_start: list[int] = []
     workers: list[Any] = []
+    release = threading.Event()
 
     @rig.app.task
     def crowded(ctx: Any) -> None:
         held_at_start.append(len(workers[0]._active))
+        if len(held_at_start) <= 4:
+            release.wait(10)  # the first four are slow
 
     _crowd(rig, 40, rig.clock.now())
-    workers.append(rig.worker(concurrency=4, early_claims=20))
-    _run_until(rig, workers[0], lambda: len(held_at_start) == 40)
+    w = rig.worker(concurrency=4, early_claims=20)
+    workers.append(w)
+    checks_while_slow = 0
+
+    def check() -> None:
+        nonlocal checks_while_slow
+        if len(held_at_start) == 4 and not release.is_set():
+            # four slow handlers running, none finished: no pace, nothing claimed ahead
+            assert len(w._active) == 4
+            assert len(rig.store.list_firings(states=[FiringState.QUEUED], limit=100)) == 36
+            checks_while_slow += 1
+            if checks_while_slow == 5:
+                release.set()
+
+    _run_until(rig, w, lambda: len(held_at_start) == 40, check)
     assert len(held_at_start) == 40
-    assert max(held_at_start) <= 4
+    assert checks_while_slow == 5
+    # once handlers finish quickly the worker holds up to its slots again as many ahead
+    assert 4 < max(held_at_start[4:]) <= 8
+
+
+def test_completions_ride_with_the_next_claim_while_the_claim_loop_is_busy(rig: Rig) -> None:
+    """A busy worker writes what finished with its next claim (one transaction); the
+    flush loop writes on its own only while the claim loop is idle, never beside a
+    claim in flight (on SQLite that second writer would only wait for the lock).
+    Each claim is slowed to 20 ms here, four times the flush interval."""
+    lock = threading.Lock()
+    in_claim = 0
+    beside_a_claim: list[int] = []
+    separate_writes = 0
+    claim_and_complete = rig.store.complete_and_claim
+    complete = rig.store.complete
+
+    def slow_claim(*args: Any, **kwargs: Any) -> Any:
+        nonlocal in_claim
+        with lock:
+            in_claim += 1
+        try:
+            time.sleep(0.02)
+            return claim_and_complete(*args, **kwargs)
+        finally:
+            with lock:
+                in_claim -= 1
+
+    def watched_complete(batch: Any) -> Any:
+        nonlocal separate_writes
+        with lock:
+            beside_a_claim.append(in_claim)
+            separate_writes += 1
+        return complete(batch)
+
+    rig.store.complete_and_claim = slow_claim  # type: ignore[method-assign]
+    rig.store.complete = watched_complete  # type: ignore[method-assign]
+
+    @rig.app.task
+    def crowded(ctx: Any) -> None:
+        pass
+
+    _crowd(rig, 60, rig.clock.now())
+    w = rig.worker(concurrency=4, early_claims=0)
+
+    def succeeded() -> int:
+        return len(rig.store.list_firings(states=[FiringState.SUCCEEDED], limit=100))
+
+    _run_until(rig, w, lambda: succeeded() == 60)
+    assert succeeded() == 60  # the last ones were written while the claim loop idled
+    assert separate_writes >= 1
+    assert beside_a_claim and max(beside_a_claim) == 0

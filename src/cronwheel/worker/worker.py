@@ -64,6 +64,7 @@ class WorkerConfig:
     # instant). They are leases like any other: renewed while held, and recovered by
     # the reaper after the visibility timeout if this worker dies.
     early_claims: int = 5000
+    claim_ahead_window: timedelta = timedelta(milliseconds=50)
 
 
 @dataclass(slots=True)
@@ -108,6 +109,10 @@ class Worker:
         self._done: list[Completion] = []
         self._slot_freed: asyncio.Event | None = None
         self._completions_ready: asyncio.Event | None = None
+        # monotonic instants of the latest handler finishes (the worker's pace)
+        self._finished: deque[float] = deque(maxlen=self.config.concurrency)
+        self._claim_idle = asyncio.Event()  # clear while the claim loop awaits the store
+        self._claim_idle.set()
         # monotonic instant each held claim was last renewed (or taken): the heartbeat
         # loop renews every claim by a third of its visibility timeout after that
         self._renewed: dict[FiringId, float] = {}
@@ -284,6 +289,7 @@ class Worker:
                 if self._completions_ready is not None:
                     self._completions_ready.set()
         finally:
+            self._finished.append(self.clock.monotonic())
             if self._slot_freed is not None:
                 self._slot_freed.set()
 
@@ -413,6 +419,7 @@ class Worker:
                 done = self._take_done()
                 if done:
                     failpoints.hit("worker.before_complete")
+                self._claim_idle.clear()
                 try:
                     accepted, claims = await self._call(
                         self.store.complete_and_claim,
@@ -424,6 +431,7 @@ class Worker:
                     )
                     backoff = 0.1
                 except BaseException as exc:
+                    self._claim_idle.set()
                     if done:
                         self._give_back(done)
                     if not isinstance(exc, StoreUnavailableError):
@@ -433,6 +441,7 @@ class Worker:
                     await _wait_any([stop.wait()], backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
+                self._claim_idle.set()
                 self._recorded(done, accepted)
                 claimed = len(claims)
                 if claimed:
@@ -457,13 +466,29 @@ class Worker:
     def _room(self) -> int:
         """How many firings the next claim may take: the free slots; or, while every
         claim held is waiting for its instant, up to ``early_claims`` more."""
-        free = self.config.concurrency - len(self._active)
+        free = self.config.concurrency + self._pace_ahead() - len(self._active)
         if free > 0 or self.config.early_claims <= 0:
             return free
         now = self.clock.now()
         if all(c.firing.due_at > now for c, _ in self._active.values()):
             return self.config.concurrency + self.config.early_claims - len(self._active)
         return free
+
+    def _pace_ahead(self) -> int:
+        """Due firings claimed beyond the free slots: as many as this worker's handlers
+        finished within the last ``claim_ahead_window`` (at most ``concurrency``), so
+        the next batch is claimed while this one runs, and a worker whose handlers
+        are slow holds none that another worker could start now."""
+        window = self.config.claim_ahead_window.total_seconds()
+        if window <= 0 or not self._finished:
+            return 0
+        since = self.clock.monotonic() - window
+        n = 0
+        for t in reversed(self._finished):
+            if t < since:
+                break
+            n += 1
+        return n
 
     async def _idle_timeout(self, free: int) -> float:
         """Sleep until the poll interval, or until the next queued firing falls due
@@ -486,6 +511,12 @@ class Worker:
             await self._completions_ready.wait()
             self._completions_ready.clear()
             await asyncio.sleep(self.config.flush_interval.total_seconds())
+            # While the claim loop is in a claim, it carries what finished with its next
+            # one (it claims again as soon as a slot frees): a separate write now would
+            # only add a commit and, on SQLite, a second writer waiting for the lock.
+            while not self._claim_idle.is_set() and not stop.is_set():
+                await self._claim_idle.wait()
+                await asyncio.sleep(0)  # the claim loop takes the completions first
             try:
                 await self.flush()
             except StoreUnavailableError as exc:

@@ -94,12 +94,16 @@ RETURNING *
 UPDATE firings SET lease_until = :now + visibility_us
 WHERE id = :id AND claim_token = :token AND state = 'running'
 
--- name: complete_success
+-- name: complete_successes
+-- many successes in one statement: :batch is a JSON array of [id, token, started_at, finished_at]
 UPDATE firings
-SET state = 'succeeded', started_at = :started_at, finished_at = :finished_at,
+SET state = 'succeeded', started_at = c.started_at, finished_at = c.finished_at,
     lease_until = NULL, error = NULL
-WHERE id = :id AND claim_token = :token AND state = 'running'
-RETURNING attempt
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token,
+             json_extract(value, '$[2]') AS started_at, json_extract(value, '$[3]') AS finished_at
+      FROM json_each(:batch)) AS c
+WHERE firings.id = c.id AND firings.claim_token = c.token AND firings.state = 'running'
+RETURNING firings.id, firings.claim_token
 
 -- name: complete_failure
 UPDATE firings
@@ -223,7 +227,10 @@ LIMIT :limit
 -- name: claim_candidates
 SELECT f.id, f.job_id, f.due_at, f.overlap_override,
        j.max_concurrency, j.overlap, j.max_buffer,
-       (j.start_deadline_us IS NOT NULL AND f.due_at + j.start_deadline_us < :now) AS deadline_passed
+       (j.start_deadline_us IS NOT NULL AND f.due_at + j.start_deadline_us < :now) AS deadline_passed,
+       -- no decision to make: claimed in order while the claim has room
+       (f.overlap_override IS NULL AND (j.max_concurrency IS NULL OR j.overlap = 'allow')
+        AND NOT (j.start_deadline_us IS NOT NULL AND f.due_at + j.start_deadline_us < :now)) AS plain
 FROM firings f JOIN jobs j ON j.id = f.job_id
 WHERE f.state = 'queued' AND f.due_at <= :until
   AND f.task IN (SELECT value FROM json_each(:tasks))

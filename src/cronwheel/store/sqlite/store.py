@@ -69,6 +69,18 @@ _PKG = "cronwheel.store.sqlite"
 _LOCK_RETRY_S = 30.0
 
 
+def _claimed(rows: list[sqlite3.Row], policies: dict[int, str]) -> list[ClaimedFiring]:
+    return [
+        ClaimedFiring(
+            firing=codec.firing_from_row(r),
+            claim_token=r["claim_token"],
+            lease_until=from_us(r["lease_until"]),
+            policies=codec.policies_from_stored(policies[r["job_id"]]),
+        )
+        for r in sorted(rows, key=lambda r: r["vdeadline"])
+    ]
+
+
 def _locked(exc: sqlite3.OperationalError) -> bool:
     text = str(exc)
     return "locked" in text or "busy" in text
@@ -503,7 +515,8 @@ class SqliteStore:
         if limit <= 0 or not tasks:
             return []
         with self._tx() as conn:
-            return self._claim_in(conn, worker_id, tasks, limit, prefetch)
+            rows, policies = self._claim_in(conn, worker_id, tasks, limit, prefetch)
+        return _claimed(rows, policies)
 
     def complete_and_claim(
         self,
@@ -519,7 +532,8 @@ class SqliteStore:
             accepted = self._complete_in(conn, completions)
             if limit <= 0 or not tasks:
                 return accepted, []
-            return accepted, self._claim_in(conn, worker_id, tasks, limit, prefetch)
+            rows, policies = self._claim_in(conn, worker_id, tasks, limit, prefetch)
+        return accepted, _claimed(rows, policies)
 
     def _claim_in(
         self,
@@ -528,27 +542,20 @@ class SqliteStore:
         tasks: Sequence[str],
         limit: int,
         prefetch: timedelta,
-    ) -> list[ClaimedFiring]:
+    ) -> tuple[list[sqlite3.Row], dict[int, str]]:
+        """The claimed rows and their jobs' stored policies, as read in the transaction;
+        ``_claimed`` decodes them after the commit, outside the writer lock."""
         now = self._now_us()
         rows = self._claim_rows(conn, worker_id, tasks, limit, now, now + duration_us(prefetch))
         if not rows:
-            return []
+            return [], {}
         job_ids = sorted({r["job_id"] for r in rows})
         marks = ",".join("?" * len(job_ids))
         policies = {
-            r["id"]: codec.policies_from_stored(r["policies"])
+            r[0]: r[1]
             for r in conn.execute(f"SELECT id, policies FROM jobs WHERE id IN ({marks})", job_ids)
         }
-        rows = sorted(rows, key=lambda r: r["vdeadline"])
-        return [
-            ClaimedFiring(
-                firing=codec.firing_from_row(r),
-                claim_token=r["claim_token"],
-                lease_until=from_us(r["lease_until"]),
-                policies=policies[r["job_id"]],
-            )
-            for r in rows
-        ]
+        return rows, policies
 
     def _claim_rows(
         self,
@@ -563,8 +570,12 @@ class SqliteStore:
         the overlap policies, apply the fates, claim the chosen firings."""
         found = conn.execute(
             self._q["claim_candidates"],
-            {"now": now, "until": until, "tasks": json.dumps(list(tasks)), "scan": limit * 2 + 32},
+            # a few more than the claim may take: some may be skipped or held by a cap
+            {"now": now, "until": until, "tasks": json.dumps(list(tasks)), "scan": limit + 32},
         ).fetchall()
+        if all(r["plain"] for r in found[:limit]):
+            # the common case: nothing to decide before the claim is full
+            return self._claim_ids(conn, [r["id"] for r in found[:limit]], worker_id, now)
         candidates: list[Candidate[int, int]] = []
         early: list[Candidate[int, int]] = []
         for r in found:
@@ -617,11 +628,15 @@ class SqliteStore:
                     "reason": "terminated by overlap policy terminate_other",
                 },
             )
-        if not plan.claim:
+        return self._claim_ids(conn, plan.claim, worker_id, now)
+
+    def _claim_ids(
+        self, conn: sqlite3.Connection, ids: list[int], worker_id: str, now: int
+    ) -> list[sqlite3.Row]:
+        if not ids:
             return []
         return conn.execute(
-            self._q["claim_ids"],
-            {"ids": json.dumps(plan.claim), "worker_id": worker_id, "now": now},
+            self._q["claim_ids"], {"ids": json.dumps(ids), "worker_id": worker_id, "now": now}
         ).fetchall()
 
     def next_due_at(self) -> datetime | None:
@@ -662,8 +677,21 @@ class SqliteStore:
     def _complete_in(
         self, conn: sqlite3.Connection, completions: Sequence[Completion]
     ) -> list[bool]:
+        # successes, the common case, in one statement; the others one by one
+        successes = [
+            [c.firing_id, c.claim_token, to_us(c.started_at), to_us(c.finished_at)]
+            for c in completions
+            if c.succeeded and not c.cancelled
+        ]
+        done: set[tuple[int, str]] = set()
+        if successes:
+            rows = conn.execute(self._q["complete_successes"], {"batch": json.dumps(successes)})
+            done = {(r[0], r[1]) for r in rows}
         accepted: list[bool] = []
         for c in completions:
+            if c.succeeded and not c.cancelled:
+                accepted.append((c.firing_id, c.claim_token) in done)
+                continue
             params = {
                 "id": c.firing_id,
                 "token": c.claim_token,
@@ -674,8 +702,6 @@ class SqliteStore:
                 row = conn.execute(
                     self._q["complete_cancelled"], params | {"error": c.error}
                 ).fetchone()
-            elif c.succeeded:
-                row = conn.execute(self._q["complete_success"], params).fetchone()
             else:
                 row = conn.execute(
                     self._q["complete_failure"],
