@@ -350,6 +350,8 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         self._slot_freed = asyncio.Event()
         self._completions_ready = asyncio.Event()
+        self._claim_idle = asyncio.Event()  # this run's loop
+        self._claim_idle.set()
         self._run_slots = asyncio.Semaphore(self.config.concurrency)
         loop = asyncio.get_running_loop()
         rung = asyncio.Event()
