@@ -125,25 +125,35 @@ def node(tmp_path: Path) -> Iterator[Node]:
 
 
 @pytest.fixture
-def browser() -> Iterator[Any]:
+def chromium() -> str:
+    """The distribution's Chromium, and Playwright to drive it (skip locally, fail in CI)."""
     executable = shutil.which("chromium")
     if executable is None:
         require_service("chromium", FileNotFoundError("`chromium` is not on PATH"))
     try:
-        from playwright.sync_api import sync_playwright
+        import playwright  # noqa: F401
     except ImportError as exc:
         require_service("playwright", exc)
+    assert executable is not None
+    return executable
+
+
+@pytest.fixture
+def browser(chromium: str) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS, headless=True)
+        b = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
         try:
             yield b
         finally:
             b.close()
 
 
-def test_dashboard_shows_a_job_and_its_firings_live(node: Node, browser: Any) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page = browser.new_page(viewport={"width": 1440, "height": 900})
+def _watch(page: Any, *, responses: bool = True) -> list[str]:
+    """What a page must never show, collected as it happens: console errors and
+    warnings, uncaught errors, dialogs, (``responses``) answers of 400 and above.
+    The same for Playwright's sync and async pages (their ``on`` is the same)."""
     problems: list[str] = []
     page.on(
         "console",
@@ -155,14 +165,22 @@ def test_dashboard_shows_a_job_and_its_firings_live(node: Node, browser: Any) ->
     )
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     page.on("dialog", lambda d: problems.append(f"a dialog opened: {d.message}"))
-    page.on(
-        "requestfinished",
-        lambda r: (
-            problems.append(f"{r.url} answered {r.response().status}")
-            if r.response() is not None and r.response().status >= 400
-            else None
-        ),
-    )
+    if responses:
+        page.on(
+            "requestfinished",
+            lambda r: (
+                problems.append(f"{r.url} answered {r.response().status}")
+                if r.response() is not None and r.response().status >= 400
+                else None
+            ),
+        )
+    return problems
+
+
+def test_dashboard_shows_a_job_and_its_firings_live(node: Node, browser: Any) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    problems = _watch(page)
 
     page.goto(node.url + "/")
     page.locator("#jobs").get_by_text("no jobs yet").wait_for()
@@ -228,7 +246,9 @@ def test_dashboard_shows_a_job_and_its_firings_live(node: Node, browser: Any) ->
     assert node.proc.poll() is None, node.tail()
 
 
-def test_a_filter_click_during_a_poll_shows_the_filter_and_logs_no_error(node: Node) -> None:
+def test_a_filter_click_during_a_poll_shows_the_filter_and_logs_no_error(
+    node: Node, chromium: str
+) -> None:
     """A click on a state filter while the panel's poll is in flight: the poll's
     late answer must not replace the filtered panel (the click would be lost),
     and nothing may be aborted (htmx logs every aborted request as an error).
@@ -236,31 +256,17 @@ def test_a_filter_click_during_a_poll_shows_the_filter_and_logs_no_error(node: N
     the filter's request 2.5 s late, so the stale poll answers in between."""
     import asyncio
 
-    executable = shutil.which("chromium")
-    if executable is None:
-        require_service("chromium", FileNotFoundError("`chromium` is not on PATH"))
-    try:
-        from playwright.async_api import Route, async_playwright
-    except ImportError as exc:
-        require_service("playwright", exc)
+    from playwright.async_api import Route, async_playwright
 
     async def scenario() -> tuple[list[str], int, int]:
-        problems: list[str] = []
         async with async_playwright() as pw:
             b = await pw.chromium.launch(
-                executable_path=executable, args=CHROMIUM_ARGS, headless=True
+                executable_path=chromium, args=CHROMIUM_ARGS, headless=True
             )
             try:
                 page = await b.new_page()
-                page.on(
-                    "console",
-                    lambda m: (
-                        problems.append(f"console {m.type}: {m.text}")
-                        if m.type in ("error", "warning")
-                        else None
-                    ),
-                )
-                page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+                # (an async page's response() is a coroutine: answers not watched)
+                problems = _watch(page, responses=False)
                 await page.goto(node.url + "/")
                 await page.locator("#firings td.empty").wait_for()
                 poll_started = asyncio.Event()
