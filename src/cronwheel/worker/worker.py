@@ -44,6 +44,7 @@ from cronwheel.signals import Cancel, Retry
 from cronwheel.store.protocol import Completion, Store
 from cronwheel.worker.context import Context, make_context
 from cronwheel.worker.registry import TaskRegistry
+from cronwheel.worker.slots import Slots
 from cronwheel.worker.threads import HandlerThreads
 
 log = structlog.get_logger("cronwheel.worker")
@@ -117,7 +118,7 @@ class Worker:
         # loop renews every claim by a third of its visibility timeout after that
         self._renewed: dict[FiringId, float] = {}
         self._claim_added: asyncio.Event | None = None
-        self._run_slots: asyncio.Semaphore | None = None  # set by run(): `concurrency`
+        self._run_slots: Slots | None = None  # set by run(): `concurrency`
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -352,7 +353,7 @@ class Worker:
         self._completions_ready = asyncio.Event()
         self._claim_idle = asyncio.Event()  # this run's loop
         self._claim_idle.set()
-        self._run_slots = asyncio.Semaphore(self.config.concurrency)
+        self._run_slots = Slots(self.config.concurrency)
         loop = asyncio.get_running_loop()
         rung = asyncio.Event()
 
