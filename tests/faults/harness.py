@@ -414,9 +414,11 @@ class Cluster:
         )
         return rows[0] if rows else None
 
-    def leader(self) -> Proc | None:
-        """The live scheduler process holding a valid lease (by database time), if any."""
-        lease = self.lease()
+    def leader(self, lease: dict[str, Any] | None = None) -> Proc | None:
+        """The live scheduler process holding a valid lease (by database time), if any;
+        of ``lease`` (a row read by the caller) when given."""
+        if lease is None:
+            lease = self.lease()
         if lease is None or not lease["valid"]:
             return None
         pid = int(lease["holder"].split(":")[-2])
@@ -425,8 +427,10 @@ class Cluster:
 
     def wait_leader(self, timeout: float, *, not_epoch: int | None = None) -> tuple[Proc, int]:
         def probe() -> tuple[Proc, int] | None:
+            # one read: the lease may change hands between two (a new leader's process
+            # paired with the killed leader's epoch)
             lease = self.lease()
-            proc = self.leader()
+            proc = self.leader(lease)
             if proc is None or lease is None:
                 return None
             if not_epoch is not None and lease["epoch"] <= not_epoch:

@@ -312,11 +312,10 @@ def test_leader_churn(cluster: Cluster) -> None:
         if time.monotonic() - started > cluster.sizes.churn_s:
             break
         time.sleep(cluster.sizes.churn_every_s)  # the churn rhythm
-        leader = cluster.leader()
-        if leader is None:
+        lease = cluster.lease()  # one read: the leader and the epoch it holds
+        leader = cluster.leader(lease)
+        if leader is None or lease is None:
             continue
-        lease = cluster.lease()
-        assert lease is not None
         pending = (leader.kill(), int(lease["epoch"]))
         kills += 1
         cluster.start_scheduler(f"s-{len(cluster.schedulers())}")  # the supervisor
