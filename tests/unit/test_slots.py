@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -39,25 +40,31 @@ def test_at_most_n_hold_a_slot_and_waiters_are_served_in_order() -> None:
     assert order == list(range(10))  # first come, first served
 
 
+async def _one_held_two_waiting() -> tuple[Slots, list[str], asyncio.Event, list[Any]]:
+    """One slot, held until ``release`` is set; waiters "a" then "b" queued for it."""
+    slots = Slots(1)
+    seen: list[str] = []
+    release = asyncio.Event()
+
+    async def holder() -> None:
+        async with slots:
+            await release.wait()
+
+    async def waiter(name: str) -> None:
+        async with slots:
+            seen.append(name)
+
+    h = asyncio.create_task(holder())
+    await asyncio.sleep(0)
+    a = asyncio.create_task(waiter("a"))
+    b = asyncio.create_task(waiter("b"))
+    await asyncio.sleep(0)
+    return slots, seen, release, [h, a, b]
+
+
 def test_a_cancelled_waiter_does_not_take_or_lose_a_slot() -> None:
     async def scenario() -> list[str]:
-        slots = Slots(1)
-        seen: list[str] = []
-        release = asyncio.Event()
-
-        async def holder() -> None:
-            async with slots:
-                await release.wait()
-
-        async def waiter(name: str) -> None:
-            async with slots:
-                seen.append(name)
-
-        h = asyncio.create_task(holder())
-        await asyncio.sleep(0)
-        a = asyncio.create_task(waiter("a"))
-        b = asyncio.create_task(waiter("b"))
-        await asyncio.sleep(0)
+        slots, seen, release, (h, a, b) = await _one_held_two_waiting()
         a.cancel()  # while waiting
         release.set()
         await asyncio.wait_for(asyncio.gather(h, b), 5)
@@ -71,23 +78,7 @@ def test_a_cancelled_waiter_does_not_take_or_lose_a_slot() -> None:
 
 def test_a_waiter_cancelled_after_being_handed_a_slot_passes_it_on() -> None:
     async def scenario() -> list[str]:
-        slots = Slots(1)
-        seen: list[str] = []
-        release = asyncio.Event()
-
-        async def holder() -> None:
-            async with slots:
-                await release.wait()
-
-        async def waiter(name: str) -> None:
-            async with slots:
-                seen.append(name)
-
-        h = asyncio.create_task(holder())
-        await asyncio.sleep(0)
-        a = asyncio.create_task(waiter("a"))
-        b = asyncio.create_task(waiter("b"))
-        await asyncio.sleep(0)
+        slots, seen, release, (h, a, b) = await _one_held_two_waiting()
         release.set()
         await asyncio.sleep(0)  # the holder runs: its exit hands the slot to "a"...
         assert h.done() and not a.done()
