@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any, Protocol
 
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import (
+    ClaimedFiring,
     Firing,
     FiringId,
     Job,
@@ -198,6 +200,26 @@ def firing_from_row(row: Row) -> Firing:
         reason=row["reason"],
         overlap_override=row["overlap_override"],
     )
+
+
+def claimed_from_rows(
+    rows: Iterable[Row], stored_policies: Callable[[Row], Any]
+) -> list[ClaimedFiring]:
+    """Claimed firing rows as ClaimedFirings, in claim order (virtual deadline, then id);
+    ``stored_policies`` gives a row's job policies as stored."""
+    claimed = []
+    for r in sorted(rows, key=lambda r: (r["vdeadline"], r["id"])):
+        firing = firing_from_row(r)
+        assert firing.lease_until is not None
+        claimed.append(
+            ClaimedFiring(
+                firing=firing,
+                claim_token=r["claim_token"],
+                lease_until=firing.lease_until,
+                policies=policies_from_stored(stored_policies(r)),
+            )
+        )
+    return claimed
 
 
 def node_from_row(row: Row) -> NodeInfo:

@@ -26,7 +26,7 @@ import socket
 import traceback
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -112,8 +112,7 @@ class Worker:
         self._completions_ready: asyncio.Event | None = None
         # monotonic instants of the latest handler finishes (the worker's pace)
         self._finished: deque[float] = deque(maxlen=self.config.concurrency)
-        self._claim_idle = asyncio.Event()  # clear while the claim loop awaits the store
-        self._claim_idle.set()
+        self._claim_idle: asyncio.Event | None = None  # set by run(): see _claiming
         # monotonic instant each held claim was last renewed (or taken): the heartbeat
         # loop renews every claim by a third of its visibility timeout after that
         self._renewed: dict[FiringId, float] = {}
@@ -351,7 +350,7 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         self._slot_freed = asyncio.Event()
         self._completions_ready = asyncio.Event()
-        self._claim_idle = asyncio.Event()  # this run's loop
+        self._claim_idle = asyncio.Event()
         self._claim_idle.set()
         self._run_slots = Slots(self.config.concurrency)
         loop = asyncio.get_running_loop()
@@ -422,19 +421,18 @@ class Worker:
                 done = self._take_done()
                 if done:
                     failpoints.hit("worker.before_complete")
-                self._claim_idle.clear()
                 try:
-                    accepted, claims = await self._call(
-                        self.store.complete_and_claim,
-                        done,
-                        self.worker_id,
-                        tasks=names,
-                        limit=free,
-                        prefetch=self.config.prefetch,
-                    )
+                    with self._claiming():
+                        accepted, claims = await self._call(
+                            self.store.complete_and_claim,
+                            done,
+                            self.worker_id,
+                            tasks=names,
+                            limit=free,
+                            prefetch=self.config.prefetch,
+                        )
                     backoff = 0.1
                 except BaseException as exc:
-                    self._claim_idle.set()
                     if done:
                         self._give_back(done)
                     if not isinstance(exc, StoreUnavailableError):
@@ -444,7 +442,6 @@ class Worker:
                     await _wait_any([stop.wait()], backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
-                self._claim_idle.set()
                 self._recorded(done, accepted)
                 claimed = len(claims)
                 if claimed:
@@ -465,6 +462,17 @@ class Worker:
                 else [stop.wait(), self._slot_freed.wait()]
             )
             await _wait_any(waits, await self._idle_timeout(free))
+
+    @contextlib.contextmanager
+    def _claiming(self) -> Iterator[None]:
+        """While the claim loop awaits a claim: the flush loop leaves the completions
+        to it (they ride with its next claim)."""
+        assert self._claim_idle is not None
+        self._claim_idle.clear()
+        try:
+            yield
+        finally:
+            self._claim_idle.set()
 
     def _room(self) -> int:
         """How many firings the next claim may take: the free slots; or, while every
@@ -509,7 +517,7 @@ class Worker:
         return timeout
 
     async def _flush_loop(self, stop: asyncio.Event) -> None:
-        assert self._completions_ready is not None
+        assert self._completions_ready is not None and self._claim_idle is not None
         while not stop.is_set():
             await self._completions_ready.wait()
             self._completions_ready.clear()

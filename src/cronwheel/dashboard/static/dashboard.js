@@ -12,6 +12,7 @@
   // is: the page shows what was asked last, and the console stays clean.
   var latestFilter = null;
   function isFilter(elt) { return elt.matches && elt.matches("nav.filters a[hx-get]"); }
+  function superseded(elt) { return elt.hasAttribute && elt.hasAttribute("data-superseded"); }
   // the element that made the request (beforeSwap is dispatched on the target)
   function source(ev) {
     var config = ev.detail.requestConfig;
@@ -19,7 +20,7 @@
   }
   document.addEventListener("htmx:beforeRequest", function (ev) {
     var elt = ev.detail.elt;
-    if (elt.hasAttribute && elt.hasAttribute("data-superseded")) { ev.preventDefault(); return; }
+    if (superseded(elt)) { ev.preventDefault(); return; }
     if (!isFilter(elt)) { return; }
     latestFilter = elt;
     var panel = elt.closest("section");
@@ -27,8 +28,7 @@
   });
   document.addEventListener("htmx:beforeSwap", function (ev) {
     var elt = source(ev);
-    if ((elt.hasAttribute && elt.hasAttribute("data-superseded")) ||
-        (isFilter(elt) && elt !== latestFilter)) {
+    if (superseded(elt) || (isFilter(elt) && elt !== latestFilter)) {
       ev.detail.shouldSwap = false;
     }
   });

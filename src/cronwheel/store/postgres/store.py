@@ -42,7 +42,6 @@ from cronwheel.domain.models import (
     Job,
     JobEvent,
     JobId,
-    JobPolicies,
     JobSpec,
     Lease,
     NodeInfo,
@@ -940,24 +939,11 @@ def _claim_params(
 
 
 def _claimed(rows: Sequence[DictRow]) -> list[ClaimedFiring]:
-    """Claimed rows (claim_fast's or claim_apply's) as ClaimedFirings, in claim order."""
-    rows = sorted((r for r in rows if r["id"] is not None), key=lambda r: (r["vdeadline"], r["id"]))
-    policies: dict[int, JobPolicies] = {}
-    claimed = []
-    for r in rows:
-        firing = codec.firing_from_row(r)
-        if r["job_id"] not in policies:
-            policies[r["job_id"]] = codec.policies_from_stored(r["job_policies"])
-        assert firing.lease_until is not None
-        claimed.append(
-            ClaimedFiring(
-                firing=firing,
-                claim_token=r["claim_token"],
-                lease_until=firing.lease_until,
-                policies=policies[r["job_id"]],
-            )
-        )
-    return claimed
+    """Claimed rows (claim_fast's or claim_apply's) as ClaimedFirings, in claim order
+    (claim_fast's row without a claim, when it claimed nothing, is left out)."""
+    return codec.claimed_from_rows(
+        (r for r in rows if r["id"] is not None), lambda r: r["job_policies"]
+    )
 
 
 def _completion_rounds(completions: Sequence[Completion]) -> list[list[int]]:

@@ -228,9 +228,8 @@ LIMIT :limit
 SELECT f.id, f.job_id, f.due_at, f.overlap_override,
        j.max_concurrency, j.overlap, j.max_buffer,
        (j.start_deadline_us IS NOT NULL AND f.due_at + j.start_deadline_us < :now) AS deadline_passed,
-       -- no decision to make: claimed in order while the claim has room
-       (f.overlap_override IS NULL AND (j.max_concurrency IS NULL OR j.overlap = 'allow')
-        AND NOT (j.start_deadline_us IS NOT NULL AND f.due_at + j.start_deadline_us < :now)) AS plain
+       -- no overlap policy to apply (store/claiming.py `capped`, and no override)
+       (f.overlap_override IS NULL AND (j.max_concurrency IS NULL OR j.overlap = 'allow')) AS unpolicied
 FROM firings f JOIN jobs j ON j.id = f.job_id
 WHERE f.state = 'queued' AND f.due_at <= :until
   AND f.task IN (SELECT value FROM json_each(:tasks))

@@ -69,18 +69,6 @@ _PKG = "cronwheel.store.sqlite"
 _LOCK_RETRY_S = 30.0
 
 
-def _claimed(rows: list[sqlite3.Row], policies: dict[int, str]) -> list[ClaimedFiring]:
-    return [
-        ClaimedFiring(
-            firing=codec.firing_from_row(r),
-            claim_token=r["claim_token"],
-            lease_until=from_us(r["lease_until"]),
-            policies=codec.policies_from_stored(policies[r["job_id"]]),
-        )
-        for r in sorted(rows, key=lambda r: r["vdeadline"])
-    ]
-
-
 def _locked(exc: sqlite3.OperationalError) -> bool:
     text = str(exc)
     return "locked" in text or "busy" in text
@@ -516,7 +504,7 @@ class SqliteStore:
             return []
         with self._tx() as conn:
             rows, policies = self._claim_in(conn, worker_id, tasks, limit, prefetch)
-        return _claimed(rows, policies)
+        return codec.claimed_from_rows(rows, lambda r: policies[r["job_id"]])
 
     def complete_and_claim(
         self,
@@ -533,7 +521,7 @@ class SqliteStore:
             if limit <= 0 or not tasks:
                 return accepted, []
             rows, policies = self._claim_in(conn, worker_id, tasks, limit, prefetch)
-        return accepted, _claimed(rows, policies)
+        return accepted, codec.claimed_from_rows(rows, lambda r: policies[r["job_id"]])
 
     def _claim_in(
         self,
@@ -544,7 +532,7 @@ class SqliteStore:
         prefetch: timedelta,
     ) -> tuple[list[sqlite3.Row], dict[int, str]]:
         """The claimed rows and their jobs' stored policies, as read in the transaction;
-        ``_claimed`` decodes them after the commit, outside the writer lock."""
+        the caller decodes them after the commit, outside the writer lock."""
         now = self._now_us()
         rows = self._claim_rows(conn, worker_id, tasks, limit, now, now + duration_us(prefetch))
         if not rows:
@@ -573,7 +561,7 @@ class SqliteStore:
             # a few more than the claim may take: some may be skipped or held by a cap
             {"now": now, "until": until, "tasks": json.dumps(list(tasks)), "scan": limit + 32},
         ).fetchall()
-        if all(r["plain"] for r in found[:limit]):
+        if all(r["unpolicied"] and not r["deadline_passed"] for r in found[:limit]):
             # the common case: nothing to decide before the claim is full
             return self._claim_ids(conn, [r["id"] for r in found[:limit]], worker_id, now)
         candidates: list[Candidate[int, int]] = []
