@@ -45,10 +45,10 @@ class Api:
 
     def counts(self) -> tuple[int, int, int]:
         """(jobs, firings, idempotency keys) in the whole store: 'nothing stored' checks."""
-        rows = self.store._read(
+        rows = self.store.db.conn.execute(
             "SELECT (SELECT count(*) FROM jobs) AS j, (SELECT count(*) FROM firings) AS f, "
             "(SELECT count(*) FROM idempotency_keys) AS k"
-        )
+        ).fetchall()
         return int(rows[0]["j"]), int(rows[0]["f"]), int(rows[0]["k"])
 
     def cron_job(self, name: str = "nightly", who: str = "write", **extra: Any) -> Any:

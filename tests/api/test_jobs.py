@@ -219,7 +219,7 @@ def test_done_state(api: Api) -> None:
         "/v1/jobs",
         json={"name": "n", "task": "t", "schedule": {"kind": "every", "interval": 60}},
     )
-    api.store._conn.execute("UPDATE jobs SET next_fire_at = NULL WHERE name = 'n'")
+    api.store.db.conn.execute("UPDATE jobs SET next_fire_at = NULL WHERE name = 'n'")
     r = api.call("GET", "/v1/jobs", params={"state": "done"})
     assert [j["name"] for j in r.json()["items"]] == ["n"]
 
@@ -351,7 +351,7 @@ def test_status_health_ready_docs_openapi(api: Api) -> None:
 
 
 def test_readyz_is_503_when_the_store_is_gone(api: Api) -> None:
-    api.store._conn.close()
+    api.store.db.conn.close()
     r = api.client.get("/readyz")
     assert (r.status_code, _err(r)["code"]) == (503, "store_unavailable")
     assert api.client.get("/healthz").status_code == 200

@@ -46,7 +46,7 @@ def _store(h: Harness) -> Any:
 
 def _raw(h: Harness) -> psycopg.Connection[Any]:
     """A plain connection on the test's schema (autocommit off: explicit transactions)."""
-    return psycopg.connect(_store(h)._db.conninfo)
+    return psycopg.connect(_store(h).db.conninfo)
 
 
 def _queued(h: Harness, n: int, name: str = "q") -> list[int]:
@@ -82,7 +82,7 @@ def test_due_jobs_query_uses_the_partial_index(h: Harness) -> None:
         )
         conn.execute("ANALYZE jobs")
         conn.commit()
-        sql = _store(h)._q["due_jobs"]
+        sql = _store(h).db.q["due_jobs"]
         plan = "\n".join(
             r[0]
             for r in conn.execute(
@@ -133,8 +133,8 @@ def _queue_one_per_job(conn: psycopg.Connection[Any], due: str, vdeadline: str =
 def _buffers(conn: psycopg.Connection[Any], h: Harness, name: str, params: Any) -> Any:
     """The top node of ``EXPLAIN (ANALYZE, BUFFERS)`` of the store's query ``name``, with
     the buffers it touched as ``touched`` (rolled back)."""
-    sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + _store(h)._q[name]
-    row = conn.execute(sql, _store(h)._db.params(params)).fetchone()
+    sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + _store(h).db.q[name]
+    row = conn.execute(sql, _store(h).db.params(params)).fetchone()
     conn.rollback()
     assert row is not None
     top = row[0][0]["Plan"]
@@ -211,7 +211,7 @@ def test_claim_facts_look_up_their_jobs_not_the_queue(h: Harness) -> None:
         _queue_one_per_job(conn, "now() - interval '1 s'")
         jobs = [r[0] for r in conn.execute("SELECT id FROM jobs ORDER BY id LIMIT 64 OFFSET 500")]
         top = _buffers(conn, h, "claim_facts", {"jobs": jobs})
-        facts = conn.execute(_store(h)._q["claim_facts"], _store(h)._db.params({"jobs": jobs}))
+        facts = conn.execute(_store(h).db.q["claim_facts"], _store(h).db.params({"jobs": jobs}))
         due = {r[0]: list(r[2]) for r in facts.fetchall()}
         conn.rollback()
     assert top["Actual Rows"] == 64
@@ -285,8 +285,8 @@ def test_completions_and_heartbeats_find_their_rows_by_key(h: Harness) -> None:
             ("heartbeat", {"ids": ids, "tokens": tokens}),
         ):
             row = conn.execute(
-                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store._q[name],
-                store._db.params(params),
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store.db.q[name],
+                store.db.params(params),
             ).fetchone()
             conn.rollback()
             assert row is not None
@@ -539,7 +539,7 @@ def test_payload_and_error_text_round_trip_exactly(h: Harness) -> None:
 def _retried(stores: list[Any]) -> dict[str, int]:
     out = {"deadlock": 0, "serialization": 0}
     for s in stores:
-        for k, v in s._db.retried.items():
+        for k, v in s.db.retried.items():
             out[k] += v
     return out
 
@@ -549,7 +549,7 @@ class _RunningMonitor:
 
     def __init__(self, h: Harness, job_ids: list[int]) -> None:
         self.max: dict[int, int] = dict.fromkeys(job_ids, 0)
-        self._conninfo = _store(h)._db.conninfo
+        self._conninfo = _store(h).db.conninfo
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -777,7 +777,6 @@ def test_a_version_1_database_migrates_in_place(schema: str) -> None:
     from cronwheel.domain.models import JobPolicies
     from cronwheel.domain.schedules import every
     from cronwheel.store.postgres import PostgresStore
-    from cronwheel.store.postgres.db import load_sql
 
     old_policies = {  # JobPolicies.to_dict() as the first release wrote it
         k: v
@@ -787,8 +786,8 @@ def test_a_version_1_database_migrates_in_place(schema: str) -> None:
     }
     store = PostgresStore(PG_URL, schema=schema, pool_size=2)
     try:
-        with psycopg.connect(store._db.conninfo, autocommit=True) as conn:
-            conn.execute(load_sql("schema.sql")["migration_1"])  # type: ignore[arg-type]
+        with psycopg.connect(store.db.conninfo, autocommit=True) as conn:
+            conn.execute(store.db.migrations()["migration_1"])  # type: ignore[arg-type]
             conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', '1')")
             conn.execute(
                 """
@@ -819,7 +818,7 @@ def test_a_version_1_database_migrates_in_place(schema: str) -> None:
         )
         assert store.migrate() == latest >= 3
         assert store.migrate() == latest
-        row = store._read("SELECT * FROM jobs")[0]
+        row = store.db.read(lambda tx: tx.conn.execute("SELECT * FROM jobs").fetchall())[0]
         assert (row["max_concurrency"], row["overlap"], row["max_buffer"]) == (None, "skip", 100)
         assert (row["cancel_grace_us"], row["start_deadline_us"]) == (30_000_000, None)
         assert (row["bounds"], row["remaining_runs"]) == ({}, None)
@@ -828,8 +827,10 @@ def test_a_version_1_database_migrates_in_place(schema: str) -> None:
         assert claim.firing.overlap_override is None
         tables = {
             r["t"]
-            for r in store._read(
-                "SELECT tablename AS t FROM pg_tables WHERE schemaname = current_schema()"
+            for r in store.db.read(
+                lambda tx: tx.conn.execute(
+                    "SELECT tablename AS t FROM pg_tables WHERE schemaname = current_schema()"
+                ).fetchall()
             )
         }
         assert {"api_tokens", "idempotency_keys", "fair_clocks"} <= tables

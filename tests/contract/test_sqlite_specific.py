@@ -6,7 +6,6 @@ import re
 import sqlite3
 from pathlib import Path
 
-from cronwheel.store.sql import load_queries
 from cronwheel.store.sqlite import SqliteStore
 
 
@@ -15,8 +14,8 @@ def _plan(tmp_path: Path, name: str) -> list[str]:
     path = tmp_path / "plan.db"
     store = SqliteStore(str(path))
     store.migrate()
+    sql = store.db.queries()[name]
     store.close()
-    sql = load_queries("cronwheel.store.sqlite", "queries.sql")[name]
     params = dict.fromkeys(re.findall(r":(\w+)", sql), 0)
     with sqlite3.connect(path) as conn:
         return [str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]

@@ -148,9 +148,9 @@ def explain_due_jobs(url: str, horizon: datetime, limit: int) -> dict[str, Any]:
         import sqlite3
 
         from cronwheel.store.codec import to_us
-        from cronwheel.store.sql import load_queries
+        from cronwheel.store.sql import load_package_queries
 
-        sql = load_queries("cronwheel.store.sqlite", "queries.sql")["due_jobs"]
+        sql = load_package_queries("cronwheel.store.sqlite")["due_jobs"]
         with sqlite3.connect(path) as lite:
             rows = lite.execute(
                 "EXPLAIN QUERY PLAN " + sql,
@@ -165,7 +165,7 @@ def explain_due_jobs(url: str, horizon: datetime, limit: int) -> dict[str, Any]:
 
     from cronwheel.store.postgres.db import load_sql, query
 
-    sql = load_sql("queries.sql")["due_jobs"]
+    sql = load_sql()["due_jobs"]
     params = {
         "horizon": horizon,
         "limit": limit,

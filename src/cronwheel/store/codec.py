@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import (
     ClaimedFiring,
+    Epoch,
     Firing,
     FiringId,
     Job,
@@ -19,11 +20,13 @@ from cronwheel.domain.models import (
     JobId,
     JobPolicies,
     JobSpec,
+    Lease,
     NodeInfo,
     bounds_json,
     policies_json,
 )
 from cronwheel.domain.schedules import Schedule, schedule_from_dict
+from cronwheel.store.protocol import ApiToken
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -77,7 +80,7 @@ def job_params(spec: JobSpec) -> dict[str, Any]:
         "priority": float(policies.priority),
         "max_attempts": policies.max_attempts,
         "visibility_us": int(policies.visibility_timeout.total_seconds() * 1_000_000),
-        "paused": int(spec.paused),
+        "paused": bool(spec.paused),  # SQLite stores it as 1/0
         "shard": shard_of(spec.namespace, spec.name),
         "max_concurrency": spec.max_concurrency,
         "overlap": policies.overlap.value,
@@ -95,7 +98,7 @@ def _load(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
-def _instant(value: Any) -> datetime | None:
+def opt_instant(value: Any) -> datetime | None:
     """SQLite rows hold microseconds; PostgreSQL rows hold timestamptz (in UTC already:
     the store's sessions run with TimeZone=UTC)."""
     if value is None:
@@ -105,8 +108,8 @@ def _instant(value: Any) -> datetime | None:
     return from_us(int(value))
 
 
-def _req(value: Any) -> datetime:
-    instant = _instant(value)
+def req_instant(value: Any) -> datetime:
+    instant = opt_instant(value)
     assert instant is not None
     return instant
 
@@ -158,13 +161,13 @@ def job_from_row(row: Row) -> Job:
     return Job(
         id=JobId(row["id"]),
         spec=spec,
-        next_fire_at=_instant(row["next_fire_at"]),
-        last_fired_at=_instant(row["last_fired_at"]),
+        next_fire_at=opt_instant(row["next_fire_at"]),
+        last_fired_at=opt_instant(row["last_fired_at"]),
         paused=bool(row["paused"]),
         missed_total=int(row["missed_total"]),
         remaining_runs=row["remaining_runs"],
-        created_at=_req(row["created_at"]),
-        updated_at=_req(row["updated_at"]),
+        created_at=req_instant(row["created_at"]),
+        updated_at=req_instant(row["updated_at"]),
     )
 
 
@@ -181,22 +184,22 @@ def firing_from_row(row: Row) -> Firing:
         task=row["task"],
         args=tuple(payload["args"]),
         kwargs=payload["kwargs"],
-        scheduled_for=_req(row["scheduled_for"]),
-        due_at=_req(row["due_at"]),
+        scheduled_for=req_instant(row["scheduled_for"]),
+        due_at=req_instant(row["due_at"]),
         state=_STATES[row["state"]],
         attempt=int(row["attempt"]),
         max_attempts=int(row["max_attempts"]),
         priority=float(row["priority"]),
-        enqueued_at=_req(row["enqueued_at"]),
+        enqueued_at=req_instant(row["enqueued_at"]),
         enqueued_epoch=row["enqueued_epoch"],
         claim_token=row["claim_token"],
         worker_id=row["worker_id"],
-        lease_until=_instant(row["lease_until"]),
-        started_at=_instant(row["started_at"]),
-        finished_at=_instant(row["finished_at"]),
+        lease_until=opt_instant(row["lease_until"]),
+        started_at=opt_instant(row["started_at"]),
+        finished_at=opt_instant(row["finished_at"]),
         error=row["error"],
         note=row["note"],
-        cancel_requested_at=_instant(row["cancel_requested_at"]),
+        cancel_requested_at=opt_instant(row["cancel_requested_at"]),
         reason=row["reason"],
         overlap_override=row["overlap_override"],
     )
@@ -228,8 +231,8 @@ def node_from_row(row: Row) -> NodeInfo:
         kind=row["kind"],
         hostname=row["hostname"],
         pid=int(row["pid"]),
-        started_at=_req(row["started_at"]),
-        heartbeat_at=_req(row["heartbeat_at"]),
+        started_at=req_instant(row["started_at"]),
+        heartbeat_at=req_instant(row["heartbeat_at"]),
         wake_addr=row["wake_addr"],
         info=_load(row["info"]) or {},
     )
@@ -239,11 +242,33 @@ def event_from_row(row: Row) -> JobEvent:
     return JobEvent(
         id=int(row["id"]),
         job_id=JobId(row["job_id"]),
-        at=_req(row["at"]),
+        at=req_instant(row["at"]),
         kind=row["kind"],
-        first_at=_instant(row["first_at"]),
-        last_at=_instant(row["last_at"]),
+        first_at=opt_instant(row["first_at"]),
+        last_at=opt_instant(row["last_at"]),
         count=int(row["count"]),
         exact=bool(row["exact"]),
         detail=row["detail"],
+    )
+
+
+def lease_from_row(row: Row) -> Lease:
+    return Lease(
+        name=row["name"],
+        holder=row["holder"],
+        epoch=Epoch(row["epoch"]),
+        expires_at=req_instant(row["expires_at"]),
+        acquired_at=req_instant(row["acquired_at"]),
+    )
+
+
+def token_from_row(row: Row) -> ApiToken:
+    return ApiToken(
+        id=int(row["id"]),
+        namespace=row["namespace"],
+        role=row["role"],
+        label=row["label"],
+        secret_hash=row["secret_hash"],
+        created_at=req_instant(row["created_at"]),
+        revoked_at=opt_instant(row["revoked_at"]),
     )

@@ -24,3 +24,18 @@ def load_queries(package: str, filename: str) -> dict[str, str]:
             raise ValueError(f"{filename}: duplicate block {name!r}")
         blocks[name] = body.strip()
     return blocks
+
+
+@cache
+def load_package_queries(package: str) -> dict[str, str]:
+    """Every named block of a package's ``.sql`` files but ``schema.sql`` (migrations),
+    as one mapping; a name defined in two files is an error."""
+    blocks: dict[str, str] = {}
+    for entry in sorted(resources.files(package).iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql") or entry.name == "schema.sql":
+            continue
+        for name, body in load_queries(package, entry.name).items():
+            if name in blocks:
+                raise ValueError(f"{package}: block {name!r} defined twice")
+            blocks[name] = body
+    return blocks

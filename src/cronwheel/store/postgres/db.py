@@ -22,10 +22,10 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, LiteralString, TypeVar
 
 import psycopg
@@ -35,7 +35,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from cronwheel.errors import CronwheelError, StoreError, StoreUnavailableError
-from cronwheel.store.sql import load_queries
+from cronwheel.store.sql import load_package_queries, load_queries
 
 T = TypeVar("T")
 Conn = psycopg.Connection[DictRow]
@@ -47,13 +47,14 @@ _NOW = re.compile(r"(?<![:\w]):now\b")
 # (see DbTime) and are NULL / zero in production.
 NOW_SQL = "(coalesce(%(_pin)s::timestamptz, now()) + %(_off)s::interval)"
 
+_WHERE = "/*where*/"
 _TX_RETRIES = 5  # serialization failures and deadlocks
 _READ_RETRIES = 2  # connection errors on reads
 
 
-def load_sql(filename: str) -> dict[str, str]:
-    """The named blocks of one of this package's .sql files, with ``:now`` expanded."""
-    return {k: _NOW.sub(NOW_SQL, v) for k, v in load_queries(_PKG, filename).items()}
+def load_sql() -> dict[str, str]:
+    """The named blocks of this package's query files, with ``:now`` expanded."""
+    return {k: _NOW.sub(NOW_SQL, v) for k, v in load_package_queries(_PKG).items()}
 
 
 def query(text: str) -> LiteralString:
@@ -86,8 +87,44 @@ class DbTime:
         return {"_pin": self.frozen_at, "_off": self.offset}
 
 
+class PgTx:
+    """A unit of work on one pooled connection (see Database.write/read)."""
+
+    __slots__ = ("conn", "db")
+
+    def __init__(self, conn: Conn, db: Database) -> None:
+        self.conn = conn
+        self.db = db
+
+    def all(self, name: str, params: Mapping[str, Any] | None = None) -> list[DictRow]:
+        cur = self.conn.execute(query(self.db.q[name]), self.db.params(params))
+        return cur.fetchall() if cur.description is not None else []
+
+    def one(self, name: str, params: Mapping[str, Any] | None = None) -> DictRow | None:
+        rows = self.all(name, params)
+        return rows[0] if rows else None
+
+    def run(self, name: str, params: Mapping[str, Any] | None = None) -> int:
+        return self.conn.execute(query(self.db.q[name]), self.db.params(params)).rowcount
+
+    def filtered(
+        self, name: str, where: str, params: Mapping[str, Any] | None = None
+    ) -> list[DictRow]:
+        text = self.db.q[name].replace(_WHERE, where)
+        return self.conn.execute(query(text), self.db.params(params)).fetchall()
+
+    def script(self, text: str) -> None:
+        self.conn.execute(query(text))  # no parameters: many statements
+
+    def wake_workers(self) -> None:
+        self.run("notify_work")  # NOTIFY is delivered at commit, and not on rollback
+
+
 class Database:
-    """A pool of autocommit connections; ``run`` executes one unit of work."""
+    """The PostgreSQL dialect of the store core: a pool of autocommit connections;
+    ``run`` executes one unit of work with the retry rules below."""
+
+    unique_violation: type[Exception] = pgerrors.UniqueViolation
 
     def __init__(
         self,
@@ -99,6 +136,7 @@ class Database:
         time: DbTime,
     ) -> None:
         self.time = time
+        self.q = load_sql()
         self.conninfo = _conninfo(url, schema)
         # transactions rolled back by the server and retried here, by SQLSTATE class
         # (observability; tests assert that lock ordering keeps deadlocks at zero)
@@ -218,6 +256,49 @@ class Database:
                 ) from exc
             except psycopg.Error as exc:
                 raise StoreError(f"postgresql: {_first_line(exc)}", field="store") from exc
+
+    # -- the Dialect of the store core ---------------------------------------------
+    def write(self, body: Callable[[PgTx], T], *, atomic: bool = True, durable: bool = True) -> T:
+        return self.run(
+            lambda conn: body(PgTx(conn, self)), write=True, atomic=atomic, durable=durable
+        )
+
+    def read(self, body: Callable[[PgTx], T]) -> T:
+        return self.run(lambda conn: body(PgTx(conn, self)), write=False)
+
+    def now(self) -> datetime:
+        row = self.read(lambda tx: tx.one("now"))
+        assert row is not None
+        value: datetime = row["now"]
+        return value.astimezone(UTC)
+
+    def queries(self) -> Mapping[str, str]:
+        return self.q
+
+    def migrations(self) -> Mapping[str, str]:
+        return load_queries(_PKG, "schema.sql")
+
+    def instant(self, value: datetime) -> datetime:
+        return value
+
+    def duration(self, value: timedelta) -> timedelta:
+        return value
+
+    def id_list(self, ids: Sequence[int]) -> list[int]:
+        return list(ids)
+
+    def text_list(self, items: Sequence[str]) -> list[str]:
+        return list(items)
+
+    def param(self, name: str) -> str:
+        return f"%({name})s"
+
+    def in_list(self, column: str, param: str) -> str:
+        return f"{column} = ANY (%({param})s)"
+
+    def starts_with(self, column: str, param: str) -> str:
+        # starts_with: '%' and '_' in a prefix are literal, never LIKE patterns
+        return f"starts_with({column}, %({param})s)"
 
 
 def _first_line(exc: BaseException) -> str:

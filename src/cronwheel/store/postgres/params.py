@@ -8,11 +8,8 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from psycopg.rows import DictRow
-
-from cronwheel.domain.models import Epoch, JobSpec, Lease
-from cronwheel.domain.policies import fair_deadline
 from cronwheel.store import codec
+from cronwheel.store.core.fair import FairClocks
 from cronwheel.store.protocol import Completion, JobAdvance
 
 _K = TypeVar("_K", bound=Hashable)
@@ -21,22 +18,6 @@ _V = TypeVar("_V")
 
 def utc(value: datetime) -> datetime:
     return value.astimezone(UTC)
-
-
-def job_params(spec: JobSpec) -> dict[str, Any]:
-    params = codec.job_params(spec)
-    params["paused"] = bool(params["paused"])
-    return params
-
-
-def lease_from_row(row: DictRow) -> Lease:
-    return Lease(
-        name=row["name"],
-        holder=row["holder"],
-        epoch=Epoch(row["epoch"]),
-        expires_at=utc(row["expires_at"]),
-        acquired_at=utc(row["acquired_at"]),
-    )
 
 
 def rounds(items: Sequence[_V], key: Callable[[_V], _K]) -> list[list[_V]]:
@@ -57,29 +38,14 @@ def rounds(items: Sequence[_V], key: Callable[[_V], _K]) -> list[list[_V]]:
     return rounds
 
 
-class FairClocks:
-    """The per-namespace virtual clocks of one transaction (domain.policies.fair_deadline).
+def fair_deadline_at(fair: FairClocks, namespace: str, priority: float, due: datetime) -> datetime:
+    """A firing's virtual deadline from its namespace's clock in ``fair`` (seen first)."""
+    return codec.from_us(fair.deadline(namespace, priority, codec.to_us(due)))
 
-    The statements that insert QUEUED firings first lock their namespaces' clock rows
-    and return them (:meth:`seen`); every firing's virtual deadline is then computed
-    here, in insertion order, and the clocks are written back with the inserts
-    (:meth:`params`; the SQL keeps ``greatest(stored, new)``).
-    """
 
-    def __init__(self) -> None:
-        self.clocks: dict[str, int] = {}
-
-    def seen(self, namespace: str, vclock: int) -> None:
-        self.clocks.setdefault(namespace, int(vclock))
-
-    def deadline(self, namespace: str, priority: float, due: datetime) -> datetime:
-        vdeadline, self.clocks[namespace] = fair_deadline(
-            self.clocks[namespace], codec.to_us(due), priority
-        )
-        return codec.from_us(vdeadline)
-
-    def params(self) -> dict[str, Any]:
-        return {"c_ns": list(self.clocks), "c_clock": list(self.clocks.values())}
+def clock_params(fair: FairClocks) -> dict[str, Any]:
+    """The clocks written back with the inserts (the SQL keeps the greater value)."""
+    return {"c_ns": list(fair.clocks), "c_clock": list(fair.clocks.values())}
 
 
 def advance_params(batch: Sequence[JobAdvance]) -> dict[str, Any]:
@@ -125,7 +91,7 @@ def insert_params(
                     "job_id": adv.job_id,
                     "at": _iso(f.scheduled_for),
                     "due": _iso(due),
-                    "vd": _iso(fair.deadline(namespace, priority, due)),
+                    "vd": _iso(fair_deadline_at(fair, namespace, priority, due)),
                     "note": None if f.note is None else _text(f.note),
                     "ord": len(firings),
                 }
@@ -145,7 +111,7 @@ def insert_params(
     return {
         "firings": json.dumps(firings, ensure_ascii=False),
         "events": json.dumps(events, ensure_ascii=False),
-        **fair.params(),
+        **clock_params(fair),
         "epoch": epoch,
     }
 

@@ -1,0 +1,454 @@
+"""CoreStore: every store flow whose logic does not depend on the engine, written once.
+
+Jobs (create, upsert, read, list, pause, delete), the leader's lease, firings (read,
+list, cancel, redrive), idempotent enqueue, tokens, nodes, status and migrations.
+Each is a unit of work over named queries (see dialect.py). An engine subclasses it
+with its :class:`~cronwheel.store.core.dialect.Dialect` and the hot paths whose SQL
+really differs: enqueue, claims, completions, heartbeats, bulk inserts.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import abstractmethod
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, TypeVar
+
+from cronwheel.domain.firing import FiringState
+from cronwheel.domain.models import Firing, FiringId, Job, JobEvent, JobId, JobSpec, Lease, NodeInfo
+from cronwheel.errors import (
+    ConflictError,
+    FiringNotFoundError,
+    InvalidTransitionError,
+    JobNotFoundError,
+    NotFoundError,
+    StoreError,
+    StoreUnavailableError,
+)
+from cronwheel.store import codec
+from cronwheel.store.codec import Row
+from cronwheel.store.core import filters
+from cronwheel.store.core.dialect import Dialect, Tx
+from cronwheel.store.protocol import DISPATCHER_LEASE, ApiToken, CancelResult, StoreStatus
+
+D = TypeVar("D", bound=Dialect)
+
+# before any cursor: the first page's lower bound of due_jobs
+_BEGINNING = datetime(1, 1, 2, tzinfo=UTC)
+# the window of status' finished counts and lateness sample
+_STATUS_WINDOW = timedelta(hours=1)
+
+
+def job_exists(spec: JobSpec, *, naming_namespace: bool = False) -> ConflictError:
+    """The error of a job created under a name its namespace already has."""
+    where = f" in namespace {spec.namespace!r}" if naming_namespace else ""
+    return ConflictError(
+        f"a job named {spec.name!r} already exists{where}", field="name", code="job_exists"
+    )
+
+
+class CoreStore(Generic[D]):
+    """The engine-independent flows of the Store and ApiStore protocols."""
+
+    db: D
+
+    # -- engine hooks -------------------------------------------------------------------
+    @abstractmethod
+    def _enqueue_now_in(self, tx: Tx, spec: JobSpec) -> Row:
+        """Inside ``tx``: insert the one-shot job of ``spec`` (fired now) and its firing,
+        due now, with its fair virtual deadline; wake the workers. The firing's row."""
+
+    # -- plumbing ---------------------------------------------------------------------
+    def now(self) -> datetime:
+        return self.db.now()
+
+    def _opt(self, value: datetime | None) -> Any:
+        return None if value is None else self.db.instant(value)
+
+    def _one(self, name: str, params: dict[str, Any] | None = None) -> Row | None:
+        return self.db.read(lambda tx: tx.one(name, params))
+
+    def _all(self, name: str, params: dict[str, Any] | None = None) -> Sequence[Row]:
+        return self.db.read(lambda tx: tx.all(name, params))
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def migrate(self) -> int:
+        """Apply the engine's ``migration_<n>`` scripts above the stored version, in one
+        transaction that concurrent migrators serialize on (the migration lock)."""
+        migrations = self.db.migrations()
+
+        def body(tx: Tx) -> int:
+            tx.run("migration_lock")
+            tx.run("create_meta")
+            row = tx.one("schema_version")
+            version = int(row["value"]) if row else 0
+            n = version
+            while f"migration_{n + 1}" in migrations:
+                n += 1
+                tx.script(migrations[f"migration_{n}"])
+            if n != version:
+                tx.run("set_schema_version", {"version": str(n)})
+            return n
+
+        return self.db.write(body)
+
+    def ping(self) -> None:
+        try:
+            self._one("ping")
+        except StoreUnavailableError:
+            raise
+        except StoreError as exc:
+            raise StoreUnavailableError(exc.message) from exc
+
+    # -- jobs ---------------------------------------------------------------------------
+    def create_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> Job:
+        params = codec.job_params(spec) | {"next_fire_at": self._opt(first_fire_at)}
+
+        def body(tx: Tx) -> Row:
+            try:
+                row = tx.one("insert_job", params)
+            except self.db.unique_violation:
+                raise job_exists(spec, naming_namespace=True) from None
+            assert row is not None
+            tx.run("bump_jobs_version")
+            return row
+
+        return codec.job_from_row(self.db.write(body))
+
+    def upsert_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> tuple[Job, bool]:
+        """Create, or update when the spec changed; the cursor moves to ``first_fire_at``
+        only when the schedule changed (decided in SQL, against the locked row)."""
+        params = codec.job_params(spec) | {"next_fire_at": self._opt(first_fire_at)}
+        key = {"namespace": spec.namespace, "name": spec.name}
+
+        def body(tx: Tx) -> tuple[Row, bool]:
+            row = tx.one("job_for_update", key)
+            if row is None:
+                row = tx.one("insert_job_if_absent", params)
+                if row is not None:
+                    tx.run("bump_jobs_version")
+                    return row, True
+                row = tx.one("job_for_update", key)  # lost a race with a create
+                assert row is not None
+            if row["spec_hash"] == params["spec_hash"]:
+                return row, False
+            updated = tx.one("update_job_spec", params | {"id": row["id"]})
+            assert updated is not None
+            tx.run("bump_jobs_version")
+            return updated, True
+
+        row, changed = self.db.write(body)
+        return codec.job_from_row(row), changed
+
+    def get_job(self, namespace: str, name: str) -> Job:
+        row = self._one("get_job", {"namespace": namespace, "name": name})
+        if row is None:
+            raise JobNotFoundError(f"no job named {name!r}", field="name")
+        return codec.job_from_row(row)
+
+    def get_job_by_id(self, job_id: JobId) -> Job:
+        row = self._one("get_job_by_id", {"id": job_id})
+        if row is None:
+            raise JobNotFoundError(f"no job with id {job_id}", field="job_id")
+        return codec.job_from_row(row)
+
+    def _jobs(self, where: filters.Where, limit: int) -> list[Job]:
+        clause, params = where
+        rows = self.db.read(lambda tx: tx.filtered("list_jobs", clause, params | {"limit": limit}))
+        return [codec.job_from_row(r) for r in rows]
+
+    def list_jobs(
+        self,
+        *,
+        namespace: str | None = None,
+        name_prefix: str | None = None,
+        task: str | None = None,
+        after_id: int = 0,
+        limit: int = 100,
+    ) -> list[Job]:
+        where = filters.jobs(
+            self.db, namespace=namespace, task=task, name_prefix=name_prefix, after_id=after_id
+        )
+        return self._jobs(where, limit)
+
+    def search_jobs(
+        self,
+        namespace: str,
+        *,
+        state: str | None = None,
+        task: str | None = None,
+        name_prefix: str | None = None,
+        after_id: int = 0,
+        limit: int = 100,
+    ) -> list[Job]:
+        where = filters.jobs(
+            self.db,
+            namespace=namespace,
+            task=task,
+            name_prefix=name_prefix,
+            after_id=after_id,
+            state=state,
+        )
+        return self._jobs(where, limit)
+
+    def set_paused(self, namespace: str, name: str, paused: bool) -> Job:
+        """Pause or resume; every pause and resume is recorded as a job event (explain)."""
+
+        def body(tx: Tx) -> Row:
+            row = tx.one("set_paused", {"paused": paused, "namespace": namespace, "name": name})
+            if row is None:
+                raise JobNotFoundError(f"no job named {name!r}", field="name")
+            kind = "paused" if paused else "resumed"
+            tx.run("insert_pause_event", {"job_id": row["id"], "kind": kind})
+            tx.run("bump_jobs_version")
+            return row
+
+        return codec.job_from_row(self.db.write(body))
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        def body(tx: Tx) -> None:
+            if tx.run("delete_job", {"namespace": namespace, "name": name}) == 0:
+                raise JobNotFoundError(f"no job named {name!r}", field="name")
+            tx.run("bump_jobs_version")
+
+        self.db.write(body)
+
+    def due_jobs(
+        self, horizon: datetime, *, limit: int, after: tuple[datetime, int] | None = None
+    ) -> list[Job]:
+        after_at, after_id = (_BEGINNING, 0) if after is None else after
+        params = {
+            "horizon": self.db.instant(horizon),
+            "limit": limit,
+            "after_at": self.db.instant(after_at),
+            "after_id": after_id,
+        }
+        return [codec.job_from_row(r) for r in self._all("due_jobs", params)]
+
+    def jobs_version(self) -> int:
+        row = self._one("jobs_version")
+        return int(row["value"]) if row else 0
+
+    def job_events(self, job_id: JobId, *, limit: int = 100) -> list[JobEvent]:
+        rows = self._all("job_events", {"job_id": job_id, "limit": limit})
+        return [codec.event_from_row(r) for r in rows]
+
+    def job_backlog(self, namespace: str, *, limit: int = 50) -> dict[str, int]:
+        rows = self._all("job_backlog", {"namespace": namespace, "limit": limit})
+        return {r["job_name"]: int(r["n"]) for r in rows}
+
+    # -- leadership ---------------------------------------------------------------------
+    def acquire_lease(self, name: str, holder: str, ttl: timedelta) -> Lease | None:
+        params = {"name": name, "holder": holder, "ttl": self.db.duration(ttl)}
+        row = self.db.write(lambda tx: tx.one("acquire_lease", params), atomic=False)
+        return None if row is None else codec.lease_from_row(row)
+
+    def release_lease(self, lease: Lease) -> None:
+        params = {"name": lease.name, "holder": lease.holder, "epoch": lease.epoch}
+        self.db.write(lambda tx: tx.run("release_lease", params), atomic=False)
+
+    def get_lease(self, name: str) -> Lease | None:
+        row = self._one("get_lease", {"name": name})
+        return None if row is None else codec.lease_from_row(row)
+
+    # -- immediate work -----------------------------------------------------------------
+    def enqueue_now(self, spec: JobSpec) -> Firing:
+        return codec.firing_from_row(self.db.write(lambda tx: self._enqueue_now_in(tx, spec)))
+
+    def enqueue_now_once(
+        self, spec: JobSpec, *, key_hash: str, request_hash: str
+    ) -> tuple[Firing, bool]:
+        """enqueue_now at most once per (namespace, key): requests carrying one key are
+        serialized (the idempotency lock), a repeat returns the first firing, the same
+        key with another request body is a conflict."""
+        key = {"namespace": spec.namespace, "key_hash": key_hash}
+
+        def body(tx: Tx) -> tuple[Row, bool]:
+            tx.run("idempotency_lock", key)
+            seen = tx.one("find_idempotency_key", key)
+            if seen is not None:
+                if seen["request_hash"] != request_hash:
+                    raise ConflictError(
+                        "this Idempotency-Key was used with a different request body",
+                        field="Idempotency-Key",
+                    )
+                return seen, False
+            row = self._enqueue_now_in(tx, spec)
+            ref = key | {"request_hash": request_hash, "firing_id": row["id"]}
+            tx.run("insert_idempotency_key", ref)
+            return row, True
+
+        row, created = self.db.write(body)
+        return codec.firing_from_row(row), created
+
+    # -- firings ------------------------------------------------------------------------
+    def next_due_at(self) -> datetime | None:
+        """When the earliest QUEUED firing not yet due becomes due (None: there is none)."""
+        row = self._one("next_due_at")
+        return None if row is None else codec.opt_instant(row["d"])
+
+    def cancel_requested(self, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
+        if not claims:
+            return set()
+        rows = self._all("cancel_requested", {"ids": self.db.id_list([c[0] for c in claims])})
+        return {FiringId(r["id"]) for r in rows}
+
+    def get_firing(self, firing_id: FiringId) -> Firing:
+        row = self._one("get_firing", {"id": firing_id})
+        if row is None:
+            raise FiringNotFoundError(f"no firing with id {firing_id}", field="firing_id")
+        return codec.firing_from_row(row)
+
+    def _firings(self, where: filters.Where, limit: int) -> list[Firing]:
+        clause, params = where
+        rows = self.db.read(
+            lambda tx: tx.filtered("list_firings", clause, params | {"limit": limit})
+        )
+        return [codec.firing_from_row(r) for r in rows]
+
+    def list_firings(
+        self,
+        *,
+        job_id: JobId | None = None,
+        namespace: str | None = None,
+        states: Sequence[FiringState] | None = None,
+        before_id: int | None = None,
+        limit: int = 100,
+    ) -> list[Firing]:
+        where = filters.firings(
+            self.db, job_id=job_id, namespace=namespace, states=states, before_id=before_id
+        )
+        return self._firings(where, limit)
+
+    def list_job_firings(
+        self,
+        job_id: JobId,
+        *,
+        states: Sequence[FiringState] | None = None,
+        scheduled_from: datetime | None = None,
+        scheduled_to: datetime | None = None,
+        before_id: int | None = None,
+        limit: int = 100,
+    ) -> list[Firing]:
+        where = filters.firings(
+            self.db,
+            job_id=job_id,
+            states=states,
+            scheduled_from=scheduled_from,
+            scheduled_to=scheduled_to,
+            before_id=before_id,
+        )
+        return self._firings(where, limit)
+
+    def cancel_firing(self, firing_id: FiringId) -> CancelResult:
+        """A QUEUED firing is cancelled at once; a RUNNING one is asked to stop."""
+        key = {"id": firing_id}
+
+        def body(tx: Tx) -> tuple[str, Row | None]:
+            row = tx.one("cancel_queued", key)
+            if row is not None:
+                return "cancelled", row
+            row = tx.one("cancel_running", key)
+            if row is not None:
+                return "cancel_requested", row
+            return "already_final", tx.one("get_firing", key)
+
+        outcome, row = self.db.write(body)
+        if row is None:
+            raise FiringNotFoundError(f"no firing with id {firing_id}", field="firing_id")
+        return CancelResult(outcome=outcome, firing=codec.firing_from_row(row))
+
+    def redrive_firing(self, firing_id: FiringId) -> Firing:
+        """A DEAD firing back to QUEUED, due now, with its job's attempts again."""
+
+        def body(tx: Tx) -> Row:
+            row = tx.one("redrive", {"id": firing_id})
+            if row is None:
+                current = tx.one("get_firing", {"id": firing_id})
+                if current is None:
+                    raise FiringNotFoundError(f"no firing with id {firing_id}", field="firing_id")
+                raise InvalidTransitionError(
+                    f"only a dead firing can be retried; this one is {current['state']}",
+                    field="state",
+                )
+            tx.wake_workers()
+            return row
+
+        return codec.firing_from_row(self.db.write(body))
+
+    # -- nodes --------------------------------------------------------------------------
+    def register_node(self, node: NodeInfo) -> None:
+        params = {
+            "id": node.id,
+            "kind": node.kind,
+            "hostname": node.hostname,
+            "pid": node.pid,
+            "started_at": self.db.instant(node.started_at),
+            "wake_addr": node.wake_addr,
+            "info": json.dumps(node.info),
+        }
+        self.db.write(lambda tx: tx.run("register_node", params), atomic=False)
+
+    def heartbeat_node(self, node_id: str) -> None:
+        self.db.write(lambda tx: tx.run("heartbeat_node", {"id": node_id}), atomic=False)
+
+    def remove_node(self, node_id: str) -> None:
+        self.db.write(lambda tx: tx.run("remove_node", {"id": node_id}), atomic=False)
+
+    def list_nodes(self, *, alive_within: timedelta | None = None) -> list[NodeInfo]:
+        if alive_within is None:
+            rows = self._all("list_nodes")
+        else:
+            rows = self._all("list_nodes_alive", {"within": self.db.duration(alive_within)})
+        return [codec.node_from_row(r) for r in rows]
+
+    def status(self) -> StoreStatus:
+        window = {"window": self.db.duration(_STATUS_WINDOW)}
+
+        def body(tx: Tx) -> StoreStatus:
+            counts: dict[str, int] = {}
+            for row in tx.all("status_counts", window):
+                counts[row["state"]] = counts.get(row["state"], 0) + int(row["n"])
+            jobs = tx.one("status_jobs")
+            assert jobs is not None
+            lateness = tx.all("recent_lateness", window | {"limit": 1000})
+            lease = tx.one("get_lease", {"name": DISPATCHER_LEASE})
+            return StoreStatus(
+                now=codec.req_instant(jobs["now"]),
+                lease=None if lease is None else codec.lease_from_row(lease),
+                counts=counts,
+                jobs=int(jobs["n"]),
+                paused_jobs=int(jobs["p"]),
+                oldest_queued_due_at=codec.opt_instant(jobs["oldest"]),
+                nodes=[codec.node_from_row(r) for r in tx.all("list_nodes")],
+                lateness_ms=[float(r["lateness_ms"]) for r in lateness],
+            )
+
+        return self.db.read(body)
+
+    # -- API tokens ---------------------------------------------------------------------
+    def create_token(
+        self, *, namespace: str, role: str, label: str | None, secret_hash: str
+    ) -> ApiToken:
+        params = {"namespace": namespace, "role": role, "label": label, "secret_hash": secret_hash}
+        row = self.db.write(lambda tx: tx.one("insert_token", params), atomic=False)
+        assert row is not None
+        return codec.token_from_row(row)
+
+    def get_token(self, token_id: int) -> ApiToken | None:
+        row = self._one("get_token", {"id": token_id})
+        return None if row is None else codec.token_from_row(row)
+
+    def list_tokens(self, *, namespace: str | None = None) -> list[ApiToken]:
+        if namespace is None:
+            rows = self._all("list_tokens")
+        else:
+            rows = self._all("list_tokens_of_namespace", {"namespace": namespace})
+        return [codec.token_from_row(r) for r in rows]
+
+    def revoke_token(self, token_id: int) -> ApiToken:
+        row = self.db.write(lambda tx: tx.one("revoke_token", {"id": token_id}), atomic=False)
+        if row is None:
+            raise NotFoundError(f"no token with id {token_id}", field="token_id")
+        return codec.token_from_row(row)

@@ -1,0 +1,227 @@
+"""PostgreSQL: the worker's side — claims, completions, heartbeats.
+
+Claims pick rows with ``FOR UPDATE SKIP LOCKED`` (cronwheel_claim_scan: a plan-pinned
+ordered index walk). A claim whose candidates include a capped job (or an overlap
+override, or a passed start deadline) is planned by store/claiming.py inside one
+transaction, under row locks that serialize the claimers of each capped job (see
+``_claim_planned``); otherwise it is one statement (claim_fast).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from cronwheel.domain.models import ClaimedFiring, FiringId
+from cronwheel.errors import StoreUnavailableError
+from cronwheel.store import codec
+from cronwheel.store.claiming import Candidate, capped, plan_claim
+from cronwheel.store.codec import Row
+from cronwheel.store.core import CoreStore
+from cronwheel.store.postgres.db import Database, PgTx
+from cronwheel.store.postgres.params import complete_params, rounds
+from cronwheel.store.protocol import Completion
+
+
+class PgClaims(CoreStore[Database]):
+    # task sets whose last claim needed a policy decision (a hint, see claim)
+    _planned_tasks: set[frozenset[str]]
+
+    def claim(
+        self,
+        worker_id: str,
+        *,
+        tasks: Sequence[str],
+        limit: int,
+        prefetch: timedelta = timedelta(0),
+    ) -> list[ClaimedFiring]:
+        """One statement (claim_fast) while no candidate needs a policy decision; else the
+        planned claim in one transaction (``_claim_planned``). Which of the two a task set
+        needed last time is remembered, so a worker of capped jobs does not try the
+        one-statement path in vain on every call."""
+        if limit <= 0 or not tasks:
+            return []
+        key = frozenset(tasks)
+        if key not in self._planned_tasks:
+            params = _claim_params(worker_id, tasks, limit, prefetch)
+            fast = self.db.write(lambda tx: tx.all("claim_fast", params), atomic=False)
+            if not fast or fast[0]["simple"]:
+                return _claimed(fast)
+            self._remember_planned(key, True)
+        params = _claim_params(worker_id, tasks, limit, prefetch, planned=True)
+        rows, planned = self.db.write(lambda tx: self._claim_planned(tx, params))
+        self._remember_planned(key, planned)
+        return _claimed(rows)
+
+    def complete_and_claim(
+        self,
+        completions: Sequence[Completion],
+        worker_id: str,
+        *,
+        tasks: Sequence[str],
+        limit: int,
+        prefetch: timedelta = timedelta(0),
+    ) -> tuple[list[bool], list[ClaimedFiring]]:
+        """complete_batch then claim_fast in one transaction: one commit (one WAL flush)
+        where there were two. The one-statement claim never waits for a lock, so joining
+        it to the completions adds no lock wait to a transaction holding their rows.
+        A claim that needs policy decisions runs after the completions committed, in its
+        own transaction as in ``claim`` (its job locks are not taken while completed
+        rows are held); if that claim fails, the outcomes are returned with no claims."""
+        if not completions:
+            return [], self.claim(worker_id, tasks=tasks, limit=limit, prefetch=prefetch)
+        key = frozenset(tasks)
+        if limit <= 0 or not tasks or key in self._planned_tasks:
+            accepted = self.complete(completions)
+            return accepted, self._claim_after(worker_id, tasks, limit, prefetch)
+        params = _claim_params(worker_id, tasks, limit, prefetch)
+        batches = _completion_rounds(completions)
+
+        def body(tx: PgTx) -> tuple[list[bool], Sequence[Row]]:
+            accepted = self._complete_in(tx, completions, batches)
+            return accepted, tx.all("claim_fast", params)
+
+        accepted, fast = self.db.write(body)
+        if not fast or fast[0]["simple"]:
+            return accepted, _claimed(fast)
+        self._remember_planned(key, True)
+        return accepted, self._claim_after(worker_id, tasks, limit, prefetch)
+
+    def _claim_after(
+        self, worker_id: str, tasks: Sequence[str], limit: int, prefetch: timedelta
+    ) -> list[ClaimedFiring]:
+        try:
+            return self.claim(worker_id, tasks=tasks, limit=limit, prefetch=prefetch)
+        except StoreUnavailableError:
+            return []  # the outcomes are recorded; the worker's next claim retries
+
+    def _remember_planned(self, key: frozenset[str], planned: bool) -> None:
+        if not planned:
+            self._planned_tasks.discard(key)
+        elif len(self._planned_tasks) < 1024:  # a hint only: bounded
+            self._planned_tasks.add(key)
+
+    def _claim_planned(self, tx: PgTx, params: dict[str, Any]) -> tuple[Sequence[Row], bool]:
+        """The claim with the job policies, inside one READ COMMITTED transaction.
+
+        Lock order, the same in every claimer: candidate firings (SKIP LOCKED, never
+        waits) -> the capped jobs' rows in id order (waits: this serializes the claimers
+        deciding for one job) -> those jobs' other due firings (SKIP LOCKED) -> their
+        RUNNING firings, in id order, when the plan cancels or terminates them (may wait
+        for a worker's heartbeat or completion, which take no job locks). No cycle.
+        Returns the claimed rows, and whether any policy decision was needed.
+        """
+        candidates: list[Candidate[int, int]] = []
+        early: list[Candidate[int, int]] = []
+        for r in tx.all("claim_candidates", params):
+            c = Candidate(
+                id=r["id"],
+                job_id=r["job_id"],
+                max_concurrency=r["max_concurrency"],
+                overlap=r["overlap"],
+                max_buffer=r["max_buffer"],
+                overlap_override=r["overlap_override"],
+                deadline_passed=bool(r["deadline_passed"]),
+            )
+            # a capped job's not-yet-due firing is decided when it is due, not early
+            (early if capped(c) and r["early"] else candidates).append(c)
+        jobs = sorted({c.job_id for c in [*candidates, *early] if capped(c) or c.overlap_override})
+        running: dict[int, int] = {}
+        due: dict[int, list[int]] = {}
+        if jobs:
+            tx.run("claim_lock_jobs", {"jobs": jobs})
+            # a new statement: its snapshot sees what the claimers we waited for committed
+            for r in tx.all("claim_facts", {"jobs": jobs}):
+                running[r["job_id"]] = int(r["running"])
+                due[r["job_id"]] = list(r["due"])
+        planned = bool(jobs) or any(c.deadline_passed for c in candidates)
+        plan = plan_claim(
+            candidates, limit=params["limit"], running=running, due_by_job=due, early=early
+        )
+        fates = [(i, "skipped", why) for i, why in plan.skip]
+        fates += [(i, "missed", why) for i, why in plan.missed]
+        stop = plan.cancel_running | plan.terminate_running
+        if plan.buffered:
+            tx.run("mark_buffered", {"ids": plan.buffered})
+        if not (plan.claim or fates or stop):
+            return [], planned
+        rows = tx.all(
+            "claim_apply",
+            {
+                "worker_id": params["worker_id"],
+                "claim_ids": plan.claim,
+                "fate_ids": [f[0] for f in fates],
+                "fate_states": [f[1] for f in fates],
+                "fate_reasons": [f[2] for f in fates],
+                "stop_jobs": sorted(stop),
+                "cancel_jobs": sorted(plan.cancel_running),
+                "cancel_reason": "cancelled by overlap policy cancel_other",
+                "terminate_jobs": sorted(plan.terminate_running),
+                "terminate_reason": "terminated by overlap policy terminate_other",
+            },
+        )
+        return rows, planned
+
+    def heartbeat(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
+        if not claims:
+            return set()
+        ordered = sorted(claims)  # rows locked in id order, as everywhere
+        params = {"ids": [c[0] for c in ordered], "tokens": [c[1] for c in ordered]}
+        rows = self.db.write(lambda tx: tx.all("heartbeat", params), atomic=False, durable=False)
+        held = {r["id"] for r in rows}
+        return {FiringId(fid) for fid, _ in claims if fid not in held}
+
+    def complete(self, completions: Sequence[Completion]) -> list[bool]:
+        if not completions:
+            return []
+        batches = _completion_rounds(completions)
+        return self.db.write(
+            lambda tx: self._complete_in(tx, completions, batches), atomic=len(batches) > 1
+        )
+
+    def _complete_in(
+        self, tx: PgTx, completions: Sequence[Completion], batches: list[list[int]]
+    ) -> list[bool]:
+        accepted = [False] * len(completions)
+        for batch in batches:
+            params = complete_params([completions[i] for i in batch])
+            done = {r["id"] for r in tx.all("complete_batch", params)}
+            for i in batch:
+                accepted[i] = completions[i].firing_id in done
+        return accepted
+
+
+def _claim_params(
+    worker_id: str, tasks: Sequence[str], limit: int, prefetch: timedelta, *, planned: bool = False
+) -> dict[str, Any]:
+    """Parameters of claim_fast, or (``planned``) of the planned claim's statements."""
+    return {
+        "worker_id": worker_id,
+        "tasks": list(tasks),
+        "limit": limit,
+        "prefetch": prefetch,
+        # Candidates scanned (and locked). The one-statement claim locks only the rows it
+        # takes: a row lock is a heap write and a WAL record. The planned claim looks at a
+        # few more than it may claim (some are skipped or held by a cap); each capped
+        # candidate's job is locked and examined, so twice the limit made that work 2.5
+        # times the claim.
+        "scan": limit + 32 if planned else limit,
+    }
+
+
+def _claimed(rows: Sequence[Row]) -> list[ClaimedFiring]:
+    """Claimed rows (claim_fast's or claim_apply's) as ClaimedFirings, in claim order
+    (claim_fast's row without a claim, when it claimed nothing, is left out)."""
+    return codec.claimed_from_rows(
+        (r for r in rows if r["id"] is not None), lambda r: r["job_policies"]
+    )
+
+
+def _completion_rounds(completions: Sequence[Completion]) -> list[list[int]]:
+    """Indexes of ``completions`` in rounds: a firing reported twice in one batch is
+    decided in order, one round each; within a round, rows in id order."""
+    return [
+        sorted(batch, key=lambda i: completions[i].firing_id)
+        for batch in rounds(range(len(completions)), lambda i: completions[i].firing_id)
+    ]

@@ -1,0 +1,198 @@
+-- PostgreSQL: the worker's side (store/postgres/claims.py). Parameters are psycopg's
+-- %(name)s; `:now` is the store's clock (see core.sql). Each block: what it does;
+-- [the index it relies on].
+
+-- name: claim_fast
+-- The claim in one statement, taken when no candidate needs a policy decision (no
+-- capped job, no overlap override, no passed start deadline): candidates in virtual
+-- deadline order (cronwheel_claim_scan: locked with SKIP LOCKED, so concurrent
+-- claimers pass over each other's rows), the first `limit` of them claimed. Otherwise
+-- it claims nothing, `simple` is false, and the caller runs the planned claim
+-- (claim_candidates ... claim_apply).
+WITH cand AS MATERIALIZED (
+    SELECT s.id, s.vdeadline,
+           (s.overlap_override IS NOT NULL
+            OR (s.max_concurrency IS NOT NULL AND s.overlap <> 'allow')
+            OR (s.start_deadline_us IS NOT NULL
+                AND s.due_at + s.start_deadline_us * interval '1 microsecond' < :now))
+               AS planned
+    FROM cronwheel_claim_scan(%(tasks)s::text[], :now + %(prefetch)s::interval, %(scan)s) s
+),
+simple AS (
+    SELECT NOT coalesce(bool_or(planned), false) AS ok FROM cand
+),
+upd AS (
+    UPDATE firings f
+    SET state = 'running',
+        attempt = f.attempt + 1,
+        claim_token = replace(gen_random_uuid()::text, '-', ''),
+        worker_id = %(worker_id)s,
+        lease_until = :now + f.visibility_us * interval '1 microsecond',
+        started_at = NULL,
+        finished_at = NULL
+    FROM jobs j
+    WHERE f.id = ANY (ARRAY(SELECT c.id FROM cand c WHERE (SELECT ok FROM simple)
+                            ORDER BY c.vdeadline LIMIT %(limit)s))
+      AND j.id = f.job_id
+    RETURNING f.*, j.policies::text AS job_policies
+)
+SELECT s.ok AS simple, u.* FROM simple s LEFT JOIN upd u ON true
+
+-- name: claim_candidates
+-- The planned claim (one transaction), step 1: candidates, locked as in claim_fast,
+-- with what store/claiming.py needs to know about each.
+SELECT s.id, s.job_id, s.overlap_override, s.max_concurrency, s.overlap, s.max_buffer,
+       (s.start_deadline_us IS NOT NULL
+        AND s.due_at + s.start_deadline_us * interval '1 microsecond' < :now) AS deadline_passed,
+       s.due_at > :now AS early
+FROM cronwheel_claim_scan(%(tasks)s::text[], :now + %(prefetch)s::interval, %(scan)s) s
+ORDER BY s.vdeadline
+
+-- name: claim_lock_jobs
+-- Step 2: the capped jobs among them, locked in id order. Every claimer deciding for a
+-- job holds this lock, so their decisions (and the RUNNING count they rest on) are
+-- serialized. NO KEY UPDATE: the FOR KEY SHARE that inserting a firing takes on its
+-- job is not blocked.
+SELECT id FROM jobs WHERE id = ANY (%(jobs)s::bigint[]) ORDER BY id FOR NO KEY UPDATE
+
+-- name: claim_facts
+-- Step 3, a new statement and so (READ COMMITTED) a snapshot that includes the claims
+-- committed by the claimers waited for in step 2: per job, its RUNNING count and its
+-- due QUEUED firings oldest first, those held by other claimers skipped (waiting for
+-- them could deadlock: they may be waiting for our job lock).
+WITH due AS MATERIALIZED (
+    -- job by job (LATERAL): an index lookup per job. As one scan with job_id = ANY, the
+    -- planner — with statistics that had not seen a burst — walked every queued firing
+    -- and filtered them (50,000 rows for 64 jobs, ~75 ms per claim: the bound on a
+    -- minute's burst of cron jobs)
+    SELECT d.id, d.job_id, d.scheduled_for
+    FROM unnest(%(jobs)s::bigint[]) AS j (id)
+    CROSS JOIN LATERAL (
+        SELECT f.id, f.job_id, f.scheduled_for FROM firings f
+        WHERE f.job_id = j.id AND f.state = 'queued' AND f.due_at <= :now
+        FOR UPDATE OF f SKIP LOCKED
+    ) d
+),
+run AS (
+    SELECT job_id, count(*) AS n FROM firings
+    WHERE job_id = ANY (%(jobs)s::bigint[]) AND state = 'running'
+    GROUP BY job_id
+)
+SELECT j.id AS job_id, coalesce(r.n, 0) AS running,
+       coalesce((SELECT array_agg(d.id ORDER BY d.scheduled_for) FROM due d
+                 WHERE d.job_id = j.id), '{}') AS due
+FROM unnest(%(jobs)s::bigint[]) AS j (id) LEFT JOIN run r ON r.job_id = j.id
+
+-- name: claim_apply
+-- Step 4: the plan. Fates of unrun firings (skipped, missed); the RUNNING firings of
+-- cancel_other jobs asked to stop and of terminate_other jobs revoked (locked in id
+-- order; this may wait for a worker's heartbeat or completion, which take no job
+-- locks); the chosen firings claimed. The parts touch disjoint rows.
+WITH fate AS (
+    UPDATE firings f
+    SET state = x.state, reason = x.reason, finished_at = :now, claim_token = NULL,
+        lease_until = NULL
+    FROM unnest(%(fate_ids)s::bigint[], %(fate_states)s::text[], %(fate_reasons)s::text[])
+        AS x (id, state, reason)
+    WHERE f.id = x.id AND f.state = 'queued'
+),
+run AS MATERIALIZED (
+    SELECT id, job_id FROM firings
+    WHERE job_id = ANY (%(stop_jobs)s::bigint[]) AND state = 'running'
+    ORDER BY id
+    FOR UPDATE
+),
+cancel AS (
+    UPDATE firings f
+    SET cancel_requested_at = coalesce(f.cancel_requested_at, :now),
+        reason = coalesce(f.reason, %(cancel_reason)s)
+    FROM run r
+    WHERE f.id = r.id AND f.state = 'running' AND r.job_id = ANY (%(cancel_jobs)s::bigint[])
+),
+term AS (
+    UPDATE firings f
+    SET state = 'cancelled', reason = %(terminate_reason)s, finished_at = :now,
+        claim_token = NULL, lease_until = NULL,
+        cancel_requested_at = coalesce(f.cancel_requested_at, :now)
+    FROM run r
+    WHERE f.id = r.id AND f.state = 'running' AND r.job_id = ANY (%(terminate_jobs)s::bigint[])
+)
+UPDATE firings f
+SET state = 'running',
+    attempt = f.attempt + 1,
+    claim_token = replace(gen_random_uuid()::text, '-', ''),
+    worker_id = %(worker_id)s,
+    lease_until = :now + f.visibility_us * interval '1 microsecond',
+    started_at = NULL,
+    finished_at = NULL
+FROM jobs j
+WHERE f.id = ANY (%(claim_ids)s::bigint[]) AND f.state = 'queued' AND j.id = f.job_id
+RETURNING f.*, j.policies::text AS job_policies
+
+-- name: mark_buffered
+-- Due firings kept waiting by their job's overlap policy: claim scans pass over them
+-- while the job stays at its cap (see store/claiming.py, ClaimPlan.buffered).
+UPDATE firings SET buffered_at = coalesce(buffered_at, :now)
+WHERE id = ANY (%(ids)s::bigint[]) AND state = 'queued'
+
+-- name: heartbeat
+-- By primary key, the state test kept off the partial indexes (see complete_batch).
+UPDATE firings f SET lease_until = :now + f.visibility_us * interval '1 microsecond'
+FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS c (id, token)
+WHERE f.id = ANY (%(ids)s::bigint[])
+  AND f.id = c.id AND f.claim_token = c.token AND (f.state = 'running') IS NOT FALSE
+RETURNING f.id
+
+-- name: complete_batch
+-- Outcomes for a batch of claims, each a CAS on (state running, claim token).
+-- A handler that stopped on a cancellation request ends CANCELLED; a failure with
+-- retry_at and attempts left goes back to queued, else dead; every failure records
+-- its attempt.
+-- The batch is one JSON array of objects (params.complete_params): encoding it is one
+-- C call in the worker, where eight parameter arrays cost ~20 µs per completion.
+WITH c AS (
+    SELECT * FROM json_to_recordset(%(batch)s::json)
+        AS c (id bigint, token text, ok boolean, cancelled boolean, started_at timestamptz,
+              finished_at timestamptz, error text, retry_at timestamptz)
+),
+upd AS (
+    UPDATE firings f
+    SET state = CASE WHEN c.cancelled THEN 'cancelled'
+                     WHEN c.ok THEN 'succeeded'
+                     WHEN c.retry_at IS NOT NULL AND f.attempt < f.max_attempts THEN 'queued'
+                     ELSE 'dead' END,
+        vdeadline = CASE WHEN NOT c.cancelled AND NOT c.ok AND c.retry_at IS NOT NULL
+                              AND f.attempt < f.max_attempts
+                         THEN c.retry_at + (f.vdeadline - f.due_at) ELSE f.vdeadline END,
+        due_at = CASE WHEN NOT c.cancelled AND NOT c.ok AND c.retry_at IS NOT NULL
+                           AND f.attempt < f.max_attempts
+                      THEN c.retry_at ELSE f.due_at END,
+        finished_at = CASE WHEN NOT c.cancelled AND NOT c.ok AND c.retry_at IS NOT NULL
+                                AND f.attempt < f.max_attempts
+                           THEN NULL ELSE c.finished_at END,
+        started_at = c.started_at,
+        claim_token = CASE WHEN c.ok AND NOT c.cancelled THEN f.claim_token ELSE NULL END,
+        lease_until = NULL,
+        error = CASE WHEN c.ok AND NOT c.cancelled THEN NULL ELSE c.error END,
+        reason = CASE WHEN c.cancelled THEN coalesce(f.reason, 'cancelled: the handler stopped')
+                      ELSE f.reason END
+    FROM c
+    -- The rows are found by primary key, the ids passed again as an array. The state
+    -- test is spelled so that it does not match the partial indexes on state: the
+    -- planner otherwise chose to scan every RUNNING firing, cluster-wide (dead index
+    -- entries included), for each batch. (state is NOT NULL: IS NOT FALSE is "=")
+    WHERE f.id = ANY (ARRAY(SELECT c.id FROM c))
+      AND f.id = c.id AND f.claim_token = c.token AND (f.state = 'running') IS NOT FALSE
+    RETURNING f.id, f.attempt, f.worker_id, c.ok, c.cancelled, c.started_at, c.finished_at,
+              c.error
+),
+att AS (
+    INSERT INTO firing_attempts (firing_id, attempt, worker_id, started_at, finished_at,
+                                 outcome, error)
+    SELECT id, attempt, worker_id, started_at, finished_at, 'failed', error
+    FROM upd WHERE NOT ok AND NOT cancelled
+    ON CONFLICT (firing_id, attempt) DO UPDATE
+    SET worker_id = excluded.worker_id, started_at = excluded.started_at,
+        finished_at = excluded.finished_at, outcome = excluded.outcome, error = excluded.error
+)
+SELECT id FROM upd

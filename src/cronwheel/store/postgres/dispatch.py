@@ -1,0 +1,165 @@
+"""PostgreSQL: the writes that create work (the leader's enqueue, immediate and
+backfilled firings, bulk job registration) and the reaper.
+
+- Fencing: an enqueue reads its lease row ``FOR SHARE`` in the same transaction as the
+  cursor compare-and-swaps and the inserts, and a takeover updates that row, so the two
+  serialize on the row lock; the loser sees the winner's committed row.
+- Fair clocks: every transaction that inserts QUEUED firings locks its namespaces'
+  ``fair_clocks`` rows, computes the virtual deadlines in Python (core/fair.py) and
+  writes the clocks back with the inserts.
+- Batches are a few statements over JSON documents or arrays, not one per row.
+- Wake-ups are ``pg_notify`` in the writing transaction (delivered at commit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from cronwheel import failpoints
+from cronwheel.domain.models import FiringId, JobSpec, Lease
+from cronwheel.errors import ConflictError, JobNotFoundError, LeaseLostError
+from cronwheel.store import codec
+from cronwheel.store.codec import Row
+from cronwheel.store.core import CoreStore, FairClocks, Tx
+from cronwheel.store.core.flows import job_exists
+from cronwheel.store.postgres.db import Database, PgTx, query
+from cronwheel.store.postgres.params import (
+    advance_params,
+    fair_deadline_at,
+    insert_params,
+    rounds,
+    utc,
+)
+from cronwheel.store.protocol import AddedFirings, EnqueueResult, JobAdvance
+
+
+class PgDispatch(CoreStore[Database]):
+    def create_jobs(self, items: Sequence[tuple[JobSpec, datetime | None]]) -> int:
+        """The bulk path: one COPY (a fraction of the server work and client work of as
+        many INSERTs), created_at/updated_at the store's clock read in the same
+        transaction."""
+        rows = [codec.job_params(spec) | {"next_fire_at": first} for spec, first in items]
+
+        def body(tx: PgTx) -> int:
+            clock = tx.one("now")
+            assert clock is not None
+            now = clock["now"]
+            try:
+                if rows:
+                    # job_params' keys (in one order for every row) and the timestamps
+                    columns = ", ".join([*rows[0], "created_at", "updated_at"])
+                    with (
+                        tx.conn.cursor() as cur,
+                        cur.copy(query(f"COPY jobs ({columns}) FROM STDIN")) as copy,
+                    ):
+                        for r in rows:
+                            copy.write_row([*r.values(), now, now])
+            except self.db.unique_violation as exc:
+                detail = getattr(getattr(exc, "diag", None), "message_detail", None)
+                raise ConflictError(
+                    f"a job in the batch already exists ({detail})",
+                    field="name",
+                    code="job_exists",
+                ) from None
+            tx.run("bump_jobs_version")
+            return len(rows)
+
+        return self.db.write(body)
+
+    def _enqueue_now_in(self, tx: Tx, spec: JobSpec) -> Row:
+        """The one-shot job (fired now) and its namespace's fair clock, locked; then its
+        firing due now and the clock written back; the wake-up is sent at commit."""
+        try:
+            job = tx.one("insert_now_job", codec.job_params(spec))
+        except self.db.unique_violation:
+            raise job_exists(spec) from None
+        assert job is not None
+        namespace = job["namespace"]
+        fair = FairClocks()
+        fair.seen(namespace, job["vclock"])
+        at = utc(job["now"])
+        params = {
+            "job_id": job["id"],
+            "at": at,
+            "vdeadline": fair_deadline_at(fair, namespace, float(job["priority"]), at),
+            "namespace": namespace,
+            "vclock": fair.clocks[namespace],
+        }
+        row = tx.one("insert_now_firing", params)
+        assert row is not None
+        return row
+
+    def add_firings(
+        self,
+        namespace: str,
+        name: str,
+        scheduled_for: Sequence[datetime],
+        *,
+        note: str,
+        overlap: str | None = None,
+    ) -> AddedFirings:
+        instants = list(scheduled_for)
+
+        def body(tx: PgTx) -> Sequence[Row]:
+            job = tx.one("add_firings_job", {"namespace": namespace, "name": name})
+            if job is None:
+                raise JobNotFoundError(f"no job named {name!r}", field="name")
+            if not instants:
+                return []
+            now = utc(job["now"])
+            priority = float(job["priority"])
+            fair = FairClocks()
+            fair.seen(namespace, job["vclock"])
+            due = [max(at, now) for at in instants]
+            params = {
+                "job_id": job["id"],
+                "f_at": instants,
+                "f_due": due,
+                "f_vd": [fair_deadline_at(fair, namespace, priority, d) for d in due],
+                "note": note,
+                "overlap": overlap,
+                "namespace": namespace,
+                "vclock": fair.clocks[namespace],
+            }
+            return tx.all("add_firings", params)
+
+        rows = sorted(self.db.write(body), key=lambda r: r["id"])
+        inserted = [codec.firing_from_row(r) for r in rows]
+        return AddedFirings(inserted=inserted, duplicates=len(instants) - len(inserted))
+
+    def enqueue(self, lease: Lease, advances: Sequence[JobAdvance]) -> EnqueueResult:
+        fence = {"name": lease.name, "holder": lease.holder, "epoch": lease.epoch}
+        # a job named twice in one batch moves in order, as one statement pair per round
+        batches = rounds(advances, lambda a: a.job_id)
+
+        def body(tx: PgTx) -> EnqueueResult:
+            result = EnqueueResult()
+            if tx.one("fence_check", fence) is None:
+                raise LeaseLostError(
+                    f"lease {lease.name!r} epoch {lease.epoch} is no longer held by {lease.holder}"
+                )
+            fair = FairClocks()
+            for batch in batches:
+                moved: dict[int, tuple[str, float]] = {}
+                for r in tx.all("enqueue_advance", advance_params(batch)):
+                    moved[r["id"]] = (r["namespace"], float(r["priority"]))
+                    if r["vclock"] is not None:
+                        fair.seen(r["namespace"], r["vclock"])
+                result.stale.extend(a.job_id for a in batch if a.job_id not in moved)
+                planned = sum(len(a.firings) for a in batch if a.job_id in moved)
+                if planned == 0 and not any(a.missed for a in batch if a.job_id in moved):
+                    continue
+                params = insert_params(batch, moved, fair, lease.epoch)
+                inserted = sorted(r["id"] for r in tx.all("enqueue_insert", params))
+                result.inserted.extend(FiringId(i) for i in inserted)
+                result.duplicates += planned - len(inserted)
+            failpoints.hit("store.enqueue.before_commit")
+            return result
+
+        return self.db.write(body)
+
+    def requeue_expired(self, *, limit: int = 1000) -> int:
+        """The reaper, one statement (see requeue_expired in dispatch.sql)."""
+        row = self.db.write(lambda tx: tx.one("requeue_expired", {"limit": limit}), atomic=False)
+        return int(row["n"]) if row else 0

@@ -1,0 +1,251 @@
+-- PostgreSQL: the writes that create work (store/postgres/dispatch.py) and the reaper.
+-- Parameters are psycopg's %(name)s; `:now` is the store's clock (see core.sql).
+-- Each block: what it does; [the index it relies on].
+
+-- name: now
+-- The store's clock.
+SELECT :now AS now
+
+-- name: notify_work
+-- Wakes the workers listening on cronwheel_work (delivered at commit).
+SELECT pg_notify('cronwheel_work', '')
+
+-- name: fence_check
+-- FOR SHARE: a takeover (acquire_lease updates this row) waits until this enqueue
+-- commits or rolls back, and an enqueue that waited behind a takeover re-reads the
+-- row and finds the new holder/epoch: the fence and the writes are one atomic step.
+SELECT epoch FROM leases
+WHERE name = %(name)s AND holder = %(holder)s AND epoch = %(epoch)s AND expires_at > :now
+FOR SHARE
+
+-- name: enqueue_advance
+-- Step 1 of an enqueue round: CAS every cursor (the run limit shrinks by the number of
+-- firings, and the cursor is cleared when it is used up), and lock the fair clocks of
+-- the namespaces that get firings. The job rows are locked in id order first, the
+-- order claimers lock them in. ON CONFLICT DO UPDATE creates a missing clock row and
+-- locks and returns the latest committed one in the same step (READ COMMITTED).
+WITH adv AS (
+    SELECT * FROM json_to_recordset(%(adv)s::json)
+        AS a (job_id bigint, expected timestamptz, new_next timestamptz,
+              last_fired timestamptz, missed bigint, runs integer)
+),
+locked AS MATERIALIZED (
+    SELECT id FROM jobs WHERE id IN (SELECT job_id FROM adv) ORDER BY id FOR NO KEY UPDATE
+),
+moved AS (
+    UPDATE jobs j
+    SET next_fire_at = CASE WHEN j.remaining_runs IS NOT NULL AND j.remaining_runs - a.runs <= 0
+                            THEN NULL ELSE a.new_next END,
+        remaining_runs = CASE WHEN j.remaining_runs IS NULL THEN NULL
+                              ELSE greatest(j.remaining_runs - a.runs, 0) END,
+        last_fired_at = coalesce(a.last_fired, j.last_fired_at),
+        missed_total = j.missed_total + a.missed
+    FROM adv a
+    -- `locked` is referenced as an uncorrelated subquery (an InitPlan: run once, before
+    -- the first row is updated), not joined: the planner, guessing 100 rows for each
+    -- side, joined them by a nested loop — 1,000,000 comparisons for a batch of 1,000
+    -- jobs, 450 ms per batch, which capped a leader at ~2,000 cron jobs/s
+    WHERE j.id = a.job_id AND j.next_fire_at = a.expected AND NOT j.paused
+      AND (SELECT count(*) FROM locked) >= 0
+    RETURNING j.id, j.namespace, j.priority, a.runs
+),
+clocks AS (
+    INSERT INTO fair_clocks AS c (namespace, vclock)
+    SELECT DISTINCT namespace, 0 FROM moved WHERE runs > 0 ORDER BY namespace
+    ON CONFLICT (namespace) DO UPDATE SET vclock = c.vclock
+    RETURNING c.namespace, c.vclock
+)
+SELECT m.id, m.namespace, m.priority, c.vclock
+FROM moved m LEFT JOIN clocks c ON c.namespace = m.namespace
+
+-- name: enqueue_insert
+-- Step 2: the firings (vdeadline from the fair clocks, computed by the caller) and
+-- missed-range events of the jobs whose cursor moved, and the clocks written back.
+-- The uncorrelated pg_notify subquery is an InitPlan: it runs once, at the first
+-- inserted row, and not at all when nothing was inserted (delivered at commit).
+WITH f AS (
+    SELECT * FROM json_to_recordset(%(firings)s::json)
+        AS f (job_id bigint, at timestamptz, due timestamptz, vd timestamptz, note text,
+              ord integer)
+),
+ins AS (
+    INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for, due_at,
+                         vdeadline, state, max_attempts, priority, visibility_us, enqueued_at,
+                         enqueued_epoch, note, shard)
+    SELECT j.id, j.namespace, j.name, j.task, j.payload, f.at, f.due, f.vd,
+           'queued', j.max_attempts, j.priority, j.visibility_us, :now, %(epoch)s, f.note, j.shard
+    FROM f JOIN jobs j ON j.id = f.job_id
+    ORDER BY f.ord
+    ON CONFLICT (job_id, scheduled_for) DO NOTHING
+    RETURNING id
+),
+ev AS (
+    INSERT INTO job_events (job_id, at, kind, first_at, last_at, count, exact, detail)
+    SELECT e.job_id, :now, 'missed', e.first_at, e.last_at, e.count, e.exact, e.detail
+    FROM json_to_recordset(%(events)s::json)
+             AS e (job_id bigint, first_at timestamptz, last_at timestamptz, count bigint,
+                   exact boolean, detail text, ord integer)
+    ORDER BY e.ord
+),
+clk AS (
+    UPDATE fair_clocks c SET vclock = greatest(c.vclock, x.vclock)
+    FROM unnest(%(c_ns)s::text[], %(c_clock)s::bigint[]) AS x (namespace, vclock)
+    WHERE c.namespace = x.namespace
+)
+SELECT i.id, (SELECT pg_notify('cronwheel_work', '')::text) AS notified FROM ins i
+
+-- name: insert_now_job
+-- enqueue_now step 1: the one-shot job (fired now) and its namespace's fair clock,
+-- locked (see enqueue_advance); `now` is the instant its firing is due.
+WITH job AS (
+    INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
+                      max_attempts, visibility_us, paused, next_fire_at, last_fired_at,
+                      created_at, updated_at, shard, max_concurrency, overlap, max_buffer,
+                      cancel_grace_us, start_deadline_us, bounds, remaining_runs)
+    VALUES (%(namespace)s, %(name)s, %(task)s, %(schedule)s::jsonb, %(payload)s::json,
+            %(policies)s::jsonb, %(spec_hash)s, %(priority)s, %(max_attempts)s,
+            %(visibility_us)s, %(paused)s, NULL, :now, :now, :now, %(shard)s,
+            %(max_concurrency)s, %(overlap)s, %(max_buffer)s, %(cancel_grace_us)s,
+            %(start_deadline_us)s, %(bounds)s::jsonb, %(remaining_runs)s)
+    RETURNING id, namespace, priority, created_at
+),
+clock AS (
+    INSERT INTO fair_clocks AS c (namespace, vclock)
+    SELECT namespace, 0 FROM job
+    ON CONFLICT (namespace) DO UPDATE SET vclock = c.vclock
+    RETURNING c.vclock
+)
+SELECT job.id, job.namespace, job.priority, job.created_at AS now, clock.vclock
+FROM job, clock
+
+-- name: insert_now_firing
+-- enqueue_now step 2: the firing and the clock written back; the wake-up is sent at
+-- commit.
+WITH ins AS (
+    INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for, due_at,
+                         vdeadline, state, max_attempts, priority, visibility_us, enqueued_at,
+                         enqueued_epoch, note, shard)
+    SELECT id, namespace, name, task, payload, %(at)s, %(at)s, %(vdeadline)s,
+           'queued', max_attempts, priority, visibility_us, :now, NULL, NULL, shard
+    FROM jobs WHERE id = %(job_id)s
+    RETURNING *
+),
+clk AS (
+    UPDATE fair_clocks SET vclock = greatest(vclock, %(vclock)s)
+    WHERE namespace = %(namespace)s
+)
+SELECT ins.*, (SELECT pg_notify('cronwheel_work', '')::text) AS notified FROM ins
+
+-- name: add_firings_job
+-- add_firings step 1: the job (FOR KEY SHARE: it cannot be deleted under us, and
+-- claimers and the leader, which lock it FOR NO KEY UPDATE, are not blocked) and its
+-- namespace's fair clock, locked (see enqueue_advance).
+WITH j AS (
+    SELECT id, namespace, priority FROM jobs
+    WHERE namespace = %(namespace)s AND name = %(name)s
+    FOR KEY SHARE
+),
+clock AS (
+    INSERT INTO fair_clocks AS c (namespace, vclock)
+    SELECT namespace, 0 FROM j
+    ON CONFLICT (namespace) DO UPDATE SET vclock = c.vclock
+    RETURNING c.vclock
+)
+SELECT j.id, j.namespace, j.priority, clock.vclock, :now AS now FROM j, clock
+
+-- name: add_firings
+-- add_firings step 2: the firings (ON CONFLICT: an instant the job has is a duplicate),
+-- the clock written back, the wake-up. [firings (job_id, scheduled_for)]
+WITH f AS (
+    SELECT * FROM unnest(%(f_at)s::timestamptz[], %(f_due)s::timestamptz[],
+                         %(f_vd)s::timestamptz[])
+        WITH ORDINALITY AS f (at, due, vd, ord)
+),
+ins AS (
+    INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for, due_at,
+                         vdeadline, state, max_attempts, priority, visibility_us, enqueued_at,
+                         enqueued_epoch, note, shard, overlap_override)
+    SELECT j.id, j.namespace, j.name, j.task, j.payload, f.at, f.due, f.vd,
+           'queued', j.max_attempts, j.priority, j.visibility_us, :now, NULL, %(note)s, j.shard,
+           %(overlap)s
+    FROM f CROSS JOIN jobs j
+    WHERE j.id = %(job_id)s
+    ORDER BY f.ord
+    ON CONFLICT (job_id, scheduled_for) DO NOTHING
+    RETURNING *
+),
+clk AS (
+    UPDATE fair_clocks SET vclock = greatest(vclock, %(vclock)s)
+    WHERE namespace = %(namespace)s
+)
+SELECT ins.*, (SELECT pg_notify('cronwheel_work', '')::text) AS notified FROM ins
+
+-- name: requeue_expired
+-- The reaper, one statement; each part is bounded by `limit` and passes over rows
+-- another transaction holds (SKIP LOCKED: it never waits, so it is never part of a
+-- lock cycle, and a later round picks the rows up).
+-- 1. RUNNING firings whose claim lease expired: back to QUEUED, or DEAD when their
+--    attempts are used up; the attempt is recorded as expired.
+-- 2. RUNNING firings whose cancellation was requested longer than their job's
+--    cancel grace ago: CANCELLED, the lease revoked (a late result is rejected).
+-- 3. QUEUED firings past their job's start deadline: MISSED.
+WITH expired AS MATERIALIZED (
+    SELECT id FROM firings
+    WHERE state = 'running' AND lease_until < :now
+    ORDER BY lease_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+upd AS (
+    UPDATE firings f
+    SET state = CASE WHEN f.attempt >= f.max_attempts THEN 'dead' ELSE 'queued' END,
+        finished_at = CASE WHEN f.attempt >= f.max_attempts THEN :now ELSE NULL END,
+        vdeadline = :now + (f.vdeadline - f.due_at),
+        due_at = CASE WHEN f.attempt >= f.max_attempts THEN f.due_at ELSE :now END,
+        claim_token = NULL, lease_until = NULL,
+        error = 'lease expired: worker ' || coalesce(f.worker_id, '?') || ' stopped heartbeating'
+    FROM expired e
+    WHERE f.id = e.id
+    RETURNING f.id, f.attempt, f.worker_id, f.started_at
+),
+att AS (
+    INSERT INTO firing_attempts (firing_id, attempt, worker_id, started_at, finished_at,
+                                 outcome, error)
+    SELECT id, attempt, worker_id, started_at, :now, 'lease_expired', 'lease expired'
+    FROM upd
+    ON CONFLICT (firing_id, attempt) DO UPDATE
+    SET worker_id = excluded.worker_id, started_at = excluded.started_at,
+        finished_at = excluded.finished_at, outcome = excluded.outcome, error = excluded.error
+),
+graced AS MATERIALIZED (
+    SELECT f.id FROM firings f JOIN jobs j ON j.id = f.job_id
+    WHERE f.state = 'running' AND f.cancel_requested_at IS NOT NULL
+      AND f.cancel_requested_at + j.cancel_grace_us * interval '1 microsecond' < :now
+      AND f.id NOT IN (SELECT id FROM expired)
+    LIMIT %(limit)s
+    FOR UPDATE OF f SKIP LOCKED
+),
+revoked AS (
+    UPDATE firings f
+    SET state = 'cancelled', finished_at = :now, claim_token = NULL, lease_until = NULL,
+        reason = 'cancel grace expired: lease revoked, a late result will be rejected'
+    FROM graced g
+    WHERE f.id = g.id AND f.state = 'running'
+    RETURNING f.id
+),
+late AS MATERIALIZED (
+    -- from the jobs that have a start deadline, not a walk of every queued firing once
+    -- a second (schema: cronwheel_late_firings)
+    SELECT id FROM cronwheel_late_firings(:now, %(limit)s) AS id
+),
+missed AS (
+    UPDATE firings f
+    SET state = 'missed', finished_at = :now,
+        reason = 'start deadline passed before a worker could start it'
+    -- by primary key; the state test spelled so that it cannot match a partial index
+    -- (a bitmap scan of every queued firing otherwise; see complete_batch)
+    WHERE f.id = ANY (ARRAY(SELECT id FROM late)) AND (f.state = 'queued') IS NOT FALSE
+    RETURNING f.id
+)
+SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM revoked)
+       + (SELECT count(*) FROM missed) AS n

@@ -1,0 +1,188 @@
+"""SQLite: the worker's side — claims (planned with the overlap policies inside the
+writer lock), completions, heartbeats. A claim and the completions that ride with it
+are one transaction: one commit, one take of the writer lock; claimed rows are
+decoded after the commit, outside the lock."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import timedelta
+
+from cronwheel.domain.models import ClaimedFiring, FiringId
+from cronwheel.store import codec
+from cronwheel.store.claiming import Candidate, capped, plan_claim
+from cronwheel.store.codec import duration_us, opt_us, to_us
+from cronwheel.store.core import CoreStore
+from cronwheel.store.protocol import Completion
+from cronwheel.store.sqlite.db import SqliteDb, SqliteTx
+
+_Claimed = tuple[Sequence[codec.Row], dict[int, str]]
+
+
+class SqliteClaims(CoreStore[SqliteDb]):
+    def claim(
+        self,
+        worker_id: str,
+        *,
+        tasks: Sequence[str],
+        limit: int,
+        prefetch: timedelta = timedelta(0),
+    ) -> list[ClaimedFiring]:
+        if limit <= 0 or not tasks:
+            return []
+        with self.db.transaction() as tx:
+            rows, policies = self._claim_in(tx, worker_id, tasks, limit, prefetch)
+        return codec.claimed_from_rows(rows, lambda r: policies[r["job_id"]])
+
+    def complete_and_claim(
+        self,
+        completions: Sequence[Completion],
+        worker_id: str,
+        *,
+        tasks: Sequence[str],
+        limit: int,
+        prefetch: timedelta = timedelta(0),
+    ) -> tuple[list[bool], list[ClaimedFiring]]:
+        """Both in one write transaction: one commit, one take of the writer lock."""
+        with self.db.transaction() as tx:
+            accepted = self._complete_in(tx, completions)
+            if limit <= 0 or not tasks:
+                return accepted, []
+            rows, policies = self._claim_in(tx, worker_id, tasks, limit, prefetch)
+        return accepted, codec.claimed_from_rows(rows, lambda r: policies[r["job_id"]])
+
+    def _claim_in(
+        self,
+        tx: SqliteTx,
+        worker_id: str,
+        tasks: Sequence[str],
+        limit: int,
+        prefetch: timedelta,
+    ) -> _Claimed:
+        """The claimed rows and their jobs' stored policies, as read in the transaction;
+        the caller decodes them after the commit, outside the writer lock."""
+        until = tx.now_us + duration_us(prefetch)
+        rows = self._claim_rows(tx, worker_id, tasks, limit, until)
+        if not rows:
+            return [], {}
+        job_ids = json.dumps(sorted({r["job_id"] for r in rows}))
+        policies = {r[0]: r[1] for r in tx.all("job_policies", {"ids": job_ids})}
+        return rows, policies
+
+    def _claim_rows(
+        self, tx: SqliteTx, worker_id: str, tasks: Sequence[str], limit: int, until: int
+    ) -> Sequence[codec.Row]:
+        """Inside the claim transaction (SQLite's writer lock makes it atomic): plan with
+        the overlap policies, apply the fates, claim the chosen firings."""
+        now = tx.now_us
+        found = tx.all(
+            "claim_candidates",
+            # a few more than the claim may take: some may be skipped or held by a cap
+            {"until": until, "tasks": json.dumps(list(tasks)), "scan": limit + 32},
+        )
+        if all(r["unpolicied"] and not r["deadline_passed"] for r in found[:limit]):
+            # the common case: nothing to decide before the claim is full
+            return self._claim_ids(tx, [r["id"] for r in found[:limit]], worker_id)
+        candidates: list[Candidate[int, int]] = []
+        early: list[Candidate[int, int]] = []
+        for r in found:
+            c = Candidate(
+                id=r["id"],
+                job_id=r["job_id"],
+                max_concurrency=r["max_concurrency"],
+                overlap=r["overlap"],
+                max_buffer=r["max_buffer"],
+                overlap_override=r["overlap_override"],
+                deadline_passed=bool(r["deadline_passed"]),
+            )
+            # a capped job's not-yet-due firing is decided when it is due, not early
+            (early if capped(c) and r["due_at"] > now else candidates).append(c)
+        jobs = {c.job_id for c in [*candidates, *early] if capped(c) or c.overlap_override}
+        running: dict[int, int] = {}
+        due: dict[int, list[int]] = {}
+        for j in jobs:
+            row = tx.one("running_count", {"job_id": j})
+            running[j] = 0 if row is None else int(row["n"])
+            due[j] = [r["id"] for r in tx.all("due_queued_of_job", {"job_id": j})]
+        plan = plan_claim(candidates, limit=limit, running=running, due_by_job=due, early=early)
+        for state, items in (("skipped", plan.skip), ("missed", plan.missed)):
+            for firing_id, reason in items:
+                tx.run("finish_unrun", {"id": firing_id, "state": state, "reason": reason})
+        if plan.buffered:
+            tx.run("mark_buffered", {"ids": json.dumps(plan.buffered)})
+        for job_id in plan.cancel_running:
+            tx.run(
+                "cancel_running_of_job",
+                {"job_id": job_id, "reason": "cancelled by overlap policy cancel_other"},
+            )
+        for job_id in plan.terminate_running:
+            tx.run(
+                "terminate_running_of_job",
+                {"job_id": job_id, "reason": "terminated by overlap policy terminate_other"},
+            )
+        return self._claim_ids(tx, plan.claim, worker_id)
+
+    def _claim_ids(self, tx: SqliteTx, ids: list[int], worker_id: str) -> Sequence[codec.Row]:
+        if not ids:
+            return []
+        return tx.all("claim_ids", {"ids": json.dumps(ids), "worker_id": worker_id})
+
+    def heartbeat(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
+        if not claims:
+            return set()
+        lost: set[FiringId] = set()
+        with self.db.transaction() as tx:
+            for firing_id, token in claims:
+                if tx.run("heartbeat", {"id": firing_id, "token": token}) == 0:
+                    lost.add(firing_id)
+        return lost
+
+    def complete(self, completions: Sequence[Completion]) -> list[bool]:
+        if not completions:
+            return []
+        with self.db.transaction() as tx:
+            return self._complete_in(tx, completions)
+
+    def _complete_in(self, tx: SqliteTx, completions: Sequence[Completion]) -> list[bool]:
+        # successes, the common case, in one statement; the others one by one
+        successes = [
+            [c.firing_id, c.claim_token, to_us(c.started_at), to_us(c.finished_at)]
+            for c in completions
+            if c.succeeded and not c.cancelled
+        ]
+        done: set[tuple[int, str]] = set()
+        if successes:
+            rows = tx.all("complete_successes", {"batch": json.dumps(successes)})
+            done = {(r[0], r[1]) for r in rows}
+        accepted: list[bool] = []
+        for c in completions:
+            if c.succeeded and not c.cancelled:
+                accepted.append((c.firing_id, c.claim_token) in done)
+                continue
+            params = {
+                "id": c.firing_id,
+                "token": c.claim_token,
+                "started_at": to_us(c.started_at),
+                "finished_at": to_us(c.finished_at),
+                "error": c.error,
+            }
+            if c.cancelled:
+                row = tx.one("complete_cancelled", params)
+            else:
+                row = tx.one("complete_failure", params | {"retry_at": opt_us(c.retry_at)})
+                if row is not None:
+                    tx.run(
+                        "insert_attempt",
+                        {
+                            "firing_id": c.firing_id,
+                            "attempt": row["attempt"],
+                            "worker_id": row["worker_id"],
+                            "started_at": params["started_at"],
+                            "finished_at": params["finished_at"],
+                            "outcome": "failed",
+                            "error": c.error,
+                        },
+                    )
+            accepted.append(row is not None)
+        return accepted

@@ -1,0 +1,278 @@
+-- SQLite: the queries of the store core's flows (store/core/flows.py). The PostgreSQL
+-- engine defines every one of these names in its own core.sql: read them side by side.
+-- Instants are INTEGER microseconds UTC; `:now` is the unit of work's clock reading.
+-- Each block: what it does; [the index it relies on].
+
+-- name: migration_lock
+-- Concurrent migrators: the writer lock (BEGIN IMMEDIATE) already serializes them.
+SELECT 1
+
+-- name: create_meta
+-- The key/value table that holds the schema version before any migration ran.
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)
+
+-- name: schema_version
+-- [meta primary key]
+SELECT value FROM meta WHERE key = 'schema_version'
+
+-- name: set_schema_version
+-- The schema version the migrations reached. [meta primary key]
+INSERT INTO meta (key, value) VALUES ('schema_version', :version)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value
+
+-- name: ping
+-- The cheapest round trip: is the store answering?
+SELECT 1 AS one
+
+-- name: insert_job
+-- A new job; a name its namespace has raises the unique violation (create_job).
+INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
+                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard,
+                  max_concurrency, overlap, max_buffer, cancel_grace_us, start_deadline_us,
+                  bounds, remaining_runs)
+VALUES (:namespace, :name, :task, :schedule, :payload, :policies, :spec_hash, :priority,
+        :max_attempts, :visibility_us, :paused, :next_fire_at, :now, :now, :shard,
+        :max_concurrency, :overlap, :max_buffer, :cancel_grace_us, :start_deadline_us,
+        :bounds, :remaining_runs)
+RETURNING *
+
+-- name: insert_job_if_absent
+-- upsert_job's create; nothing when the name exists. [jobs (namespace, name) unique]
+INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
+                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard,
+                  max_concurrency, overlap, max_buffer, cancel_grace_us, start_deadline_us,
+                  bounds, remaining_runs)
+VALUES (:namespace, :name, :task, :schedule, :payload, :policies, :spec_hash, :priority,
+        :max_attempts, :visibility_us, :paused, :next_fire_at, :now, :now, :shard,
+        :max_concurrency, :overlap, :max_buffer, :cancel_grace_us, :start_deadline_us,
+        :bounds, :remaining_runs)
+ON CONFLICT (namespace, name) DO NOTHING
+RETURNING *
+
+-- name: job_for_update
+-- upsert_job's read of the current row (the writer lock is held). [jobs (namespace, name)]
+SELECT * FROM jobs WHERE namespace = :namespace AND name = :name
+
+-- name: update_job_spec
+-- A changed spec; the cursor moves to :next_fire_at only when the schedule changed,
+-- the run budget restarts only when the bounds changed (every SET sees the old row).
+UPDATE jobs
+SET task = :task, schedule = :schedule, payload = :payload, policies = :policies,
+    spec_hash = :spec_hash, priority = :priority, max_attempts = :max_attempts,
+    visibility_us = :visibility_us,
+    next_fire_at = CASE WHEN schedule = :schedule THEN next_fire_at ELSE :next_fire_at END,
+    updated_at = :now,
+    max_concurrency = :max_concurrency, overlap = :overlap, max_buffer = :max_buffer,
+    cancel_grace_us = :cancel_grace_us, start_deadline_us = :start_deadline_us,
+    remaining_runs = CASE WHEN bounds = :bounds THEN remaining_runs ELSE :remaining_runs END,
+    bounds = :bounds
+WHERE id = :id
+RETURNING *
+
+-- name: bump_jobs_version
+-- Tells the leader the job set changed (it re-reads due jobs). [meta primary key]
+INSERT INTO meta (key, value) VALUES ('jobs_version', '1')
+ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1
+
+-- name: jobs_version
+-- The job set's version (bump_jobs_version). [meta primary key]
+SELECT value FROM meta WHERE key = 'jobs_version'
+
+-- name: get_job
+-- [jobs (namespace, name) unique]
+SELECT * FROM jobs WHERE namespace = :namespace AND name = :name
+
+-- name: get_job_by_id
+-- [jobs primary key]
+SELECT * FROM jobs WHERE id = :id
+
+-- name: list_jobs
+-- A keyset page of jobs by id, filtered by core/filters.py. [jobs primary key]
+SELECT * FROM jobs WHERE /*where*/ ORDER BY id LIMIT :limit
+
+-- name: set_paused
+-- [jobs (namespace, name) unique]
+UPDATE jobs SET paused = :paused, updated_at = :now
+WHERE namespace = :namespace AND name = :name
+RETURNING *
+
+-- name: insert_pause_event
+-- A pause or resume, recorded for `jobs explain`.
+INSERT INTO job_events (job_id, at, kind, first_at, last_at, count, exact, detail)
+VALUES (:job_id, :now, :kind, NULL, NULL, 0, 1, NULL)
+
+-- name: delete_job
+-- The job and, by foreign key cascade, its firings and events.
+DELETE FROM jobs WHERE namespace = :namespace AND name = :name
+
+-- name: due_jobs
+-- Keyset paging on (next_fire_at, id): a page boundary never splits a herd. [jobs_due]
+SELECT * FROM jobs
+WHERE paused = 0 AND next_fire_at IS NOT NULL AND next_fire_at <= :horizon
+  AND next_fire_at >= :after_at AND (next_fire_at > :after_at OR id > :after_id)
+ORDER BY next_fire_at, id
+LIMIT :limit
+
+-- name: job_events
+-- A job's newest events first. [job_events_job]
+SELECT * FROM job_events WHERE job_id = :job_id ORDER BY id DESC LIMIT :limit
+
+-- name: job_backlog
+-- Queued and running firings per job of a namespace, most first.
+SELECT job_name, count(*) AS n FROM firings
+WHERE namespace = :namespace AND state IN ('queued', 'running')
+GROUP BY job_name
+ORDER BY n DESC, job_name
+LIMIT :limit
+
+-- name: acquire_lease
+-- Atomic take-or-renew: a new holder only once the lease expired, with epoch + 1.
+INSERT INTO leases (name, holder, epoch, expires_at, acquired_at)
+VALUES (:name, :holder, 1, :now + :ttl, :now)
+ON CONFLICT (name) DO UPDATE
+SET holder = excluded.holder,
+    epoch = CASE WHEN leases.holder = excluded.holder AND leases.expires_at > :now
+                 THEN leases.epoch ELSE leases.epoch + 1 END,
+    acquired_at = CASE WHEN leases.holder = excluded.holder AND leases.expires_at > :now
+                       THEN leases.acquired_at ELSE :now END,
+    expires_at = excluded.expires_at
+WHERE leases.expires_at <= :now OR leases.holder = excluded.holder
+RETURNING *
+
+-- name: release_lease
+-- Expires the lease now, if this holder and epoch still hold it.
+UPDATE leases SET expires_at = :now WHERE name = :name AND holder = :holder AND epoch = :epoch
+
+-- name: get_lease
+-- A lease as stored (holder, epoch, expiry). [leases primary key]
+SELECT * FROM leases WHERE name = :name
+
+-- name: idempotency_lock
+-- Requests carrying one idempotency key: the writer lock already serializes them.
+SELECT 1
+
+-- name: find_idempotency_key
+-- The firing a key created, with the hash of the request that created it.
+SELECT k.request_hash, f.*
+FROM idempotency_keys k JOIN firings f ON f.id = k.firing_id
+WHERE k.namespace = :namespace AND k.key_hash = :key_hash
+
+-- name: insert_idempotency_key
+-- The firing an idempotency key created. [idempotency_keys primary key]
+INSERT INTO idempotency_keys (namespace, key_hash, request_hash, firing_id, created_at)
+VALUES (:namespace, :key_hash, :request_hash, :firing_id, :now)
+
+-- name: next_due_at
+-- When the earliest queued firing not yet due becomes due (a buffered one is due
+-- already: not a hint). INDEXED BY: with no statistics SQLite would otherwise walk
+-- all of firings_queued_job. [firings_queued_due]
+SELECT min(due_at) AS d FROM firings INDEXED BY firings_queued_due
+WHERE state = 'queued' AND buffered_at IS NULL AND due_at > :now
+
+-- name: cancel_requested
+-- Which of a worker's claims were asked to stop. [firings primary key]
+SELECT id FROM firings
+WHERE id IN (SELECT value FROM json_each(:ids)) AND cancel_requested_at IS NOT NULL
+
+-- name: get_firing
+-- [firings primary key]
+SELECT * FROM firings WHERE id = :id
+
+-- name: list_firings
+-- A keyset page of firings, newest first, filtered by core/filters.py.
+-- [firings_job_id for a job's firings, else the primary key]
+SELECT * FROM firings WHERE /*where*/ ORDER BY id DESC LIMIT :limit
+
+-- name: cancel_queued
+-- A firing not yet claimed: cancelled at once.
+UPDATE firings
+SET state = 'cancelled', finished_at = :now, claim_token = NULL, lease_until = NULL
+WHERE id = :id AND state IN ('scheduled', 'queued')
+RETURNING *
+
+-- name: cancel_running
+-- A running firing: asked to stop (the handler sees it; the reaper enforces the grace).
+UPDATE firings SET cancel_requested_at = coalesce(cancel_requested_at, :now)
+WHERE id = :id AND state = 'running'
+RETURNING *
+
+-- name: redrive
+-- A dead firing queued again, due now, with its job's attempts again.
+UPDATE firings
+SET state = 'queued', due_at = :now, vdeadline = :now + (vdeadline - due_at),
+    max_attempts = attempt + (SELECT max_attempts FROM jobs WHERE jobs.id = firings.job_id),
+    finished_at = NULL, claim_token = NULL, lease_until = NULL
+WHERE id = :id AND state = 'dead'
+RETURNING *
+
+-- name: register_node
+-- A node (scheduler, worker, api) announces itself, or re-announces. [nodes primary key]
+INSERT INTO nodes (id, kind, hostname, pid, started_at, heartbeat_at, wake_addr, info)
+VALUES (:id, :kind, :hostname, :pid, :started_at, :now, :wake_addr, :info)
+ON CONFLICT (id) DO UPDATE
+SET heartbeat_at = excluded.heartbeat_at, wake_addr = excluded.wake_addr, info = excluded.info
+
+-- name: heartbeat_node
+-- A node is alive. [nodes primary key]
+UPDATE nodes SET heartbeat_at = :now WHERE id = :id
+
+-- name: remove_node
+-- A node that stopped cleanly. [nodes primary key]
+DELETE FROM nodes WHERE id = :id
+
+-- name: list_nodes
+-- Every node known, by kind.
+SELECT * FROM nodes ORDER BY kind, id
+
+-- name: list_nodes_alive
+-- Nodes that heartbeated within :within microseconds.
+SELECT * FROM nodes WHERE heartbeat_at >= :now - :within ORDER BY kind, id
+
+-- name: status_counts
+-- Queued and running now, and what finished within :window. [firings_claim,
+-- firings_lease, firings_finished]
+SELECT 'queued' AS state, count(*) AS n FROM firings WHERE state = 'queued'
+UNION ALL
+SELECT 'running', count(*) FROM firings WHERE state = 'running'
+UNION ALL
+SELECT state, count(*) FROM firings
+WHERE finished_at IS NOT NULL AND finished_at >= :now - :window
+GROUP BY state
+
+-- name: status_jobs
+-- Jobs, paused jobs, the oldest queued firing's due instant, and the clock.
+SELECT count(*) AS n, coalesce(sum(paused), 0) AS p,
+       (SELECT min(due_at) FROM firings WHERE state = 'queued') AS oldest,
+       :now AS now
+FROM jobs
+
+-- name: recent_lateness
+-- Start lateness (ms) of the firings that succeeded within :window. [firings_finished]
+SELECT (started_at - scheduled_for) / 1000.0 AS lateness_ms FROM firings
+WHERE finished_at IS NOT NULL AND finished_at >= :now - :window AND state = 'succeeded'
+ORDER BY finished_at DESC
+LIMIT :limit
+
+-- name: insert_token
+-- A new API token (its secret stored hashed only).
+INSERT INTO api_tokens (namespace, role, label, secret_hash, created_at)
+VALUES (:namespace, :role, :label, :secret_hash, :now)
+RETURNING *
+
+-- name: get_token
+-- A token by id (auth looks tokens up by id). [api_tokens primary key]
+SELECT * FROM api_tokens WHERE id = :id
+
+-- name: list_tokens
+-- Every token, oldest first.
+SELECT * FROM api_tokens ORDER BY id
+
+-- name: list_tokens_of_namespace
+-- A namespace's tokens, oldest first.
+SELECT * FROM api_tokens WHERE namespace = :namespace ORDER BY id
+
+-- name: revoke_token
+-- A token revoked (idempotent: the first revocation instant stays). [api_tokens primary key]
+UPDATE api_tokens SET revoked_at = coalesce(revoked_at, :now)
+WHERE id = :id
+RETURNING *

@@ -1,0 +1,235 @@
+"""SqliteDb: the SQLite dialect of the store core (connection, transactions, retries).
+
+Every write runs in ``BEGIN IMMEDIATE`` — SQLite's single writer lock — so a unit of
+work is atomic across the processes sharing the file. ``database is locked`` is waited
+out (busy timeout, then bounded retries with backoff) and surfaces as
+StoreUnavailableError, never as lost work. SQLite has no server clock: the store's
+clock is the Clock it is given, read once per unit of work (``:now`` in the SQL).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from cronwheel.domain.clock import Clock
+from cronwheel.errors import StoreError, StoreUnavailableError
+from cronwheel.store.codec import duration_us, to_us
+from cronwheel.store.sql import load_package_queries, load_queries
+from cronwheel.wakeup import Doorbell
+
+T = TypeVar("T")
+
+_PKG = "cronwheel.store.sqlite"
+_LOCK_RETRY_S = 30.0
+_WHERE = "/*where*/"
+
+
+def _locked(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
+class SqliteTx:
+    """A unit of work on the store's connection; ``:now`` is its clock reading."""
+
+    __slots__ = ("conn", "now_us", "queries", "ring")
+
+    def __init__(self, conn: sqlite3.Connection, queries: Mapping[str, str], now_us: int):
+        self.conn = conn
+        self.queries = queries
+        self.now_us = now_us
+        self.ring = False
+
+    def _params(self, params: Mapping[str, Any] | None) -> dict[str, Any]:
+        return {"now": self.now_us} if params is None else {"now": self.now_us, **params}
+
+    def all(self, name: str, params: Mapping[str, Any] | None = None) -> list[sqlite3.Row]:
+        return self.conn.execute(self.queries[name], self._params(params)).fetchall()
+
+    def one(self, name: str, params: Mapping[str, Any] | None = None) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = self.conn.execute(
+            self.queries[name], self._params(params)
+        ).fetchone()
+        return row
+
+    def run(self, name: str, params: Mapping[str, Any] | None = None) -> int:
+        return self.conn.execute(self.queries[name], self._params(params)).rowcount
+
+    def many(self, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        self.conn.executemany(self.queries[name], [self._params(r) for r in rows])
+
+    def filtered(
+        self, name: str, where: str, params: Mapping[str, Any] | None = None
+    ) -> list[sqlite3.Row]:
+        text = self.queries[name].replace(_WHERE, where)
+        return self.conn.execute(text, self._params(params)).fetchall()
+
+    def script(self, text: str) -> None:
+        for statement in _statements(text):
+            self.conn.execute(statement)
+
+    def wake_workers(self) -> None:
+        self.ring = True  # rung after the commit (see SqliteDb.write)
+
+
+class SqliteDb:
+    """One connection per store object, shared by its threads under a lock."""
+
+    unique_violation: type[Exception] = sqlite3.IntegrityError
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        clock: Clock,
+        busy_timeout_ms: int,
+        wake_addresses: Callable[[], list[str]],
+    ) -> None:
+        self.path = path
+        self.clock = clock
+        self._q = load_package_queries(_PKG)
+        self._lock = threading.RLock()
+        if path != ":memory:":
+            parent = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(parent):
+                raise StoreError(f"directory {parent!r} does not exist", field="store")
+        try:
+            self.conn = sqlite3.connect(
+                path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
+            )
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"cannot open {path!r}: {exc}", field="store") from exc
+        self.conn.row_factory = sqlite3.Row
+        with self._retrying():
+            self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.execute("PRAGMA foreign_keys=ON")
+        self.conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        self.doorbell = Doorbell(wake_addresses)
+
+    def close(self) -> None:
+        self.doorbell.close()
+        with self._lock:
+            self.conn.close()
+
+    # -- units of work --------------------------------------------------------------
+    @contextmanager
+    def _retrying(self) -> Iterator[None]:
+        deadline = time.monotonic() + _LOCK_RETRY_S
+        delay = 0.005
+        while True:
+            try:
+                yield
+                return
+            except sqlite3.OperationalError as exc:
+                if not _locked(exc) or time.monotonic() > deadline:
+                    raise StoreUnavailableError(f"sqlite: {exc}") from exc
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+    @contextmanager
+    def transaction(self) -> Iterator[SqliteTx]:
+        """One write transaction under SQLite's writer lock (BEGIN IMMEDIATE); the
+        workers are woken after it commits if it asked to."""
+        conn = self.conn
+        with self._lock:
+            deadline = time.monotonic() + _LOCK_RETRY_S
+            delay = 0.005
+            while True:
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    break
+                except sqlite3.OperationalError as exc:
+                    if not _locked(exc) or time.monotonic() > deadline:
+                        raise StoreUnavailableError(f"sqlite: {exc}") from exc
+                except sqlite3.Error as exc:  # e.g. a closed connection
+                    raise StoreError(f"sqlite: {exc}", field="store") from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 0.25)
+            tx = SqliteTx(conn, self._q, to_us(self.clock.now()))
+            try:
+                yield tx
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                conn.execute("ROLLBACK")
+                raise StoreUnavailableError(f"sqlite commit: {exc}") from exc
+        if tx.ring:
+            self.doorbell.ring()
+
+    def write(self, body: Callable[[SqliteTx], T], *, atomic: bool = True) -> T:
+        with self.transaction() as tx:
+            return body(tx)
+
+    def read(self, body: Callable[[SqliteTx], T]) -> T:
+        """Reads in autocommit mode (each statement its own snapshot), under the
+        connection's lock; a locked database raises StoreUnavailableError."""
+        with self._lock:
+            try:
+                return body(SqliteTx(self.conn, self._q, to_us(self.clock.now())))
+            except sqlite3.OperationalError as exc:
+                if _locked(exc):
+                    raise StoreUnavailableError(f"sqlite: {exc}") from exc
+                raise StoreError(f"sqlite: {exc}", field="store") from exc
+            except sqlite3.ProgrammingError as exc:  # e.g. a closed connection
+                raise StoreError(f"sqlite: {exc}", field="store") from exc
+
+    def now(self) -> datetime:
+        return self.clock.now()
+
+    def queries(self) -> Mapping[str, str]:
+        return self._q
+
+    def migrations(self) -> Mapping[str, str]:
+        return load_queries(_PKG, "schema.sql")
+
+    # -- values and fragments ---------------------------------------------------------
+    def instant(self, value: datetime) -> int:
+        return to_us(value)
+
+    def duration(self, value: timedelta) -> int:
+        return duration_us(value)
+
+    def id_list(self, ids: Sequence[int]) -> str:
+        return json.dumps(list(ids))
+
+    def text_list(self, items: Sequence[str]) -> str:
+        return json.dumps(list(items))
+
+    def param(self, name: str) -> str:
+        return f":{name}"
+
+    def in_list(self, column: str, param: str) -> str:
+        return f"{column} IN (SELECT value FROM json_each(:{param}))"
+
+    def starts_with(self, column: str, param: str) -> str:
+        # substr comparison: '%' and '_' in a prefix are literal, never LIKE patterns
+        return f"substr({column}, 1, length(:{param})) = :{param}"
+
+
+def _statements(script: str) -> list[str]:
+    """Split a script into statements (sqlite3.complete_statement knows about quotes)."""
+    out: list[str] = []
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            if buf.strip():
+                out.append(buf.strip())
+            buf = ""
+    if buf.strip() and not all(
+        ln.strip().startswith("--") or not ln.strip() for ln in buf.splitlines()
+    ):
+        raise StoreError(f"incomplete statement in schema: {buf[:80]!r}")
+    return out

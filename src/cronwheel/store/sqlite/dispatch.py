@@ -1,0 +1,201 @@
+"""SQLite: the writes that create work (the leader's enqueue, immediate and backfilled
+firings, bulk job registration) and the reaper. Under the writer lock each is one
+atomic step: the fence check, the cursor compare-and-swaps and the inserts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from cronwheel import failpoints
+from cronwheel.domain.models import FiringId, JobSpec, Lease
+from cronwheel.errors import ConflictError, JobNotFoundError, LeaseLostError
+from cronwheel.store import codec
+from cronwheel.store.codec import Row, opt_us, to_us
+from cronwheel.store.core import CoreStore, FairClocks, Tx
+from cronwheel.store.core.flows import job_exists
+from cronwheel.store.protocol import AddedFirings, EnqueueResult, JobAdvance
+from cronwheel.store.sqlite.db import SqliteDb
+
+
+class _JobClocks:
+    """FairClocks keyed by job: each job's namespace and priority read once."""
+
+    def __init__(self, tx: Tx) -> None:
+        self.tx = tx
+        self.fair = FairClocks()
+        self._jobs: dict[int, tuple[str, float]] = {}
+
+    def deadline(self, job_id: int, due_us: int) -> int:
+        if job_id not in self._jobs:
+            row = self.tx.one("fair_clock", {"job_id": job_id})
+            assert row is not None
+            self._jobs[job_id] = (row["namespace"], float(row["priority"]))
+            self.fair.seen(row["namespace"], row["vclock"])
+        namespace, priority = self._jobs[job_id]
+        return self.fair.deadline(namespace, priority, due_us)
+
+    def save(self) -> None:
+        for namespace, vclock in self.fair.clocks.items():
+            self.tx.run("save_fair_clock", {"namespace": namespace, "vclock": vclock})
+
+
+class SqliteDispatch(CoreStore[SqliteDb]):
+    def create_jobs(self, items: Sequence[tuple[JobSpec, datetime | None]]) -> int:
+        rows = [codec.job_params(spec) | {"next_fire_at": opt_us(first)} for spec, first in items]
+        with self.db.transaction() as tx:
+            try:
+                tx.many("insert_job_bulk", rows)
+            except self.db.unique_violation as exc:
+                raise ConflictError(
+                    f"a job in the batch already exists ({exc})", field="name", code="job_exists"
+                ) from None
+            tx.run("bump_jobs_version")
+        return len(rows)
+
+    def _enqueue_now_in(self, tx: Tx, spec: JobSpec) -> Row:
+        try:
+            job = tx.one("insert_now_job", codec.job_params(spec))
+        except self.db.unique_violation:
+            raise job_exists(spec) from None
+        assert job is not None
+        now = job["last_fired_at"]  # the unit of work's clock: the firing is due now
+        clocks = _JobClocks(tx)
+        row = tx.one(
+            "insert_job_firing",
+            {
+                "job_id": job["id"],
+                "scheduled_for": now,
+                "due_at": now,
+                "vdeadline": clocks.deadline(job["id"], now),
+                "note": None,
+                "overlap": None,
+            },
+        )
+        assert row is not None
+        clocks.save()
+        tx.wake_workers()
+        return row
+
+    def add_firings(
+        self,
+        namespace: str,
+        name: str,
+        scheduled_for: Sequence[datetime],
+        *,
+        note: str,
+        overlap: str | None = None,
+    ) -> AddedFirings:
+        inserted = []
+        with self.db.transaction() as tx:
+            job = tx.one("get_job", {"namespace": namespace, "name": name})
+            if job is None:
+                raise JobNotFoundError(f"no job named {name!r}", field="name")
+            clocks = _JobClocks(tx)
+            for instant in scheduled_for:
+                at = to_us(instant)
+                due = max(at, tx.now_us)
+                row = tx.one(
+                    "insert_job_firing",
+                    {
+                        "job_id": job["id"],
+                        "scheduled_for": at,
+                        "due_at": due,
+                        "vdeadline": clocks.deadline(job["id"], due),
+                        "note": note,
+                        "overlap": overlap,
+                    },
+                )
+                if row is not None:
+                    inserted.append(codec.firing_from_row(row))
+            clocks.save()
+            if inserted:
+                tx.wake_workers()
+        return AddedFirings(inserted=inserted, duplicates=len(scheduled_for) - len(inserted))
+
+    def enqueue(self, lease: Lease, advances: Sequence[JobAdvance]) -> EnqueueResult:
+        result = EnqueueResult()
+        with self.db.transaction() as tx:
+            fence = {"name": lease.name, "holder": lease.holder, "epoch": lease.epoch}
+            if tx.one("fence_check", fence) is None:
+                raise LeaseLostError(
+                    f"lease {lease.name!r} epoch {lease.epoch} is no longer held by {lease.holder}"
+                )
+            clocks = _JobClocks(tx)
+            for adv in advances:
+                moved = tx.run(
+                    "advance_job",
+                    {
+                        "job_id": adv.job_id,
+                        "expected": to_us(adv.expected_next_fire_at),
+                        "new_next": opt_us(adv.new_next_fire_at),
+                        "last_fired": opt_us(
+                            max((f.scheduled_for for f in adv.firings), default=None)
+                        ),
+                        "missed": sum(m.count for m in adv.missed),
+                        "runs": len(adv.firings),
+                    },
+                )
+                if not moved:
+                    result.stale.append(adv.job_id)
+                    continue
+                for planned in adv.firings:
+                    due = to_us(planned.due_at or planned.scheduled_for)
+                    cur = tx.conn.execute(
+                        tx.queries["insert_firing"],
+                        {
+                            "job_id": adv.job_id,
+                            "scheduled_for": to_us(planned.scheduled_for),
+                            "due_at": due,
+                            "vdeadline": clocks.deadline(adv.job_id, due),
+                            "now": tx.now_us,
+                            "epoch": lease.epoch,
+                            "note": planned.note,
+                        },
+                    )
+                    if cur.rowcount:
+                        result.inserted.append(FiringId(cur.lastrowid or 0))
+                    else:
+                        result.duplicates += 1
+                for m in adv.missed:
+                    tx.run(
+                        "insert_missed_event",
+                        {
+                            "job_id": adv.job_id,
+                            "first_at": to_us(m.first),
+                            "last_at": to_us(m.last),
+                            "count": m.count,
+                            "exact": int(m.exact),
+                            "detail": m.reason,
+                        },
+                    )
+            clocks.save()
+            failpoints.hit("store.enqueue.before_commit")
+            if result.inserted:
+                tx.wake_workers()
+        return result
+
+    def requeue_expired(self, *, limit: int = 1000) -> int:
+        """The reaper: expired claims back to QUEUED (or DEAD), their attempt recorded;
+        cancel-requested firings past their grace CANCELLED; queued firings past their
+        start deadline MISSED."""
+        with self.db.transaction() as tx:
+            n = 0
+            for row in tx.all("expired_claims", {"limit": limit}):
+                if tx.run("expire_claim", {"id": row["id"]}):
+                    n += 1
+                    tx.run(
+                        "insert_attempt",
+                        {
+                            "firing_id": row["id"],
+                            "attempt": row["attempt"],
+                            "worker_id": row["worker_id"],
+                            "started_at": row["started_at"],
+                            "finished_at": tx.now_us,
+                            "outcome": "lease_expired",
+                            "error": "lease expired",
+                        },
+                    )
+            n += tx.run("cancel_deadline_passed", {"limit": limit})
+            n += tx.run("start_deadline_passed", {"limit": limit})
+        return n

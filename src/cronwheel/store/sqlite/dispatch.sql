@@ -1,0 +1,135 @@
+-- SQLite: the writes that create work (store/sqlite/dispatch.py) and the reaper.
+-- Instants are INTEGER microseconds UTC; `:now` is the unit of work's clock reading.
+-- Each block: what it does; [the index it relies on].
+
+-- name: insert_job_bulk
+-- create_jobs: one row of the bulk registration (executemany).
+INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
+                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard,
+                  max_concurrency, overlap, max_buffer, cancel_grace_us, start_deadline_us,
+                  bounds, remaining_runs)
+VALUES (:namespace, :name, :task, :schedule, :payload, :policies, :spec_hash, :priority,
+        :max_attempts, :visibility_us, :paused, :next_fire_at, :now, :now, :shard,
+        :max_concurrency, :overlap, :max_buffer, :cancel_grace_us, :start_deadline_us,
+        :bounds, :remaining_runs)
+
+-- name: insert_now_job
+-- enqueue_now: the one-shot job, fired now (no cursor).
+INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
+                  max_attempts, visibility_us, paused, next_fire_at, last_fired_at, created_at,
+                  updated_at, shard, max_concurrency, overlap, max_buffer, cancel_grace_us,
+                  start_deadline_us, bounds, remaining_runs)
+VALUES (:namespace, :name, :task, :schedule, :payload, :policies, :spec_hash, :priority,
+        :max_attempts, :visibility_us, :paused, NULL, :now, :now, :now, :shard,
+        :max_concurrency, :overlap, :max_buffer, :cancel_grace_us, :start_deadline_us,
+        :bounds, :remaining_runs)
+RETURNING id, last_fired_at
+
+-- name: insert_job_firing
+-- enqueue_now and add_firings: a queued firing of a job, outside the leader's
+-- enqueue (no epoch). Nothing when the instant has one. [firings (job_id, scheduled_for)]
+INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for, due_at, vdeadline,
+                     state, max_attempts, priority, visibility_us, enqueued_at, enqueued_epoch,
+                     note, shard, overlap_override)
+SELECT id, namespace, name, task, payload, :scheduled_for, :due_at, :vdeadline,
+       'queued', max_attempts, priority, visibility_us, :now, NULL, :note, shard, :overlap
+FROM jobs WHERE id = :job_id
+ON CONFLICT (job_id, scheduled_for) DO NOTHING
+RETURNING *
+
+-- name: fence_check
+-- The enqueue's fence: this holder and epoch hold an unexpired lease. [leases primary key]
+SELECT epoch FROM leases
+WHERE name = :name AND holder = :holder AND epoch = :epoch AND expires_at > :now
+
+-- name: advance_job
+-- The cursor compare-and-swap of one job; the run budget shrinks by :runs and the
+-- cursor is cleared when it is used up. [jobs primary key]
+UPDATE jobs
+SET next_fire_at = CASE WHEN remaining_runs IS NOT NULL AND remaining_runs - :runs <= 0
+                        THEN NULL ELSE :new_next END,
+    remaining_runs = CASE WHEN remaining_runs IS NULL THEN NULL
+                          ELSE max(remaining_runs - :runs, 0) END,
+    last_fired_at = COALESCE(:last_fired, last_fired_at),
+    missed_total = missed_total + :missed
+WHERE id = :job_id AND next_fire_at = :expected AND paused = 0
+
+-- name: insert_firing
+-- One firing of the leader's enqueue, fenced by its epoch; a duplicate instant is
+-- rejected by the unique key. [firings (job_id, scheduled_for)]
+INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for, due_at, vdeadline,
+                     state, max_attempts, priority, visibility_us, enqueued_at, enqueued_epoch,
+                     note, shard)
+SELECT id, namespace, name, task, payload, :scheduled_for, :due_at, :vdeadline,
+       'queued', max_attempts, priority, visibility_us, :now, :epoch, :note, shard
+FROM jobs WHERE id = :job_id
+ON CONFLICT (job_id, scheduled_for) DO NOTHING
+
+-- name: insert_missed_event
+-- A range of missed instants, recorded for `jobs explain`.
+INSERT INTO job_events (job_id, at, kind, first_at, last_at, count, exact, detail)
+VALUES (:job_id, :now, 'missed', :first_at, :last_at, :count, :exact, :detail)
+
+-- name: fair_clock
+-- A job's namespace, priority and the namespace's virtual clock (core/fair.py).
+SELECT j.namespace, j.priority, coalesce(c.vclock, 0) AS vclock
+FROM jobs j LEFT JOIN fair_clocks c ON c.namespace = j.namespace
+WHERE j.id = :job_id
+
+-- name: save_fair_clock
+-- A namespace's virtual clock written back; it never goes back.
+INSERT INTO fair_clocks (namespace, vclock) VALUES (:namespace, :vclock)
+ON CONFLICT (namespace) DO UPDATE SET vclock = max(vclock, excluded.vclock)
+
+-- name: expired_claims
+-- The reaper: running firings whose claim lease expired, oldest first. [firings_lease]
+SELECT id, attempt, max_attempts, worker_id, started_at FROM firings
+WHERE state = 'running' AND lease_until < :now
+ORDER BY lease_until
+LIMIT :limit
+
+-- name: expire_claim
+-- One expired claim back to queued (due now), or dead when its attempts are used up.
+UPDATE firings
+SET state = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'queued' END,
+    finished_at = CASE WHEN attempt >= max_attempts THEN :now ELSE NULL END,
+    vdeadline = :now + (vdeadline - due_at),
+    due_at = CASE WHEN attempt >= max_attempts THEN due_at ELSE :now END,
+    claim_token = NULL, lease_until = NULL,
+    error = 'lease expired: worker ' || coalesce(worker_id, '?') || ' stopped heartbeating'
+WHERE id = :id AND state = 'running' AND lease_until < :now
+
+-- name: insert_attempt
+-- One attempt's record (expired, failed). [firing_attempts primary key]
+INSERT OR REPLACE INTO firing_attempts (firing_id, attempt, worker_id, started_at, finished_at, outcome, error)
+VALUES (:firing_id, :attempt, :worker_id, :started_at, :finished_at, :outcome, :error)
+
+-- name: cancel_deadline_passed
+-- The reaper: running firings asked to stop longer than their job's cancel grace
+-- ago end cancelled, the lease revoked (a late result is rejected).
+UPDATE firings
+SET state = 'cancelled', finished_at = :now, claim_token = NULL, lease_until = NULL,
+    reason = 'cancel grace expired: lease revoked, a late result will be rejected'
+WHERE id IN (
+    SELECT f.id FROM firings f JOIN jobs j ON j.id = f.job_id
+    WHERE f.state = 'running' AND f.cancel_requested_at IS NOT NULL
+      AND f.cancel_requested_at + j.cancel_grace_us < :now
+    LIMIT :limit
+)
+
+-- name: start_deadline_passed
+-- The reaper: queued firings past their job's start deadline end missed.
+-- [jobs_start_deadline, firings_queued_job]
+UPDATE firings
+SET state = 'missed', finished_at = :now,
+    reason = 'start deadline passed before a worker could start it'
+WHERE id IN (
+    -- from the jobs that have a start deadline (jobs_start_deadline: usually few), each
+    -- one's queued firings by index; not a walk of every queued firing once a second
+    -- (CROSS JOIN: in SQLite, the order written is the loop order, jobs outside)
+    SELECT f.id FROM jobs j INDEXED BY jobs_start_deadline
+    CROSS JOIN firings f
+    WHERE f.job_id = j.id AND j.start_deadline_us IS NOT NULL AND f.state = 'queued'
+      AND f.due_at < :now - j.start_deadline_us
+    LIMIT :limit
+)
