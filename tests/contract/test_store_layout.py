@@ -47,9 +47,13 @@ def _sql_literals(path: Path) -> list[str]:
     found = []
     keywords = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|WITH)\b", re.IGNORECASE)
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if keywords.match(node.value) and " FROM " in node.value.upper() + " ":
-                found.append(node.value[:60])
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and keywords.match(node.value)
+            and " FROM " in node.value.upper()
+        ):
+            found.append(node.value[:60])
     return found
 
 
@@ -57,8 +61,6 @@ def test_no_sql_text_in_the_store_python() -> None:
     """All SQL lives in .sql files; Python builds only WHERE clauses from fragments and
     the COPY header of the bulk path (its column list comes from codec.job_params)."""
     offenders = {
-        str(p.relative_to(STORE)): lits
-        for p in STORE.rglob("*.py")
-        if (lits := _sql_literals(p))
+        str(p.relative_to(STORE)): lits for p in STORE.rglob("*.py") if (lits := _sql_literals(p))
     }
     assert not offenders, offenders

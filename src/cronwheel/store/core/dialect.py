@@ -52,9 +52,6 @@ class Tx(Protocol):
 class Dialect(Protocol):
     """What CoreStore needs of an engine."""
 
-    #: the engine's exception for a violated unique constraint
-    unique_violation: type[Exception]
-
     def write(self, body: Callable[[Tx], T], *, atomic: bool = True) -> T:
         """Run ``body`` as one write transaction, with the engine's retry rules.
         ``atomic=False`` is allowed for a body of one statement (autocommit)."""

@@ -12,11 +12,22 @@ from __future__ import annotations
 import json
 from abc import abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from cronwheel.domain.firing import FiringState
-from cronwheel.domain.models import Firing, FiringId, Job, JobEvent, JobId, JobSpec, Lease, NodeInfo
+from cronwheel.domain.models import (
+    ClaimedFiring,
+    Firing,
+    FiringId,
+    Job,
+    JobEvent,
+    JobId,
+    JobSpec,
+    Lease,
+    NodeInfo,
+)
 from cronwheel.errors import (
     ConflictError,
     FiringNotFoundError,
@@ -30,7 +41,14 @@ from cronwheel.store import codec
 from cronwheel.store.codec import Row
 from cronwheel.store.core import filters
 from cronwheel.store.core.dialect import Dialect, Tx
-from cronwheel.store.protocol import DISPATCHER_LEASE, ApiToken, CancelResult, StoreStatus
+from cronwheel.store.protocol import (
+    DISPATCHER_LEASE,
+    AddedFirings,
+    ApiToken,
+    CancelResult,
+    Completion,
+    StoreStatus,
+)
 
 D = TypeVar("D", bound=Dialect)
 
@@ -38,6 +56,21 @@ D = TypeVar("D", bound=Dialect)
 _BEGINNING = datetime(1, 1, 2, tzinfo=UTC)
 # the window of status' finished counts and lateness sample
 _STATUS_WINDOW = timedelta(hours=1)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAsk:
+    """What a worker asks of a claim: up to ``limit`` queued firings of ``tasks`` due
+    within ``prefetch``, for ``worker_id``."""
+
+    worker_id: str
+    tasks: tuple[str, ...]
+    limit: int
+    prefetch: timedelta
+
+    @property
+    def wants(self) -> bool:
+        return self.limit > 0 and bool(self.tasks)
 
 
 def job_exists(spec: JobSpec, *, naming_namespace: bool = False) -> ConflictError:
@@ -58,6 +91,25 @@ class CoreStore(Generic[D]):
     def _enqueue_now_in(self, tx: Tx, spec: JobSpec) -> Row:
         """Inside ``tx``: insert the one-shot job of ``spec`` (fired now) and its firing,
         due now, with its fair virtual deadline; wake the workers. The firing's row."""
+
+    @abstractmethod
+    def _add_firings_in(
+        self, tx: Tx, namespace: str, name: str, instants: list[datetime], extra: dict[str, Any]
+    ) -> Sequence[Row]:
+        """Inside ``tx``: the firings of job ``name`` at ``instants`` (due at the later of
+        the instant and now, with fair virtual deadlines; ``extra`` holds their ``note``
+        and ``overlap`` override); an instant the job has is passed over. The inserted
+        rows; JobNotFoundError when there is no such job. Wakes the workers."""
+
+    @abstractmethod
+    def _claim(self, ask: ClaimAsk) -> list[ClaimedFiring]:
+        """claim() with a positive limit and at least one task."""
+
+    @abstractmethod
+    def _complete_and_claim(
+        self, completions: Sequence[Completion], ask: ClaimAsk
+    ) -> tuple[list[bool], list[ClaimedFiring]]:
+        """complete_and_claim(); the claim part only when ``ask.wants`` is true."""
 
     # -- plumbing ---------------------------------------------------------------------
     def now(self) -> datetime:
@@ -106,11 +158,9 @@ class CoreStore(Generic[D]):
         params = codec.job_params(spec) | {"next_fire_at": self._opt(first_fire_at)}
 
         def body(tx: Tx) -> Row:
-            try:
-                row = tx.one("insert_job", params)
-            except self.db.unique_violation:
-                raise job_exists(spec, naming_namespace=True) from None
-            assert row is not None
+            row = tx.one("insert_job", params)
+            if row is None:
+                raise job_exists(spec, naming_namespace=True)
             tx.run("bump_jobs_version")
             return row
 
@@ -125,7 +175,7 @@ class CoreStore(Generic[D]):
         def body(tx: Tx) -> tuple[Row, bool]:
             row = tx.one("job_for_update", key)
             if row is None:
-                row = tx.one("insert_job_if_absent", params)
+                row = tx.one("insert_job", params)
                 if row is not None:
                     tx.run("bump_jobs_version")
                     return row, True
@@ -281,6 +331,46 @@ class CoreStore(Generic[D]):
 
         row, created = self.db.write(body)
         return codec.firing_from_row(row), created
+
+    def add_firings(
+        self,
+        namespace: str,
+        name: str,
+        scheduled_for: Sequence[datetime],
+        *,
+        note: str,
+        overlap: str | None = None,
+    ) -> AddedFirings:
+        instants = list(scheduled_for)
+        extra = {"note": note, "overlap": overlap}
+        rows = self.db.write(lambda tx: self._add_firings_in(tx, namespace, name, instants, extra))
+        inserted = [codec.firing_from_row(r) for r in sorted(rows, key=lambda r: r["id"])]
+        return AddedFirings(inserted=inserted, duplicates=len(instants) - len(inserted))
+
+    # -- the worker's side ----------------------------------------------------------------
+    def claim(
+        self,
+        worker_id: str,
+        *,
+        tasks: Sequence[str],
+        limit: int,
+        prefetch: timedelta = timedelta(0),
+    ) -> list[ClaimedFiring]:
+        ask = ClaimAsk(worker_id, tuple(tasks), limit, prefetch)
+        return self._claim(ask) if ask.wants else []
+
+    def complete_and_claim(
+        self,
+        completions: Sequence[Completion],
+        worker_id: str,
+        *,
+        tasks: Sequence[str],
+        limit: int,
+        prefetch: timedelta = timedelta(0),
+    ) -> tuple[list[bool], list[ClaimedFiring]]:
+        """The completions and a claim, in one unit of work where the engine can."""
+        ask = ClaimAsk(worker_id, tuple(tasks), limit, prefetch)
+        return self._complete_and_claim(completions, ask)
 
     # -- firings ------------------------------------------------------------------------
     def next_due_at(self) -> datetime | None:

@@ -10,7 +10,6 @@ transaction, under row locks that serialize the claimers of each capped job (see
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any
 
 from cronwheel.domain.models import ClaimedFiring, FiringId
@@ -19,6 +18,7 @@ from cronwheel.store import codec
 from cronwheel.store.claiming import Candidate, capped, plan_claim
 from cronwheel.store.codec import Row
 from cronwheel.store.core import CoreStore
+from cronwheel.store.core.flows import ClaimAsk
 from cronwheel.store.postgres.db import Database, PgTx
 from cronwheel.store.postgres.params import complete_params, rounds
 from cronwheel.store.protocol import Completion
@@ -28,40 +28,25 @@ class PgClaims(CoreStore[Database]):
     # task sets whose last claim needed a policy decision (a hint, see claim)
     _planned_tasks: set[frozenset[str]]
 
-    def claim(
-        self,
-        worker_id: str,
-        *,
-        tasks: Sequence[str],
-        limit: int,
-        prefetch: timedelta = timedelta(0),
-    ) -> list[ClaimedFiring]:
+    def _claim(self, ask: ClaimAsk) -> list[ClaimedFiring]:
         """One statement (claim_fast) while no candidate needs a policy decision; else the
         planned claim in one transaction (``_claim_planned``). Which of the two a task set
         needed last time is remembered, so a worker of capped jobs does not try the
         one-statement path in vain on every call."""
-        if limit <= 0 or not tasks:
-            return []
-        key = frozenset(tasks)
+        key = frozenset(ask.tasks)
         if key not in self._planned_tasks:
-            params = _claim_params(worker_id, tasks, limit, prefetch)
+            params = _claim_params(ask)
             fast = self.db.write(lambda tx: tx.all("claim_fast", params), atomic=False)
             if not fast or fast[0]["simple"]:
                 return _claimed(fast)
             self._remember_planned(key, True)
-        params = _claim_params(worker_id, tasks, limit, prefetch, planned=True)
+        params = _claim_params(ask, planned=True)
         rows, planned = self.db.write(lambda tx: self._claim_planned(tx, params))
         self._remember_planned(key, planned)
         return _claimed(rows)
 
-    def complete_and_claim(
-        self,
-        completions: Sequence[Completion],
-        worker_id: str,
-        *,
-        tasks: Sequence[str],
-        limit: int,
-        prefetch: timedelta = timedelta(0),
+    def _complete_and_claim(
+        self, completions: Sequence[Completion], ask: ClaimAsk
     ) -> tuple[list[bool], list[ClaimedFiring]]:
         """complete_batch then claim_fast in one transaction: one commit (one WAL flush)
         where there were two. The one-statement claim never waits for a lock, so joining
@@ -70,12 +55,12 @@ class PgClaims(CoreStore[Database]):
         own transaction as in ``claim`` (its job locks are not taken while completed
         rows are held); if that claim fails, the outcomes are returned with no claims."""
         if not completions:
-            return [], self.claim(worker_id, tasks=tasks, limit=limit, prefetch=prefetch)
-        key = frozenset(tasks)
-        if limit <= 0 or not tasks or key in self._planned_tasks:
+            return [], self._claim(ask) if ask.wants else []
+        key = frozenset(ask.tasks)
+        if not ask.wants or key in self._planned_tasks:
             accepted = self.complete(completions)
-            return accepted, self._claim_after(worker_id, tasks, limit, prefetch)
-        params = _claim_params(worker_id, tasks, limit, prefetch)
+            return accepted, self._claim_after(ask)
+        params = _claim_params(ask)
         batches = _completion_rounds(completions)
 
         def body(tx: PgTx) -> tuple[list[bool], Sequence[Row]]:
@@ -86,13 +71,13 @@ class PgClaims(CoreStore[Database]):
         if not fast or fast[0]["simple"]:
             return accepted, _claimed(fast)
         self._remember_planned(key, True)
-        return accepted, self._claim_after(worker_id, tasks, limit, prefetch)
+        return accepted, self._claim_after(ask)
 
-    def _claim_after(
-        self, worker_id: str, tasks: Sequence[str], limit: int, prefetch: timedelta
-    ) -> list[ClaimedFiring]:
+    def _claim_after(self, ask: ClaimAsk) -> list[ClaimedFiring]:
+        if not ask.wants:
+            return []
         try:
-            return self.claim(worker_id, tasks=tasks, limit=limit, prefetch=prefetch)
+            return self._claim(ask)
         except StoreUnavailableError:
             return []  # the outcomes are recorded; the worker's next claim retries
 
@@ -192,15 +177,14 @@ class PgClaims(CoreStore[Database]):
         return accepted
 
 
-def _claim_params(
-    worker_id: str, tasks: Sequence[str], limit: int, prefetch: timedelta, *, planned: bool = False
-) -> dict[str, Any]:
+def _claim_params(ask: ClaimAsk, *, planned: bool = False) -> dict[str, Any]:
     """Parameters of claim_fast, or (``planned``) of the planned claim's statements."""
+    limit = ask.limit
     return {
-        "worker_id": worker_id,
-        "tasks": list(tasks),
+        "worker_id": ask.worker_id,
+        "tasks": list(ask.tasks),
         "limit": limit,
-        "prefetch": prefetch,
+        "prefetch": ask.prefetch,
         # Candidates scanned (and locked). The one-statement claim locks only the rows it
         # takes: a row lock is a heap write and a WAL record. The planned claim looks at a
         # few more than it may claim (some are skipped or held by a cap); each capped

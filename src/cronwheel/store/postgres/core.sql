@@ -29,20 +29,7 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value
 SELECT 1 AS one
 
 -- name: insert_job
--- A new job; a name its namespace has raises the unique violation (create_job).
-INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
-                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard,
-                  max_concurrency, overlap, max_buffer, cancel_grace_us, start_deadline_us,
-                  bounds, remaining_runs)
-VALUES (%(namespace)s, %(name)s, %(task)s, %(schedule)s::jsonb, %(payload)s::json,
-        %(policies)s::jsonb, %(spec_hash)s, %(priority)s, %(max_attempts)s, %(visibility_us)s,
-        %(paused)s, %(next_fire_at)s, :now, :now, %(shard)s,
-        %(max_concurrency)s, %(overlap)s, %(max_buffer)s, %(cancel_grace_us)s,
-        %(start_deadline_us)s, %(bounds)s::jsonb, %(remaining_runs)s)
-RETURNING *
-
--- name: insert_job_if_absent
--- upsert_job's create; nothing when the name exists. [jobs (namespace, name) unique]
+-- A new job; nothing when its namespace has the name. [jobs (namespace, name) unique]
 INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
                   max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard,
                   max_concurrency, overlap, max_buffer, cancel_grace_us, start_deadline_us,

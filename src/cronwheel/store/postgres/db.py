@@ -124,8 +124,6 @@ class Database:
     """The PostgreSQL dialect of the store core: a pool of autocommit connections;
     ``run`` executes one unit of work with the retry rules below."""
 
-    unique_violation: type[Exception] = pgerrors.UniqueViolation
-
     def __init__(
         self,
         url: str,

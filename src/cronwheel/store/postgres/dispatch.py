@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
+
+from psycopg import errors as pgerrors
 
 from cronwheel import failpoints
 from cronwheel.domain.models import FiringId, JobSpec, Lease
@@ -31,7 +34,7 @@ from cronwheel.store.postgres.params import (
     rounds,
     utc,
 )
-from cronwheel.store.protocol import AddedFirings, EnqueueResult, JobAdvance
+from cronwheel.store.protocol import EnqueueResult, JobAdvance
 
 
 class PgDispatch(CoreStore[Database]):
@@ -55,10 +58,9 @@ class PgDispatch(CoreStore[Database]):
                     ):
                         for r in rows:
                             copy.write_row([*r.values(), now, now])
-            except self.db.unique_violation as exc:
-                detail = getattr(getattr(exc, "diag", None), "message_detail", None)
+            except pgerrors.UniqueViolation as exc:
                 raise ConflictError(
-                    f"a job in the batch already exists ({detail})",
+                    f"a job in the batch already exists ({exc.diag.message_detail})",
                     field="name",
                     code="job_exists",
                 ) from None
@@ -72,7 +74,7 @@ class PgDispatch(CoreStore[Database]):
         firing due now and the clock written back; the wake-up is sent at commit."""
         try:
             job = tx.one("insert_now_job", codec.job_params(spec))
-        except self.db.unique_violation:
+        except pgerrors.UniqueViolation:
             raise job_exists(spec) from None
         assert job is not None
         namespace = job["namespace"]
@@ -90,43 +92,28 @@ class PgDispatch(CoreStore[Database]):
         assert row is not None
         return row
 
-    def add_firings(
-        self,
-        namespace: str,
-        name: str,
-        scheduled_for: Sequence[datetime],
-        *,
-        note: str,
-        overlap: str | None = None,
-    ) -> AddedFirings:
-        instants = list(scheduled_for)
-
-        def body(tx: PgTx) -> Sequence[Row]:
-            job = tx.one("add_firings_job", {"namespace": namespace, "name": name})
-            if job is None:
-                raise JobNotFoundError(f"no job named {name!r}", field="name")
-            if not instants:
-                return []
-            now = utc(job["now"])
-            priority = float(job["priority"])
-            fair = FairClocks()
-            fair.seen(namespace, job["vclock"])
-            due = [max(at, now) for at in instants]
-            params = {
-                "job_id": job["id"],
-                "f_at": instants,
-                "f_due": due,
-                "f_vd": [fair_deadline_at(fair, namespace, priority, d) for d in due],
-                "note": note,
-                "overlap": overlap,
-                "namespace": namespace,
-                "vclock": fair.clocks[namespace],
-            }
-            return tx.all("add_firings", params)
-
-        rows = sorted(self.db.write(body), key=lambda r: r["id"])
-        inserted = [codec.firing_from_row(r) for r in rows]
-        return AddedFirings(inserted=inserted, duplicates=len(instants) - len(inserted))
+    def _add_firings_in(
+        self, tx: Tx, namespace: str, name: str, instants: list[datetime], extra: dict[str, Any]
+    ) -> Sequence[Row]:
+        job = tx.one("add_firings_job", {"namespace": namespace, "name": name})
+        if job is None:
+            raise JobNotFoundError(f"no job named {name!r}", field="name")
+        if not instants:
+            return []
+        now = utc(job["now"])
+        priority = float(job["priority"])
+        fair = FairClocks()
+        fair.seen(namespace, job["vclock"])
+        due = [max(at, now) for at in instants]
+        params = {
+            "job_id": job["id"],
+            "f_at": instants,
+            "f_due": due,
+            "f_vd": [fair_deadline_at(fair, namespace, priority, d) for d in due],
+            "namespace": namespace,
+            "vclock": fair.clocks[namespace],
+        }
+        return tx.all("add_firings", params | extra)
 
     def enqueue(self, lease: Lease, advances: Sequence[JobAdvance]) -> EnqueueResult:
         fence = {"name": lease.name, "holder": lease.holder, "epoch": lease.epoch}

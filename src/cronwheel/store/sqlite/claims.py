@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import timedelta
 
 from cronwheel.domain.models import ClaimedFiring, FiringId
 from cronwheel.store import codec
 from cronwheel.store.claiming import Candidate, capped, plan_claim
 from cronwheel.store.codec import duration_us, opt_us, to_us
 from cronwheel.store.core import CoreStore
+from cronwheel.store.core.flows import ClaimAsk
 from cronwheel.store.protocol import Completion
 from cronwheel.store.sqlite.db import SqliteDb, SqliteTx
 
@@ -21,49 +21,27 @@ _Claimed = tuple[Sequence[codec.Row], dict[int, str]]
 
 
 class SqliteClaims(CoreStore[SqliteDb]):
-    def claim(
-        self,
-        worker_id: str,
-        *,
-        tasks: Sequence[str],
-        limit: int,
-        prefetch: timedelta = timedelta(0),
-    ) -> list[ClaimedFiring]:
-        if limit <= 0 or not tasks:
-            return []
+    def _claim(self, ask: ClaimAsk) -> list[ClaimedFiring]:
         with self.db.transaction() as tx:
-            rows, policies = self._claim_in(tx, worker_id, tasks, limit, prefetch)
+            rows, policies = self._claim_in(tx, ask)
         return codec.claimed_from_rows(rows, lambda r: policies[r["job_id"]])
 
-    def complete_and_claim(
-        self,
-        completions: Sequence[Completion],
-        worker_id: str,
-        *,
-        tasks: Sequence[str],
-        limit: int,
-        prefetch: timedelta = timedelta(0),
+    def _complete_and_claim(
+        self, completions: Sequence[Completion], ask: ClaimAsk
     ) -> tuple[list[bool], list[ClaimedFiring]]:
         """Both in one write transaction: one commit, one take of the writer lock."""
         with self.db.transaction() as tx:
             accepted = self._complete_in(tx, completions)
-            if limit <= 0 or not tasks:
+            if not ask.wants:
                 return accepted, []
-            rows, policies = self._claim_in(tx, worker_id, tasks, limit, prefetch)
+            rows, policies = self._claim_in(tx, ask)
         return accepted, codec.claimed_from_rows(rows, lambda r: policies[r["job_id"]])
 
-    def _claim_in(
-        self,
-        tx: SqliteTx,
-        worker_id: str,
-        tasks: Sequence[str],
-        limit: int,
-        prefetch: timedelta,
-    ) -> _Claimed:
+    def _claim_in(self, tx: SqliteTx, ask: ClaimAsk) -> _Claimed:
         """The claimed rows and their jobs' stored policies, as read in the transaction;
         the caller decodes them after the commit, outside the writer lock."""
-        until = tx.now_us + duration_us(prefetch)
-        rows = self._claim_rows(tx, worker_id, tasks, limit, until)
+        until = tx.now_us + duration_us(ask.prefetch)
+        rows = self._claim_rows(tx, ask.worker_id, ask.tasks, ask.limit, until)
         if not rows:
             return [], {}
         job_ids = json.dumps(sorted({r["job_id"] for r in rows}))

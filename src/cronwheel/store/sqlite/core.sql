@@ -25,19 +25,7 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value
 SELECT 1 AS one
 
 -- name: insert_job
--- A new job; a name its namespace has raises the unique violation (create_job).
-INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
-                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard,
-                  max_concurrency, overlap, max_buffer, cancel_grace_us, start_deadline_us,
-                  bounds, remaining_runs)
-VALUES (:namespace, :name, :task, :schedule, :payload, :policies, :spec_hash, :priority,
-        :max_attempts, :visibility_us, :paused, :next_fire_at, :now, :now, :shard,
-        :max_concurrency, :overlap, :max_buffer, :cancel_grace_us, :start_deadline_us,
-        :bounds, :remaining_runs)
-RETURNING *
-
--- name: insert_job_if_absent
--- upsert_job's create; nothing when the name exists. [jobs (namespace, name) unique]
+-- A new job; nothing when its namespace has the name. [jobs (namespace, name) unique]
 INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
                   max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard,
                   max_concurrency, overlap, max_buffer, cancel_grace_us, start_deadline_us,

@@ -83,8 +83,6 @@ class SqliteTx:
 class SqliteDb:
     """One connection per store object, shared by its threads under a lock."""
 
-    unique_violation: type[Exception] = sqlite3.IntegrityError
-
     def __init__(
         self,
         path: str,

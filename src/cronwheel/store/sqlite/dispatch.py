@@ -4,8 +4,10 @@ atomic step: the fence check, the cursor compare-and-swaps and the inserts."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from cronwheel import failpoints
 from cronwheel.domain.models import FiringId, JobSpec, Lease
@@ -14,7 +16,7 @@ from cronwheel.store import codec
 from cronwheel.store.codec import Row, opt_us, to_us
 from cronwheel.store.core import CoreStore, FairClocks, Tx
 from cronwheel.store.core.flows import job_exists
-from cronwheel.store.protocol import AddedFirings, EnqueueResult, JobAdvance
+from cronwheel.store.protocol import EnqueueResult, JobAdvance
 from cronwheel.store.sqlite.db import SqliteDb
 
 
@@ -44,74 +46,58 @@ class SqliteDispatch(CoreStore[SqliteDb]):
     def create_jobs(self, items: Sequence[tuple[JobSpec, datetime | None]]) -> int:
         rows = [codec.job_params(spec) | {"next_fire_at": opt_us(first)} for spec, first in items]
         with self.db.transaction() as tx:
-            try:
-                tx.many("insert_job_bulk", rows)
-            except self.db.unique_violation as exc:
+            before = tx.conn.total_changes
+            tx.many("insert_job", rows)  # ON CONFLICT DO NOTHING: count what was inserted
+            if tx.conn.total_changes - before != len(rows):
                 raise ConflictError(
-                    f"a job in the batch already exists ({exc})", field="name", code="job_exists"
-                ) from None
+                    "a job in the batch already exists (or the batch names one twice)",
+                    field="name",
+                    code="job_exists",
+                )
             tx.run("bump_jobs_version")
         return len(rows)
 
     def _enqueue_now_in(self, tx: Tx, spec: JobSpec) -> Row:
         try:
             job = tx.one("insert_now_job", codec.job_params(spec))
-        except self.db.unique_violation:
+        except sqlite3.IntegrityError:
             raise job_exists(spec) from None
         assert job is not None
         now = job["last_fired_at"]  # the unit of work's clock: the firing is due now
         clocks = _JobClocks(tx)
+        params = {"job_id": job["id"], "scheduled_for": now, "due_at": now}
         row = tx.one(
             "insert_job_firing",
-            {
-                "job_id": job["id"],
-                "scheduled_for": now,
-                "due_at": now,
-                "vdeadline": clocks.deadline(job["id"], now),
-                "note": None,
-                "overlap": None,
-            },
+            params | {"vdeadline": clocks.deadline(job["id"], now), "note": None, "overlap": None},
         )
         assert row is not None
         clocks.save()
         tx.wake_workers()
         return row
 
-    def add_firings(
-        self,
-        namespace: str,
-        name: str,
-        scheduled_for: Sequence[datetime],
-        *,
-        note: str,
-        overlap: str | None = None,
-    ) -> AddedFirings:
+    def _add_firings_in(
+        self, tx: Tx, namespace: str, name: str, instants: list[datetime], extra: dict[str, Any]
+    ) -> list[Row]:
+        job = tx.one("get_job", {"namespace": namespace, "name": name})
+        if job is None:
+            raise JobNotFoundError(f"no job named {name!r}", field="name")
+        clocks = _JobClocks(tx)
+        clock = tx.one("now")
+        assert clock is not None
         inserted = []
-        with self.db.transaction() as tx:
-            job = tx.one("get_job", {"namespace": namespace, "name": name})
-            if job is None:
-                raise JobNotFoundError(f"no job named {name!r}", field="name")
-            clocks = _JobClocks(tx)
-            for instant in scheduled_for:
-                at = to_us(instant)
-                due = max(at, tx.now_us)
-                row = tx.one(
-                    "insert_job_firing",
-                    {
-                        "job_id": job["id"],
-                        "scheduled_for": at,
-                        "due_at": due,
-                        "vdeadline": clocks.deadline(job["id"], due),
-                        "note": note,
-                        "overlap": overlap,
-                    },
-                )
-                if row is not None:
-                    inserted.append(codec.firing_from_row(row))
-            clocks.save()
-            if inserted:
-                tx.wake_workers()
-        return AddedFirings(inserted=inserted, duplicates=len(scheduled_for) - len(inserted))
+        for instant in instants:
+            at = to_us(instant)
+            due = max(at, clock["now"])
+            params = {"job_id": job["id"], "scheduled_for": at, "due_at": due} | extra
+            row = tx.one(
+                "insert_job_firing", params | {"vdeadline": clocks.deadline(job["id"], due)}
+            )
+            if row is not None:
+                inserted.append(row)
+        clocks.save()
+        if inserted:
+            tx.wake_workers()
+        return inserted
 
     def enqueue(self, lease: Lease, advances: Sequence[JobAdvance]) -> EnqueueResult:
         result = EnqueueResult()

@@ -2,16 +2,9 @@
 -- Instants are INTEGER microseconds UTC; `:now` is the unit of work's clock reading.
 -- Each block: what it does; [the index it relies on].
 
--- name: insert_job_bulk
--- create_jobs: one row of the bulk registration (executemany).
-INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
-                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard,
-                  max_concurrency, overlap, max_buffer, cancel_grace_us, start_deadline_us,
-                  bounds, remaining_runs)
-VALUES (:namespace, :name, :task, :schedule, :payload, :policies, :spec_hash, :priority,
-        :max_attempts, :visibility_us, :paused, :next_fire_at, :now, :now, :shard,
-        :max_concurrency, :overlap, :max_buffer, :cancel_grace_us, :start_deadline_us,
-        :bounds, :remaining_runs)
+-- name: now
+-- The unit of work's clock reading.
+SELECT :now AS now
 
 -- name: insert_now_job
 -- enqueue_now: the one-shot job, fired now (no cursor).
