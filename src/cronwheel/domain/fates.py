@@ -108,6 +108,7 @@ def _nominal(job: Job, since: datetime, until: datetime) -> Iterator[_Nominal]:
 _FIRING_FATES = {
     FiringState.SUCCEEDED: ("fired", "ran and succeeded"),
     FiringState.QUEUED: ("fired", "queued to run"),
+    FiringState.CLAIMED: ("fired", "held by a worker, not started yet"),
     FiringState.RUNNING: ("fired", "running"),
     FiringState.DEAD: ("failed", "ran and failed on every attempt (DEAD)"),
     FiringState.SKIPPED: ("skipped", "skipped by the overlap policy"),

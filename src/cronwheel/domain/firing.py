@@ -7,13 +7,20 @@ same table is repeated as comments in the store schemas.
 
 ::
 
-    SCHEDULED ──enqueue──▶ QUEUED ──claim──▶ RUNNING ──succeed──▶ SUCCEEDED
-        │                    │  ▲               │ ├──retry──▶ QUEUED (after backoff)
-        │                    │  ├─lease_expired─┘ └──fail───▶ DEAD   (no attempts left)
-        │                    │  └──────redrive────────────────── DEAD
-        └──────cancel────────┴──────▶ CANCELLED ◀── cancel_deadline / cancelled (cooperative stop)
-                             ├──skip──▶ SKIPPED   (overlap policy)
-                             └──miss──▶ MISSED    (start deadline or catch-up window passed)
+    SCHEDULED ─enqueue─▶ QUEUED ─claim─▶ CLAIMED ─start─▶ RUNNING ─succeed─▶ SUCCEEDED
+        │                  │ ▲ ▲            │ │               │ ├──retry──▶ QUEUED (backoff)
+        │                  │ │ └lease_expired┘ │               │ └──fail───▶ DEAD (no attempts left)
+        │                  │ └──lease_expired (not cancel-requested)──┘
+        │                  │ └──────redrive──────────────────────────────── DEAD
+        └──────cancel──────┴──────cancel────┴──▶ CANCELLED ◀── cancel deadline / cooperative
+                           ├──skip──▶ SKIPPED      stop / lease expired while cancel-requested
+                           └──miss──▶ MISSED   (start deadline or catch-up window passed)
+
+CLAIMED is a firing a worker holds but has not started (prefetched, claimed early for
+a crowd, or ahead of a free slot). It becomes RUNNING by a compare-and-swap at the
+moment its handler is about to be called; a cancel before that wins, and the handler
+never starts. A claim whose firings are due and have free slots claims and starts them
+in one transaction (both steps, one commit).
 
 ``FAILED`` is not a resting state: an attempt that fails either goes back to
 QUEUED (retries left) or to DEAD in the same transaction, so a crash can never
@@ -31,6 +38,7 @@ from cronwheel.errors import InvalidTransitionError
 class FiringState(StrEnum):
     SCHEDULED = "scheduled"
     QUEUED = "queued"
+    CLAIMED = "claimed"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     DEAD = "dead"
@@ -42,6 +50,7 @@ class FiringState(StrEnum):
 class FiringEvent(StrEnum):
     ENQUEUE = "enqueue"
     CLAIM = "claim"
+    START = "start"
     SUCCEED = "succeed"
     RETRY = "retry"
     FAIL = "fail"
@@ -59,7 +68,10 @@ TRANSITIONS: dict[tuple[FiringState, FiringEvent], FiringState] = {
     (S.SCHEDULED, E.CANCEL): S.CANCELLED,
     (S.SCHEDULED, E.SKIP): S.SKIPPED,
     (S.SCHEDULED, E.MISS): S.MISSED,
-    (S.QUEUED, E.CLAIM): S.RUNNING,
+    (S.QUEUED, E.CLAIM): S.CLAIMED,
+    (S.CLAIMED, E.START): S.RUNNING,
+    (S.CLAIMED, E.CANCEL): S.CANCELLED,
+    (S.CLAIMED, E.LEASE_EXPIRED): S.QUEUED,
     (S.QUEUED, E.CANCEL): S.CANCELLED,
     (S.QUEUED, E.SKIP): S.SKIPPED,
     (S.QUEUED, E.MISS): S.MISSED,
@@ -74,7 +86,7 @@ TRANSITIONS: dict[tuple[FiringState, FiringEvent], FiringState] = {
 TERMINAL_STATES: frozenset[FiringState] = frozenset(
     {S.SUCCEEDED, S.DEAD, S.CANCELLED, S.SKIPPED, S.MISSED}
 )
-ACTIVE_STATES: frozenset[FiringState] = frozenset({S.SCHEDULED, S.QUEUED, S.RUNNING})
+ACTIVE_STATES: frozenset[FiringState] = frozenset({S.SCHEDULED, S.QUEUED, S.CLAIMED, S.RUNNING})
 
 del S, E
 

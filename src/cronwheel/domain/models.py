@@ -366,6 +366,7 @@ class Firing:
     cancel_requested_at: datetime | None = None
     reason: str | None = None
     overlap_override: str | None = None
+    claimed_at: datetime | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -398,6 +399,7 @@ class Firing:
             "worker_id": self.worker_id,
             "enqueued_at": ts(self.enqueued_at),
             "enqueued_epoch": self.enqueued_epoch,
+            "claimed_at": ts(self.claimed_at),
             "started_at": ts(self.started_at),
             "finished_at": ts(self.finished_at),
             "lateness_ms": None if lateness is None else round(lateness.total_seconds() * 1000, 3),
@@ -416,6 +418,12 @@ class ClaimedFiring:
     claim_token: str
     lease_until: datetime
     policies: JobPolicies
+
+    @property
+    def started(self) -> bool:
+        """Claimed and started in one step (RUNNING); else held (CLAIMED) until the
+        worker's ``start`` succeeds."""
+        return self.firing.state is FiringState.RUNNING
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -202,6 +202,7 @@ def firing_from_row(row: Row) -> Firing:
         cancel_requested_at=opt_instant(row["cancel_requested_at"]),
         reason=row["reason"],
         overlap_override=row["overlap_override"],
+        claimed_at=opt_instant(row["claimed_at"]),
     )
 
 

@@ -224,15 +224,19 @@ class Store(Protocol):
         tasks: Sequence[str],
         limit: int,
         prefetch: timedelta = timedelta(0),
+        start: int | None = None,
     ) -> list[ClaimedFiring]:
         """Atomically take up to ``limit`` QUEUED firings of these tasks whose
-        ``due_at <= now + prefetch``, in virtual-deadline order: each becomes RUNNING with
-        attempt + 1, a fresh claim token, and ``lease_until = now + its visibility timeout``.
-        Safe against concurrent claimers (no firing is claimed twice).
+        ``due_at <= now + prefetch``, in virtual-deadline order: each becomes CLAIMED with
+        attempt + 1, a fresh claim token, ``claimed_at = now`` and ``lease_until = now +
+        its visibility timeout``. The first ``start`` of them (None: all), if due, also
+        start in the same transaction (RUNNING, ``started_at = now``): the caller runs
+        them as the claim returns; the others are held and wait for :meth:`start`. Safe against concurrent
+        claimers (no firing is claimed twice).
 
         In the same transaction the job policies apply (store/claiming.py): a firing
         whose start deadline passed becomes MISSED; a capped job (``max_concurrency``)
-        never has more RUNNING firings than its cap across all workers, and its due
+        never has more CLAIMED + RUNNING firings than its cap across all workers, and its due
         firings beyond the cap meet its overlap policy (SKIPPED, buffered, or the
         running ones cancelled/terminated). A capped job's firing is only taken once
         due (no prefetch), so the overlap decision is made at its instant."""
@@ -241,6 +245,12 @@ class Store(Protocol):
     def next_due_at(self) -> datetime | None:
         """The earliest ``due_at`` of a QUEUED firing that is not yet due (any task): a
         worker's wake-up hint, since a capped job's firing is claimed only at its instant."""
+        ...
+
+    def start(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
+        """Held firings start: CLAIMED -> RUNNING (CAS on the claim token), ``started_at =
+        now``. Returns the ones that started; a firing cancelled since its claim is not
+        among them and its handler must never be called."""
         ...
 
     def heartbeat(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
@@ -267,6 +277,7 @@ class Store(Protocol):
         tasks: Sequence[str],
         limit: int,
         prefetch: timedelta = timedelta(0),
+        start: int | None = None,
     ) -> tuple[list[bool], list[ClaimedFiring]]:
         """``complete(completions)`` then ``claim(...)``, with one commit where the store
         can: a busy worker reports what finished in the transaction that takes the next

@@ -61,12 +61,19 @@ _STATUS_WINDOW = timedelta(hours=1)
 @dataclass(frozen=True, slots=True)
 class ClaimAsk:
     """What a worker asks of a claim: up to ``limit`` queued firings of ``tasks`` due
-    within ``prefetch``, for ``worker_id``."""
+    within ``prefetch``, for ``worker_id``; the first ``start`` of them (None: all)
+    that are due start at once (RUNNING), the rest are held (CLAIMED)."""
 
     worker_id: str
     tasks: tuple[str, ...]
     limit: int
     prefetch: timedelta
+    start: int | None = None
+
+    @property
+    def starts(self) -> int:
+        """How many of the claim's first firings may start at once."""
+        return self.limit if self.start is None else min(self.start, self.limit)
 
     @property
     def wants(self) -> bool:
@@ -355,8 +362,9 @@ class CoreStore(Generic[D]):
         tasks: Sequence[str],
         limit: int,
         prefetch: timedelta = timedelta(0),
+        start: int | None = None,
     ) -> list[ClaimedFiring]:
-        ask = ClaimAsk(worker_id, tuple(tasks), limit, prefetch)
+        ask = ClaimAsk(worker_id, tuple(tasks), limit, prefetch, start)
         return self._claim(ask) if ask.wants else []
 
     def complete_and_claim(
@@ -367,10 +375,22 @@ class CoreStore(Generic[D]):
         tasks: Sequence[str],
         limit: int,
         prefetch: timedelta = timedelta(0),
+        start: int | None = None,
     ) -> tuple[list[bool], list[ClaimedFiring]]:
         """The completions and a claim, in one unit of work where the engine can."""
-        ask = ClaimAsk(worker_id, tuple(tasks), limit, prefetch)
+        ask = ClaimAsk(worker_id, tuple(tasks), limit, prefetch, start)
         return self._complete_and_claim(completions, ask)
+
+    def start(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
+        """Held firings start: each CLAIMED -> RUNNING by a compare-and-swap on its claim
+        token, ``started_at`` the store's clock. The ones that started; a firing
+        cancelled (or reclaimed) since its claim is not among them, and its handler
+        must not be called."""
+        if not claims:
+            return set()
+        batch = json.dumps([[fid, token] for fid, token in claims])
+        rows = self.db.write(lambda tx: tx.all("start", {"batch": batch}), atomic=False)
+        return {FiringId(r["id"]) for r in rows}
 
     # -- firings ------------------------------------------------------------------------
     def next_due_at(self) -> datetime | None:

@@ -135,6 +135,7 @@ class PgClaims(CoreStore[Database]):
             "claim_apply",
             {
                 "worker_id": params["worker_id"],
+                "start": params["start"],
                 "claim_ids": plan.claim,
                 "fate_ids": [f[0] for f in fates],
                 "fate_states": [f[1] for f in fates],
@@ -185,6 +186,7 @@ def _claim_params(ask: ClaimAsk, *, planned: bool = False) -> dict[str, Any]:
         "tasks": list(ask.tasks),
         "limit": limit,
         "prefetch": ask.prefetch,
+        "start": ask.starts,
         # Candidates scanned (and locked). The one-statement claim locks only the rows it
         # takes: a row lock is a heap write and a WAL record. The planned claim looks at a
         # few more than it may claim (some are skipped or held by a cap); each capped

@@ -21,19 +21,26 @@ WITH cand AS MATERIALIZED (
 simple AS (
     SELECT NOT coalesce(bool_or(planned), false) AS ok FROM cand
 ),
+pick AS MATERIALIZED (
+    -- the claim order; the first %(start)s, if due, start at once (RUNNING), the rest
+    -- are held (CLAIMED) until `start`
+    SELECT c.id, row_number() OVER (ORDER BY c.vdeadline) AS rn
+    FROM cand c WHERE (SELECT ok FROM simple)
+    ORDER BY c.vdeadline LIMIT %(limit)s
+),
 upd AS (
     UPDATE firings f
-    SET state = 'running',
+    SET state = CASE WHEN p.rn <= %(start)s AND f.due_at <= :now THEN 'running'
+                     ELSE 'claimed' END,
+        started_at = CASE WHEN p.rn <= %(start)s AND f.due_at <= :now THEN :now END,
         attempt = f.attempt + 1,
         claim_token = replace(gen_random_uuid()::text, '-', ''),
         worker_id = %(worker_id)s,
         lease_until = :now + f.visibility_us * interval '1 microsecond',
-        started_at = NULL,
+        claimed_at = :now,
         finished_at = NULL
-    FROM jobs j
-    WHERE f.id = ANY (ARRAY(SELECT c.id FROM cand c WHERE (SELECT ok FROM simple)
-                            ORDER BY c.vdeadline LIMIT %(limit)s))
-      AND j.id = f.job_id
+    FROM pick p, jobs j
+    WHERE f.id = ANY (ARRAY(SELECT id FROM pick)) AND p.id = f.id AND j.id = f.job_id
     RETURNING f.*, j.policies::text AS job_policies
 )
 SELECT s.ok AS simple, u.* FROM simple s LEFT JOIN upd u ON true
@@ -75,7 +82,7 @@ WITH due AS MATERIALIZED (
 ),
 run AS (
     SELECT job_id, count(*) AS n FROM firings
-    WHERE job_id = ANY (%(jobs)s::bigint[]) AND state = 'running'
+    WHERE job_id = ANY (%(jobs)s::bigint[]) AND state IN ('claimed', 'running')
     GROUP BY job_id
 )
 SELECT j.id AS job_id, coalesce(r.n, 0) AS running,
@@ -98,16 +105,22 @@ WITH fate AS (
 ),
 run AS MATERIALIZED (
     SELECT id, job_id FROM firings
-    WHERE job_id = ANY (%(stop_jobs)s::bigint[]) AND state = 'running'
+    WHERE job_id = ANY (%(stop_jobs)s::bigint[]) AND state IN ('claimed', 'running')
     ORDER BY id
     FOR UPDATE
 ),
 cancel AS (
+    -- running: asked to stop; held (claimed), never started: cancelled at once
     UPDATE firings f
-    SET cancel_requested_at = coalesce(f.cancel_requested_at, :now),
+    SET state = CASE WHEN f.state = 'claimed' THEN 'cancelled' ELSE f.state END,
+        finished_at = CASE WHEN f.state = 'claimed' THEN :now ELSE f.finished_at END,
+        claim_token = CASE WHEN f.state = 'claimed' THEN NULL ELSE f.claim_token END,
+        lease_until = CASE WHEN f.state = 'claimed' THEN NULL ELSE f.lease_until END,
+        cancel_requested_at = coalesce(f.cancel_requested_at, :now),
         reason = coalesce(f.reason, %(cancel_reason)s)
     FROM run r
-    WHERE f.id = r.id AND f.state = 'running' AND r.job_id = ANY (%(cancel_jobs)s::bigint[])
+    WHERE f.id = r.id AND f.state IN ('claimed', 'running')
+      AND r.job_id = ANY (%(cancel_jobs)s::bigint[])
 ),
 term AS (
     UPDATE firings f
@@ -115,18 +128,22 @@ term AS (
         claim_token = NULL, lease_until = NULL,
         cancel_requested_at = coalesce(f.cancel_requested_at, :now)
     FROM run r
-    WHERE f.id = r.id AND f.state = 'running' AND r.job_id = ANY (%(terminate_jobs)s::bigint[])
+    WHERE f.id = r.id AND f.state IN ('claimed', 'running')
+      AND r.job_id = ANY (%(terminate_jobs)s::bigint[])
 )
 UPDATE firings f
-SET state = 'running',
+SET state = CASE WHEN x.ord <= %(start)s AND f.due_at <= :now THEN 'running'
+                 ELSE 'claimed' END,
+    started_at = CASE WHEN x.ord <= %(start)s AND f.due_at <= :now THEN :now END,
     attempt = f.attempt + 1,
     claim_token = replace(gen_random_uuid()::text, '-', ''),
     worker_id = %(worker_id)s,
     lease_until = :now + f.visibility_us * interval '1 microsecond',
-    started_at = NULL,
+    claimed_at = :now,
     finished_at = NULL
-FROM jobs j
-WHERE f.id = ANY (%(claim_ids)s::bigint[]) AND f.state = 'queued' AND j.id = f.job_id
+FROM jobs j, unnest(%(claim_ids)s::bigint[]) WITH ORDINALITY AS x (id, ord)
+WHERE f.id = ANY (%(claim_ids)s::bigint[]) AND f.id = x.id AND f.state = 'queued'
+  AND j.id = f.job_id
 RETURNING f.*, j.policies::text AS job_policies
 
 -- name: mark_buffered
@@ -140,7 +157,8 @@ WHERE id = ANY (%(ids)s::bigint[]) AND state = 'queued'
 UPDATE firings f SET lease_until = :now + f.visibility_us * interval '1 microsecond'
 FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS c (id, token)
 WHERE f.id = ANY (%(ids)s::bigint[])
-  AND f.id = c.id AND f.claim_token = c.token AND (f.state = 'running') IS NOT FALSE
+  AND f.id = c.id AND f.claim_token = c.token
+  AND (f.state IN ('claimed', 'running')) IS NOT FALSE
 RETURNING f.id
 
 -- name: complete_batch
@@ -183,16 +201,17 @@ upd AS (
     -- entries included), for each batch. (state is NOT NULL: IS NOT FALSE is "=")
     WHERE f.id = ANY (ARRAY(SELECT c.id FROM c))
       AND f.id = c.id AND f.claim_token = c.token AND (f.state = 'running') IS NOT FALSE
-    RETURNING f.id, f.attempt, f.worker_id, c.ok, c.cancelled, c.started_at, c.finished_at,
-              c.error
+    RETURNING f.id, f.attempt, f.worker_id, f.claimed_at, c.ok, c.cancelled, c.started_at,
+              c.finished_at, c.error
 ),
 att AS (
-    INSERT INTO firing_attempts (firing_id, attempt, worker_id, started_at, finished_at,
-                                 outcome, error)
-    SELECT id, attempt, worker_id, started_at, finished_at, 'failed', error
+    INSERT INTO firing_attempts (firing_id, attempt, worker_id, claimed_at, started_at,
+                                 finished_at, outcome, error)
+    SELECT id, attempt, worker_id, claimed_at, started_at, finished_at, 'failed', error
     FROM upd WHERE NOT ok AND NOT cancelled
     ON CONFLICT (firing_id, attempt) DO UPDATE
-    SET worker_id = excluded.worker_id, started_at = excluded.started_at,
+    SET worker_id = excluded.worker_id, claimed_at = excluded.claimed_at,
+        started_at = excluded.started_at,
         finished_at = excluded.finished_at, outcome = excluded.outcome, error = excluded.error
 )
 SELECT id FROM upd

@@ -119,9 +119,9 @@ LIMIT %(limit)s
 SELECT * FROM job_events WHERE job_id = %(job_id)s ORDER BY id DESC LIMIT %(limit)s
 
 -- name: job_backlog
--- Queued and running firings per job of a namespace, most first.
+-- Queued, held and running firings per job of a namespace, most first.
 SELECT job_name, count(*) AS n FROM firings
-WHERE namespace = %(namespace)s AND state IN ('queued', 'running')
+WHERE namespace = %(namespace)s AND state IN ('queued', 'claimed', 'running')
 GROUP BY job_name
 ORDER BY n DESC, job_name
 LIMIT %(limit)s
@@ -186,10 +186,31 @@ SELECT * FROM firings WHERE id = %(id)s
 -- [firings_job_id for a job's firings, else the primary key]
 SELECT * FROM firings WHERE /*where*/ ORDER BY id DESC LIMIT %(limit)s
 
+-- name: start
+-- Held firings start: CLAIMED -> RUNNING, each a CAS on (claimed, claim token); a
+-- cancel since the claim makes it fail, and the handler is never called. %(batch)s is
+-- a JSON array of [id, token]; rows by primary key, the state test kept off the
+-- partial indexes (see complete_batch).
+WITH c AS (
+    SELECT (e ->> 0)::bigint AS id, e ->> 1 AS token
+    FROM json_array_elements(%(batch)s::json) AS e
+)
+UPDATE firings f
+SET state = 'running', started_at = :now,
+    lease_until = :now + f.visibility_us * interval '1 microsecond'
+FROM c
+WHERE f.id = ANY (ARRAY(SELECT id FROM c)) AND f.id = c.id AND f.claim_token = c.token
+  AND (f.state = 'claimed') IS NOT FALSE
+RETURNING f.id
+
 -- name: cancel_queued
--- A firing not yet claimed: cancelled at once.
-UPDATE firings SET state = 'cancelled', finished_at = :now, claim_token = NULL, lease_until = NULL
-WHERE id = %(id)s AND state IN ('scheduled', 'queued')
+-- A firing not yet started (queued, or held by a worker): cancelled at once; a held
+-- one's `start` then fails, so its handler is never called.
+UPDATE firings
+SET state = 'cancelled', finished_at = :now, claim_token = NULL, lease_until = NULL,
+    -- a held one's worker learns it from its cancel_requested poll and lets it go
+    cancel_requested_at = CASE WHEN state = 'claimed' THEN :now END
+WHERE id = %(id)s AND state IN ('scheduled', 'queued', 'claimed')
 RETURNING *
 
 -- name: cancel_running
@@ -232,9 +253,11 @@ SELECT * FROM nodes ORDER BY kind, id
 SELECT * FROM nodes WHERE heartbeat_at >= :now - %(within)s::interval ORDER BY kind, id
 
 -- name: status_counts
--- Queued and running now, and what finished within %(window)s. [firings_claim,
+-- Queued, claimed and running now, and what finished within %(window)s. [firings_claim,
 -- firings_lease, firings_finished]
 SELECT 'queued' AS state, count(*) AS n FROM firings WHERE state = 'queued'
+UNION ALL
+SELECT 'claimed', count(*) FROM firings WHERE state = 'claimed'
 UNION ALL
 SELECT 'running', count(*) FROM firings WHERE state = 'running'
 UNION ALL

@@ -184,38 +184,53 @@ SELECT ins.*, (SELECT pg_notify('cronwheel_work', '')::text) AS notified FROM in
 -- The reaper, one statement; each part is bounded by `limit` and passes over rows
 -- another transaction holds (SKIP LOCKED: it never waits, so it is never part of a
 -- lock cycle, and a later round picks the rows up).
--- 1. RUNNING firings whose claim lease expired: back to QUEUED, or DEAD when their
---    attempts are used up; the attempt is recorded as expired.
+-- 1. Held or running firings whose claim lease expired. Held (CLAIMED), never
+--    started: back to QUEUED as they were, the attempt given back. Running and asked
+--    to stop: CANCELLED, never run again. Otherwise back to QUEUED, or DEAD when their
+--    attempts are used up; a running attempt is recorded as expired.
 -- 2. RUNNING firings whose cancellation was requested longer than their job's
 --    cancel grace ago: CANCELLED, the lease revoked (a late result is rejected).
 -- 3. QUEUED firings past their job's start deadline: MISSED.
 WITH expired AS MATERIALIZED (
-    SELECT id FROM firings
-    WHERE state = 'running' AND lease_until < :now
+    SELECT id, state, cancel_requested_at IS NOT NULL AS stop, claimed_at FROM firings
+    WHERE state IN ('claimed', 'running') AND lease_until < :now
     ORDER BY lease_until
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
 upd AS (
     UPDATE firings f
-    SET state = CASE WHEN f.attempt >= f.max_attempts THEN 'dead' ELSE 'queued' END,
-        finished_at = CASE WHEN f.attempt >= f.max_attempts THEN :now ELSE NULL END,
-        vdeadline = :now + (f.vdeadline - f.due_at),
-        due_at = CASE WHEN f.attempt >= f.max_attempts THEN f.due_at ELSE :now END,
-        claim_token = NULL, lease_until = NULL,
-        error = 'lease expired: worker ' || coalesce(f.worker_id, '?') || ' stopped heartbeating'
+    SET state = CASE WHEN e.state = 'claimed' THEN 'queued'
+                     WHEN e.stop THEN 'cancelled'
+                     WHEN f.attempt >= f.max_attempts THEN 'dead' ELSE 'queued' END,
+        attempt = CASE WHEN e.state = 'claimed' THEN f.attempt - 1 ELSE f.attempt END,
+        finished_at = CASE WHEN e.state = 'running' AND (e.stop OR f.attempt >= f.max_attempts)
+                           THEN :now END,
+        vdeadline = CASE WHEN e.state = 'claimed' THEN f.vdeadline
+                         ELSE :now + (f.vdeadline - f.due_at) END,
+        due_at = CASE WHEN e.state = 'claimed' OR e.stop OR f.attempt >= f.max_attempts
+                      THEN f.due_at ELSE :now END,
+        claim_token = NULL, lease_until = NULL, claimed_at = NULL,
+        error = CASE WHEN e.state = 'claimed' THEN f.error
+                     ELSE 'lease expired: worker ' || coalesce(f.worker_id, '?')
+                          || ' stopped heartbeating' END,
+        reason = CASE WHEN e.state = 'running' AND e.stop
+                      THEN coalesce(f.reason, 'cancel requested; the worker stopped heartbeating')
+                      ELSE f.reason END
     FROM expired e
     WHERE f.id = e.id
-    RETURNING f.id, f.attempt, f.worker_id, f.started_at
+    RETURNING f.id, e.state AS held, f.attempt, f.worker_id, e.claimed_at, f.started_at
 ),
 att AS (
-    INSERT INTO firing_attempts (firing_id, attempt, worker_id, started_at, finished_at,
-                                 outcome, error)
-    SELECT id, attempt, worker_id, started_at, :now, 'lease_expired', 'lease expired'
-    FROM upd
+    INSERT INTO firing_attempts (firing_id, attempt, worker_id, claimed_at, started_at,
+                                 finished_at, outcome, error)
+    SELECT id, attempt, worker_id, claimed_at, started_at, :now, 'lease_expired',
+           'lease expired'
+    FROM upd WHERE held = 'running' -- a held firing never ran: no attempt
     ON CONFLICT (firing_id, attempt) DO UPDATE
-    SET worker_id = excluded.worker_id, started_at = excluded.started_at,
-        finished_at = excluded.finished_at, outcome = excluded.outcome, error = excluded.error
+    SET worker_id = excluded.worker_id, claimed_at = excluded.claimed_at,
+        started_at = excluded.started_at, finished_at = excluded.finished_at,
+        outcome = excluded.outcome, error = excluded.error
 ),
 graced AS MATERIALIZED (
     SELECT f.id FROM firings f JOIN jobs j ON j.id = f.job_id

@@ -251,3 +251,46 @@ BEGIN
     LIMIT p_limit;
 END
 $fn$;
+
+-- name: migration_8
+-- CLAIMED: a firing a worker holds but has not started (prefetched, claimed early for
+-- a crowd, or claimed ahead of a free slot). It becomes RUNNING by a compare-and-swap
+-- when its handler is about to be called (`start`), which a cancel in between makes
+-- fail: a cancelled CLAIMED firing never runs. The lease and per-job indexes cover
+-- both held states, and a buffered firing's cap counts both; claimed_at is when the
+-- worker took it.
+ALTER TABLE firings ADD COLUMN claimed_at timestamptz;
+ALTER TABLE firing_attempts ADD COLUMN claimed_at timestamptz;
+DROP INDEX firings_lease;
+CREATE INDEX firings_lease ON firings (lease_until) WHERE state IN ('claimed', 'running');
+DROP INDEX firings_running_job;
+CREATE INDEX firings_held_job ON firings (job_id) WHERE state IN ('claimed', 'running');
+CREATE OR REPLACE FUNCTION cronwheel_claim_scan(p_tasks text[], p_horizon timestamptz,
+                                                p_scan integer)
+RETURNS TABLE (id bigint, job_id bigint, vdeadline timestamptz, due_at timestamptz,
+               overlap_override text, max_concurrency integer, overlap text,
+               max_buffer integer, start_deadline_us bigint)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+SET enable_sort = off
+SET enable_bitmapscan = off
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $fn$
+BEGIN
+    RETURN QUERY
+    SELECT f.id, f.job_id, f.vdeadline, f.due_at, f.overlap_override,
+           j.max_concurrency, j.overlap, j.max_buffer, j.start_deadline_us
+    FROM firings f JOIN jobs j ON j.id = f.job_id
+    WHERE f.state = 'queued' AND f.due_at <= p_horizon AND f.task = ANY (p_tasks)
+      -- a buffered firing waits, unlooked-at, while its job is at its cap
+      AND NOT (f.buffered_at IS NOT NULL AND j.max_concurrency IS NOT NULL
+               AND (SELECT count(*) FROM firings r
+                    WHERE r.job_id = f.job_id AND r.state IN ('claimed', 'running'))
+                   >= j.max_concurrency)
+    ORDER BY f.vdeadline
+    LIMIT p_scan
+    FOR UPDATE OF f SKIP LOCKED;
+END
+$fn$;

@@ -41,27 +41,26 @@ class SqliteClaims(CoreStore[SqliteDb]):
         """The claimed rows and their jobs' stored policies, as read in the transaction;
         the caller decodes them after the commit, outside the writer lock."""
         until = tx.now_us + duration_us(ask.prefetch)
-        rows = self._claim_rows(tx, ask.worker_id, ask.tasks, ask.limit, until)
+        rows = self._claim_rows(tx, ask, until)
         if not rows:
             return [], {}
         job_ids = json.dumps(sorted({r["job_id"] for r in rows}))
         policies = {r[0]: r[1] for r in tx.all("job_policies", {"ids": job_ids})}
         return rows, policies
 
-    def _claim_rows(
-        self, tx: SqliteTx, worker_id: str, tasks: Sequence[str], limit: int, until: int
-    ) -> Sequence[codec.Row]:
+    def _claim_rows(self, tx: SqliteTx, ask: ClaimAsk, until: int) -> Sequence[codec.Row]:
         """Inside the claim transaction (SQLite's writer lock makes it atomic): plan with
         the overlap policies, apply the fates, claim the chosen firings."""
         now = tx.now_us
         found = tx.all(
             "claim_candidates",
             # a few more than the claim may take: some may be skipped or held by a cap
-            {"until": until, "tasks": json.dumps(list(tasks)), "scan": limit + 32},
+            {"until": until, "tasks": json.dumps(list(ask.tasks)), "scan": ask.limit + 32},
         )
+        limit = ask.limit
         if all(r["unpolicied"] and not r["deadline_passed"] for r in found[:limit]):
             # the common case: nothing to decide before the claim is full
-            return self._claim_ids(tx, [r["id"] for r in found[:limit]], worker_id)
+            return self._claim_ids(tx, [r["id"] for r in found[:limit]], ask)
         candidates: list[Candidate[int, int]] = []
         early: list[Candidate[int, int]] = []
         for r in found:
@@ -99,12 +98,13 @@ class SqliteClaims(CoreStore[SqliteDb]):
                 "terminate_running_of_job",
                 {"job_id": job_id, "reason": "terminated by overlap policy terminate_other"},
             )
-        return self._claim_ids(tx, plan.claim, worker_id)
+        return self._claim_ids(tx, plan.claim, ask)
 
-    def _claim_ids(self, tx: SqliteTx, ids: list[int], worker_id: str) -> Sequence[codec.Row]:
+    def _claim_ids(self, tx: SqliteTx, ids: list[int], ask: ClaimAsk) -> Sequence[codec.Row]:
         if not ids:
             return []
-        return tx.all("claim_ids", {"ids": json.dumps(ids), "worker_id": worker_id})
+        params = {"ids": json.dumps(ids), "worker_id": ask.worker_id, "start": ask.starts}
+        return tx.all("claim_ids", params)
 
     def heartbeat(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
         if not claims:
@@ -156,6 +156,7 @@ class SqliteClaims(CoreStore[SqliteDb]):
                             "firing_id": c.firing_id,
                             "attempt": row["attempt"],
                             "worker_id": row["worker_id"],
+                            "claimed_at": row["claimed_at"],
                             "started_at": params["started_at"],
                             "finished_at": params["finished_at"],
                             "outcome": "failed",

@@ -16,17 +16,26 @@ WHERE f.state = 'queued' AND f.due_at <= :until
   AND f.task IN (SELECT value FROM json_each(:tasks))
   AND NOT (f.buffered_at IS NOT NULL AND j.max_concurrency IS NOT NULL
            AND (SELECT count(*) FROM firings r
-                WHERE r.job_id = f.job_id AND r.state = 'running') >= j.max_concurrency)
+                WHERE r.job_id = f.job_id AND r.state IN ('claimed', 'running'))
+               >= j.max_concurrency)
 ORDER BY f.vdeadline
 LIMIT :scan
 
 -- name: claim_ids
--- The chosen firings claimed: a fresh claim token and a visibility lease each.
+-- The chosen firings claimed, in plan order (the JSON array's keys): a fresh claim
+-- token and a visibility lease each. The first :start of them, if due, start at once
+-- (RUNNING: the worker calls their handlers as this returns); the others are held
+-- (CLAIMED) until `start`. The attempt is counted at the claim (a held firing whose
+-- lease expires gives it back: expire_claim).
 UPDATE firings
-SET state = 'running', attempt = attempt + 1, claim_token = lower(hex(randomblob(16))),
-    worker_id = :worker_id, lease_until = :now + visibility_us, started_at = NULL,
+SET state = CASE WHEN c.key < :start AND firings.due_at <= :now THEN 'running'
+                 ELSE 'claimed' END,
+    started_at = CASE WHEN c.key < :start AND firings.due_at <= :now THEN :now END,
+    attempt = attempt + 1, claim_token = lower(hex(randomblob(16))),
+    worker_id = :worker_id, lease_until = :now + visibility_us, claimed_at = :now,
     finished_at = NULL
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'queued'
+FROM json_each(:ids) AS c
+WHERE firings.id = c.value AND firings.state = 'queued'
 RETURNING *
 
 -- name: job_policies
@@ -34,8 +43,8 @@ RETURNING *
 SELECT id, policies FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
 
 -- name: running_count
--- A capped job's running firings. [firings_running_job]
-SELECT count(*) AS n FROM firings WHERE job_id = :job_id AND state = 'running'
+-- A capped job's held firings (claimed or running): what its cap counts. [firings_held_job]
+SELECT count(*) AS n FROM firings WHERE job_id = :job_id AND state IN ('claimed', 'running')
 
 -- name: due_queued_of_job
 -- A capped job's due queued firings, oldest first. [firings_queued_job]
@@ -56,23 +65,30 @@ UPDATE firings SET buffered_at = coalesce(buffered_at, :now)
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'queued'
 
 -- name: cancel_running_of_job
--- cancel_other: the job's running firings asked to stop. [firings_running_job]
-UPDATE firings SET cancel_requested_at = coalesce(cancel_requested_at, :now),
-                   reason = coalesce(reason, :reason)
-WHERE job_id = :job_id AND state = 'running'
+-- cancel_other: the job's running firings asked to stop; its held (claimed) ones,
+-- never started, cancelled at once. [firings_held_job]
+UPDATE firings
+SET state = CASE WHEN state = 'claimed' THEN 'cancelled' ELSE state END,
+    finished_at = CASE WHEN state = 'claimed' THEN :now ELSE finished_at END,
+    claim_token = CASE WHEN state = 'claimed' THEN NULL ELSE claim_token END,
+    lease_until = CASE WHEN state = 'claimed' THEN NULL ELSE lease_until END,
+    cancel_requested_at = coalesce(cancel_requested_at, :now),
+    reason = coalesce(reason, :reason)
+WHERE job_id = :job_id AND state IN ('claimed', 'running')
 
 -- name: terminate_running_of_job
--- terminate_other: the job's running firings ended cancelled, their leases
--- revoked. [firings_running_job]
+-- terminate_other: the job's held and running firings ended cancelled, their leases
+-- revoked (a late result is rejected). [firings_held_job]
 UPDATE firings
 SET state = 'cancelled', reason = :reason, finished_at = :now, claim_token = NULL,
     lease_until = NULL, cancel_requested_at = coalesce(cancel_requested_at, :now)
-WHERE job_id = :job_id AND state = 'running'
+WHERE job_id = :job_id AND state IN ('claimed', 'running')
 
 -- name: heartbeat
--- A claim's lease renewed, if this claim token still holds it. [firings primary key]
+-- A held or running claim's lease renewed, if this claim token still holds it.
+-- [firings primary key]
 UPDATE firings SET lease_until = :now + visibility_us
-WHERE id = :id AND claim_token = :token AND state = 'running'
+WHERE id = :id AND claim_token = :token AND state IN ('claimed', 'running')
 
 -- name: complete_successes
 -- Many successes in one statement: :batch is a JSON array of
@@ -97,7 +113,7 @@ SET state = CASE WHEN :retry_at IS NOT NULL AND attempt < max_attempts THEN 'que
     finished_at = CASE WHEN :retry_at IS NOT NULL AND attempt < max_attempts THEN NULL ELSE :finished_at END,
     started_at = :started_at, claim_token = NULL, lease_until = NULL, error = :error
 WHERE id = :id AND claim_token = :token AND state = 'running'
-RETURNING attempt, worker_id
+RETURNING attempt, worker_id, claimed_at
 
 -- name: complete_cancelled
 -- A handler that stopped on a cancellation request: cancelled.

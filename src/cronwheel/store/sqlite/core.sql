@@ -106,9 +106,9 @@ LIMIT :limit
 SELECT * FROM job_events WHERE job_id = :job_id ORDER BY id DESC LIMIT :limit
 
 -- name: job_backlog
--- Queued and running firings per job of a namespace, most first.
+-- Queued, held and running firings per job of a namespace, most first.
 SELECT job_name, count(*) AS n FROM firings
-WHERE namespace = :namespace AND state IN ('queued', 'running')
+WHERE namespace = :namespace AND state IN ('queued', 'claimed', 'running')
 GROUP BY job_name
 ORDER BY n DESC, job_name
 LIMIT :limit
@@ -171,11 +171,25 @@ SELECT * FROM firings WHERE id = :id
 -- [firings_job_id for a job's firings, else the primary key]
 SELECT * FROM firings WHERE /*where*/ ORDER BY id DESC LIMIT :limit
 
--- name: cancel_queued
--- A firing not yet claimed: cancelled at once.
+-- name: start
+-- Held firings start: CLAIMED -> RUNNING, each a CAS on (claimed, claim token); a
+-- cancel since the claim makes it fail, and the handler is never called.
+-- :batch is a JSON array of [id, token]. [firings primary key]
 UPDATE firings
-SET state = 'cancelled', finished_at = :now, claim_token = NULL, lease_until = NULL
-WHERE id = :id AND state IN ('scheduled', 'queued')
+SET state = 'running', started_at = :now, lease_until = :now + visibility_us
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token
+      FROM json_each(:batch)) AS c
+WHERE firings.id = c.id AND firings.claim_token = c.token AND firings.state = 'claimed'
+RETURNING firings.id
+
+-- name: cancel_queued
+-- A firing not yet started (queued, or held by a worker): cancelled at once; a held
+-- one's `start` then fails, so its handler is never called.
+UPDATE firings
+SET state = 'cancelled', finished_at = :now, claim_token = NULL, lease_until = NULL,
+    -- a held one's worker learns it from its cancel_requested poll and lets it go
+    cancel_requested_at = CASE WHEN state = 'claimed' THEN :now END
+WHERE id = :id AND state IN ('scheduled', 'queued', 'claimed')
 RETURNING *
 
 -- name: cancel_running
@@ -217,9 +231,11 @@ SELECT * FROM nodes ORDER BY kind, id
 SELECT * FROM nodes WHERE heartbeat_at >= :now - :within ORDER BY kind, id
 
 -- name: status_counts
--- Queued and running now, and what finished within :window. [firings_claim,
+-- Queued, claimed and running now, and what finished within :window. [firings_claim,
 -- firings_lease, firings_finished]
 SELECT 'queued' AS state, count(*) AS n FROM firings WHERE state = 'queued'
+UNION ALL
+SELECT 'claimed', count(*) FROM firings WHERE state = 'claimed'
 UNION ALL
 SELECT 'running', count(*) FROM firings WHERE state = 'running'
 UNION ALL

@@ -168,14 +168,17 @@ class SqliteDispatch(CoreStore[SqliteDb]):
         with self.db.transaction() as tx:
             n = 0
             for row in tx.all("expired_claims", {"limit": limit}):
-                if tx.run("expire_claim", {"id": row["id"]}):
-                    n += 1
+                if not tx.run("expire_claim", {"id": row["id"]}):
+                    continue
+                n += 1
+                if row["state"] == "running":  # a held firing never ran: no attempt
                     tx.run(
                         "insert_attempt",
                         {
                             "firing_id": row["id"],
                             "attempt": row["attempt"],
                             "worker_id": row["worker_id"],
+                            "claimed_at": row["claimed_at"],
                             "started_at": row["started_at"],
                             "finished_at": tx.now_us,
                             "outcome": "lease_expired",

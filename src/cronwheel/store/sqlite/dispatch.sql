@@ -75,27 +75,44 @@ INSERT INTO fair_clocks (namespace, vclock) VALUES (:namespace, :vclock)
 ON CONFLICT (namespace) DO UPDATE SET vclock = max(vclock, excluded.vclock)
 
 -- name: expired_claims
--- The reaper: running firings whose claim lease expired, oldest first. [firings_lease]
-SELECT id, attempt, max_attempts, worker_id, started_at FROM firings
-WHERE state = 'running' AND lease_until < :now
+-- The reaper: held or running firings whose claim lease expired, oldest first.
+-- [firings_lease]
+SELECT id, state, attempt, worker_id, claimed_at, started_at FROM firings
+WHERE state IN ('claimed', 'running') AND lease_until < :now
 ORDER BY lease_until
 LIMIT :limit
 
 -- name: expire_claim
--- One expired claim back to queued (due now), or dead when its attempts are used up.
+-- One expired claim. Held, never started: back to queued as it was, its attempt given
+-- back. Running and asked to stop: cancelled, never run again. Otherwise back to
+-- queued (due now), or dead when its attempts are used up. Every SET sees the old row.
 UPDATE firings
-SET state = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'queued' END,
-    finished_at = CASE WHEN attempt >= max_attempts THEN :now ELSE NULL END,
-    vdeadline = :now + (vdeadline - due_at),
-    due_at = CASE WHEN attempt >= max_attempts THEN due_at ELSE :now END,
-    claim_token = NULL, lease_until = NULL,
-    error = 'lease expired: worker ' || coalesce(worker_id, '?') || ' stopped heartbeating'
-WHERE id = :id AND state = 'running' AND lease_until < :now
+SET state = CASE WHEN state = 'claimed' THEN 'queued'
+                 WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+                 WHEN attempt >= max_attempts THEN 'dead' ELSE 'queued' END,
+    attempt = CASE WHEN state = 'claimed' THEN attempt - 1 ELSE attempt END,
+    finished_at = CASE WHEN state = 'running'
+                            AND (cancel_requested_at IS NOT NULL OR attempt >= max_attempts)
+                       THEN :now END,
+    vdeadline = CASE WHEN state = 'claimed' THEN vdeadline
+                     ELSE :now + (vdeadline - due_at) END,
+    due_at = CASE WHEN state = 'claimed' OR attempt >= max_attempts
+                       OR cancel_requested_at IS NOT NULL THEN due_at ELSE :now END,
+    claim_token = NULL, lease_until = NULL, claimed_at = NULL,
+    error = CASE WHEN state = 'claimed' THEN error
+                 ELSE 'lease expired: worker ' || coalesce(worker_id, '?')
+                      || ' stopped heartbeating' END,
+    reason = CASE WHEN state = 'running' AND cancel_requested_at IS NOT NULL
+                  THEN coalesce(reason, 'cancel requested; the worker stopped heartbeating')
+                  ELSE reason END
+WHERE id = :id AND state IN ('claimed', 'running') AND lease_until < :now
 
 -- name: insert_attempt
 -- One attempt's record (expired, failed). [firing_attempts primary key]
-INSERT OR REPLACE INTO firing_attempts (firing_id, attempt, worker_id, started_at, finished_at, outcome, error)
-VALUES (:firing_id, :attempt, :worker_id, :started_at, :finished_at, :outcome, :error)
+INSERT OR REPLACE INTO firing_attempts (firing_id, attempt, worker_id, claimed_at, started_at,
+                                        finished_at, outcome, error)
+VALUES (:firing_id, :attempt, :worker_id, :claimed_at, :started_at, :finished_at, :outcome,
+        :error)
 
 -- name: cancel_deadline_passed
 -- The reaper: running firings asked to stop longer than their job's cancel grace

@@ -179,3 +179,16 @@ CREATE INDEX firings_queued_due ON firings (due_at) WHERE state = 'queued' AND b
 -- name: migration_7
 -- The reaper's start-deadline pass starts from the jobs that have one (see requeue_expired).
 CREATE INDEX jobs_start_deadline ON jobs (id) WHERE start_deadline_us IS NOT NULL;
+
+-- name: migration_8
+-- CLAIMED: a firing a worker holds but has not started (prefetched, claimed early for
+-- a crowd, or claimed ahead of a free slot). It becomes RUNNING by a compare-and-swap
+-- when its handler is about to be called (`start`), which a cancel in between makes
+-- fail: a cancelled CLAIMED firing never runs. The lease and per-job indexes cover
+-- both held states; claimed_at is when the worker took it.
+ALTER TABLE firings ADD COLUMN claimed_at INTEGER;
+ALTER TABLE firing_attempts ADD COLUMN claimed_at INTEGER;
+DROP INDEX firings_lease;
+CREATE INDEX firings_lease ON firings (lease_until) WHERE state IN ('claimed', 'running');
+DROP INDEX firings_running_job;
+CREATE INDEX firings_held_job ON firings (job_id) WHERE state IN ('claimed', 'running');
