@@ -224,7 +224,8 @@ RETURNING *
 UPDATE firings
 SET state = 'queued', due_at = :now, vdeadline = :now + (vdeadline - due_at),
     max_attempts = attempt + (SELECT max_attempts FROM jobs WHERE jobs.id = firings.job_id),
-    finished_at = NULL, claim_token = NULL, lease_until = NULL
+    finished_at = NULL, claim_token = NULL, lease_until = NULL, claimed_at = NULL,
+    cancel_requested_at = NULL  -- an old attempt's cancel request is not this one's
 WHERE id = %(id)s AND state = 'dead'
 RETURNING *
 
