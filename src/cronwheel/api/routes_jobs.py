@@ -30,7 +30,7 @@ from cronwheel.api.schemas import (
     JobState,
     TriggerIn,
 )
-from cronwheel.app import spec_first_fire_at
+from cronwheel.domain.jobs import spec_first_fire_at
 from cronwheel.domain.models import Job, JobSpec
 from cronwheel.domain.policies import instants_between
 from cronwheel.errors import ConflictError, JobNotFoundError, ValidationError
