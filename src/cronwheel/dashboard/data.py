@@ -23,6 +23,7 @@ from cronwheel.lateness import (
     percentile,
 )
 from cronwheel.store.protocol import ApiStore, StoreStatus
+from cronwheel.wire import job_state
 
 from .words import cron_words
 
@@ -101,12 +102,6 @@ def dst_policy(job: Job) -> str | None:
     if isinstance(schedule, CronSchedule):
         return f"DST {schedule.gap}/{schedule.overlap}"
     return None
-
-
-def job_state(job: Job) -> str:
-    if job.paused:
-        return "paused"
-    return "active" if job.next_fire_at is not None else "done"
 
 
 # -- upcoming firings with DST notes -----------------------------------------------------

@@ -36,6 +36,9 @@ from cronwheel.domain.models import (
     NodeInfo,
 )
 from cronwheel.domain.policies import MissedRange
+from cronwheel.domain.results import (  # re-exported: the stores import it from here
+    CancelResult as CancelResult,  # noqa: PLC0414
+)
 from cronwheel.wakeup import Wakeup
 
 DISPATCHER_LEASE = "dispatcher"
@@ -86,12 +89,6 @@ class Completion:
     error: str | None = None
     retry_at: datetime | None = None  # when to try again (None: no retry, go DEAD)
     cancelled: bool = False  # the handler stopped on a cancellation request: CANCELLED
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CancelResult:
-    outcome: str  # "cancelled" | "cancel_requested" | "already_final"
-    firing: Firing
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
