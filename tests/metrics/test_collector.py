@@ -18,15 +18,15 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
 from cronwheel import metrics
-from cronwheel.api import create_app
-from cronwheel.api.tokens import issue_token
 from cronwheel.domain.clock import FakeClock
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import ClaimedFiring, Firing, FiringId, NodeInfo
 from cronwheel.errors import FiringNotFoundError, StoreUnavailableError
 from cronwheel.metrics import ClusterCollector, FiringTally
+from cronwheel.server import create_app
 from cronwheel.store.protocol import DISPATCHER_LEASE
 from cronwheel.store.sqlite import SqliteStore
+from cronwheel.web.tokens import issue_token
 
 from .helpers import T0, claim_all, finish, make_store, queue, samples, value
 
