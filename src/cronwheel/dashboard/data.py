@@ -14,7 +14,7 @@ from cronwheel.domain.fates import explain
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import Firing, Job, JobId
 from cronwheel.domain.schedules import CronSchedule
-from cronwheel.lateness import (
+from cronwheel.observability.lateness import (
     BUCKETS_S,
     STARTED_STATES,
     first_attempt_lateness_s,

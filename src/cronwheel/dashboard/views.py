@@ -29,7 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from cronwheel.domain.models import FiringId, JobId
 from cronwheel.errors import NotFoundError
-from cronwheel.metrics import ClusterCollector
+from cronwheel.observability.cluster import ClusterCollector
 from cronwheel.web.auth import (
     ANONYMOUS,
     Principal,
@@ -319,7 +319,7 @@ def logout() -> Response:
 # -- Prometheus -----------------------------------------------------------------------------------
 @router.get("/metrics")
 def metrics(request: Request) -> Response:
-    """The cluster's metrics in the Prometheus text format (see cronwheel.metrics)."""
+    """The cluster's metrics in the Prometheus text format (see observability.cluster)."""
     if request.app.state.auth_required:
         who = viewer(request) if request.headers.get("authorization") else None
         if who is None or not who.can("admin"):

@@ -33,21 +33,19 @@ from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
 
-import structlog
-
-from cronwheel import failpoints, metrics
+from cronwheel import failpoints
 from cronwheel.domain.clock import Clock
 from cronwheel.domain.models import ClaimedFiring, Firing, FiringId, NodeInfo
 from cronwheel.domain.policies import retry_backoff
 from cronwheel.errors import CronwheelError, StoreUnavailableError
 from cronwheel.signals import Cancel, Retry
-from cronwheel.store.protocol import Completion, Store
+from cronwheel.store.protocol import Completion, WorkerPort
 from cronwheel.worker.context import Context, make_context
+from cronwheel.worker.events import QuietWorkerEvents, WorkerEvents
 from cronwheel.worker.registry import TaskRegistry
 from cronwheel.worker.slots import Slots
 from cronwheel.worker.threads import HandlerThreads
 
-log = structlog.get_logger("cronwheel.worker")
 T = TypeVar("T")
 _ERROR_MAX = 8000
 
@@ -86,15 +84,18 @@ def make_worker_id() -> str:
 class Worker:
     def __init__(
         self,
-        store: Store,
+        store: WorkerPort,
         registry: TaskRegistry,
         clock: Clock,
         *,
         config: WorkerConfig | None = None,
         worker_id: str | None = None,
         rng: random.Random | None = None,
+        events: WorkerEvents | None = None,
     ) -> None:
+        """``events`` receives what happens (metrics, logs); by default nothing does."""
         self.store = store
+        self.events: WorkerEvents = events or QuietWorkerEvents()
         self.registry = registry
         self.clock = clock
         self.config = config or WorkerConfig()
@@ -157,13 +158,7 @@ class Worker:
         timeout_s = None if timeout is None else timeout.total_seconds()
         started = self.clock.now()
         lateness_ms = (started - firing.scheduled_for).total_seconds() * 1000
-        log.info(
-            "firing_started",
-            job=firing.job_name,
-            firing_id=firing.id,
-            attempt=firing.attempt,
-            lateness_ms=round(lateness_ms, 3),
-        )
+        self.events.firing_started(firing, lateness_ms)
         error: str | None = None
         cancelled = False
         retry_after: timedelta | None = None
@@ -187,8 +182,7 @@ class Worker:
             error = traceback.format_exc()[-_ERROR_MAX:]
         finished = self.clock.now()
         if cancelled:
-            log.info("firing_cancelled", job=firing.job_name, firing_id=firing.id)
-            metrics.attempt_finished("cancelled")
+            self.events.firing_cancelled(firing)
             return Completion(
                 firing_id=firing.id,
                 claim_token=claim.claim_token,
@@ -201,13 +195,8 @@ class Worker:
         if error is None:
             self.stats.succeeded += 1
             self.stats.lateness_ms.append(lateness_ms)
-            metrics.attempt_finished("succeeded", firing, lateness_ms)
-            log.info(
-                "firing_succeeded",
-                job=firing.job_name,
-                firing_id=firing.id,
-                lateness_ms=round(lateness_ms, 3),
-                duration_ms=round((finished - started).total_seconds() * 1000, 3),
+            self.events.firing_succeeded(
+                firing, lateness_ms, (finished - started).total_seconds() * 1000
             )
             return Completion(
                 firing_id=firing.id,
@@ -217,7 +206,6 @@ class Worker:
                 finished_at=finished,
             )
         self.stats.failed += 1
-        metrics.attempt_finished("failed")
         retry_at = None
         if firing.attempt < firing.max_attempts:
             p = claim.policies
@@ -228,14 +216,8 @@ class Worker:
                     firing.attempt, base=p.retry_backoff, maximum=p.retry_backoff_max, rng=self._rng
                 )
             )
-        log.warning(
-            "firing_failed",
-            job=firing.job_name,
-            firing_id=firing.id,
-            attempt=firing.attempt,
-            max_attempts=firing.max_attempts,
-            retry_at=None if retry_at is None else retry_at.isoformat(),
-            error=error.strip().splitlines()[-1] if error.strip() else error,
+        self.events.firing_failed(
+            firing, retry_at, error.strip().splitlines()[-1] if error.strip() else error
         )
         return Completion(
             firing_id=firing.id,
@@ -323,12 +305,7 @@ class Worker:
         for completion, ok in zip(batch, accepted, strict=True):
             if not ok:
                 self.stats.rejected += 1
-                metrics.completion_rejected()
-                log.warning(
-                    "completion_rejected",
-                    firing_id=completion.firing_id,
-                    reason="claim no longer held (lease expired or cancelled)",
-                )
+                self.events.completion_rejected(completion.firing_id)
 
     # -- test/driver helper ---------------------------------------------------------------
     async def drain_once(self) -> int:
@@ -341,7 +318,7 @@ class Worker:
             prefetch=timedelta(0),
         )
         self.stats.claimed += len(claims)
-        metrics.claimed(claims)
+        self.events.claimed(claims)
         await asyncio.gather(*(self._execute_and_report(c) for c in claims))
         await self.flush()
         return len(claims)
@@ -372,12 +349,7 @@ class Worker:
             info={"tasks": self.registry.names(), "concurrency": self.config.concurrency},
         )
         await self._call(self.store.register_node, node)
-        log.info(
-            "worker_started",
-            worker_id=self.worker_id,
-            tasks=self.registry.names(),
-            concurrency=self.config.concurrency,
-        )
+        self.events.worker_started(self.worker_id, self.registry.names(), self.config.concurrency)
         loops = [
             asyncio.create_task(self._heartbeat_loop(stop)),
             asyncio.create_task(self._flush_loop(stop)),
@@ -401,7 +373,7 @@ class Worker:
             self._db.shutdown(wait=False)
             self._db_out.shutdown(wait=False)
             self._threads.shutdown()
-            log.info("worker_stopped", worker_id=self.worker_id)
+            self.events.worker_stopped(self.worker_id)
 
     async def _claim_loop(
         self, stop: asyncio.Event, rung: asyncio.Event, running: set[asyncio.Task[None]]
@@ -437,8 +409,7 @@ class Worker:
                         self._give_back(done)
                     if not isinstance(exc, StoreUnavailableError):
                         raise
-                    log.warning("store_unavailable", error=str(exc), retry_in_s=backoff)
-                    metrics.store_error()
+                    self.events.store_unavailable(str(exc), backoff)
                     await _wait_any([stop.wait()], backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
@@ -447,7 +418,7 @@ class Worker:
                 if claimed:
                     failpoints.hit("worker.after_claim")
                 self.stats.claimed += claimed
-                metrics.claimed(claims)
+                self.events.claimed(claims)
                 for claim in claims:
                     # register before the task starts so `free` is right on the next pass
                     task = asyncio.create_task(self._execute_and_report(claim))
@@ -531,8 +502,7 @@ class Worker:
             try:
                 await self.flush()
             except StoreUnavailableError as exc:
-                log.warning("store_unavailable", error=str(exc))
-                metrics.store_error()
+                self.events.store_unavailable(str(exc))
                 await asyncio.sleep(0.5)
                 self._completions_ready.set()
 
@@ -569,7 +539,7 @@ class Worker:
                     for fid, _ in claims:
                         if fid not in lost and fid in self._renewed:
                             self._renewed[fid] = beat_at
-                    metrics.claims_renewed(len(claims) - len(lost))
+                    self.events.claims_renewed(len(claims) - len(lost))
                     cancelled = await self._call(self.store.cancel_requested, claims)
                     for fid in lost | cancelled:
                         entry = self._active.get(fid)
@@ -577,15 +547,13 @@ class Worker:
                             entry[1].request_cancel()
                             if fid in lost:
                                 self.stats.lost_claims += 1
-                                metrics.claim_lost()
-                                log.warning("claim_lost", firing_id=fid)
+                                self.events.claim_lost(fid)
                 mono = self.clock.monotonic()
                 if mono >= next_node_beat:
                     next_node_beat = mono + self.config.node_heartbeat.total_seconds()
                     await self._call(self.store.heartbeat_node, self.worker_id)
             except StoreUnavailableError as exc:
-                log.warning("store_unavailable", error=str(exc))
-                metrics.store_error()
+                self.events.store_unavailable(str(exc))
 
 
 async def _wait_any(aws: list[Any], timeout: float) -> None:
