@@ -66,7 +66,7 @@ def load_task_file(app: App, path: str) -> TaskKinds:
     """
     from cronwheel.worker.kinds import load_tasks, register_tasks
 
-    return register_tasks(app, load_tasks(path))
+    return register_tasks(app.registry, load_tasks(path))
 
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
