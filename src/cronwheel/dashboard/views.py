@@ -42,7 +42,7 @@ from cronwheel.web.auth import (
 )
 from cronwheel.web.errors import error_body
 
-from . import data
+from . import charts, data
 
 STATIC = Path(__file__).parent / "static"
 SECURITY_HEADERS = {
@@ -156,7 +156,7 @@ def index(request: Request) -> Response:
         states=data.FILTER_STATES,
         state=state,
         job_filter=job_id,
-        charts=data.charts(store, who.namespace),
+        charts=charts.charts(store, who.namespace),
         **_base(request, who),
     )
 
@@ -269,7 +269,7 @@ def lateness_fragment(request: Request) -> Response:
     who = viewer(request)
     if who is None:
         return _login_needed(request)
-    return render("lateness.html", charts=data.charts(store_of(request), who.namespace))
+    return render("lateness.html", charts=charts.charts(store_of(request), who.namespace))
 
 
 @router.get("/ui/f/firings/{firing_id}")
