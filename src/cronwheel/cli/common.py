@@ -48,7 +48,7 @@ def log_args(log_level: str | None, log_format: str | None) -> list[str]:
 
 
 def setup_logs(log_level: str | None, log_format: str | None, role: str) -> None:
-    from cronwheel import logs
+    from cronwheel.observability import logs
 
     logs.configure(
         level=log_level, json=None if log_format is None else log_format == "json", role=role
