@@ -22,9 +22,9 @@ def require_shared(url: str, command: str) -> None:
     in processes of its own (a scheduler, workers, an API server, a CLI one-shot)."""
     if is_memory(url):
         raise ValidationError(
-            f"memory:// is a store inside one Python process (for tests); `cronwheel "
-            f"{command}` works in processes of its own, which cannot share it: use "
-            "sqlite:///path.db or postgresql://...",
+            'memory:// lives inside one Python process (for tests, App("memory://")): '
+            f"`cronwheel {command}` runs in processes of its own, which cannot share it; "
+            "use sqlite:///path.db or postgresql://...",
             field="store",
         )
 
