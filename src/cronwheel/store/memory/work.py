@@ -21,6 +21,7 @@ from cronwheel.store.protocol import Completion
 SCAN_EXTRA = 32  # a claim scans a few more candidates than it may take (as SQLite)
 
 LEASE_EXPIRED = "lease expired: worker {} stopped heartbeating"
+WORKER_GONE = "cancel requested and its worker stopped heartbeating: not run again"
 GRACE_EXPIRED = "cancel grace expired: lease revoked, a late result will be rejected"
 START_DEADLINE = "start deadline passed before a worker could start it"
 HANDLER_STOPPED = "cancelled: the handler stopped"
@@ -318,6 +319,11 @@ def requeue_expired(data: MemoryData, now: int, limit: int) -> int:
         key=lambda f: (f.lease_until or 0, f.id),
     )[:limit]
     for f in expired:
+        if f.cancel_requested_at is not None:
+            # its worker is gone before the handler stopped: the cancel is honoured (the
+            # firing ends CANCELLED, as a cancelled RUNNING firing does), not run again
+            _revoke(f, now, WORKER_GONE)
+            continue
         dead = f.attempt >= f.max_attempts
         f.state = "dead" if dead else "queued"
         f.finished_at = now if dead else None
@@ -374,6 +380,7 @@ def redrive(data: MemoryData, f: FiringRow, now: int) -> bool:
     f.vdeadline = now + (f.vdeadline - f.due_at)
     f.due_at = now
     f.max_attempts = f.attempt + data.jobs[f.job_id].max_attempts
+    f.cancel_requested_at = None  # a fresh start: an old attempt's cancel request is spent
     f.finished_at = None
     f.claim_token = None
     f.lease_until = None
