@@ -7,12 +7,13 @@ and :class:`ApiAdminPort` (schema, status, nodes, tokens). Each component is typ
 against the port it uses; :class:`Store` and :class:`ApiStore` are their unions,
 what an implementation provides.
 
-Two implementations (SQLite, PostgreSQL) pass one contract suite
-(``tests/contract``). Contracts every implementation keeps:
+Three implementations (SQLite, PostgreSQL, and the in-process memory store for
+users' tests) pass one contract suite (``tests/contract``; the firing state machine
+in ``tests/contract/test_transitions.py``). Contracts every implementation keeps:
 
 - Instants in and out are aware UTC datetimes. Expiry of leases and claims is
   judged by the *store's* clock (``now()`` in SQL on PostgreSQL; on SQLite,
-  whose processes share one host, the clock the store was built with).
+  whose processes share one host, and in memory, the clock the store was built with).
 - Every state change is a compare-and-swap: an update that matches no row
   changes nothing and is reported, never silently retried against newer state.
 - Every leader write carries its :class:`Lease` and checks holder, epoch and
@@ -143,7 +144,9 @@ class DispatchPort(Protocol):
 
     def requeue_expired(self, *, limit: int = 1000) -> int:
         """Reaper: RUNNING firings whose claim lease has expired go back to QUEUED (or DEAD
-        when attempts are exhausted; the attempt is recorded as expired); RUNNING firings
+        when attempts are exhausted; the attempt is recorded as expired), except those whose
+        cancellation was requested: their worker is gone before the handler stopped, and
+        they become CANCELLED (a cancelled firing is never run again); RUNNING firings
         whose cancellation was requested more than their job's ``cancel_grace`` ago become
         CANCELLED (lease revoked: the worker's late result is rejected); QUEUED firings
         past their start deadline become MISSED. Returns the count of changes."""
@@ -306,7 +309,8 @@ class JobsPort(Protocol):
         ...
 
     def redrive_firing(self, firing_id: FiringId) -> Firing:
-        """DEAD → QUEUED due now, with a fresh attempt budget. InvalidTransitionError otherwise."""
+        """DEAD → QUEUED due now, with a fresh attempt budget and no cancellation request
+        (one made before it died is spent). InvalidTransitionError otherwise."""
         ...
 
 
