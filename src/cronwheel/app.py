@@ -17,14 +17,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from cronwheel.domain.clock import Clock, SystemClock
-from cronwheel.domain.models import DURATION_POLICIES, Firing, Job, JobPolicies, JobSpec
-from cronwheel.domain.policies import MisfirePolicy
-from cronwheel.domain.schedules import AtSchedule, NowSchedule, Schedule
-from cronwheel.errors import ValidationError
+from cronwheel.domain.jobs import build_policies, spec_first_fire_at
+from cronwheel.domain.models import Firing, Job, JobPolicies, JobSpec
+from cronwheel.domain.schedules import NowSchedule, Schedule
 from cronwheel.store.protocol import Store
 from cronwheel.store.url import DEFAULT_STORE_URL, open_store
 from cronwheel.worker.context import Context
@@ -32,85 +31,6 @@ from cronwheel.worker.registry import TaskRegistry
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def first_fire_at(
-    schedule: Schedule,
-    now: datetime,
-    *,
-    allow_past: bool = False,
-    start_at: datetime | None = None,
-    end_at: datetime | None = None,
-) -> datetime | None:
-    """The first instant a newly registered schedule fires at.
-
-    ``at`` in the past is rejected unless ``allow_past`` (then it fires once, at
-    once, as a misfire catch-up); ``now`` fires now. ``start_at``/``end_at`` bound
-    the schedule: nothing fires before ``start_at`` or after ``end_at``.
-    """
-    if isinstance(schedule, NowSchedule):
-        first: datetime | None = now
-    elif isinstance(schedule, AtSchedule):
-        if schedule.at < now and not allow_past:
-            raise ValidationError(
-                f"{schedule.at.isoformat()} is in the past (pass allow_past to fire it anyway)",
-                field="schedule.at",
-            )
-        first = schedule.at if start_at is None or schedule.at >= start_at else None
-    else:
-        after = now if start_at is None else max(now, start_at - timedelta(microseconds=1))
-        first = schedule.next_after(after)
-    if first is not None and end_at is not None and first > end_at:
-        return None
-    return first
-
-
-def spec_first_fire_at(
-    spec: JobSpec, now: datetime, *, allow_past: bool = False
-) -> datetime | None:
-    return first_fire_at(
-        spec.schedule, now, allow_past=allow_past, start_at=spec.start_at, end_at=spec.end_at
-    )
-
-
-def build_policies(
-    *,
-    retries: int | None = None,
-    max_attempts: int | None = None,
-    **overrides: Any,
-) -> JobPolicies:
-    """JobPolicies from friendly keyword arguments (``retries=3`` = 4 attempts)."""
-    if retries is not None and max_attempts is not None:
-        raise ValidationError("give retries or max_attempts, not both", field="retries")
-    values = {k: v for k, v in overrides.items() if v is not None}
-    if retries is not None:
-        if not isinstance(retries, int) or retries < 0:
-            raise ValidationError("must be a non-negative integer", field="retries")
-        values["max_attempts"] = retries + 1
-    elif max_attempts is not None:
-        values["max_attempts"] = max_attempts
-    for key, value in list(values.items()):
-        if key in DURATION_POLICIES and isinstance(value, int | float):
-            values[key] = timedelta(seconds=value)
-    if "overlap" in values:
-        from cronwheel.domain.overlap import OverlapPolicy
-
-        try:
-            values["overlap"] = OverlapPolicy(values["overlap"])
-        except ValueError:
-            names = ", ".join(p.value for p in OverlapPolicy)
-            raise ValidationError(f"must be one of {names}", field="overlap") from None
-    if "misfire" in values:
-        try:
-            values["misfire"] = MisfirePolicy(values["misfire"])
-        except ValueError:
-            raise ValidationError(
-                "must be one of fire_once, fire_all, skip", field="misfire"
-            ) from None
-    try:
-        return JobPolicies(**values)
-    except TypeError as exc:
-        raise ValidationError(str(exc), field="policies") from None
 
 
 @dataclass(slots=True)

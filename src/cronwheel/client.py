@@ -23,17 +23,10 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from cronwheel.domain.firing import FiringState, format_instant
-from cronwheel.domain.models import (
-    DURATION_POLICIES,
-    Firing,
-    FiringId,
-    Job,
-    JobId,
-    JobPolicies,
-    JobSpec,
-)
-from cronwheel.domain.schedules import Schedule, parse_instant, schedule_from_dict
+from cronwheel.domain.firing import format_instant
+from cronwheel.domain.models import Firing, Job
+from cronwheel.domain.results import CancelResult
+from cronwheel.domain.schedules import Schedule
 from cronwheel.errors import (
     ConflictError,
     CronwheelError,
@@ -46,7 +39,12 @@ from cronwheel.errors import (
     UnknownTimezoneError,
     ValidationError,
 )
-from cronwheel.store.protocol import CancelResult
+from cronwheel.wire import (
+    cancel_from_json,
+    firing_from_json,
+    job_from_json,
+    schedule_to_json,
+)
 
 if TYPE_CHECKING:  # httpx is imported when a Client is made: `import cronwheel` stays fast
     import httpx
@@ -106,83 +104,6 @@ def _error(response: httpx.Response) -> CronwheelError:
     return ApiError(message, status=status, field=field, code=code)
 
 
-def _instant(value: Any) -> datetime | None:
-    return None if value is None else parse_instant(str(value), "instant")
-
-
-def _req_instant(value: Any) -> datetime:
-    return parse_instant(str(value), "instant")
-
-
-# Policies travel as JobPolicies.to_dict() with the "_s" suffix of durations dropped:
-# {"max_attempts": 3, "retry_backoff": 1.0, "timeout": null, "misfire": "fire_once", ...}
-def policies_to_json(policies: JobPolicies) -> dict[str, Any]:
-    return {k.removesuffix("_s"): v for k, v in policies.to_dict().items()}
-
-
-def policies_from_json(doc: Mapping[str, Any]) -> JobPolicies:
-    return JobPolicies.from_dict(
-        {(f"{k}_s" if k in DURATION_POLICIES else k): v for k, v in doc.items()}
-    )
-
-
-def job_from_json(doc: Mapping[str, Any]) -> Job:
-    """A :class:`Job` from the API's job representation."""
-    policies = policies_from_json(doc["policies"])
-    schedule = schedule_from_dict({k: v for k, v in doc["schedule"].items() if v is not None})
-    spec = JobSpec(
-        name=doc["name"],
-        task=doc["task"],
-        schedule=schedule,
-        args=tuple(doc["args"]),
-        kwargs=dict(doc["kwargs"]),
-        namespace=doc["namespace"],
-        policies=policies,
-        paused=bool(doc["paused"]),
-        start_at=_instant(doc.get("start_at")),
-        end_at=_instant(doc.get("end_at")),
-        max_runs=doc.get("max_runs"),
-    )
-    return Job(
-        id=JobId(int(doc["id"])),
-        spec=spec,
-        next_fire_at=_instant(doc["next_fire_at"]),
-        last_fired_at=_instant(doc["last_fired_at"]),
-        paused=bool(doc["paused"]),
-        missed_total=int(doc["missed_total"]),
-        remaining_runs=doc.get("remaining_runs"),
-        created_at=_req_instant(doc["created_at"]),
-        updated_at=_req_instant(doc["updated_at"]),
-    )
-
-
-def firing_from_json(doc: Mapping[str, Any]) -> Firing:
-    """A :class:`Firing` from the API's firing representation (no claim token)."""
-    return Firing(
-        id=FiringId(int(doc["id"])),
-        job_id=JobId(int(doc["job_id"])),
-        job_name=doc["job"],
-        namespace=doc["namespace"],
-        task=doc["task"],
-        args=tuple(doc["args"]),
-        kwargs=dict(doc["kwargs"]),
-        scheduled_for=_req_instant(doc["scheduled_for"]),
-        due_at=_req_instant(doc["due_at"]),
-        state=FiringState(doc["state"]),
-        attempt=int(doc["attempt"]),
-        max_attempts=int(doc["max_attempts"]),
-        priority=float(doc["priority"]),
-        enqueued_at=_req_instant(doc["enqueued_at"]),
-        enqueued_epoch=doc["enqueued_epoch"],
-        worker_id=doc["worker_id"],
-        started_at=_instant(doc["started_at"]),
-        finished_at=_instant(doc["finished_at"]),
-        error=doc["error"],
-        note=doc["note"],
-        cancel_requested_at=_instant(doc.get("cancel_requested_at")),
-    )
-
-
 def _text(value: datetime | str) -> str:
     return format_instant(value) if isinstance(value, datetime) else value
 
@@ -196,10 +117,9 @@ def _job_body(
     paused: bool | None,
     allow_past: bool,
 ) -> dict[str, Any]:
-    sched = dict(schedule) if isinstance(schedule, Mapping) else schedule.to_dict()
     body: dict[str, Any] = {
         "task": task,
-        "schedule": {k: v for k, v in sched.items() if v is not None},
+        "schedule": schedule_to_json(schedule),
         "args": list(args),
         "kwargs": dict(kwargs or {}),
     }
@@ -351,10 +271,8 @@ class Client:
 
     def update_job(self, name: str, **fields: Any) -> Job:
         """PATCH: task, schedule (a Schedule or mapping), args, kwargs, policies, paused."""
-        if "schedule" in fields and not isinstance(fields["schedule"], Mapping):
-            fields["schedule"] = fields["schedule"].to_dict()
-        if isinstance(fields.get("schedule"), Mapping):
-            fields["schedule"] = {k: v for k, v in fields["schedule"].items() if v is not None}
+        if "schedule" in fields:
+            fields["schedule"] = schedule_to_json(fields["schedule"])
         if "args" in fields:
             fields["args"] = list(fields["args"])
         return job_from_json(self._call("PATCH", self._path(name), json=fields))
@@ -420,7 +338,7 @@ class Client:
     def cancel_firing(self, firing_id: int) -> CancelResult:
         """``outcome``: cancelled, cancel_requested or already_final."""
         doc = self._call("POST", f"/v1/firings/{int(firing_id)}/cancel")
-        return CancelResult(outcome=doc["result"], firing=firing_from_json(doc["firing"]))
+        return cancel_from_json(doc)
 
     def retry_firing(self, firing_id: int) -> Firing:
         """Re-drive a DEAD firing; InvalidTransitionError otherwise."""

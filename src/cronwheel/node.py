@@ -29,6 +29,7 @@ from cronwheel.app import App
 from cronwheel.dispatch.dispatcher import Dispatcher, DispatcherConfig
 from cronwheel.domain.models import NodeInfo
 from cronwheel.errors import StoreUnavailableError, ValidationError
+from cronwheel.observability.sinks import DispatcherSink, WorkerSink
 from cronwheel.worker.worker import Worker, WorkerConfig
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def load_task_file(app: App, path: str) -> TaskKinds:
     """
     from cronwheel.worker.kinds import load_tasks, register_tasks
 
-    return register_tasks(app, load_tasks(path))
+    return register_tasks(app.registry, load_tasks(path))
 
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
@@ -117,7 +118,7 @@ def run_scheduler(app: App, config: DispatcherConfig | None = None) -> None:
                 schedule=job.spec.schedule.describe(),
                 next_fire_at=None if job.next_fire_at is None else job.next_fire_at.isoformat(),
             )
-    dispatcher = Dispatcher(store, app.clock, config=config)
+    dispatcher = Dispatcher(store, app.clock, config=config, events=DispatcherSink())
 
     wake.append(dispatcher.wake)
     if stop.is_set():
@@ -169,7 +170,7 @@ def run_worker(
 
     ``task_kinds`` (from ``load_task_file``) is closed (its HTTP client) on the way out.
     """
-    worker = Worker(app.store, app.registry, app.clock, config=config)
+    worker = Worker(app.store, app.registry, app.clock, config=config, events=WorkerSink())
 
     async def main() -> None:
         stop = asyncio.Event()

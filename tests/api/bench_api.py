@@ -20,9 +20,9 @@ from pathlib import Path
 
 import httpx
 
-from cronwheel.api.tokens import issue_token
 from cronwheel.domain.clock import SystemClock
 from cronwheel.store.sqlite import SqliteStore
+from cronwheel.web.tokens import issue_token
 
 
 def _rate(url: str, headers: dict[str, str], n: int, threads: int, fn: object) -> float:

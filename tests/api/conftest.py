@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import uvicorn
 
-from cronwheel.api import create_app
-from cronwheel.api.tokens import issue_token
 from cronwheel.domain.clock import FakeClock, SystemClock
+from cronwheel.server import create_app
 from cronwheel.store.sqlite import SqliteStore
+from cronwheel.web.tokens import issue_token
 
 with warnings.catch_warnings():
     # starlette 1.x asks for the `httpx2` fork for its TestClient and warns when it

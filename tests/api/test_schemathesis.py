@@ -18,11 +18,11 @@ import pytest
 import schemathesis
 from schemathesis.checks import not_a_server_error
 
-from cronwheel.api import create_app
-from cronwheel.api.tokens import issue_token
 from cronwheel.domain.clock import FakeClock
 from cronwheel.domain.models import JobSpec
 from cronwheel.domain.schedules import cron
+from cronwheel.server import create_app
+from cronwheel.web.tokens import issue_token
 from tests.api.conftest import NS, T0, make_store
 
 _DIR = Path(tempfile.mkdtemp(prefix="cronwheel-fuzz-"))

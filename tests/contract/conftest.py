@@ -1,8 +1,8 @@
 """The store contract harness: one suite, every Store implementation.
 
 Each test gets a fresh store and a way to move the store's clock forward
-(``harness.advance``): a FakeClock for SQLite; for PostgreSQL, whose clock is
-the server's ``now()``, a test-only offset added to it.
+(``harness.advance``): a FakeClock for SQLite and the memory store; for PostgreSQL,
+whose clock is the server's ``now()``, a test-only offset added to it.
 """
 
 from __future__ import annotations
@@ -52,7 +52,25 @@ def _sqlite(tmp_path: Any) -> Iterator[Harness]:
     store.close()
 
 
-STORE_KINDS: dict[str, Callable[[Any], Iterator[Harness]]] = {"sqlite": _sqlite}
+def _memory(tmp_path: Any) -> Iterator[Harness]:
+    from cronwheel.store.memory import MemoryStore
+
+    clock = FakeClock(T0)
+    store = MemoryStore(clock=clock)
+    store.migrate()
+
+    def another() -> Store:
+        # another handle on the same data (as another connection to the same file)
+        return MemoryStore(clock=clock, data=store.data)
+
+    yield Harness(store=store, advance=clock.advance, open_another=another)
+    store.close()
+
+
+STORE_KINDS: dict[str, Callable[[Any], Iterator[Harness]]] = {
+    "memory": _memory,
+    "sqlite": _sqlite,
+}
 
 try:  # the PostgreSQL harness lives beside the PostgreSQL store's tests
     from tests.contract.pg_harness import postgres_harness

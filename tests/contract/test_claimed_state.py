@@ -64,9 +64,7 @@ def test_cancelling_a_held_firing_wins_over_its_start(harness: Harness) -> None:
     r = harness.store.cancel_firing(held.firing.id)
     assert (r.outcome, r.firing.state) == ("cancelled", FiringState.CANCELLED)
     # its worker learns it from the poll it already makes, and its start fails
-    assert harness.store.cancel_requested([(held.firing.id, held.claim_token)]) == {
-        held.firing.id
-    }
+    assert harness.store.cancel_requested([(held.firing.id, held.claim_token)]) == {held.firing.id}
     assert harness.store.start("w", [(held.firing.id, held.claim_token)]) == set()
     assert harness.store.get_firing(held.firing.id).state is FiringState.CANCELLED
     assert not _complete(harness, held)

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from cronwheel.api import create_app
-from cronwheel.api.tokens import issue_token
 from cronwheel.dashboard.words import cron_words
 from cronwheel.domain.clock import FakeClock
+from cronwheel.server import create_app
 from cronwheel.store.sqlite import SqliteStore
+from cronwheel.web.tokens import issue_token
 from tests.metrics.helpers import claim_all, finish, queue
 
 with warnings.catch_warnings():

@@ -28,13 +28,23 @@ class Rig:
     calls: list[dict[str, Any]] = field(default_factory=list)
     others: list[SqliteStore] = field(default_factory=list)
 
-    def dispatcher(self, holder: str = "node-a", **config: Any) -> Dispatcher:
+    def dispatcher(
+        self, holder: str = "node-a", *, events: Any = None, **config: Any
+    ) -> Dispatcher:
         store = SqliteStore(self.path, clock=self.clock)
         self.others.append(store)
-        return Dispatcher(store, self.clock, holder=holder, config=DispatcherConfig(**config))
+        return Dispatcher(
+            store, self.clock, holder=holder, config=DispatcherConfig(**config), events=events
+        )
 
-    def worker(self, **config: Any) -> Worker:
-        return Worker(self.store, self.app.registry, self.clock, config=WorkerConfig(**config))
+    def worker(self, *, events: Any = None, **config: Any) -> Worker:
+        return Worker(
+            self.store,
+            self.app.registry,
+            self.clock,
+            config=WorkerConfig(**config),
+            events=events,
+        )
 
     def run(
         self,

@@ -17,16 +17,17 @@ import httpx
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
-from cronwheel import metrics
-from cronwheel.api import create_app
-from cronwheel.api.tokens import issue_token
 from cronwheel.domain.clock import FakeClock
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import ClaimedFiring, Firing, FiringId, NodeInfo
 from cronwheel.errors import FiringNotFoundError, StoreUnavailableError
-from cronwheel.metrics import ClusterCollector, FiringTally
+from cronwheel.observability.cluster import ClusterCollector, FiringTally
+from cronwheel.observability.process import serve_metrics
+from cronwheel.observability.sinks import DispatcherSink, WorkerSink
+from cronwheel.server import create_app
 from cronwheel.store.protocol import DISPATCHER_LEASE
 from cronwheel.store.sqlite import SqliteStore
+from cronwheel.web.tokens import issue_token
 
 from .helpers import T0, claim_all, finish, make_store, queue, samples, value
 
@@ -329,12 +330,13 @@ def test_worker_and_dispatcher_hooks_count(store: SqliteStore) -> None:
             "cronwheel_dispatcher_lease_lost_total",
         )
     }
-    metrics.claimed(claims)
-    metrics.claimed([c for c in claims for _ in range(2)])
+    worker, dispatcher = WorkerSink(), DispatcherSink()
+    worker.claimed(claims)
+    worker.claimed([c for c in claims for _ in range(2)])
     redelivered = replace(claims[0], firing=replace(claims[0].firing, attempt=2))
-    metrics.claimed([redelivered])
-    metrics.lease_renewed(7)
-    metrics.lease_lost()
+    worker.claimed([redelivered])
+    dispatcher.lease_renewed(7)
+    dispatcher.lease_lost("me", 7, "test")
     assert _sample("cronwheel_worker_claims_total") - before["cronwheel_worker_claims_total"] == 4
     assert (
         _sample("cronwheel_worker_redeliveries_total")
@@ -349,7 +351,7 @@ def test_worker_and_dispatcher_hooks_count(store: SqliteStore) -> None:
     assert _sample("cronwheel_dispatcher_is_leader") == 0
     assert _sample("cronwheel_dispatcher_epoch") == 7
     late = _sample("cronwheel_worker_lateness_seconds_count")
-    metrics.attempt_finished("succeeded", claims[0].firing, 12.0)
+    worker.firing_succeeded(claims[0].firing, 12.0, 1.0)
     assert _sample("cronwheel_worker_lateness_seconds_count") == late + 1
     assert _sample("cronwheel_worker_attempts_total", outcome="succeeded") >= 1
 
@@ -362,8 +364,8 @@ def _free_port() -> int:
 
 def test_metrics_port_serves_process_metrics() -> None:
     port = _free_port()
-    metrics.serve_metrics(port)
-    metrics.store_error()
+    serve_metrics(port)
+    WorkerSink().store_unavailable("test")
     deadline = time.monotonic() + 5
     while True:
         try:

@@ -21,6 +21,22 @@ def test_no_transition_leaves_a_terminal_state_except_redrive_of_dead() -> None:
             assert (state, event) == (FiringState.DEAD, FiringEvent.REDRIVE)
 
 
+def test_every_state_but_the_planned_one_is_reached_from_queued() -> None:
+    """The table is a graph from the birth of a firing (QUEUED): no state it names is
+    unreachable (tests/contract/test_transitions.py drives each edge through the stores)."""
+    reached = {FiringState.QUEUED}
+    frontier = [FiringState.QUEUED]
+    while frontier:
+        state = frontier.pop()
+        for (source, _), target in TRANSITIONS.items():
+            if source is state and target not in reached:
+                reached.add(target)
+                frontier.append(target)
+    named = {s for s, _ in TRANSITIONS} | set(TRANSITIONS.values())
+    assert named - reached == {FiringState.SCHEDULED}
+    assert {e for s, e in TRANSITIONS if s is FiringState.SCHEDULED} == {FiringEvent.ENQUEUE}
+
+
 @pytest.mark.parametrize(
     ("state", "event", "after"),
     [
@@ -30,6 +46,11 @@ def test_no_transition_leaves_a_terminal_state_except_redrive_of_dead() -> None:
         (FiringState.RUNNING, FiringEvent.FAIL, FiringState.DEAD),
         (FiringState.RUNNING, FiringEvent.LEASE_EXPIRED, FiringState.QUEUED),
         (FiringState.QUEUED, FiringEvent.CANCEL, FiringState.CANCELLED),
+        (FiringState.RUNNING, FiringEvent.CANCEL, FiringState.CANCELLED),
+        (FiringState.QUEUED, FiringEvent.SKIP, FiringState.SKIPPED),
+        (FiringState.QUEUED, FiringEvent.MISS, FiringState.MISSED),
+        (FiringState.DEAD, FiringEvent.REDRIVE, FiringState.QUEUED),
+        (FiringState.SCHEDULED, FiringEvent.ENQUEUE, FiringState.QUEUED),
     ],
 )
 def test_allowed_transitions(state: FiringState, event: FiringEvent, after: FiringState) -> None:
@@ -43,6 +64,11 @@ def test_allowed_transitions(state: FiringState, event: FiringEvent, after: Firi
         (FiringState.CANCELLED, FiringEvent.CLAIM),
         (FiringState.QUEUED, FiringEvent.SUCCEED),
         (FiringState.SKIPPED, FiringEvent.ENQUEUE),
+        (FiringState.RUNNING, FiringEvent.SKIP),
+        (FiringState.RUNNING, FiringEvent.MISS),
+        # no store holds a SCHEDULED firing: a planned occurrence is only ever enqueued
+        (FiringState.SCHEDULED, FiringEvent.CANCEL),
+        (FiringState.SCHEDULED, FiringEvent.SKIP),
     ],
 )
 def test_forbidden_transitions_raise(state: FiringState, event: FiringEvent) -> None:

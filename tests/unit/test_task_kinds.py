@@ -577,10 +577,10 @@ def test_register_tasks_refuses_a_python_tasks_name(tmp_path: Path) -> None:
 
     specs = parse('[tasks.backup]\nkind = "shell"\nargv = ["true"]\n')
     with pytest.raises(ValidationError, match="already registered") as info:
-        register_tasks(app, specs)
+        register_tasks(app.registry, specs)
     assert info.value.field == "tasks.backup"
     other = parse('[tasks.restore]\nkind = "shell"\nargv = ["true"]\n')
-    register_tasks(app, other)
+    register_tasks(app.registry, other)
     assert app.registry.get("restore").is_async
 
 
@@ -599,7 +599,7 @@ def test_worker_runs_configured_tasks_end_to_end(tmp_path: Path) -> None:
         f'[tasks.ok]\nkind = "shell"\nargv = {json.dumps([sys.executable, "-c", script])}\n'
         '[tasks.bad]\nkind = "shell"\nargv = ["/bin/sh", "-c", "echo nope >&2; exit 3"]\n'
     )
-    register_tasks(app, parse(toml))
+    register_tasks(app.registry, parse(toml))
     try:
         good = app.enqueue("ok", 1, k="v")
         bad = app.enqueue("bad")

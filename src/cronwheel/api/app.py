@@ -1,4 +1,6 @@
-"""The application factory: ``create_app(store, auth_required=..., max_body=...)``."""
+"""The API's application factory: ``create_api(store, auth_required=..., max_body=...)``.
+
+The JSON API alone; ``cronwheel.server.create_app`` adds the dashboard and ``/metrics``."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def create_app(
+def create_api(
     store: ApiStore, *, auth_required: bool = True, max_body: int = DEFAULT_MAX_BODY
 ) -> FastAPI:
     """The HTTP API over ``store`` (which the caller opens, migrates and closes).
@@ -52,8 +54,5 @@ def create_app(
     app.include_router(routes_jobs.router)
     app.include_router(routes_firings.router)
     app.include_router(routes_misc.router)
-    from cronwheel.dashboard import mount
-
-    mount(app)  # the dashboard at / and /ui/..., Prometheus at /metrics
     app.add_middleware(BodyGuard, max_body=max_body)
     return app

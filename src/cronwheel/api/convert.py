@@ -13,9 +13,8 @@ from zoneinfo import ZoneInfo
 
 from cronwheel.api.errors import HttpError
 from cronwheel.api.schemas import PoliciesIn, ScheduleIn
-from cronwheel.client import policies_to_json
 from cronwheel.domain.firing import format_instant
-from cronwheel.domain.models import DURATION_POLICIES, Firing, Job, JobPolicies
+from cronwheel.domain.models import DURATION_POLICIES, Job, JobPolicies
 from cronwheel.domain.schedules import (
     Schedule,
     every,
@@ -25,6 +24,7 @@ from cronwheel.domain.schedules import (
     schedule_from_dict,
 )
 from cronwheel.errors import CronwheelError, ValidationError
+from cronwheel.wire import job_to_json
 
 _SCHEDULE_KEYS = {
     "now": frozenset({"kind"}),
@@ -95,20 +95,6 @@ def query_instant(text: str | None, field: str) -> datetime | None:
         raise HttpError(400, "invalid_input", exc.message, field=field) from None
 
 
-def _ts(value: datetime | None) -> str | None:
-    return None if value is None else format_instant(value)
-
-
-def job_state(job: Job) -> str:
-    if job.paused:
-        return "paused"
-    return "done" if job.next_fire_at is None else "active"
-
-
-def policies_out(p: JobPolicies) -> dict[str, Any]:
-    return policies_to_json(p)
-
-
 def next_fire_times(job: Job, count: int) -> list[dict[str, str]]:
     """The next ``count`` instants from the job's cursor, in UTC and the job's zone."""
     zone = ZoneInfo(str(job.spec.schedule.to_dict().get("tz") or "UTC"))
@@ -124,39 +110,13 @@ def next_fire_times(job: Job, count: int) -> list[dict[str, str]]:
 
 
 def job_out(job: Job, *, upcoming: int = 0, changed: bool | None = None) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "id": job.id,
-        "namespace": job.namespace,
-        "name": job.name,
-        "task": job.spec.task,
-        "schedule": job.spec.schedule.to_dict(),
-        "schedule_text": job.spec.schedule.describe(),
-        "args": list(job.spec.args),
-        "kwargs": job.spec.kwargs,
-        "policies": policies_out(job.spec.policies),
-        "paused": job.paused,
-        "state": job_state(job),
-        "next_fire_at": _ts(job.next_fire_at),
-        "last_fired_at": _ts(job.last_fired_at),
-        "missed_total": job.missed_total,
-        **job.spec.bounds_dict(),
-        "remaining_runs": job.remaining_runs,
-        "created_at": _ts(job.created_at),
-        "updated_at": _ts(job.updated_at),
-    }
+    """The job's wire shape, plus its next instants (``upcoming``) and ``changed``."""
+    doc = job_to_json(job)
     if upcoming:
         doc["next_fire_times"] = next_fire_times(job, upcoming)
     if changed is not None:
         doc["changed"] = changed
     return doc
-
-
-def firing_out(firing: Firing) -> dict[str, Any]:
-    return firing.to_dict() | {
-        "args": list(firing.args),
-        "kwargs": firing.kwargs,
-        "cancel_requested_at": _ts(firing.cancel_requested_at),
-    }
 
 
 # -- cursors ------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from cronwheel.errors import (
     UnknownTimezoneError,
     ValidationError,
 )
+from cronwheel.web.errors import error_body
 
 
 class HttpError(Exception):
@@ -50,10 +51,6 @@ class HttpError(Exception):
         self.message = message
         self.field = field
         self.headers = dict(headers or {})
-
-
-def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "field": field}}
 
 
 def error_response(

@@ -27,7 +27,7 @@ from urllib.parse import parse_qsl, unquote
 
 import structlog
 
-from cronwheel.api.errors import error_body
+from cronwheel.web.errors import error_body
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

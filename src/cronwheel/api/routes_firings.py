@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from cronwheel.api.auth import Principal, Reader, Writer, store_of
-from cronwheel.api.convert import decode_cursor, encode_cursor, firing_out, query_instant
+from cronwheel.api.convert import decode_cursor, encode_cursor, query_instant
 from cronwheel.api.errors import HttpError
 from cronwheel.api.routes_jobs import JobName
 from cronwheel.api.schemas import CancelOut, EnqueueIn, FiringList, FiringOut, FiringStateName
@@ -20,6 +20,7 @@ from cronwheel.domain.models import Firing, FiringId, JobSpec
 from cronwheel.domain.schedules import NowSchedule
 from cronwheel.errors import FiringNotFoundError
 from cronwheel.store.protocol import ApiStore
+from cronwheel.wire import cancel_to_json, firing_to_json
 
 router = APIRouter(tags=["firings"])
 FiringIdPath = Annotated[int, Path(ge=1, le=2**63 - 1, description="the firing's id")]
@@ -65,12 +66,12 @@ def list_job_firings(
     more = len(firings) > limit
     firings = firings[:limit]
     next_cursor = encode_cursor(principal.namespace, kind, firings[-1].id) if more else None
-    return {"items": [firing_out(f) for f in firings], "next_cursor": next_cursor}
+    return {"items": [firing_to_json(f) for f in firings], "next_cursor": next_cursor}
 
 
 @router.get("/v1/firings/{firing_id}", response_model=FiringOut, summary="Get a firing")
 def get_firing(firing_id: FiringIdPath, principal: Reader, request: Request) -> dict[str, Any]:
-    return firing_out(_firing(store_of(request), principal, firing_id))
+    return firing_to_json(_firing(store_of(request), principal, firing_id))
 
 
 @router.post("/v1/firings/{firing_id}/cancel", response_model=CancelOut, summary="Cancel")
@@ -80,7 +81,7 @@ def cancel_firing(firing_id: FiringIdPath, principal: Writer, request: Request) 
     store = store_of(request)
     _firing(store, principal, firing_id)
     result = store.cancel_firing(FiringId(firing_id))
-    return {"result": result.outcome, "firing": firing_out(result.firing)}
+    return cancel_to_json(result)
 
 
 @router.post("/v1/firings/{firing_id}/retry", response_model=FiringOut, summary="Re-drive")
@@ -89,7 +90,7 @@ def retry_firing(firing_id: FiringIdPath, principal: Writer, request: Request) -
     for any other state."""
     store = store_of(request)
     _firing(store, principal, firing_id)
-    return firing_out(store.redrive_firing(FiringId(firing_id)))
+    return firing_to_json(store.redrive_firing(FiringId(firing_id)))
 
 
 @router.post("/v1/firings", status_code=201, response_model=FiringOut, summary="Run a task now")
@@ -117,7 +118,7 @@ def enqueue(
         namespace=principal.namespace,
     )
     if idempotency_key is None:
-        return firing_out(store.enqueue_now(spec))
+        return firing_to_json(store.enqueue_now(spec))
     if not _KEY_RE.fullmatch(idempotency_key):
         raise HttpError(
             400,
@@ -133,4 +134,4 @@ def enqueue(
     )
     if not created:
         response.status_code = 200
-    return firing_out(firing)
+    return firing_to_json(firing)

@@ -11,7 +11,6 @@ from cronwheel.api.auth import Principal, Reader, Writer, store_of
 from cronwheel.api.convert import (
     decode_cursor,
     encode_cursor,
-    firing_out,
     instant,
     job_out,
     to_policies,
@@ -30,11 +29,12 @@ from cronwheel.api.schemas import (
     JobState,
     TriggerIn,
 )
-from cronwheel.app import spec_first_fire_at
+from cronwheel.domain.jobs import spec_first_fire_at
 from cronwheel.domain.models import Job, JobSpec
 from cronwheel.domain.policies import instants_between
 from cronwheel.errors import ConflictError, JobNotFoundError, ValidationError
 from cronwheel.store.protocol import ApiStore
+from cronwheel.wire import firing_to_json
 
 UPCOMING = 5
 
@@ -192,7 +192,7 @@ def trigger_job(
     )
     if not added.inserted:
         raise ConflictError("the job already has a firing at this instant", field="name")
-    return firing_out(added.inserted[0])
+    return firing_to_json(added.inserted[0])
 
 
 @router.post("/{name}/backfill", response_model=BackfillOut, summary="Fire a past range")

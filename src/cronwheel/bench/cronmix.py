@@ -32,12 +32,12 @@ from cronwheel.bench.runner import (
     TASK,
     BenchResult,
     Cluster,
-    _all_firings,
-    _all_jobs,
-    _kind,
-    _r,
+    all_firings,
+    all_jobs,
     fresh_store,
     percentile,
+    rounded,
+    store_kind,
     wait_until,
 )
 from cronwheel.domain.clock import SystemClock
@@ -162,7 +162,7 @@ def run_cron_mix(
 ) -> BenchResult:
     short = duration_s < 120
     with tempfile.TemporaryDirectory() as tmp, fresh_store(store_url, Path(tmp)) as (url, store):
-        result = BenchResult(workload="cron-mix", store=_kind(url), expected=0)
+        result = BenchResult(workload="cron-mix", store=store_kind(url), expected=0)
         schedules = mix(count, short=short)
         clock = SystemClock()
         # The window starts once registration (~4,000 jobs/s at worst) and process start
@@ -191,7 +191,7 @@ def run_cron_mix(
             result.figures["register_jobs_per_s"] = round(count / max(register_s, 1e-3))
             # expected instants from each job's stored cursor (one computation per
             # distinct (schedule, cursor): jobs share them)
-            jobs = [j for j in _all_jobs(store) if j.spec.name.startswith("cron-")]
+            jobs = [j for j in all_jobs(store) if j.spec.name.startswith("cron-")]
             cache: dict[tuple[str, str, datetime | None], list[datetime]] = {}
             expected: dict[int, set[datetime]] = {}
             for job in jobs:
@@ -247,7 +247,7 @@ def _collect(
     lateness: list[float] = []
     per_instant: dict[datetime, list[float]] = {}
     unexpected = 0
-    for f in _all_firings(store):
+    for f in all_firings(store):
         want = expected.get(f.job_id)
         if want is None or f.scheduled_for > end:
             continue
@@ -274,12 +274,12 @@ def _collect(
                     fates[state] = fates.get(state, 0) + 1
         result.figures["lost_as"] = ", ".join(f"{k} {v}" for k, v in sorted(fates.items()))
     result.lateness_ms = {
-        "p50": _r(percentile(lateness, 50)),
-        "p99": _r(percentile(lateness, 99)),
-        "max": _r(max(lateness) if lateness else None),
+        "p50": rounded(percentile(lateness, 50)),
+        "p99": rounded(percentile(lateness, 99)),
+        "max": rounded(max(lateness) if lateness else None),
     }
     if per_instant:
         burst_at = max(per_instant, key=lambda t: len(per_instant[t]))
         burst = per_instant[burst_at]
         result.figures["burst_firings"] = len(burst)
-        result.figures["burst_last_started_after_s"] = _r(max(burst) / 1000)
+        result.figures["burst_last_started_after_s"] = rounded(max(burst) / 1000)

@@ -20,14 +20,14 @@ from pathlib import Path
 from cronwheel.bench.runner import (
     BenchResult,
     Cluster,
-    _all_firings,
-    _kind,
-    _r,
-    _register_at_jobs,
-    _report,
+    all_firings,
     collect,
     fresh_store,
     percentile,
+    register_at_jobs,
+    report_progress,
+    rounded,
+    store_kind,
     wait_until,
 )
 from cronwheel.domain.clock import SystemClock
@@ -53,7 +53,7 @@ def run_failover(
             field="store",
         )
     with tempfile.TemporaryDirectory() as tmp, fresh_store(store_url, Path(tmp)) as (url, store):
-        result = BenchResult(workload="failover", store=_kind(url), expected=count)
+        result = BenchResult(workload="failover", store=store_kind(url), expected=count)
         clock = SystemClock()
         cluster = Cluster(
             url,
@@ -68,11 +68,11 @@ def run_failover(
                 raise RuntimeError("no scheduler took the dispatcher lease within 30 s")
             first = clock.now() + timedelta(seconds=3)
             instants = [first + timedelta(milliseconds=spacing_ms * i) for i in range(count)]
-            ids = _register_at_jobs(store, instants, "failover")
+            ids = register_at_jobs(store, instants, "failover")
             run_s = count * spacing_ms / 1000
             kill_at_mono = time.monotonic() + 3 + run_s * 0.4
             while time.monotonic() < kill_at_mono:
-                _report(store, count, progress)
+                report_progress(store, count, progress)
                 time.sleep(0.2)
             lease = store.get_lease(DISPATCHER_LEASE)
             assert lease is not None
@@ -83,21 +83,21 @@ def run_failover(
             leader.kill()  # SIGKILL
             killed_at = clock.now()
             old_epoch = lease.epoch
-            wait_until(lambda: _report(store, count, progress), 3 + run_s + 60)
+            wait_until(lambda: report_progress(store, count, progress), 3 + run_s + 60)
             new_lease = store.get_lease(DISPATCHER_LEASE)
         collect(store, result, ids)
-        firings = [f for f in _all_firings(store) if f.job_id in ids]
+        firings = [f for f in all_firings(store) if f.job_id in ids]
         by_new = [f for f in firings if (f.enqueued_epoch or 0) > old_epoch]
         result.figures["lease_ttl_s"] = lease_ttl_s
         result.figures["killed_epoch"] = old_epoch
         if new_lease is not None and new_lease.epoch > old_epoch:
-            result.figures["lease_taken_after_s"] = _r(
+            result.figures["lease_taken_after_s"] = rounded(
                 (new_lease.acquired_at - killed_at).total_seconds()
             )
         if by_new:
             first_new = min(f.enqueued_at for f in by_new)
             takeover = (first_new - killed_at).total_seconds()
-            result.figures["first_new_enqueue_after_s"] = _r(takeover)
+            result.figures["first_new_enqueue_after_s"] = rounded(takeover)
             result.figures["target_s"] = lease_ttl_s + 0.5
             gap = [
                 (f.started_at - f.scheduled_for).total_seconds() * 1000
@@ -105,8 +105,8 @@ def run_failover(
                 if killed_at < f.scheduled_for <= first_new and f.started_at is not None
             ]
             result.figures["gap_firings"] = len(gap)
-            result.figures["gap_lateness_p50_ms"] = _r(percentile(gap, 50))
-            result.figures["gap_lateness_max_ms"] = _r(max(gap) if gap else None)
+            result.figures["gap_lateness_p50_ms"] = rounded(percentile(gap, 50))
+            result.figures["gap_lateness_max_ms"] = rounded(max(gap) if gap else None)
         else:
             result.figures["first_new_enqueue_after_s"] = None
         return result

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-from cronwheel.bench.runner import TASK, BenchResult, _all_jobs, _kind, fresh_store
+from cronwheel.bench.runner import TASK, BenchResult, all_jobs, fresh_store, store_kind
 from cronwheel.domain.clock import SystemClock
 from cronwheel.domain.models import ClaimedFiring, JobPolicies, JobSpec
 from cronwheel.domain.schedules import at
@@ -41,7 +41,7 @@ def run_limit(
     batches = max(1, -(-count // BATCH))
     rows = batches * BATCH
     with tempfile.TemporaryDirectory() as tmp, fresh_store(store_url, Path(tmp)) as (url, store):
-        result = BenchResult(workload="limit", store=_kind(url), expected=0)
+        result = BenchResult(workload="limit", store=store_kind(url), expected=0)
         clock = SystemClock()
         total = rows * 4
         # single-row commits
@@ -69,7 +69,7 @@ def run_limit(
         # fenced enqueue under the dispatcher lease
         lease = store.acquire_lease(DISPATCHER_LEASE, "bench-limit", timedelta(minutes=10))
         assert lease is not None
-        jobs = [j for j in _all_jobs(store) if j.spec.name.startswith("b-")]
+        jobs = [j for j in all_jobs(store) if j.spec.name.startswith("b-")]
         spent = 0.0
         for lo in range(0, len(jobs), ENQUEUE_BATCH):
             advances = [

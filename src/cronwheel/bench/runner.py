@@ -255,18 +255,18 @@ def collect(store: Store, result: BenchResult, job_ids: set[int]) -> list[float]
     result.duplicated = sum(c - 1 for c in per_job.values() if c > 1)
     result.lost = result.expected - result.ran
     result.lateness_ms = {
-        "p50": _r(percentile(lateness, 50)),
-        "p99": _r(percentile(lateness, 99)),
-        "max": _r(max(lateness) if lateness else None),
+        "p50": rounded(percentile(lateness, 50)),
+        "p99": rounded(percentile(lateness, 99)),
+        "max": rounded(max(lateness) if lateness else None),
     }
     return lateness
 
 
-def _r(v: float | None) -> float | None:
+def rounded(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
 
 
-def _register_at_jobs(store: Store, instants: list[Any], prefix: str) -> set[int]:
+def register_at_jobs(store: Store, instants: list[Any], prefix: str) -> set[int]:
     """Bulk-register one-shot jobs (the bulk path: one transaction per 5,000)."""
     policies = JobPolicies(misfire_grace=timedelta(minutes=10))
     items = [
@@ -275,10 +275,10 @@ def _register_at_jobs(store: Store, instants: list[Any], prefix: str) -> set[int
     ]
     for start in range(0, len(items), 5000):
         store.create_jobs(items[start : start + 5000])
-    return {j.id for j in _all_jobs(store) if j.name.startswith(f"{prefix}-")}
+    return {j.id for j in all_jobs(store) if j.name.startswith(f"{prefix}-")}
 
 
-def _all_jobs(store: Store) -> list[Any]:
+def all_jobs(store: Store) -> list[Any]:
     out: list[Any] = []
     after = 0
     while page := store.list_jobs(after_id=after, limit=10_000):
@@ -297,13 +297,13 @@ def run_precision(
     progress: Callable[[int, int], None],
 ) -> BenchResult:
     with tempfile.TemporaryDirectory() as tmp, fresh_store(store_url, Path(tmp)) as (url, store):
-        result = BenchResult(workload="precision", store=_kind(url), expected=count)
+        result = BenchResult(workload="precision", store=store_kind(url), expected=count)
         with Cluster(url, workers, concurrency, Path(tmp)):
             start = SystemClock().now() + timedelta(seconds=4)
             instants = [start + timedelta(milliseconds=spacing_ms * i) for i in range(count)]
-            ids = _register_at_jobs(store, instants, "precision")
+            ids = register_at_jobs(store, instants, "precision")
             total_s = 4 + count * spacing_ms / 1000 + 30
-            wait_until(lambda: _report(store, count, progress), total_s)
+            wait_until(lambda: report_progress(store, count, progress), total_s)
         collect(store, result, ids)
         result.figures["spacing_ms"] = spacing_ms
         return result
@@ -318,19 +318,19 @@ def run_herd(
     progress: Callable[[int, int], None],
 ) -> BenchResult:
     with tempfile.TemporaryDirectory() as tmp, fresh_store(store_url, Path(tmp)) as (url, store):
-        result = BenchResult(workload="herd", store=_kind(url), expected=count)
+        result = BenchResult(workload="herd", store=store_kind(url), expected=count)
         with Cluster(url, workers, concurrency, Path(tmp)):
             t_reg = time.monotonic()
             due = SystemClock().now() + timedelta(seconds=6 + count / 4000)
-            ids = _register_at_jobs(store, [due] * count, "herd")
+            ids = register_at_jobs(store, [due] * count, "herd")
             result.figures["register_s"] = round(time.monotonic() - t_reg, 3)
             wait_until(
-                lambda: _report(store, count, progress),
+                lambda: report_progress(store, count, progress),
                 (due - SystemClock().now()).total_seconds() + 120,
                 POLL_S,
             )
         lateness = collect(store, result, ids)
-        result.figures["last_started_after_s"] = _r(max(lateness) / 1000 if lateness else None)
+        result.figures["last_started_after_s"] = rounded(max(lateness) / 1000 if lateness else None)
         if lateness:
             spread = max(lateness) - min(lateness)
             result.figures["firings_per_s"] = round(len(lateness) / max(spread / 1000, 1e-3))
@@ -348,7 +348,7 @@ def run_drain(
     from cronwheel.domain.schedules import now as now_schedule
 
     with tempfile.TemporaryDirectory() as tmp, fresh_store(store_url, Path(tmp)) as (url, store):
-        result = BenchResult(workload="drain", store=_kind(url), expected=count)
+        result = BenchResult(workload="drain", store=store_kind(url), expected=count)
         ids: set[int] = set()
         # Queue everything first, then start the processes: the figure is the drain
         # rate of the workers, not the producer's enqueue rate.
@@ -356,9 +356,9 @@ def run_drain(
             spec = JobSpec(name=f"drain-{i}", task=TASK, schedule=now_schedule())
             ids.add(store.enqueue_now(spec).job_id)
         with Cluster(url, workers, concurrency, Path(tmp)):
-            wait_until(lambda: _report(store, count, progress), 300, POLL_S)
+            wait_until(lambda: report_progress(store, count, progress), 300, POLL_S)
         collect(store, result, ids)
-        firings = [f for f in _all_firings(store) if f.job_id in ids and f.started_at]
+        firings = [f for f in all_firings(store) if f.job_id in ids and f.started_at]
         if firings:
             first = min(f.started_at for f in firings if f.started_at)
             last = max(f.finished_at for f in firings if f.finished_at)
@@ -379,7 +379,7 @@ def run_drain(
         return result
 
 
-def _all_firings(store: Store) -> list[Any]:
+def all_firings(store: Store) -> list[Any]:
     out: list[Any] = []
     before: int | None = None
     while page := store.list_firings(before_id=before, limit=5000):
@@ -388,7 +388,7 @@ def _all_firings(store: Store) -> list[Any]:
     return out
 
 
-def _report(store: Store, count: int, progress: Callable[[int, int], None]) -> bool:
+def report_progress(store: Store, count: int, progress: Callable[[int, int], None]) -> bool:
     """Update the progress bar; True when every expected firing has finished."""
     progress(_done(store), count)
     return _finished(store, count)
@@ -399,5 +399,5 @@ def _done(store: Store) -> int:
     return sum(v for k, v in st.counts.items() if k not in ("queued", "running"))
 
 
-def _kind(url: str) -> str:
+def store_kind(url: str) -> str:
     return "sqlite" if sqlite_path(url) is not None else "postgresql"

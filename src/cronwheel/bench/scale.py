@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from cronwheel.bench.runner import TASK, BenchResult, Cluster, _kind, _r, fresh_store
+from cronwheel.bench.runner import TASK, BenchResult, Cluster, fresh_store, rounded, store_kind
 from cronwheel.dispatch.dispatcher import DispatcherConfig
 from cronwheel.domain.clock import SystemClock
 from cronwheel.domain.models import JobPolicies, JobSpec
@@ -56,7 +56,7 @@ def run_scale(
     base_count = min(BASE_COUNT, max(count // 10, 1))
     due_count = max(1, round(count / DAY_S * lookahead_s))
     with tempfile.TemporaryDirectory() as tmp, fresh_store(store_url, Path(tmp)) as (url, store):
-        result = BenchResult(workload="scale", store=_kind(url), expected=0)
+        result = BenchResult(workload="scale", store=store_kind(url), expected=0)
         # Nothing is due while the measurements run: the day starts in an hour.
         base = SystemClock().now() + timedelta(hours=1)
         horizon = base + config.lookahead
@@ -100,13 +100,13 @@ def run_scale(
         with Cluster(url, workers, concurrency, Path(tmp)) as cluster:
             time.sleep(settle_s)
             mem = proc_memory(cluster.scheduler.pid)
-        result.figures["scheduler_peak_rss_mb"] = _r(mem.get("VmHWM", 0) / 1024)
+        result.figures["scheduler_peak_rss_mb"] = rounded(mem.get("VmHWM", 0) / 1024)
         result.figures["jobs"] = count
         result.figures["due_rows_per_scan"] = large["rows"]
-        result.figures[f"tick_ms_at_{base_count}"] = _r(small["mean_ms"])
-        result.figures[f"tick_ms_at_{count}"] = _r(large["mean_ms"])
-        result.figures["tick_ratio"] = _r(large["mean_ms"] / max(small["mean_ms"], 1e-9))
-        result.figures["tick_p50_ratio"] = _r(large["p50_ms"] / max(small["p50_ms"], 1e-9))
+        result.figures[f"tick_ms_at_{base_count}"] = rounded(small["mean_ms"])
+        result.figures[f"tick_ms_at_{count}"] = rounded(large["mean_ms"])
+        result.figures["tick_ratio"] = rounded(large["mean_ms"] / max(small["mean_ms"], 1e-9))
+        result.figures["tick_p50_ratio"] = rounded(large["p50_ms"] / max(small["p50_ms"], 1e-9))
         result.figures["due_plan"] = plan["summary"]
         result.figures["due_plan_index_scan"] = plan["uses_index"] and plan_small["uses_index"]
         if large["rows"] != small["rows"]:

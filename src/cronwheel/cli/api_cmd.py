@@ -57,8 +57,8 @@ def api_command(
     setup_logs(log_level, log_format, "api")
     import uvicorn
 
-    from cronwheel.api import create_app
     from cronwheel.cli.common import open_cli_store
+    from cronwheel.server import create_app
 
     store = open_cli_store(store_url)
     try:

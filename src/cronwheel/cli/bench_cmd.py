@@ -103,8 +103,10 @@ def bench_command(
     """
     from rich.progress import Progress
 
-    from cronwheel.store.url import sqlite_path
+    from cronwheel.store.url import require_shared, sqlite_path
 
+    if store_url is not None:
+        require_shared(store_url, "bench")  # its scheduler and workers are processes
     is_sqlite = store_url is None or sqlite_path(store_url) is not None
     if workload == "failover" and is_sqlite:
         raise click.UsageError(

@@ -7,9 +7,16 @@ from typing import Any, TypeVar
 
 import click
 
-from cronwheel.store.url import DEFAULT_STORE_URL
+from cronwheel.store.url import DEFAULT_STORE_URL, require_shared
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _shared_store(ctx: click.Context, _param: click.Parameter, url: str) -> str:
+    """Every command runs in a process of its own (serve, scheduler, worker and api start
+    more): refuse memory://, a store that dies with the process that holds it."""
+    require_shared(url, ctx.command_path.removeprefix("cronwheel ") or "")
+    return url
 
 
 def store_option(f: F) -> F:
@@ -19,6 +26,7 @@ def store_option(f: F) -> F:
         envvar="CRONWHEEL_STORE",
         default=DEFAULT_STORE_URL,
         show_default=True,
+        callback=_shared_store,
         help="Store URL: sqlite:///path.db or postgresql://user@host/db (env CRONWHEEL_STORE).",
     )(f)
 
@@ -48,7 +56,7 @@ def log_args(log_level: str | None, log_format: str | None) -> list[str]:
 
 
 def setup_logs(log_level: str | None, log_format: str | None, role: str) -> None:
-    from cronwheel import logs
+    from cronwheel.observability import logs
 
     logs.configure(
         level=log_level, json=None if log_format is None else log_format == "json", role=role

@@ -114,9 +114,9 @@ def add_command(
     url: str | None,
 ) -> None:
     """Add a job NAME running TASK on one schedule (--cron, --every, --at or --now)."""
-    from cronwheel.app import build_policies, spec_first_fire_at
     from cronwheel.domain import schedules
     from cronwheel.domain.clock import SystemClock
+    from cronwheel.domain.jobs import build_policies, spec_first_fire_at
     from cronwheel.domain.models import JobSpec
 
     chosen = [x for x in (cron_expr, every_text, at_text) if x is not None] + (

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> Any:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     # psycopg's pool logs every failed connection attempt through stdlib logging; a
     # one-shot command reports the failure itself, in one line (long-running roles
-    # turn these logs back on in cronwheel.logs.configure).
+    # turn these logs back on in cronwheel.observability.logs.configure).
     logging.getLogger("psycopg").setLevel(logging.CRITICAL)
     try:
         return cli.main(args=argv, prog_name="cronwheel", standalone_mode=False)

@@ -225,8 +225,8 @@ OBJECTIVE_JOBS_CHECKED = 500
 
 
 def objective_dict(store: Any, namespace: str) -> dict[str, Any]:
-    """Which jobs of ``namespace`` breach the lateness objective (cronwheel.lateness)."""
-    from cronwheel.lateness import breaches, objective_ms
+    """Which jobs of ``namespace`` breach the lateness objective (observability.lateness)."""
+    from cronwheel.observability.lateness import breaches, objective_ms
 
     jobs = store.search_jobs(namespace, limit=OBJECTIVE_JOBS_CHECKED)
     goal = objective_ms()

@@ -28,7 +28,7 @@ def _start_metrics(port: int | None) -> None:
     if port is not None:
         import os
 
-        from cronwheel.metrics import serve_metrics
+        from cronwheel.observability.process import serve_metrics
 
         serve_metrics(port, os.environ.get("CRONWHEEL_METRICS_HOST", "127.0.0.1"))
 

@@ -28,7 +28,7 @@ def tokens_group() -> None:
 @store_option
 def create_command(namespace: str, role: str, label: str | None, store_url: str) -> None:
     """Create a token and print it ONCE on stdout (only its hash is stored)."""
-    from cronwheel.api.tokens import issue_token
+    from cronwheel.web.tokens import issue_token
 
     store = open_cli_store(store_url)
     try:

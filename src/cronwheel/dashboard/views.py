@@ -27,17 +27,23 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from cronwheel.api.auth import ANONYMOUS, Principal, store_of
-from cronwheel.api.errors import error_body
-from cronwheel.api.tokens import verify_token
 from cronwheel.domain.models import FiringId, JobId
 from cronwheel.errors import NotFoundError
-from cronwheel.metrics import ClusterCollector
+from cronwheel.observability.cluster import ClusterCollector
+from cronwheel.web.auth import (
+    ANONYMOUS,
+    Principal,
+    auth_required,
+    end_session,
+    principal_of,
+    session_text,
+    start_session,
+    store_of,
+)
+from cronwheel.web.errors import error_body
 
-from . import data
+from . import charts, data
 
-COOKIE = "cronwheel_token"
-COOKIE_MAX_AGE = 12 * 3600
 STATIC = Path(__file__).parent / "static"
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -68,7 +74,7 @@ _env.globals["query"] = _query
 
 
 def mount(app: FastAPI) -> None:
-    """Add the dashboard and ``/metrics`` to the API app (``create_app`` calls this)."""
+    """Add the dashboard and ``/metrics`` to the API app (``server.create_app`` does)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ClusterCollector(app.state.store))
     app.state.metrics_registry = registry
@@ -77,25 +83,14 @@ def mount(app: FastAPI) -> None:
 
 
 # -- who is looking ---------------------------------------------------------------------------
-def _token_text(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() == "bearer" and value.strip():
-        return value.strip()
-    return request.cookies.get(COOKIE)
-
-
 def viewer(request: Request) -> Principal | None:
     """The principal of this request, or None when a token is needed and missing/invalid."""
-    if not request.app.state.auth_required:
+    if not auth_required(request):
         return ANONYMOUS
-    text = _token_text(request)
+    text = session_text(request)
     if not text:
         return None
-    token = verify_token(store_of(request), text)
-    if token is None:
-        return None
-    return Principal(namespace=token.namespace, role=token.role, token_id=token.id)
+    return principal_of(store_of(request), text)
 
 
 def _login_needed(request: Request) -> Response:
@@ -161,7 +156,7 @@ def index(request: Request) -> Response:
         states=data.FILTER_STATES,
         state=state,
         job_filter=job_id,
-        charts=data.charts(store, who.namespace),
+        charts=charts.charts(store, who.namespace),
         **_base(request, who),
     )
 
@@ -274,7 +269,7 @@ def lateness_fragment(request: Request) -> Response:
     who = viewer(request)
     if who is None:
         return _login_needed(request)
-    return render("lateness.html", charts=data.charts(store_of(request), who.namespace))
+    return render("lateness.html", charts=charts.charts(store_of(request), who.namespace))
 
 
 @router.get("/ui/f/firings/{firing_id}")
@@ -307,32 +302,24 @@ async def login(request: Request) -> Response:
     if not isinstance(text, str) or not text.strip():
         return JSONResponse(error_body("invalid_input", "send the token", "token"), 422)
     text = text.strip()
-    if verify_token(store_of(request), text) is None:
+    if principal_of(store_of(request), text) is None:
         return JSONResponse(error_body("unauthorized", "the token is not valid", "token"), 401)
     response = JSONResponse({"status": "ok"}, headers=SECURITY_HEADERS)
-    response.set_cookie(
-        COOKIE,
-        text,
-        max_age=COOKIE_MAX_AGE,
-        path="/",
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-    )
+    start_session(response, request, text)
     return response
 
 
 @router.post("/ui/logout")
 def logout() -> Response:
     response = Response(status_code=204, headers={"HX-Redirect": "/ui/login", **SECURITY_HEADERS})
-    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+    end_session(response)
     return response
 
 
 # -- Prometheus -----------------------------------------------------------------------------------
 @router.get("/metrics")
 def metrics(request: Request) -> Response:
-    """The cluster's metrics in the Prometheus text format (see cronwheel.metrics)."""
+    """The cluster's metrics in the Prometheus text format (see observability.cluster)."""
     if request.app.state.auth_required:
         who = viewer(request) if request.headers.get("authorization") else None
         if who is None or not who.can("admin"):

@@ -32,17 +32,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-import structlog
-
-from cronwheel import failpoints, metrics
+from cronwheel import failpoints
+from cronwheel.dispatch.events import DispatchEvents, QuietDispatchEvents
 from cronwheel.dispatch.wheel import TimingWheel
 from cronwheel.domain.clock import Clock
 from cronwheel.domain.models import Job, JobId, Lease
 from cronwheel.domain.policies import bounded, jitter_offset, plan_firings
 from cronwheel.errors import LeaseLostError, StoreUnavailableError
-from cronwheel.store.protocol import DISPATCHER_LEASE, JobAdvance, PlannedFiring, Store
-
-log = structlog.get_logger("cronwheel.dispatcher")
+from cronwheel.store.protocol import DISPATCHER_LEASE, DispatchPort, JobAdvance, PlannedFiring
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,14 +84,17 @@ def make_holder_id() -> str:
 class Dispatcher:
     def __init__(
         self,
-        store: Store,
+        store: DispatchPort,
         clock: Clock,
         *,
         config: DispatcherConfig | None = None,
         holder: str | None = None,
         on_enqueued: Callable[[int], None] | None = None,
+        events: DispatchEvents | None = None,
     ) -> None:
+        """``events`` receives what happens (metrics, logs); by default nothing does."""
         self.store = store
+        self.events: DispatchEvents = events or QuietDispatchEvents()
         self.clock = clock
         self.config = config or DispatcherConfig()
         self.holder = holder or make_holder_id()
@@ -142,8 +142,7 @@ class Dispatcher:
                 reaped = self.store.requeue_expired()
                 if reaped:
                     self.stats.reaped += reaped
-                    metrics.reaped(reaped)
-                    log.info("claims_requeued", count=reaped)
+                    self.events.reaped(reaped)
         except LeaseLostError as exc:
             self._step_down(str(exc))
         except StoreUnavailableError as exc:
@@ -152,8 +151,7 @@ class Dispatcher:
             self._scan_after = None
             self._next_scan = 0.0
             self.stats.store_errors += 1
-            metrics.store_error()
-            log.warning("store_unavailable", error=str(exc))
+            self.events.store_unavailable(str(exc))
             return 0.5
         return self._sleep_for()
 
@@ -180,22 +178,20 @@ class Dispatcher:
             if self.lease is not None:
                 self._step_down("lease expired before renewal")
             self.stats.terms += 1
-            metrics.lease_acquired(lease.epoch)
-            log.info("lease_acquired", holder=self.holder, epoch=lease.epoch)
+            self.events.lease_acquired(self.holder, lease.epoch)
             self._wheel.clear()
             self._jobs_version = -1
             self._scan_after = None
             self._next_scan = 0.0
             self._next_reap = 0.0
         self.lease = lease
-        metrics.lease_renewed(lease.epoch)
+        self.events.lease_renewed(lease.epoch)
         self._next_renew = mono + renew_s
 
     def _step_down(self, reason: str) -> None:
         if self.lease is not None:
             self.stats.lease_lost += 1
-            metrics.lease_lost()
-            log.warning("lease_lost", holder=self.holder, epoch=self.lease.epoch, reason=reason)
+            self.events.lease_lost(self.holder, self.lease.epoch, reason)
         self.lease = None
         self._wheel.clear()
         self._next_renew = self.clock.monotonic() + self.config.renew_interval.total_seconds()
@@ -205,7 +201,7 @@ class Dispatcher:
         if self.lease is not None:
             try:
                 self.store.release_lease(self.lease)
-                log.info("lease_released", holder=self.holder, epoch=self.lease.epoch)
+                self.events.lease_released(self.holder, self.lease.epoch)
             except StoreUnavailableError:
                 pass
             self.lease = None
@@ -338,16 +334,7 @@ class Dispatcher:
             )
             for m in plan.missed:
                 self.stats.missed += m.count
-                metrics.instants_missed(m.count)
-                log.warning(
-                    "firings_missed",
-                    job=job.name,
-                    first=m.first.isoformat(),
-                    last=m.last.isoformat(),
-                    count=m.count,
-                    exact=m.exact,
-                    policy=p.misfire.value,
-                )
+                self.events.firings_missed(job.name, m, p.misfire.value)
         if not advances:
             return
         failpoints.hit("dispatch.before_enqueue")
@@ -355,22 +342,20 @@ class Dispatcher:
             result = self.store.enqueue(self.lease, advances)
         except LeaseLostError:
             self.stats.fenced_writes += 1
-            metrics.fenced_write()
+            self.events.fenced_write()
             raise
         took = self.clock.monotonic() - began
         if len(advances) >= 100 and took > 0:  # small batches time the round trip, not rows
             self._enqueue_rate = 0.7 * self._enqueue_rate + 0.3 * len(advances) / took
         self.stats.enqueued += len(result.inserted)
-        metrics.firings_enqueued(result, advances, now=self.clock.now(), lead=self.config.lead)
+        self.events.firings_enqueued(
+            result, advances, now=self.clock.now(), lead=self.config.lead, epoch=self.lease.epoch
+        )
         self.stats.duplicates += result.duplicates
         self.stats.stale += len(result.stale)
         self.stats.batches.append(len(result.inserted))
-        if result.inserted:
-            log.debug("firings_enqueued", count=len(result.inserted), epoch=self.lease.epoch)
-            if self.on_enqueued is not None:
-                self.on_enqueued(len(result.inserted))
-        if result.duplicates:
-            log.warning("firings_deduplicated", count=result.duplicates)
+        if result.inserted and self.on_enqueued is not None:
+            self.on_enqueued(len(result.inserted))
         stale = set(result.stale)
         if stale:
             self._scan_after = None  # reload the changed jobs: a full scan

@@ -2,29 +2,42 @@
 
 A *firing* is one occurrence of a job: ``(job_id, scheduled_for)``, unique. It is
 the unit of tracking, cancellation and idempotency. Every state change in a store
-is a compare-and-swap on ``(state, claim_token)`` that follows this table; the
-same table is repeated as comments in the store schemas.
+is a compare-and-swap on ``(state, claim_token)`` that follows ``TRANSITIONS``.
+The table is what the stores do, checked both ways on every store by
+``tests/contract/test_transitions.py``: each change a store makes is an entry, and
+each entry is made by a store.
 
 ::
 
-    SCHEDULED ─enqueue─▶ QUEUED ─claim─▶ CLAIMED ─start─▶ RUNNING ─succeed─▶ SUCCEEDED
-        │                  │ ▲ ▲            │ │               │ ├──retry──▶ QUEUED (backoff)
-        │                  │ │ └lease_expired┘ │               │ └──fail───▶ DEAD (no attempts left)
-        │                  │ └──lease_expired (not cancel-requested)──┘
-        │                  │ └──────redrive──────────────────────────────── DEAD
-        └──────cancel──────┴──────cancel────┴──▶ CANCELLED ◀── cancel deadline / cooperative
-                           ├──skip──▶ SKIPPED      stop / lease expired while cancel-requested
-                           └──miss──▶ MISSED   (start deadline or catch-up window passed)
+    (planned) ─enqueue─▶ QUEUED ─claim─▶ CLAIMED ─start─▶ RUNNING ─succeed─▶ SUCCEEDED
+                           │ ▲ ▲            │ │               │ ├──retry──▶ QUEUED (backoff)
+                           │ │ └lease_expired┘ │               │ └──fail───▶ DEAD (no attempts left)
+                           │ └──lease_expired (not cancel-requested)──┘
+                           │ └──────redrive──────────────────────────────── DEAD
+                           ├──cancel──▶ CANCELLED ◀──cancel── CLAIMED, RUNNING
+                           ├──skip────▶ SKIPPED   (overlap policy, at claim time)
+                           └──miss────▶ MISSED    (start deadline passed)
 
-CLAIMED is a firing a worker holds but has not started (prefetched, claimed early for
-a crowd, or ahead of a free slot). It becomes RUNNING by a compare-and-swap at the
-moment its handler is about to be called; a cancel before that wins, and the handler
-never starts. A claim whose firings are due and have free slots claims and starts them
-in one transaction (both steps, one commit).
-
-``FAILED`` is not a resting state: an attempt that fails either goes back to
-QUEUED (retries left) or to DEAD in the same transaction, so a crash can never
-leave a firing parked in "failed, retry pending".
+- ``enqueue``: every firing is born QUEUED (a leader's enqueue, ``enqueue_now``, a
+  trigger or backfill); SCHEDULED names the planned occurrence before its row exists.
+  Occurrences that never become firings (missed while no leader ran, skipped by the
+  misfire policy) are recorded as job events, not as firings.
+- ``fail``: an attempt that fails with no retry left, or whose claim lease expires on
+  the last attempt (the reaper), ends DEAD. ``FAILED`` is not a resting state: a
+  failure goes back to QUEUED (retries left) or to DEAD in the same transaction, so a
+  crash can never leave a firing parked in "failed, retry pending".
+- ``claim``/``start``: a claim holds a firing (CLAIMED: prefetched, claimed early for
+  a crowd, or ahead of a free slot); it becomes RUNNING by a compare-and-swap on its
+  claim token at the moment its handler is about to be called. A claim whose firings
+  are due and have free slots takes both steps in one transaction. A held firing whose
+  lease expires goes back to QUEUED as it was (it never ran: its attempt is given back).
+- ``cancel``: a QUEUED or CLAIMED firing is cancelled at once (a held one's start then
+  fails, so its handler never starts). Cancelling a RUNNING firing only
+  requests it (``cancel_requested_at``; the state does not change); it becomes
+  CANCELLED when its handler stops on the request, when the job's cancel grace passes
+  (the reaper revokes the claim), or when a newer firing's ``terminate_other`` overlap
+  policy revokes it, or when its lease expires while the request stands (its worker
+  died: it is never run again). A revoked claim's late result is rejected.
 """
 
 from __future__ import annotations
@@ -65,9 +78,6 @@ S, E = FiringState, FiringEvent
 
 TRANSITIONS: dict[tuple[FiringState, FiringEvent], FiringState] = {
     (S.SCHEDULED, E.ENQUEUE): S.QUEUED,
-    (S.SCHEDULED, E.CANCEL): S.CANCELLED,
-    (S.SCHEDULED, E.SKIP): S.SKIPPED,
-    (S.SCHEDULED, E.MISS): S.MISSED,
     (S.QUEUED, E.CLAIM): S.CLAIMED,
     (S.CLAIMED, E.START): S.RUNNING,
     (S.CLAIMED, E.CANCEL): S.CANCELLED,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Generic, TypeVar
 
 from cronwheel.domain.overlap import OverlapPolicy, decide_overlap
@@ -129,3 +130,25 @@ def plan_claim(
             room -= 1
             started[c.job_id] = started.get(c.job_id, 0) + 1
     return plan
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAsk:
+    """What a worker asks of a claim: up to ``limit`` queued firings of ``tasks`` due
+    within ``prefetch``, for ``worker_id``; the first ``start`` of them (None: all)
+    that are due start at once (RUNNING), the rest are held (CLAIMED)."""
+
+    worker_id: str
+    tasks: tuple[str, ...]
+    limit: int
+    prefetch: timedelta
+    start: int | None = None
+
+    @property
+    def starts(self) -> int:
+        """How many of the claim's first firings may start at once."""
+        return self.limit if self.start is None else min(self.start, self.limit)
+
+    @property
+    def wants(self) -> bool:
+        return self.limit > 0 and bool(self.tasks)

@@ -1,11 +1,19 @@
-"""The Store port: the single source of truth, behind semantic methods.
+"""The Store ports: the single source of truth, behind semantic methods.
 
-Two implementations (SQLite, PostgreSQL) pass one contract suite
-(``tests/contract``). Contracts every implementation keeps:
+The store is split by who uses it: :class:`DispatchPort` (the dispatcher),
+:class:`WorkerPort` (the worker), :class:`JobsPort` and :class:`ApiJobsPort`
+(the Python API, the CLI and the HTTP API: jobs and firings), :class:`AdminPort`
+and :class:`ApiAdminPort` (schema, status, nodes, tokens). Each component is typed
+against the port it uses; :class:`Store` and :class:`ApiStore` are their unions,
+what an implementation provides.
+
+Three implementations (SQLite, PostgreSQL, and the in-process memory store for
+users' tests) pass one contract suite (``tests/contract``; the firing state machine
+in ``tests/contract/test_transitions.py``). Contracts every implementation keeps:
 
 - Instants in and out are aware UTC datetimes. Expiry of leases and claims is
   judged by the *store's* clock (``now()`` in SQL on PostgreSQL; on SQLite,
-  whose processes share one host, the clock the store was built with).
+  whose processes share one host, and in memory, the clock the store was built with).
 - Every state change is a compare-and-swap: an update that matches no row
   changes nothing and is reported, never silently retried against newer state.
 - Every leader write carries its :class:`Lease` and checks holder, epoch and
@@ -36,6 +44,9 @@ from cronwheel.domain.models import (
     NodeInfo,
 )
 from cronwheel.domain.policies import MissedRange
+from cronwheel.domain.results import (  # re-exported: the stores import it from here
+    CancelResult as CancelResult,  # noqa: PLC0414
+)
 from cronwheel.wakeup import Wakeup
 
 DISPATCHER_LEASE = "dispatcher"
@@ -89,12 +100,6 @@ class Completion:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CancelResult:
-    outcome: str  # "cancelled" | "cancel_requested" | "already_final"
-    firing: Firing
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class StoreStatus:
     now: datetime
     lease: Lease | None
@@ -106,19 +111,137 @@ class StoreStatus:
     lateness_ms: list[float]  # recent successful starts, newest first (bounded)
 
 
-class Store(Protocol):
-    # -- lifecycle --------------------------------------------------------------
-    def migrate(self) -> int:
-        """Bring the schema to the latest version (idempotent); return that version."""
+class DispatchPort(Protocol):
+    """The dispatcher's port: leadership, due jobs, fenced enqueues, the reaper."""
+
+    def acquire_lease(self, name: str, holder: str, ttl: timedelta) -> Lease | None:
+        """Renew the lease if ``holder`` holds it unexpired, else take it over if it has
+        expired (epoch + 1). Returns the lease held afterwards, or None if another holder
+        has it."""
         ...
 
-    def close(self) -> None: ...
-
-    def now(self) -> datetime:
-        """The store's clock: the one leases and claims are judged by."""
+    def release_lease(self, lease: Lease) -> None:
+        """Give the lease up early (clean shutdown) if still held by this holder and epoch."""
         ...
 
-    # -- jobs ---------------------------------------------------------------------
+    def jobs_version(self) -> int:
+        """A number that changes whenever a job is created, changed, paused or deleted."""
+        ...
+
+    def due_jobs(
+        self, horizon: datetime, *, limit: int, after: tuple[datetime, int] | None = None
+    ) -> list[Job]:
+        """Unpaused jobs with ``next_fire_at <= horizon``, ordered by ``(next_fire_at, id)``
+        and after ``after`` in that order (keyset paging): an index range scan."""
+        ...
+
+    def enqueue(self, lease: Lease, advances: Sequence[JobAdvance]) -> EnqueueResult:
+        """In ONE transaction: check ``lease`` (holder, epoch, unexpired by the store's
+        clock) or raise LeaseLostError; for each advance, CAS the job's cursor and, if it
+        moved, insert its firings QUEUED (a duplicate ``(job_id, scheduled_for)`` is
+        ignored and counted) and record its missed ranges."""
+        ...
+
+    def requeue_expired(self, *, limit: int = 1000) -> int:
+        """Reaper: RUNNING firings whose claim lease has expired go back to QUEUED (or DEAD
+        when attempts are exhausted; the attempt is recorded as expired), except those whose
+        cancellation was requested: their worker is gone before the handler stopped, and
+        they become CANCELLED (a cancelled firing is never run again); RUNNING firings
+        whose cancellation was requested more than their job's ``cancel_grace`` ago become
+        CANCELLED (lease revoked: the worker's late result is rejected); QUEUED firings
+        past their start deadline become MISSED. Returns the count of changes."""
+        ...
+
+
+class WorkerPort(Protocol):
+    """The worker's port: claims, heartbeats, outcomes, wake-ups, its node record."""
+
+    def claim(
+        self,
+        worker_id: str,
+        *,
+        tasks: Sequence[str],
+        limit: int,
+        prefetch: timedelta = timedelta(0),
+        start: int | None = None,
+    ) -> list[ClaimedFiring]:
+        """Atomically take up to ``limit`` QUEUED firings of these tasks whose
+        ``due_at <= now + prefetch``, in virtual-deadline order: each becomes CLAIMED with
+        attempt + 1, a fresh claim token, ``claimed_at = now`` and ``lease_until = now +
+        its visibility timeout``. The first ``start`` of them (None: all), if due, also
+        start in the same transaction (RUNNING, ``started_at = now``): the caller runs them
+        as the claim returns; the others are held until :meth:`start`. Safe against
+        concurrent claimers (no firing is claimed twice).
+
+        In the same transaction the job policies apply (store/claiming.py): a firing
+        whose start deadline passed becomes MISSED; a capped job (``max_concurrency``)
+        never has more CLAIMED + RUNNING firings than its cap across all workers, and its due
+        firings beyond the cap meet its overlap policy (SKIPPED, buffered, or the
+        running ones cancelled/terminated). A capped job's firing is only taken once
+        due (no prefetch), so the overlap decision is made at its instant."""
+        ...
+
+    def complete(self, completions: Sequence[Completion]) -> list[bool]:
+        """Record outcomes (CAS on state RUNNING + claim token); True where accepted.
+        A failure with ``retry_at`` and attempts left goes back to QUEUED due then;
+        otherwise DEAD."""
+        ...
+
+    def complete_and_claim(
+        self,
+        completions: Sequence[Completion],
+        worker_id: str,
+        *,
+        tasks: Sequence[str],
+        limit: int,
+        prefetch: timedelta = timedelta(0),
+        start: int | None = None,
+    ) -> tuple[list[bool], list[ClaimedFiring]]:
+        """``complete(completions)`` then ``claim(...)``, with one commit where the store
+        can: a busy worker reports what finished in the transaction that takes the next
+        firings. The outcomes are applied first (a capped job's finished firing frees its
+        slot for this very claim). Returns complete's flags and claim's firings. If it
+        raises, the outcomes are as after a failed ``complete``: not recorded, or (a
+        connection lost at commit) unknown — resending them is safe."""
+        ...
+
+    def start(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
+        """Held firings start: CLAIMED -> RUNNING (CAS on the claim token), ``started_at =
+        now``. Returns the ones that started; a firing cancelled since its claim is not
+        among them and its handler must never be called."""
+        ...
+
+    def heartbeat(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
+        """Extend the leases of these claims by their visibility timeouts. Returns the
+        firings whose claim is no longer held (reassigned, cancelled): the worker must stop
+        them and its late result will be rejected."""
+        ...
+
+    def cancel_requested(self, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
+        """Which of these held claims have a pending cancellation request."""
+        ...
+
+    def next_due_at(self) -> datetime | None:
+        """The earliest ``due_at`` of a QUEUED firing that is not yet due (any task): a
+        worker's wake-up hint, since a capped job's firing is claimed only at its instant."""
+        ...
+
+    def open_wakeup(self, callback: Callable[[], None]) -> Wakeup:
+        """Start listening for "work was queued" hints; ``callback`` may be called from any
+        thread. ``enqueue``, ``enqueue_now`` and ``redrive_firing``
+        send the hint after they commit. A lost hint costs only latency."""
+        ...
+
+    def register_node(self, node: NodeInfo) -> None: ...
+
+    def heartbeat_node(self, node_id: str) -> None: ...
+
+    def remove_node(self, node_id: str) -> None: ...
+
+
+class JobsPort(Protocol):
+    """Jobs and firings for the Python API and the CLI."""
+
     def create_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> Job:
         """Insert a job whose cursor starts at ``first_fire_at``.
 
@@ -169,125 +292,12 @@ class Store(Protocol):
         """Delete a job and its firing history. Raises JobNotFoundError."""
         ...
 
-    def due_jobs(
-        self, horizon: datetime, *, limit: int, after: tuple[datetime, int] | None = None
-    ) -> list[Job]:
-        """Unpaused jobs with ``next_fire_at <= horizon``, ordered by ``(next_fire_at, id)``
-        and after ``after`` in that order (keyset paging): an index range scan."""
-        ...
-
-    def jobs_version(self) -> int:
-        """A number that changes whenever a job is created, changed, paused or deleted."""
-        ...
-
     def job_events(self, job_id: JobId, *, limit: int = 100) -> list[JobEvent]: ...
 
-    # -- leadership ---------------------------------------------------------------
-    def acquire_lease(self, name: str, holder: str, ttl: timedelta) -> Lease | None:
-        """Renew the lease if ``holder`` holds it unexpired, else take it over if it has
-        expired (epoch + 1). Returns the lease held afterwards, or None if another holder
-        has it."""
-        ...
-
-    def release_lease(self, lease: Lease) -> None:
-        """Give the lease up early (clean shutdown) if still held by this holder and epoch."""
-        ...
-
-    def get_lease(self, name: str) -> Lease | None: ...
-
-    # -- dispatch (leader writes, fenced) -----------------------------------------
-    def enqueue(self, lease: Lease, advances: Sequence[JobAdvance]) -> EnqueueResult:
-        """In ONE transaction: check ``lease`` (holder, epoch, unexpired by the store's
-        clock) or raise LeaseLostError; for each advance, CAS the job's cursor and, if it
-        moved, insert its firings QUEUED (a duplicate ``(job_id, scheduled_for)`` is
-        ignored and counted) and record its missed ranges."""
-        ...
-
-    def requeue_expired(self, *, limit: int = 1000) -> int:
-        """Reaper: RUNNING firings whose claim lease has expired go back to QUEUED (or DEAD
-        when attempts are exhausted; the attempt is recorded as expired); RUNNING firings
-        whose cancellation was requested more than their job's ``cancel_grace`` ago become
-        CANCELLED (lease revoked: the worker's late result is rejected); QUEUED firings
-        past their start deadline become MISSED. Returns the count of changes."""
-        ...
-
-    # -- immediate work -----------------------------------------------------------
     def enqueue_now(self, spec: JobSpec) -> Firing:
         """Create a one-shot job and its QUEUED firing due now, in one transaction."""
         ...
 
-    # -- workers ------------------------------------------------------------------
-    def claim(
-        self,
-        worker_id: str,
-        *,
-        tasks: Sequence[str],
-        limit: int,
-        prefetch: timedelta = timedelta(0),
-        start: int | None = None,
-    ) -> list[ClaimedFiring]:
-        """Atomically take up to ``limit`` QUEUED firings of these tasks whose
-        ``due_at <= now + prefetch``, in virtual-deadline order: each becomes CLAIMED with
-        attempt + 1, a fresh claim token, ``claimed_at = now`` and ``lease_until = now +
-        its visibility timeout``. The first ``start`` of them (None: all), if due, also
-        start in the same transaction (RUNNING, ``started_at = now``): the caller runs
-        them as the claim returns; the others are held and wait for :meth:`start`. Safe against concurrent
-        claimers (no firing is claimed twice).
-
-        In the same transaction the job policies apply (store/claiming.py): a firing
-        whose start deadline passed becomes MISSED; a capped job (``max_concurrency``)
-        never has more CLAIMED + RUNNING firings than its cap across all workers, and its due
-        firings beyond the cap meet its overlap policy (SKIPPED, buffered, or the
-        running ones cancelled/terminated). A capped job's firing is only taken once
-        due (no prefetch), so the overlap decision is made at its instant."""
-        ...
-
-    def next_due_at(self) -> datetime | None:
-        """The earliest ``due_at`` of a QUEUED firing that is not yet due (any task): a
-        worker's wake-up hint, since a capped job's firing is claimed only at its instant."""
-        ...
-
-    def start(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
-        """Held firings start: CLAIMED -> RUNNING (CAS on the claim token), ``started_at =
-        now``. Returns the ones that started; a firing cancelled since its claim is not
-        among them and its handler must never be called."""
-        ...
-
-    def heartbeat(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
-        """Extend the leases of these claims by their visibility timeouts. Returns the
-        firings whose claim is no longer held (reassigned, cancelled): the worker must stop
-        them and its late result will be rejected."""
-        ...
-
-    def cancel_requested(self, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
-        """Which of these held claims have a pending cancellation request."""
-        ...
-
-    def complete(self, completions: Sequence[Completion]) -> list[bool]:
-        """Record outcomes (CAS on state RUNNING + claim token); True where accepted.
-        A failure with ``retry_at`` and attempts left goes back to QUEUED due then;
-        otherwise DEAD."""
-        ...
-
-    def complete_and_claim(
-        self,
-        completions: Sequence[Completion],
-        worker_id: str,
-        *,
-        tasks: Sequence[str],
-        limit: int,
-        prefetch: timedelta = timedelta(0),
-        start: int | None = None,
-    ) -> tuple[list[bool], list[ClaimedFiring]]:
-        """``complete(completions)`` then ``claim(...)``, with one commit where the store
-        can: a busy worker reports what finished in the transaction that takes the next
-        firings. The outcomes are applied first (a capped job's finished firing frees its
-        slot for this very claim). Returns complete's flags and claim's firings. If it
-        raises, the outcomes are as after a failed ``complete``: not recorded, or (a
-        connection lost at commit) unknown — resending them is safe."""
-        ...
-
-    # -- firings ------------------------------------------------------------------
     def get_firing(self, firing_id: FiringId) -> Firing:
         """Raises FiringNotFoundError."""
         ...
@@ -310,31 +320,37 @@ class Store(Protocol):
         ...
 
     def redrive_firing(self, firing_id: FiringId) -> Firing:
-        """DEAD → QUEUED due now, with a fresh attempt budget. InvalidTransitionError otherwise."""
+        """DEAD → QUEUED due now, with a fresh attempt budget and no cancellation request
+        (one made before it died is spent). InvalidTransitionError otherwise."""
         ...
 
-    # -- nodes ----------------------------------------------------------------------
-    def register_node(self, node: NodeInfo) -> None: ...
 
-    def heartbeat_node(self, node_id: str) -> None: ...
+class AdminPort(Protocol):
+    """Administration: schema, clock, leadership and nodes as seen from outside, status."""
 
-    def remove_node(self, node_id: str) -> None: ...
+    def migrate(self) -> int:
+        """Bring the schema to the latest version (idempotent); return that version."""
+        ...
+
+    def close(self) -> None: ...
+
+    def now(self) -> datetime:
+        """The store's clock: the one leases and claims are judged by."""
+        ...
+
+    def get_lease(self, name: str) -> Lease | None: ...
 
     def list_nodes(self, *, alive_within: timedelta | None = None) -> list[NodeInfo]: ...
 
     def status(self) -> StoreStatus: ...
 
-    # -- wake-ups ---------------------------------------------------------------------
-    def open_wakeup(self, callback: Callable[[], None]) -> Wakeup:
-        """Start listening for "work was queued" hints; ``callback`` may be called from any
-        thread. ``enqueue``, ``enqueue_now`` and ``redrive_firing``
-        send the hint after they commit. A lost hint costs only latency."""
-        ...
+
+class Store(DispatchPort, WorkerPort, JobsPort, AdminPort, Protocol):
+    """Every port at once: what one store implementation provides."""
 
 
-# -- HTTP API support (issue 5) ------------------------------------------------------
-# Appended as a separate port so the core Store stays as it was; every Store
-# implementation used behind ``cronwheel api`` implements both.
+# -- HTTP API support ------------------------------------------------------------------
+# Every Store implementation used behind ``cronwheel api`` implements these too.
 
 JOB_STATES = ("active", "paused", "done")  # search_jobs(state=...): see its docstring
 TOKEN_ROLES = ("read", "write", "admin")
@@ -359,31 +375,9 @@ class AddedFirings:
     duplicates: int  # instants that already had a firing of this job: left alone
 
 
-class ApiStore(Store, Protocol):
-    def ping(self) -> None:
-        """Run a trivial query; raise StoreUnavailableError unless the store answers."""
-        ...
+class ApiJobsPort(Protocol):
+    """Jobs and firings as the HTTP API and the CLI see them: namespace-scoped."""
 
-    # -- tokens -------------------------------------------------------------------
-    def create_token(
-        self, *, namespace: str, role: str, label: str | None, secret_hash: str
-    ) -> ApiToken:
-        """Insert a token (``role`` one of TOKEN_ROLES); ids are assigned by the store."""
-        ...
-
-    def get_token(self, token_id: int) -> ApiToken | None:
-        """The token with this id, revoked or not; None when there is none."""
-        ...
-
-    def list_tokens(self, *, namespace: str | None = None) -> list[ApiToken]:
-        """Tokens ordered by id, revoked ones included, optionally of one namespace."""
-        ...
-
-    def revoke_token(self, token_id: int) -> ApiToken:
-        """Set ``revoked_at`` to now (kept if already set: idempotent). Raises NotFoundError."""
-        ...
-
-    # -- jobs and firings, namespace-scoped ---------------------------------------------
     def search_jobs(
         self,
         namespace: str,
@@ -442,3 +436,33 @@ class ApiStore(Store, Protocol):
     def job_backlog(self, namespace: str, *, limit: int = 50) -> dict[str, int]:
         """QUEUED + RUNNING firings per job name of one namespace, largest first."""
         ...
+
+
+class ApiAdminPort(Protocol):
+    """Administration through the HTTP API: liveness and bearer tokens."""
+
+    def ping(self) -> None:
+        """Run a trivial query; raise StoreUnavailableError unless the store answers."""
+        ...
+
+    def create_token(
+        self, *, namespace: str, role: str, label: str | None, secret_hash: str
+    ) -> ApiToken:
+        """Insert a token (``role`` one of TOKEN_ROLES); ids are assigned by the store."""
+        ...
+
+    def get_token(self, token_id: int) -> ApiToken | None:
+        """The token with this id, revoked or not; None when there is none."""
+        ...
+
+    def list_tokens(self, *, namespace: str | None = None) -> list[ApiToken]:
+        """Tokens ordered by id, revoked ones included, optionally of one namespace."""
+        ...
+
+    def revoke_token(self, token_id: int) -> ApiToken:
+        """Set ``revoked_at`` to now (kept if already set: idempotent). Raises NotFoundError."""
+        ...
+
+
+class ApiStore(Store, ApiJobsPort, ApiAdminPort, Protocol):
+    """Store plus what ``cronwheel api`` needs: every implementation provides both."""

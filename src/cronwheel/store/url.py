@@ -1,5 +1,6 @@
 """Open a store from a URL: ``sqlite:///relative.db``, ``sqlite:////abs/path.db``, a plain
-file path, or ``postgresql://user@host:port/db``."""
+file path, ``postgresql://user@host:port/db``, or ``memory://`` (a new, empty store in
+this process's memory, for tests: see ``cronwheel.store.memory``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,24 @@ from cronwheel.errors import ValidationError
 from cronwheel.store.protocol import Store
 
 DEFAULT_STORE_URL = "sqlite:///cronwheel.db"
+MEMORY_URL = "memory://"
+
+
+def is_memory(url: str) -> bool:
+    """Whether ``url`` names the in-process memory store (``memory://``)."""
+    return url.strip().lower().startswith(MEMORY_URL)
+
+
+def require_shared(url: str, command: str) -> None:
+    """Refuse a store that other processes cannot see, for a command whose work is done
+    in processes of its own (a scheduler, workers, an API server, a CLI one-shot)."""
+    if is_memory(url):
+        raise ValidationError(
+            'memory:// lives inside one Python process (for tests, App("memory://")): '
+            f"`cronwheel {command}` runs in processes of its own, which cannot share it; "
+            "use sqlite:///path.db or postgresql://...",
+            field="store",
+        )
 
 
 def sqlite_path(url: str) -> str | None:
@@ -30,9 +49,14 @@ def sqlite_path(url: str) -> str | None:
 
 
 def open_store(url: str, *, clock: Clock | None = None, migrate: bool = True) -> Store:
-    path = sqlite_path(url)
     store: Store
-    if path is not None:
+    if is_memory(url):
+        if url.strip().lower() != MEMORY_URL:
+            raise ValidationError("the memory store's URL is just memory://", field="store")
+        from cronwheel.store.memory import MemoryStore
+
+        store = MemoryStore(clock=clock)
+    elif (path := sqlite_path(url)) is not None:
         from cronwheel.store.sqlite import SqliteStore
 
         store = SqliteStore(path, clock=clock)
@@ -42,7 +66,8 @@ def open_store(url: str, *, clock: Clock | None = None, migrate: bool = True) ->
         store = PostgresStore(url, clock=clock)
     else:
         raise ValidationError(
-            "unsupported store URL: use sqlite:///path.db or postgresql://...", field="store"
+            "unsupported store URL: use sqlite:///path.db, postgresql://... or memory://",
+            field="store",
         )
     if migrate:
         store.migrate()

@@ -39,7 +39,7 @@ from cronwheel.signals import Retry
 from cronwheel.worker.context import Context
 
 if TYPE_CHECKING:
-    from cronwheel.app import App
+    from cronwheel.worker.registry import TaskRegistry
 
 FIELDS = ("job", "job_id", "firing_id", "attempt", "idempotency_key", "scheduled_for", "namespace")
 # ${VAR} (worker environment, at load time) or {word} (a firing field, at run time).
@@ -340,13 +340,16 @@ class TaskKinds:
         return run
 
 
-def register_tasks(app: App, specs: list[TaskSpec], *, kinds: TaskKinds | None = None) -> TaskKinds:
-    """Add a handler per spec to ``app.registry``; a name taken by Python code is an error."""
+def register_tasks(
+    registry: TaskRegistry, specs: list[TaskSpec], *, kinds: TaskKinds | None = None
+) -> TaskKinds:
+    """Add a handler per spec to ``registry`` (an ``App``'s); a name taken by Python code is
+    an error."""
     kinds = kinds or TaskKinds()
     for spec in specs:
-        if spec.name in app.registry:
+        if spec.name in registry:
             raise _bad(f"tasks.{spec.name}", "already registered (by Python code, or twice)")
-        app.registry.add(spec.name, kinds.handler(spec))
+        registry.add(spec.name, kinds.handler(spec))
     return kinds
 
 

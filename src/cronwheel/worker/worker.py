@@ -23,89 +23,59 @@ import contextlib
 import os
 import random
 import socket
-import traceback
-import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
 
-import structlog
-
-from cronwheel import failpoints, metrics
+from cronwheel import failpoints
 from cronwheel.domain.clock import Clock
-from cronwheel.domain.models import ClaimedFiring, Firing, FiringId, NodeInfo
-from cronwheel.domain.policies import retry_backoff
-from cronwheel.errors import CronwheelError, StoreUnavailableError
-from cronwheel.signals import Cancel, Retry
-from cronwheel.store.protocol import Completion, Store
+from cronwheel.domain.models import ClaimedFiring, FiringId, NodeInfo
+from cronwheel.errors import StoreUnavailableError
+from cronwheel.store.protocol import Completion, WorkerPort
+from cronwheel.worker.attempt import Attempts
+from cronwheel.worker.config import WorkerConfig, WorkerStats, make_worker_id
 from cronwheel.worker.context import Context, make_context
+from cronwheel.worker.events import QuietWorkerEvents, WorkerEvents
 from cronwheel.worker.registry import TaskRegistry
 from cronwheel.worker.slots import Slots
 from cronwheel.worker.threads import HandlerThreads
 
-log = structlog.get_logger("cronwheel.worker")
+__all__ = ["Worker", "WorkerConfig", "WorkerStats", "make_worker_id"]
+
 T = TypeVar("T")
-_ERROR_MAX = 8000
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WorkerConfig:
-    concurrency: int = 16
-    prefetch: timedelta = timedelta(milliseconds=2000)
-    poll_interval: timedelta = timedelta(seconds=1)
-    heartbeat_interval: timedelta = timedelta(seconds=2)
-    node_heartbeat: timedelta = timedelta(seconds=2)
-    flush_interval: timedelta = timedelta(milliseconds=5)
-    flush_batch: int = 500
-    # claims held beyond `concurrency` for firings not yet due (a crowd before its
-    # instant). They are leases like any other: renewed while held, and recovered by
-    # the reaper after the visibility timeout if this worker dies.
-    early_claims: int = 5000
-    claim_ahead_window: timedelta = timedelta(milliseconds=50)
-
-
-@dataclass(slots=True)
-class WorkerStats:
-    claimed: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    rejected: int = 0  # completions refused: the claim was lost (zombie)
-    lost_claims: int = 0
-    # the most recent first attempts' lateness (bounded: a worker runs for months)
-    lateness_ms: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
-
-
-def make_worker_id() -> str:
-    return f"worker:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
 class Worker:
     def __init__(
         self,
-        store: Store,
+        store: WorkerPort,
         registry: TaskRegistry,
         clock: Clock,
         *,
         config: WorkerConfig | None = None,
         worker_id: str | None = None,
         rng: random.Random | None = None,
+        events: WorkerEvents | None = None,
     ) -> None:
+        """``events`` receives what happens (metrics, logs); by default nothing does."""
         self.store = store
+        self.events: WorkerEvents = events or QuietWorkerEvents()
         self.registry = registry
         self.clock = clock
         self.config = config or WorkerConfig()
         self.worker_id = worker_id or make_worker_id()
         self.stats = WorkerStats()
-        self._rng = rng or random.Random()
         # two store threads: claims on one, completions and heartbeats on the other, so
         # their round trips overlap instead of queueing behind each other
         self._db = ThreadPoolExecutor(1, thread_name_prefix="cronwheel-store")
         self._db_out = ThreadPoolExecutor(1, thread_name_prefix="cronwheel-store-out")
         self._threads = HandlerThreads(self.config.concurrency)
+        self._attempts = Attempts(
+            registry, clock, self.events, self.stats, self._threads, rng or random.Random()
+        )
         self._active: dict[FiringId, tuple[ClaimedFiring, Context]] = {}
         self._done: list[Completion] = []
         self._slot_freed: asyncio.Event | None = None
@@ -142,7 +112,7 @@ class Worker:
                 await asyncio.sleep(delay)
             # at most `concurrency` handlers at once (no limit when driven by drain_once)
             async with self._run_slots or contextlib.nullcontext():
-                return None if ctx.cancel_requested else await self._invoke(claim, ctx)
+                return None if ctx.cancel_requested else await self._attempts.run(claim, ctx)
         finally:
             # only this attempt's entry: a stale attempt of the same firing that is still
             # winding down must not evict the newer attempt (which would stop its heartbeat)
@@ -150,136 +120,6 @@ class Worker:
             if entry is not None and entry[0].claim_token == claim.claim_token:
                 del self._active[firing.id]
                 self._renewed.pop(firing.id, None)
-
-    async def _invoke(self, claim: ClaimedFiring, ctx: Context) -> Completion:
-        firing = claim.firing
-        timeout = claim.policies.timeout
-        timeout_s = None if timeout is None else timeout.total_seconds()
-        started = self.clock.now()
-        lateness_ms = (started - firing.scheduled_for).total_seconds() * 1000
-        log.info(
-            "firing_started",
-            job=firing.job_name,
-            firing_id=firing.id,
-            attempt=firing.attempt,
-            lateness_ms=round(lateness_ms, 3),
-        )
-        error: str | None = None
-        cancelled = False
-        retry_after: timedelta | None = None
-        try:
-            await self._run_handler(firing, ctx, timeout_s)
-        except TimeoutError:
-            error = f"timed out after {timeout_s} s"
-            ctx.request_cancel()
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise  # the worker itself is stopping
-            cancelled, error = True, "cancelled: the handler was interrupted"
-        except Cancel as exc:
-            cancelled, error = True, f"cancelled: {exc.reason}"
-        except Retry as exc:
-            error, retry_after = f"retry requested: {exc.reason}", exc.after
-        except CronwheelError as exc:
-            error = f"{type(exc).__name__}: {exc}"
-        except Exception:
-            error = traceback.format_exc()[-_ERROR_MAX:]
-        finished = self.clock.now()
-        if cancelled:
-            log.info("firing_cancelled", job=firing.job_name, firing_id=firing.id)
-            metrics.attempt_finished("cancelled")
-            return Completion(
-                firing_id=firing.id,
-                claim_token=claim.claim_token,
-                succeeded=False,
-                cancelled=True,
-                started_at=started,
-                finished_at=finished,
-                error=error,
-            )
-        if error is None:
-            self.stats.succeeded += 1
-            self.stats.lateness_ms.append(lateness_ms)
-            metrics.attempt_finished("succeeded", firing, lateness_ms)
-            log.info(
-                "firing_succeeded",
-                job=firing.job_name,
-                firing_id=firing.id,
-                lateness_ms=round(lateness_ms, 3),
-                duration_ms=round((finished - started).total_seconds() * 1000, 3),
-            )
-            return Completion(
-                firing_id=firing.id,
-                claim_token=claim.claim_token,
-                succeeded=True,
-                started_at=started,
-                finished_at=finished,
-            )
-        self.stats.failed += 1
-        metrics.attempt_finished("failed")
-        retry_at = None
-        if firing.attempt < firing.max_attempts:
-            p = claim.policies
-            retry_at = finished + (
-                retry_after
-                if retry_after is not None
-                else retry_backoff(
-                    firing.attempt, base=p.retry_backoff, maximum=p.retry_backoff_max, rng=self._rng
-                )
-            )
-        log.warning(
-            "firing_failed",
-            job=firing.job_name,
-            firing_id=firing.id,
-            attempt=firing.attempt,
-            max_attempts=firing.max_attempts,
-            retry_at=None if retry_at is None else retry_at.isoformat(),
-            error=error.strip().splitlines()[-1] if error.strip() else error,
-        )
-        return Completion(
-            firing_id=firing.id,
-            claim_token=claim.claim_token,
-            succeeded=False,
-            started_at=started,
-            finished_at=finished,
-            error=error,
-            retry_at=retry_at,
-        )
-
-    async def _run_handler(self, firing: Firing, ctx: Context, timeout_s: float | None) -> None:
-        """Run the task; an async handler is cancelled — once — when cancellation is
-        requested, when it times out, or when the worker stops (a shell task reads a
-        second cancel as "kill now", so it must not get one by accident)."""
-        task = self.registry.get(firing.task)
-        loop = asyncio.get_running_loop()
-        handler: asyncio.Future[Any]
-        cancelled = False
-
-        def stop() -> None:
-            nonlocal cancelled
-            if task.is_async and not cancelled and not handler.done():
-                cancelled = True
-                handler.cancel()
-
-        if task.is_async:
-            handler = asyncio.ensure_future(task.fn(ctx, *firing.args, **firing.kwargs))
-
-            def from_any_thread() -> None:
-                loop.call_soon_threadsafe(stop)
-
-            ctx.on_cancel(from_any_thread)
-        else:
-            handler = self._threads.submit(partial(task.fn, ctx, *firing.args, **firing.kwargs))
-            if timeout_s is None:
-                # a thread cannot be interrupted, so there is nothing to shield it from;
-                # if the worker stops, the future is dropped and the thread runs on
-                await handler
-                return
-        try:
-            await asyncio.wait_for(asyncio.shield(handler), timeout_s)
-        finally:
-            stop()
 
     async def _execute_and_report(self, claim: ClaimedFiring) -> None:
         try:
@@ -323,12 +163,7 @@ class Worker:
         for completion, ok in zip(batch, accepted, strict=True):
             if not ok:
                 self.stats.rejected += 1
-                metrics.completion_rejected()
-                log.warning(
-                    "completion_rejected",
-                    firing_id=completion.firing_id,
-                    reason="claim no longer held (lease expired or cancelled)",
-                )
+                self.events.completion_rejected(completion.firing_id)
 
     # -- test/driver helper ---------------------------------------------------------------
     async def drain_once(self) -> int:
@@ -341,7 +176,7 @@ class Worker:
             prefetch=timedelta(0),
         )
         self.stats.claimed += len(claims)
-        metrics.claimed(claims)
+        self.events.claimed(claims)
         await asyncio.gather(*(self._execute_and_report(c) for c in claims))
         await self.flush()
         return len(claims)
@@ -372,12 +207,7 @@ class Worker:
             info={"tasks": self.registry.names(), "concurrency": self.config.concurrency},
         )
         await self._call(self.store.register_node, node)
-        log.info(
-            "worker_started",
-            worker_id=self.worker_id,
-            tasks=self.registry.names(),
-            concurrency=self.config.concurrency,
-        )
+        self.events.worker_started(self.worker_id, self.registry.names(), self.config.concurrency)
         loops = [
             asyncio.create_task(self._heartbeat_loop(stop)),
             asyncio.create_task(self._flush_loop(stop)),
@@ -401,7 +231,7 @@ class Worker:
             self._db.shutdown(wait=False)
             self._db_out.shutdown(wait=False)
             self._threads.shutdown()
-            log.info("worker_stopped", worker_id=self.worker_id)
+            self.events.worker_stopped(self.worker_id)
 
     async def _claim_loop(
         self, stop: asyncio.Event, rung: asyncio.Event, running: set[asyncio.Task[None]]
@@ -437,8 +267,7 @@ class Worker:
                         self._give_back(done)
                     if not isinstance(exc, StoreUnavailableError):
                         raise
-                    log.warning("store_unavailable", error=str(exc), retry_in_s=backoff)
-                    metrics.store_error()
+                    self.events.store_unavailable(str(exc), backoff)
                     await _wait_any([stop.wait()], backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
@@ -447,7 +276,7 @@ class Worker:
                 if claimed:
                     failpoints.hit("worker.after_claim")
                 self.stats.claimed += claimed
-                metrics.claimed(claims)
+                self.events.claimed(claims)
                 for claim in claims:
                     # register before the task starts so `free` is right on the next pass
                     task = asyncio.create_task(self._execute_and_report(claim))
@@ -531,8 +360,7 @@ class Worker:
             try:
                 await self.flush()
             except StoreUnavailableError as exc:
-                log.warning("store_unavailable", error=str(exc))
-                metrics.store_error()
+                self.events.store_unavailable(str(exc))
                 await asyncio.sleep(0.5)
                 self._completions_ready.set()
 
@@ -569,7 +397,7 @@ class Worker:
                     for fid, _ in claims:
                         if fid not in lost and fid in self._renewed:
                             self._renewed[fid] = beat_at
-                    metrics.claims_renewed(len(claims) - len(lost))
+                    self.events.claims_renewed(len(claims) - len(lost))
                     cancelled = await self._call(self.store.cancel_requested, claims)
                     for fid in lost | cancelled:
                         entry = self._active.get(fid)
@@ -577,15 +405,13 @@ class Worker:
                             entry[1].request_cancel()
                             if fid in lost:
                                 self.stats.lost_claims += 1
-                                metrics.claim_lost()
-                                log.warning("claim_lost", firing_id=fid)
+                                self.events.claim_lost(fid)
                 mono = self.clock.monotonic()
                 if mono >= next_node_beat:
                     next_node_beat = mono + self.config.node_heartbeat.total_seconds()
                     await self._call(self.store.heartbeat_node, self.worker_id)
             except StoreUnavailableError as exc:
-                log.warning("store_unavailable", error=str(exc))
-                metrics.store_error()
+                self.events.store_unavailable(str(exc))
 
 
 async def _wait_any(aws: list[Any], timeout: float) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from abc import abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
@@ -38,6 +37,7 @@ from cronwheel.errors import (
     StoreUnavailableError,
 )
 from cronwheel.store import codec
+from cronwheel.store.claiming import ClaimAsk
 from cronwheel.store.codec import Row
 from cronwheel.store.core import filters
 from cronwheel.store.core.dialect import Dialect, Tx
@@ -56,28 +56,6 @@ D = TypeVar("D", bound=Dialect)
 _BEGINNING = datetime(1, 1, 2, tzinfo=UTC)
 # the window of status' finished counts and lateness sample
 _STATUS_WINDOW = timedelta(hours=1)
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimAsk:
-    """What a worker asks of a claim: up to ``limit`` queued firings of ``tasks`` due
-    within ``prefetch``, for ``worker_id``; the first ``start`` of them (None: all)
-    that are due start at once (RUNNING), the rest are held (CLAIMED)."""
-
-    worker_id: str
-    tasks: tuple[str, ...]
-    limit: int
-    prefetch: timedelta
-    start: int | None = None
-
-    @property
-    def starts(self) -> int:
-        """How many of the claim's first firings may start at once."""
-        return self.limit if self.start is None else min(self.start, self.limit)
-
-    @property
-    def wants(self) -> bool:
-        return self.limit > 0 and bool(self.tasks)
 
 
 def job_exists(spec: JobSpec, *, naming_namespace: bool = False) -> ConflictError:

@@ -15,10 +15,9 @@ from typing import Any
 from cronwheel.domain.models import ClaimedFiring, FiringId
 from cronwheel.errors import StoreUnavailableError
 from cronwheel.store import codec
-from cronwheel.store.claiming import Candidate, capped, plan_claim
+from cronwheel.store.claiming import Candidate, ClaimAsk, capped, plan_claim
 from cronwheel.store.codec import Row
 from cronwheel.store.core import CoreStore
-from cronwheel.store.core.flows import ClaimAsk
 from cronwheel.store.postgres.db import Database, PgTx
 from cronwheel.store.postgres.params import complete_params, rounds
 from cronwheel.store.protocol import Completion

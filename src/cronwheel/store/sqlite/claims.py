@@ -10,10 +10,9 @@ from collections.abc import Sequence
 
 from cronwheel.domain.models import ClaimedFiring, FiringId
 from cronwheel.store import codec
-from cronwheel.store.claiming import Candidate, capped, plan_claim
+from cronwheel.store.claiming import Candidate, ClaimAsk, capped, plan_claim
 from cronwheel.store.codec import duration_us, opt_us, to_us
 from cronwheel.store.core import CoreStore
-from cronwheel.store.core.flows import ClaimAsk
 from cronwheel.store.protocol import Completion
 from cronwheel.store.sqlite.db import SqliteDb, SqliteTx
 

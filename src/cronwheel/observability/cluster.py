@@ -1,19 +1,13 @@
-"""Prometheus metrics, in two places.
+"""Cluster truths: ``/metrics`` of any ``cronwheel api`` process.
 
-**Cluster truths** (``/metrics`` of any ``cronwheel api`` process): computed from
-the store at scrape time by :class:`ClusterCollector`, so one scrape of any API
-node tells the whole story, however many hosts run schedulers and workers.
-Gauges (queue depth, backlog, leader, nodes, stuck claims) are read fresh; the
-firing counters and the lateness histogram are cumulative in the collector,
-which reads the firings that finished since its last scrape (see
-:class:`FiringTally`). They count from the API process's start, as any
-Prometheus counter does; ``rate()`` and ``increase()`` absorb restarts.
-
-**Process-local** counters of schedulers and workers (claims, redeliveries,
-lease renewals, ``lease_lost``, fenced writes, store errors, enqueue lag):
-module-level objects below, incremented by one-line calls from the dispatcher
-and the worker where they already keep their stats, served by
-``--metrics-port`` (off by default). Names and meanings: README "Observability".
+Computed from the store at scrape time by :class:`ClusterCollector`, so one scrape
+of any API node tells the whole story, however many hosts run schedulers and
+workers. Gauges (queue depth, backlog, leader, nodes, stuck claims) are read
+fresh; the firing counters and the lateness histogram are cumulative in the
+collector, which reads the firings that finished since its last scrape (see
+:class:`FiringTally`). They count from the API process's start, as any Prometheus
+counter does; ``rate()`` and ``increase()`` absorb restarts. The process-local
+counters of schedulers and workers are in ``observability.process``.
 """
 
 from __future__ import annotations
@@ -21,156 +15,32 @@ from __future__ import annotations
 import os
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import FiringId
 from cronwheel.errors import CronwheelError, FiringNotFoundError
-from cronwheel.lateness import BUCKETS_S, first_attempt_lateness_s, lateness_of, objective_ms
+from cronwheel.observability.lateness import (
+    BUCKETS_S,
+    first_attempt_lateness_s,
+    lateness_of,
+    objective_ms,
+)
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from cronwheel.domain.models import ClaimedFiring, Firing, Job
-    from cronwheel.store.protocol import ApiStore, EnqueueResult, JobAdvance
+    from cronwheel.domain.models import Firing, Job
+    from cronwheel.store.protocol import ApiStore
 
 MAX_JOBS_ENV = "CRONWHEEL_METRICS_MAX_JOBS"
 MAX_SCAN_ENV = "CRONWHEEL_METRICS_MAX_SCAN"
 NODE_STALE_ENV = "CRONWHEEL_METRICS_NODE_STALE_S"
-
-# -- process-local: scheduler ---------------------------------------------------------
-ENQUEUED = Counter("cronwheel_dispatcher_enqueued", "Firings this leader enqueued.")
-DUPLICATES = Counter(
-    "cronwheel_dispatcher_duplicates", "Enqueues refused by the (job_id, scheduled_for) key."
-)
-MISSED_INSTANTS = Counter(
-    "cronwheel_dispatcher_missed_instants", "Instants dropped by a misfire policy."
-)
-ENQUEUE_LAG = Histogram(
-    "cronwheel_dispatcher_enqueue_lag_seconds",
-    "How late a firing was enqueued after its planned enqueue time (scheduled_for - lead).",
-    buckets=BUCKETS_S,
-)
-LEASE_ACQUIRED = Counter("cronwheel_dispatcher_lease_acquired", "Terms won (epoch + 1).")
-LEASE_RENEWALS = Counter("cronwheel_dispatcher_lease_renewals", "Dispatcher lease renewals.")
-LEASE_LOST = Counter("cronwheel_dispatcher_lease_lost", "Leaderships lost (lease_lost events).")
-FENCED_WRITES = Counter(
-    "cronwheel_dispatcher_fenced_writes", "Enqueue batches refused by the epoch fence."
-)
-IS_LEADER = Gauge("cronwheel_dispatcher_is_leader", "1 while this scheduler holds the lease.")
-EPOCH = Gauge("cronwheel_dispatcher_epoch", "Epoch of the lease this scheduler last held.")
-REAPED = Counter(
-    "cronwheel_dispatcher_reaped", "Firings the reaper changed (expired claims re-queued, ...)."
-)
-# -- process-local: worker ----------------------------------------------------------------
-CLAIMS = Counter("cronwheel_worker_claims", "Firings claimed.")
-REDELIVERIES = Counter(
-    "cronwheel_worker_redeliveries", "Claims of a firing's second or later attempt."
-)
-ATTEMPTS = Counter("cronwheel_worker_attempts", "Attempts run, by outcome.", ["outcome"])
-WORKER_LATENESS = Histogram(
-    "cronwheel_worker_lateness_seconds",
-    "Start lateness (start - scheduled_for) of first attempts run by this worker.",
-    buckets=BUCKETS_S,
-)
-CLAIM_RENEWALS = Counter("cronwheel_worker_claim_renewals", "Claim leases renewed.")
-CLAIMS_LOST = Counter("cronwheel_worker_claims_lost", "Claims lost while running.")
-REJECTED = Counter(
-    "cronwheel_worker_completions_rejected", "Results refused: the claim was no longer held."
-)
-# -- both --------------------------------------------------------------------------------
-STORE_ERRORS = Counter("cronwheel_store_errors", "Transient store errors (StoreUnavailableError).")
-
-
-def serve_metrics(port: int, host: str = "127.0.0.1") -> None:
-    """Expose this process's metrics on ``http://host:port/metrics`` (a daemon thread)."""
-    start_http_server(port, addr=host)
-
-
-# one-line hooks for the dispatcher and the worker --------------------------------------
-def store_error() -> None:
-    STORE_ERRORS.inc()
-
-
-def lease_acquired(epoch: int) -> None:
-    LEASE_ACQUIRED.inc()
-    EPOCH.set(epoch)
-
-
-def lease_renewed(epoch: int) -> None:
-    LEASE_RENEWALS.inc()
-    IS_LEADER.set(1)
-    EPOCH.set(epoch)
-
-
-def lease_lost() -> None:
-    LEASE_LOST.inc()
-    IS_LEADER.set(0)
-
-
-def fenced_write() -> None:
-    FENCED_WRITES.inc()
-
-
-def instants_missed(count: int) -> None:
-    MISSED_INSTANTS.inc(count)
-
-
-def reaped(count: int) -> None:
-    REAPED.inc(count)
-
-
-def firings_enqueued(
-    result: EnqueueResult, advances: Sequence[JobAdvance], *, now: datetime, lead: timedelta
-) -> None:
-    ENQUEUED.inc(len(result.inserted))
-    DUPLICATES.inc(result.duplicates)
-    stale = set(result.stale)
-    for advance in advances:
-        if advance.job_id in stale:
-            continue
-        for planned in advance.firings:
-            lag = (now - (planned.scheduled_for - lead)).total_seconds()
-            ENQUEUE_LAG.observe(max(0.0, lag))
-
-
-def claimed(claims: Sequence[ClaimedFiring]) -> None:
-    CLAIMS.inc(len(claims))
-    again = sum(1 for c in claims if c.firing.attempt > 1)
-    if again:
-        REDELIVERIES.inc(again)
-
-
-def attempt_finished(outcome: str, firing: Firing | None = None, lateness_ms: float = 0.0) -> None:
-    """``outcome``: succeeded | failed | cancelled. Lateness is recorded for first attempts."""
-    child = _ATTEMPT_CHILDREN.get(outcome)
-    if child is None:  # labels() is a lookup under a lock: once per outcome, not per firing
-        child = _ATTEMPT_CHILDREN[outcome] = ATTEMPTS.labels(outcome)
-    child.inc()
-    if firing is not None and firing.attempt == 1:
-        WORKER_LATENESS.observe(max(0.0, lateness_ms / 1000))
-
-
-_ATTEMPT_CHILDREN: dict[str, Any] = {}
-
-
-def claims_renewed(count: int) -> None:
-    CLAIM_RENEWALS.inc(count)
-
-
-def claim_lost() -> None:
-    CLAIMS_LOST.inc()
-
-
-def completion_rejected() -> None:
-    REJECTED.inc()
-
 
 # -- cluster truths ------------------------------------------------------------------------
 FINAL_STATES = frozenset(

@@ -16,7 +16,7 @@ import secrets
 
 from cronwheel.domain.models import validate_name, validate_namespace
 from cronwheel.errors import ValidationError
-from cronwheel.store.protocol import TOKEN_ROLES, ApiStore, ApiToken
+from cronwheel.store.protocol import TOKEN_ROLES, ApiAdminPort, ApiToken
 
 TOKEN_RE = re.compile(r"cw_([1-9][0-9]{0,17})_([A-Za-z0-9_-]{43})", re.ASCII)
 
@@ -26,7 +26,7 @@ def hash_secret(secret: str) -> str:
 
 
 def issue_token(
-    store: ApiStore, *, namespace: str, role: str, label: str | None = None
+    store: ApiAdminPort, *, namespace: str, role: str, label: str | None = None
 ) -> tuple[ApiToken, str]:
     """Create a token; return its record and the full token text (shown once, never stored)."""
     validate_namespace(namespace)
@@ -41,7 +41,7 @@ def issue_token(
     return record, f"cw_{record.id}_{secret}"
 
 
-def verify_token(store: ApiStore, text: str) -> ApiToken | None:
+def verify_token(store: ApiAdminPort, text: str) -> ApiToken | None:
     """The valid (unrevoked) token this text is, or None."""
     match = TOKEN_RE.fullmatch(text)
     if match is None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import Firing, Job
 from cronwheel.errors import ValidationError
-from cronwheel.store.protocol import ApiStore
+from cronwheel.store.protocol import ApiJobsPort
 
 OBJECTIVE_ENV = "CRONWHEEL_LATENESS_OBJECTIVE_MS"
 DEFAULT_OBJECTIVE_MS = 200.0
@@ -130,7 +130,7 @@ def lateness_of(job: Job, firings: Iterable[Firing], objective: float) -> JobLat
 
 
 def job_lateness(
-    store: ApiStore, job: Job, *, objective: float | None = None, sample: int = SAMPLE
+    store: ApiJobsPort, job: Job, *, objective: float | None = None, sample: int = SAMPLE
 ) -> JobLateness:
     """The job's p50/p99 over its last ``sample`` finished firings, against the objective."""
     firings = store.list_job_firings(job.id, states=STARTED_STATES, limit=sample)
@@ -138,7 +138,7 @@ def job_lateness(
 
 
 def breaches(
-    store: ApiStore, jobs: Iterable[Job], *, objective: float | None = None
+    store: ApiJobsPort, jobs: Iterable[Job], *, objective: float | None = None
 ) -> list[JobLateness]:
     """The jobs whose p99 exceeds the objective, worst first."""
     goal = objective_ms() if objective is None else objective

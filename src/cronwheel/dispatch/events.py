@@ -1,0 +1,93 @@
+"""What the dispatcher reports: a sink it is given, not a module it imports.
+
+The node wiring passes ``observability.sinks.DispatcherSink`` (Prometheus counters
+and structlog lines); tests pass a recorder. The dispatcher keeps its own
+``DispatcherStats`` either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from cronwheel.domain.policies import MissedRange
+from cronwheel.store.protocol import EnqueueResult, JobAdvance
+
+
+class DispatchEvents(Protocol):
+    def lease_acquired(self, holder: str, epoch: int) -> None:
+        """A new term: this holder won the lease with ``epoch``."""
+        ...
+
+    def lease_renewed(self, epoch: int) -> None: ...
+
+    def lease_lost(self, holder: str, epoch: int, reason: str) -> None: ...
+
+    def lease_released(self, holder: str, epoch: int) -> None: ...
+
+    def fenced_write(self) -> None:
+        """An enqueue batch was refused by the epoch fence."""
+        ...
+
+    def firings_missed(self, job: str, missed: MissedRange, policy: str) -> None:
+        """Instants a misfire policy dropped (``missed.count`` of them)."""
+        ...
+
+    def firings_enqueued(
+        self,
+        result: EnqueueResult,
+        advances: Sequence[JobAdvance],
+        *,
+        now: datetime,
+        lead: timedelta,
+        epoch: int,
+    ) -> None:
+        """One enqueue batch was written; the lag of each firing is
+        ``now - (scheduled_for - lead)`` (firings of stale jobs were not written)."""
+        ...
+
+    def reaped(self, count: int) -> None:
+        """The reaper changed ``count`` firings (expired claims re-queued, ...)."""
+        ...
+
+    def store_unavailable(self, error: str) -> None: ...
+
+
+class QuietDispatchEvents:
+    """Reports nothing: for a dispatcher built without a sink."""
+
+    def lease_acquired(self, holder: str, epoch: int) -> None:
+        pass
+
+    def lease_renewed(self, epoch: int) -> None:
+        pass
+
+    def lease_lost(self, holder: str, epoch: int, reason: str) -> None:
+        pass
+
+    def lease_released(self, holder: str, epoch: int) -> None:
+        pass
+
+    def fenced_write(self) -> None:
+        pass
+
+    def firings_missed(self, job: str, missed: MissedRange, policy: str) -> None:
+        pass
+
+    def firings_enqueued(
+        self,
+        result: EnqueueResult,
+        advances: Sequence[JobAdvance],
+        *,
+        now: datetime,
+        lead: timedelta,
+        epoch: int,
+    ) -> None:
+        pass
+
+    def reaped(self, count: int) -> None:
+        pass
+
+    def store_unavailable(self, error: str) -> None:
+        pass

@@ -1,0 +1,12 @@
+"""Observability: metrics, logs and lateness, in one place.
+
+- ``process``: the process-local Prometheus metrics of schedulers and workers
+  (``--metrics-port``), registered on demand, never at import.
+- ``sinks``: the event sinks the node wiring gives the dispatcher and the worker
+  (``dispatch.events`` / ``worker.events``): metrics plus structlog lines.
+- ``cluster``: the cluster's metrics, read from the store at scrape time
+  (``/metrics`` of ``cronwheel api``).
+- ``lateness``: the lateness objective the dashboard, ``status`` and ``/metrics``
+  share.
+- ``logs``: structlog's configuration (console or JSON lines).
+"""

@@ -1,0 +1,178 @@
+"""The memory store's part of the ApiStore port: tokens, namespace-scoped searches,
+trigger/backfill firings and idempotent immediate work."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from datetime import datetime
+
+from cronwheel.domain.firing import FiringState
+from cronwheel.domain.models import Firing, Job, JobId, JobSpec
+from cronwheel.errors import ConflictError, NotFoundError, ValidationError
+from cronwheel.store import codec
+from cronwheel.store.codec import to_us
+from cronwheel.store.memory import work
+from cronwheel.store.memory.jobs import JobMethods
+from cronwheel.store.memory.rows import IdempotencyRow
+from cronwheel.store.protocol import TOKEN_ROLES, AddedFirings, ApiToken
+
+
+class ApiMethods(JobMethods):
+    def ping(self) -> None:
+        with self._tx():
+            return
+
+    # -- tokens ------------------------------------------------------------------------
+    def create_token(
+        self, *, namespace: str, role: str, label: str | None, secret_hash: str
+    ) -> ApiToken:
+        if role not in TOKEN_ROLES:
+            raise ValidationError(f"must be one of {', '.join(TOKEN_ROLES)}", field="role")
+        with self._tx() as data:
+            token = ApiToken(
+                id=data.next_id("api_tokens"),
+                namespace=namespace,
+                role=role,
+                label=label,
+                secret_hash=secret_hash,
+                created_at=self.now(),
+            )
+            data.tokens[token.id] = token
+            return token
+
+    def get_token(self, token_id: int) -> ApiToken | None:
+        with self._tx() as data:
+            return data.tokens.get(token_id)
+
+    def list_tokens(self, *, namespace: str | None = None) -> list[ApiToken]:
+        with self._tx() as data:
+            return [t for t in data.tokens.values() if namespace in (None, t.namespace)]
+
+    def revoke_token(self, token_id: int) -> ApiToken:
+        with self._tx() as data:
+            token = data.tokens.get(token_id)
+            if token is None:
+                raise NotFoundError(f"no token with id {token_id}", field="token_id")
+            if token.revoked_at is None:
+                token = dataclasses.replace(token, revoked_at=self.now())
+                data.tokens[token_id] = token
+            return token
+
+    # -- jobs and firings, namespace-scoped ------------------------------------------------
+    def search_jobs(
+        self,
+        namespace: str,
+        *,
+        state: str | None = None,
+        task: str | None = None,
+        name_prefix: str | None = None,
+        after_id: int = 0,
+        limit: int = 100,
+    ) -> list[Job]:
+        def in_state(paused: int, next_fire_at: int | None) -> bool:
+            if state == "active":
+                return not paused and next_fire_at is not None
+            if state == "paused":
+                return bool(paused)
+            if state == "done":
+                return not paused and next_fire_at is None
+            return True
+
+        with self._tx() as data:
+            rows = [
+                j
+                for j in data.jobs.values()
+                if j.namespace == namespace
+                and j.id > after_id
+                and in_state(j.paused, j.next_fire_at)
+                and (task is None or j.task == task)
+                and (not name_prefix or j.name.startswith(name_prefix))
+            ]
+            return [codec.job_from_row(j) for j in rows[: max(limit, 0)]]
+
+    def list_job_firings(
+        self,
+        job_id: JobId,
+        *,
+        states: Sequence[FiringState] | None = None,
+        scheduled_from: datetime | None = None,
+        scheduled_to: datetime | None = None,
+        before_id: int | None = None,
+        limit: int = 100,
+    ) -> list[Firing]:
+        wanted = {s.value for s in states} if states else None
+        lo = None if scheduled_from is None else to_us(scheduled_from)
+        hi = None if scheduled_to is None else to_us(scheduled_to)
+        with self._tx() as data:
+            rows = [
+                f
+                for f in reversed(data.firings_of(job_id))
+                if (wanted is None or f.state in wanted)
+                and (lo is None or f.scheduled_for >= lo)
+                and (hi is None or f.scheduled_for < hi)
+                and (before_id is None or f.id < before_id)
+            ]
+            return [codec.firing_from_row(f) for f in rows[: max(limit, 0)]]
+
+    def add_firings(
+        self,
+        namespace: str,
+        name: str,
+        scheduled_for: Sequence[datetime],
+        *,
+        note: str,
+        overlap: str | None = None,
+    ) -> AddedFirings:
+        inserted: list[Firing] = []
+        duplicates = 0
+        with self._tx() as data:
+            job = self._job(data, namespace, name)
+            now = self._now_us()
+            for instant in scheduled_for:
+                at = to_us(instant)
+                row = work.insert_firing(
+                    data,
+                    job,
+                    scheduled_for=at,
+                    due_at=max(at, now),  # never due in the past
+                    now=now,
+                    epoch=None,
+                    note=note,
+                    overlap=overlap,
+                )
+                if row is None:
+                    duplicates += 1
+                else:
+                    inserted.append(codec.firing_from_row(row))
+        if inserted:
+            self._wake()
+        return AddedFirings(inserted=inserted, duplicates=duplicates)
+
+    def enqueue_now_once(
+        self, spec: JobSpec, *, key_hash: str, request_hash: str
+    ) -> tuple[Firing, bool]:
+        key = (spec.namespace, key_hash)
+        with self._tx() as data:
+            seen = data.idempotency.get(key)
+            if seen is not None:
+                if seen.request_hash != request_hash:
+                    raise ConflictError(
+                        "this Idempotency-Key was used with a different request body",
+                        field="Idempotency-Key",
+                    )
+                return codec.firing_from_row(data.firings[seen.firing_id]), False
+            row = self._enqueue_now_in(data, spec)
+            data.idempotency[key] = IdempotencyRow(request_hash=request_hash, firing_id=row.id)
+            firing = codec.firing_from_row(row)
+        self._wake()
+        return firing, True
+
+    def job_backlog(self, namespace: str, *, limit: int = 50) -> dict[str, int]:
+        with self._tx() as data:
+            counts: dict[str, int] = {}
+            for f in data.firings.values():
+                if f.namespace == namespace and f.state in ("queued", "claimed", "running"):
+                    counts[f.job_name] = counts.get(f.job_name, 0) + 1
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        return dict(ranked[: max(limit, 0)])

@@ -1,0 +1,147 @@
+"""The memory store's jobs: registration, upserts, pause, delete, the due-jobs scan."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from cronwheel.domain.models import Job, JobEvent, JobId, JobSpec
+from cronwheel.errors import ConflictError, JobNotFoundError
+from cronwheel.store import codec
+from cronwheel.store.codec import opt_us, to_us
+from cronwheel.store.memory import work
+from cronwheel.store.memory.base import MemoryBase
+
+_SPEC_COLUMNS = (
+    "task",
+    "schedule",
+    "payload",
+    "policies",
+    "spec_hash",
+    "priority",
+    "max_attempts",
+    "visibility_us",
+    "max_concurrency",
+    "overlap",
+    "max_buffer",
+    "cancel_grace_us",
+    "start_deadline_us",
+    "bounds",
+)
+
+
+class JobMethods(MemoryBase):
+    def create_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> Job:
+        with self._tx() as data:
+            row = self._new_job(data, spec, first_fire_at, self._now_us())
+            data.jobs_version += 1
+            return codec.job_from_row(row)
+
+    def create_jobs(self, items: Sequence[tuple[JobSpec, datetime | None]]) -> int:
+        with self._tx() as data:
+            names = [(spec.namespace, spec.name) for spec, _ in items]
+            taken = [n for n in names if n in data.job_names]
+            if taken or len(set(names)) != len(names):
+                clash = taken[0] if taken else next(n for n in names if names.count(n) > 1)
+                raise ConflictError(
+                    f"a job in the batch already exists ({clash[0]}/{clash[1]})",
+                    field="name",
+                    code="job_exists",
+                )
+            now = self._now_us()
+            for spec, first in items:
+                self._new_job(data, spec, first, now)
+            data.jobs_version += 1
+        return len(items)
+
+    def upsert_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> tuple[Job, bool]:
+        params = codec.job_params(spec)
+        with self._tx() as data:
+            now = self._now_us()
+            job_id = data.job_names.get((spec.namespace, spec.name))
+            if job_id is None:
+                row = self._new_job(data, spec, first_fire_at, now)
+            else:
+                row = data.jobs[job_id]
+                if row.spec_hash == params["spec_hash"]:
+                    return codec.job_from_row(row), False
+                if row.schedule != params["schedule"]:
+                    row.next_fire_at = opt_us(first_fire_at)
+                if row.bounds != params["bounds"]:
+                    row.remaining_runs = params["remaining_runs"]
+                for key in _SPEC_COLUMNS:  # `paused` is the operator's, kept
+                    setattr(row, key, params[key])
+                row.updated_at = now
+            data.jobs_version += 1
+            return codec.job_from_row(row), True
+
+    def get_job(self, namespace: str, name: str) -> Job:
+        with self._tx() as data:
+            return codec.job_from_row(self._job(data, namespace, name))
+
+    def get_job_by_id(self, job_id: JobId) -> Job:
+        with self._tx() as data:
+            row = data.jobs.get(job_id)
+            if row is None:
+                raise JobNotFoundError(f"no job with id {job_id}", field="job_id")
+            return codec.job_from_row(row)
+
+    def list_jobs(
+        self,
+        *,
+        namespace: str | None = None,
+        name_prefix: str | None = None,
+        task: str | None = None,
+        after_id: int = 0,
+        limit: int = 100,
+    ) -> list[Job]:
+        with self._tx() as data:
+            rows = [
+                j
+                for j in data.jobs.values()
+                if j.id > after_id
+                and (namespace is None or j.namespace == namespace)
+                and (task is None or j.task == task)
+                and (not name_prefix or j.name.startswith(name_prefix))
+            ]
+            return [codec.job_from_row(j) for j in rows[: max(limit, 0)]]
+
+    def set_paused(self, namespace: str, name: str, paused: bool) -> Job:
+        with self._tx() as data:
+            row = self._job(data, namespace, name)
+            now = self._now_us()
+            row.paused = int(paused)
+            row.updated_at = now
+            work.add_event(data, row.id, now=now, kind="paused" if paused else "resumed")
+            data.jobs_version += 1
+            return codec.job_from_row(row)
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        with self._tx() as data:
+            data.delete_job(self._job(data, namespace, name))
+            data.jobs_version += 1
+
+    def due_jobs(
+        self, horizon: datetime, *, limit: int, after: tuple[datetime, int] | None = None
+    ) -> list[Job]:
+        after_key = (-(2**62), 0) if after is None else (to_us(after[0]), after[1])
+        until = to_us(horizon)
+        with self._tx() as data:
+            due = sorted(
+                (j.next_fire_at, j.id, j)
+                for j in data.jobs.values()
+                if not j.paused
+                and j.next_fire_at is not None
+                and j.next_fire_at <= until
+                and (j.next_fire_at, j.id) > after_key
+            )
+            return [codec.job_from_row(j) for _, _, j in due[: max(limit, 0)]]
+
+    def jobs_version(self) -> int:
+        with self._tx() as data:
+            return data.jobs_version
+
+    def job_events(self, job_id: JobId, *, limit: int = 100) -> list[JobEvent]:
+        with self._tx() as data:
+            rows = [e for e in reversed(data.events.values()) if e.job_id == job_id]
+            return [codec.event_from_row(e) for e in rows[: max(limit, 0)]]

@@ -1,0 +1,86 @@
+"""Who is asking, for the API and the dashboard alike.
+
+A request carries a bearer token (``Authorization: Bearer cw_<id>_<secret>``) or,
+on the dashboard, the same token in the ``HttpOnly; SameSite=Strict`` session
+cookie set by its login form. The token gives the request its namespace and role:
+``read`` may only read; ``write`` and ``admin`` may also change jobs and firings
+(``admin`` is reserved for operations on tokens and the cluster). With
+authentication off (``cronwheel api`` on a loopback address only) every request
+acts as :data:`ANONYMOUS`, the ``admin`` of namespace ``default``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from cronwheel.store.protocol import ApiStore
+from cronwheel.web.tokens import verify_token
+
+COOKIE = "cronwheel_token"
+COOKIE_MAX_AGE = 12 * 3600
+_RANK = {"read": 0, "write": 1, "admin": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    namespace: str
+    role: str
+    token_id: int | None
+
+    def can(self, role: str) -> bool:
+        return _RANK[self.role] >= _RANK[role]
+
+
+ANONYMOUS = Principal(namespace="default", role="admin", token_id=None)
+
+
+def store_of(request: Request) -> ApiStore:
+    """The store the app was built over (``app.state.store``)."""
+    store: ApiStore = request.app.state.store
+    return store
+
+
+def auth_required(request: Request) -> bool:
+    return bool(request.app.state.auth_required)
+
+
+def principal_of(store: ApiStore, text: str) -> Principal | None:
+    """The principal a token text stands for; None when it is not a valid token."""
+    token = verify_token(store, text)
+    if token is None:
+        return None
+    return Principal(namespace=token.namespace, role=token.role, token_id=token.id)
+
+
+def bearer_text(request: Request) -> str | None:
+    """The token of an ``Authorization: Bearer`` header, if any."""
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return None
+
+
+def session_text(request: Request) -> str | None:
+    """The bearer token if sent, else the session cookie's."""
+    return bearer_text(request) or request.cookies.get(COOKIE)
+
+
+def start_session(response: Response, request: Request, text: str) -> None:
+    """Keep a verified token in the session cookie (``Secure`` over https)."""
+    response.set_cookie(
+        COOKIE,
+        text,
+        max_age=COOKIE_MAX_AGE,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+
+
+def end_session(response: Response) -> None:
+    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")

@@ -1,0 +1,164 @@
+"""The JSON shapes of the HTTP API, written by the API and read by the SDK client.
+
+One codec for both sides so they cannot drift apart. Only the domain is imported:
+no web framework, no HTTP client, no store.
+
+- Policies travel as ``JobPolicies.to_dict()`` with the ``_s`` suffix of durations
+  dropped: ``{"max_attempts": 3, "retry_backoff": 1.0, "timeout": null, ...}``.
+- Schedules travel as ``Schedule.to_dict()``; a reader ignores null keys.
+- Instants are RFC 3339 UTC text (``format_instant``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from cronwheel.domain.firing import FiringState, format_instant
+from cronwheel.domain.models import (
+    DURATION_POLICIES,
+    Firing,
+    FiringId,
+    Job,
+    JobId,
+    JobPolicies,
+    JobSpec,
+)
+from cronwheel.domain.results import CancelResult
+from cronwheel.domain.schedules import Schedule, parse_instant, schedule_from_dict
+
+
+def _ts(value: datetime | None) -> str | None:
+    return None if value is None else format_instant(value)
+
+
+def _instant(value: Any) -> datetime | None:
+    return None if value is None else parse_instant(str(value), "instant")
+
+
+def _req_instant(value: Any) -> datetime:
+    return parse_instant(str(value), "instant")
+
+
+# -- policies and schedules ----------------------------------------------------------
+def policies_to_json(policies: JobPolicies) -> dict[str, Any]:
+    return {k.removesuffix("_s"): v for k, v in policies.to_dict().items()}
+
+
+def policies_from_json(doc: Mapping[str, Any]) -> JobPolicies:
+    return JobPolicies.from_dict(
+        {(f"{k}_s" if k in DURATION_POLICIES else k): v for k, v in doc.items()}
+    )
+
+
+def schedule_to_json(schedule: Schedule | Mapping[str, Any]) -> dict[str, Any]:
+    """A schedule as a request sends it: its ``to_dict()`` without the null keys."""
+    doc = dict(schedule) if isinstance(schedule, Mapping) else schedule.to_dict()
+    return {k: v for k, v in doc.items() if v is not None}
+
+
+def schedule_from_json(doc: Mapping[str, Any]) -> Schedule:
+    return schedule_from_dict(schedule_to_json(doc))
+
+
+# -- jobs ------------------------------------------------------------------------------
+def job_state(job: Job) -> str:
+    """``active`` (has a next instant), ``paused``, or ``done``."""
+    if job.paused:
+        return "paused"
+    return "done" if job.next_fire_at is None else "active"
+
+
+def job_to_json(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "namespace": job.namespace,
+        "name": job.name,
+        "task": job.spec.task,
+        "schedule": job.spec.schedule.to_dict(),
+        "schedule_text": job.spec.schedule.describe(),
+        "args": list(job.spec.args),
+        "kwargs": job.spec.kwargs,
+        "policies": policies_to_json(job.spec.policies),
+        "paused": job.paused,
+        "state": job_state(job),
+        "next_fire_at": _ts(job.next_fire_at),
+        "last_fired_at": _ts(job.last_fired_at),
+        "missed_total": job.missed_total,
+        **job.spec.bounds_dict(),
+        "remaining_runs": job.remaining_runs,
+        "created_at": _ts(job.created_at),
+        "updated_at": _ts(job.updated_at),
+    }
+
+
+def job_from_json(doc: Mapping[str, Any]) -> Job:
+    spec = JobSpec(
+        name=doc["name"],
+        task=doc["task"],
+        schedule=schedule_from_json(doc["schedule"]),
+        args=tuple(doc["args"]),
+        kwargs=dict(doc["kwargs"]),
+        namespace=doc["namespace"],
+        policies=policies_from_json(doc["policies"]),
+        paused=bool(doc["paused"]),
+        start_at=_instant(doc.get("start_at")),
+        end_at=_instant(doc.get("end_at")),
+        max_runs=doc.get("max_runs"),
+    )
+    return Job(
+        id=JobId(int(doc["id"])),
+        spec=spec,
+        next_fire_at=_instant(doc["next_fire_at"]),
+        last_fired_at=_instant(doc["last_fired_at"]),
+        paused=bool(doc["paused"]),
+        missed_total=int(doc["missed_total"]),
+        remaining_runs=doc.get("remaining_runs"),
+        created_at=_req_instant(doc["created_at"]),
+        updated_at=_req_instant(doc["updated_at"]),
+    )
+
+
+# -- firings ---------------------------------------------------------------------------
+def firing_to_json(firing: Firing) -> dict[str, Any]:
+    """The firing without its claim token."""
+    return firing.to_dict() | {
+        "args": list(firing.args),
+        "kwargs": firing.kwargs,
+        "cancel_requested_at": _ts(firing.cancel_requested_at),
+    }
+
+
+def firing_from_json(doc: Mapping[str, Any]) -> Firing:
+    return Firing(
+        id=FiringId(int(doc["id"])),
+        job_id=JobId(int(doc["job_id"])),
+        job_name=doc["job"],
+        namespace=doc["namespace"],
+        task=doc["task"],
+        args=tuple(doc["args"]),
+        kwargs=dict(doc["kwargs"]),
+        scheduled_for=_req_instant(doc["scheduled_for"]),
+        due_at=_req_instant(doc["due_at"]),
+        state=FiringState(doc["state"]),
+        attempt=int(doc["attempt"]),
+        max_attempts=int(doc["max_attempts"]),
+        priority=float(doc["priority"]),
+        enqueued_at=_req_instant(doc["enqueued_at"]),
+        enqueued_epoch=doc["enqueued_epoch"],
+        worker_id=doc["worker_id"],
+        started_at=_instant(doc["started_at"]),
+        finished_at=_instant(doc["finished_at"]),
+        error=doc["error"],
+        note=doc["note"],
+        cancel_requested_at=_instant(doc.get("cancel_requested_at")),
+    )
+
+
+def cancel_to_json(result: CancelResult) -> dict[str, Any]:
+    return {"result": result.outcome, "firing": firing_to_json(result.firing)}
+
+
+def cancel_from_json(doc: Mapping[str, Any]) -> CancelResult:
+    return CancelResult(outcome=doc["result"], firing=firing_from_json(doc["firing"]))

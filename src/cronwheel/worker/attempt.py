@@ -1,0 +1,161 @@
+"""One attempt of a claimed firing: run its handler, turn what happened into a
+:class:`Completion` (succeeded, failed with or without a retry, cancelled), report it.
+
+A sync handler runs in the worker's handler threads, an async one on the event loop;
+``timeout`` bounds both (a thread cannot be interrupted: its result is dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import traceback
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+from cronwheel.domain.clock import Clock
+from cronwheel.domain.models import ClaimedFiring, Firing
+from cronwheel.domain.policies import retry_backoff
+from cronwheel.errors import CronwheelError
+from cronwheel.signals import Cancel, Retry
+from cronwheel.store.protocol import Completion
+from cronwheel.worker.config import WorkerStats
+from cronwheel.worker.context import Context
+from cronwheel.worker.events import WorkerEvents
+from cronwheel.worker.registry import TaskRegistry
+from cronwheel.worker.threads import HandlerThreads
+
+_ERROR_MAX = 8000
+
+
+class Attempts:
+    """Runs attempts for one worker (its registry, clock, events, stats and threads)."""
+
+    def __init__(
+        self,
+        registry: TaskRegistry,
+        clock: Clock,
+        events: WorkerEvents,
+        stats: WorkerStats,
+        threads: HandlerThreads,
+        rng: random.Random,
+    ) -> None:
+        self.registry = registry
+        self.clock = clock
+        self.events = events
+        self.stats = stats
+        self.threads = threads
+        self.rng = rng
+
+    async def run(self, claim: ClaimedFiring, ctx: Context) -> Completion:
+        """Run the handler of one claimed firing; its outcome as a completion."""
+        firing = claim.firing
+        timeout = claim.policies.timeout
+        timeout_s = None if timeout is None else timeout.total_seconds()
+        started = self.clock.now()
+        lateness_ms = (started - firing.scheduled_for).total_seconds() * 1000
+        self.events.firing_started(firing, lateness_ms)
+        error: str | None = None
+        cancelled = False
+        retry_after: timedelta | None = None
+        try:
+            await self._run_handler(firing, ctx, timeout_s)
+        except TimeoutError:
+            error = f"timed out after {timeout_s} s"
+            ctx.request_cancel()
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the worker itself is stopping
+            cancelled, error = True, "cancelled: the handler was interrupted"
+        except Cancel as exc:
+            cancelled, error = True, f"cancelled: {exc.reason}"
+        except Retry as exc:
+            error, retry_after = f"retry requested: {exc.reason}", exc.after
+        except CronwheelError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        except Exception:
+            error = traceback.format_exc()[-_ERROR_MAX:]
+        finished = self.clock.now()
+        if cancelled:
+            self.events.firing_cancelled(firing)
+            return Completion(
+                firing_id=firing.id,
+                claim_token=claim.claim_token,
+                succeeded=False,
+                cancelled=True,
+                started_at=started,
+                finished_at=finished,
+                error=error,
+            )
+        if error is None:
+            self.stats.succeeded += 1
+            self.stats.lateness_ms.append(lateness_ms)
+            self.events.firing_succeeded(
+                firing, lateness_ms, (finished - started).total_seconds() * 1000
+            )
+            return Completion(
+                firing_id=firing.id,
+                claim_token=claim.claim_token,
+                succeeded=True,
+                started_at=started,
+                finished_at=finished,
+            )
+        self.stats.failed += 1
+        retry_at = None
+        if firing.attempt < firing.max_attempts:
+            p = claim.policies
+            retry_at = finished + (
+                retry_after
+                if retry_after is not None
+                else retry_backoff(
+                    firing.attempt, base=p.retry_backoff, maximum=p.retry_backoff_max, rng=self.rng
+                )
+            )
+        self.events.firing_failed(
+            firing, retry_at, error.strip().splitlines()[-1] if error.strip() else error
+        )
+        return Completion(
+            firing_id=firing.id,
+            claim_token=claim.claim_token,
+            succeeded=False,
+            started_at=started,
+            finished_at=finished,
+            error=error,
+            retry_at=retry_at,
+        )
+
+    async def _run_handler(self, firing: Firing, ctx: Context, timeout_s: float | None) -> None:
+        """Run the task; an async handler is cancelled — once — when cancellation is
+        requested, when it times out, or when the worker stops (a shell task reads a
+        second cancel as "kill now", so it must not get one by accident)."""
+        task = self.registry.get(firing.task)
+        loop = asyncio.get_running_loop()
+        handler: asyncio.Future[Any]
+        cancelled = False
+
+        def stop() -> None:
+            nonlocal cancelled
+            if task.is_async and not cancelled and not handler.done():
+                cancelled = True
+                handler.cancel()
+
+        if task.is_async:
+            handler = asyncio.ensure_future(task.fn(ctx, *firing.args, **firing.kwargs))
+
+            def from_any_thread() -> None:
+                loop.call_soon_threadsafe(stop)
+
+            ctx.on_cancel(from_any_thread)
+        else:
+            handler = self.threads.submit(partial(task.fn, ctx, *firing.args, **firing.kwargs))
+            if timeout_s is None:
+                # a thread cannot be interrupted, so there is nothing to shield it from;
+                # if the worker stops, the future is dropped and the thread runs on
+                await handler
+                return
+        try:
+            await asyncio.wait_for(asyncio.shield(handler), timeout_s)
+        finally:
+            stop()

@@ -1,0 +1,41 @@
+"""A worker's settings, its counters and its id."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerConfig:
+    concurrency: int = 16
+    prefetch: timedelta = timedelta(milliseconds=2000)
+    poll_interval: timedelta = timedelta(seconds=1)
+    heartbeat_interval: timedelta = timedelta(seconds=2)
+    node_heartbeat: timedelta = timedelta(seconds=2)
+    flush_interval: timedelta = timedelta(milliseconds=5)
+    flush_batch: int = 500
+    # claims held beyond `concurrency` for firings not yet due (a crowd before its
+    # instant). They are leases like any other: renewed while held, and recovered by
+    # the reaper after the visibility timeout if this worker dies.
+    early_claims: int = 5000
+    claim_ahead_window: timedelta = timedelta(milliseconds=50)
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    claimed: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    rejected: int = 0  # completions refused: the claim was lost (zombie)
+    lost_claims: int = 0
+    # the most recent first attempts' lateness (bounded: a worker runs for months)
+    lateness_ms: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
+
+
+def make_worker_id() -> str:
+    return f"worker:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
