@@ -441,7 +441,11 @@ def test_a_crowd_is_claimed_ahead_up_to_early_claims_and_runs_within_concurrency
     def check() -> None:
         held.append(len(w._active))  # the worker's claims (the store lags its completions)
         if held[-1] == 24 and not started and rig.clock.now() < due:
-            assert _running(rig) == 24  # claimed in the store, none started
+            # held in the store (CLAIMED, no start time), none started: the store tells
+            # the truth about a firing claimed ahead of its instant
+            claimed = rig.store.list_firings(states=[FiringState.CLAIMED], limit=1000)
+            assert len(claimed) == 24 and all(f.started_at is None for f in claimed)
+            assert _running(rig) == 0
             rig.clock.advance(timedelta(seconds=2))  # the instant: the crowd falls due
 
     _run_until(rig, w, lambda: len(started) == 60, check)

@@ -40,7 +40,10 @@ def test_every_state_but_the_planned_one_is_reached_from_queued() -> None:
 @pytest.mark.parametrize(
     ("state", "event", "after"),
     [
-        (FiringState.QUEUED, FiringEvent.CLAIM, FiringState.RUNNING),
+        (FiringState.QUEUED, FiringEvent.CLAIM, FiringState.CLAIMED),
+        (FiringState.CLAIMED, FiringEvent.START, FiringState.RUNNING),
+        (FiringState.CLAIMED, FiringEvent.CANCEL, FiringState.CANCELLED),
+        (FiringState.CLAIMED, FiringEvent.LEASE_EXPIRED, FiringState.QUEUED),
         (FiringState.RUNNING, FiringEvent.SUCCEED, FiringState.SUCCEEDED),
         (FiringState.RUNNING, FiringEvent.RETRY, FiringState.QUEUED),
         (FiringState.RUNNING, FiringEvent.FAIL, FiringState.DEAD),
@@ -63,6 +66,9 @@ def test_allowed_transitions(state: FiringState, event: FiringEvent, after: Firi
         (FiringState.SUCCEEDED, FiringEvent.CANCEL),
         (FiringState.CANCELLED, FiringEvent.CLAIM),
         (FiringState.QUEUED, FiringEvent.SUCCEED),
+        (FiringState.QUEUED, FiringEvent.START),
+        (FiringState.CLAIMED, FiringEvent.SUCCEED),
+        (FiringState.RUNNING, FiringEvent.START),
         (FiringState.SKIPPED, FiringEvent.ENQUEUE),
         (FiringState.RUNNING, FiringEvent.SKIP),
         (FiringState.RUNNING, FiringEvent.MISS),

@@ -496,3 +496,17 @@ async def stop_group(proc: asyncio.subprocess.Process, grace: float) -> None:
     finally:  # also when cancelled again while waiting: no grace left, but reap it
         _signal_group(pgid, signal.SIGKILL)
         await proc.wait()
+        # the rest of the group (grandchildren) dies as the kernel delivers the SIGKILL:
+        # wait for it (bounded), so that a stopped task's processes are gone when this
+        # returns, not shortly after
+        await _group_gone(pgid, _KILL_WAIT_S)
+
+
+_KILL_WAIT_S = 2.0
+
+
+async def _group_gone(pgid: int, within: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while group_alive(pgid) and loop.time() < deadline:
+        await asyncio.sleep(0.01)

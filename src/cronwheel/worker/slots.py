@@ -24,6 +24,20 @@ class Slots:
     def free(self) -> int:
         return self._free
 
+    def take(self, n: int) -> int:
+        """Take up to ``n`` slots at once, without waiting and never ahead of a waiter;
+        how many were taken (each is given back with :meth:`give`)."""
+        if self._waiters:
+            return 0
+        taken = max(0, min(n, self._free))
+        self._free -= taken
+        return taken
+
+    def give(self, n: int = 1) -> None:
+        """Give back ``n`` slots taken with :meth:`take` (each to the first live waiter)."""
+        for _ in range(n):
+            self._release()
+
     async def __aenter__(self) -> None:
         if self._free > 0 and not self._waiters:
             self._free -= 1

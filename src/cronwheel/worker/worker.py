@@ -5,9 +5,12 @@
   the leader's reaper re-queues its firings (at-least-once).
 - Each claim carries a fresh token; every completion is a compare-and-swap on
   it, so a stale (zombie) worker's late result is rejected.
-- Firings enqueued slightly ahead of their instant are claimed up to
-  ``prefetch`` early and started by a local timer exactly at ``due_at``: the
-  start is a timer expiry, not a database round trip. While every claim held is
+- A claim starts the due firings it has free slots for in its own transaction
+  (RUNNING: their handlers are called as it returns) and holds the others
+  (CLAIMED). A held firing — claimed up to ``prefetch`` ahead of its instant, or
+  ahead of a free slot — is started at its instant, in a free slot, by the store's
+  compare-and-swap (worker/starts.py, batched): a cancel that came first makes it
+  fail, and its handler is never called. While every claim held is
   such an early one (a crowd is about to fall due), the worker claims up to
   ``early_claims`` more than its concurrency, so that at the instant it starts
   them as fast as slots free up instead of claiming them one round trip at a
@@ -24,7 +27,7 @@ import os
 import random
 import socket
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from functools import partial
@@ -41,6 +44,7 @@ from cronwheel.worker.context import Context, make_context
 from cronwheel.worker.events import QuietWorkerEvents, WorkerEvents
 from cronwheel.worker.registry import TaskRegistry
 from cronwheel.worker.slots import Slots
+from cronwheel.worker.starts import Starter
 from cronwheel.worker.threads import HandlerThreads
 
 __all__ = ["Worker", "WorkerConfig", "WorkerStats", "make_worker_id"]
@@ -72,6 +76,10 @@ class Worker:
         # their round trips overlap instead of queueing behind each other
         self._db = ThreadPoolExecutor(1, thread_name_prefix="cronwheel-store")
         self._db_out = ThreadPoolExecutor(1, thread_name_prefix="cronwheel-store-out")
+        # held firings' starts: on a thread of their own, as they are on a firing's path
+        # to its handler (a claim or a flush in flight must not delay them)
+        self._db_start = ThreadPoolExecutor(1, thread_name_prefix="cronwheel-store-start")
+        self._starter = Starter(self._store_start)
         self._threads = HandlerThreads(self.config.concurrency)
         self._attempts = Attempts(
             registry, clock, self.events, self.stats, self._threads, rng or random.Random()
@@ -97,9 +105,21 @@ class Worker:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._db_out, partial(fn, *args, **kwargs))
 
+    async def _store_start(self, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._db_start, partial(self.store.start, self.worker_id, claims)
+        )
+
     # -- running one firing ------------------------------------------------------------
-    async def execute(self, claim: ClaimedFiring) -> Completion | None:
-        """Run one claimed firing to an outcome. None when the claim was lost before start."""
+    async def execute(self, claim: ClaimedFiring, *, slot_taken: bool = False) -> Completion | None:
+        """Run one claimed firing to an outcome. None when it must not run: a held
+        firing cancelled, or its claim lost, before the store started it.
+
+        A firing the claim started (RUNNING) runs at once in the slot taken for it
+        before the claim (``slot_taken``). A held one (CLAIMED) waits for its instant
+        and a free slot, then asks the store to start it; only if that compare-and-swap
+        succeeds is its handler called."""
         firing = claim.firing
         ctx = make_context(firing, claim.claim_token, self.worker_id)
         self._active[firing.id] = (claim, ctx)
@@ -107,12 +127,20 @@ class Worker:
         if self._claim_added is not None:
             self._claim_added.set()
         try:
+            if claim.started:
+                try:
+                    return await self._run_started(claim, ctx)
+                finally:
+                    if slot_taken and self._run_slots is not None:
+                        self._run_slots.give()
             delay = (firing.due_at - self.clock.now()).total_seconds()
             if delay > 0:
                 await asyncio.sleep(delay)
             # at most `concurrency` handlers at once (no limit when driven by drain_once)
             async with self._run_slots or contextlib.nullcontext():
-                return None if ctx.cancel_requested else await self._attempts.run(claim, ctx)
+                if ctx.cancel_requested or not await self._starter.start(claim):
+                    return None  # cancelled (or lost) while held: it never starts
+                return await self._run_started(claim, ctx)
         finally:
             # only this attempt's entry: a stale attempt of the same firing that is still
             # winding down must not evict the newer attempt (which would stop its heartbeat)
@@ -121,9 +149,25 @@ class Worker:
                 del self._active[firing.id]
                 self._renewed.pop(firing.id, None)
 
-    async def _execute_and_report(self, claim: ClaimedFiring) -> None:
+    async def _run_started(self, claim: ClaimedFiring, ctx: Context) -> Completion:
+        """A RUNNING firing's attempt; one whose cancel was asked for before its handler
+        was called ends CANCELLED without calling it."""
+        if ctx.cancel_requested:
+            at = self.clock.now()
+            return Completion(
+                firing_id=claim.firing.id,
+                claim_token=claim.claim_token,
+                succeeded=False,
+                started_at=at,
+                finished_at=at,
+                error="cancelled before its handler was called",
+                cancelled=True,
+            )
+        return await self._attempts.run(claim, ctx)
+
+    async def _execute_and_report(self, claim: ClaimedFiring, *, slot_taken: bool = False) -> None:
         try:
-            completion = await self.execute(claim)
+            completion = await self.execute(claim, slot_taken=slot_taken)
             if completion is not None:
                 self._done.append(completion)
                 if self._completions_ready is not None:
@@ -230,6 +274,7 @@ class Worker:
             wakeup.close()
             self._db.shutdown(wait=False)
             self._db_out.shutdown(wait=False)
+            self._db_start.shutdown(wait=False)
             self._threads.shutdown()
             self.events.worker_stopped(self.worker_id)
 
@@ -251,6 +296,11 @@ class Worker:
                 done = self._take_done()
                 if done:
                     failpoints.hit("worker.before_complete")
+                # the slots free now go to the claim's firings that are due: the claim
+                # starts those in its own transaction (RUNNING); the rest it holds
+                # (CLAIMED), to be started when their instant and a slot come
+                assert self._run_slots is not None
+                taken = self._run_slots.take(free)
                 try:
                     with self._claiming():
                         accepted, claims = await self._call(
@@ -260,9 +310,11 @@ class Worker:
                             tasks=names,
                             limit=free,
                             prefetch=self.config.prefetch,
+                            start=taken,
                         )
                     backoff = 0.1
                 except BaseException as exc:
+                    self._run_slots.give(taken)
                     if done:
                         self._give_back(done)
                     if not isinstance(exc, StoreUnavailableError):
@@ -277,9 +329,12 @@ class Worker:
                     failpoints.hit("worker.after_claim")
                 self.stats.claimed += claimed
                 self.events.claimed(claims)
+                self._run_slots.give(taken - sum(1 for c in claims if c.started))
                 for claim in claims:
                     # register before the task starts so `free` is right on the next pass
-                    task = asyncio.create_task(self._execute_and_report(claim))
+                    task = asyncio.create_task(
+                        self._execute_and_report(claim, slot_taken=claim.started)
+                    )
                     running.add(task)
                     task.add_done_callback(running.discard)
                 await asyncio.sleep(0)  # let the new tasks register themselves
