@@ -13,7 +13,7 @@ import json
 from abc import abstractmethod
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import (
@@ -24,38 +24,29 @@ from cronwheel.domain.models import (
     JobEvent,
     JobId,
     JobSpec,
-    Lease,
-    NodeInfo,
 )
 from cronwheel.errors import (
     ConflictError,
     FiringNotFoundError,
     InvalidTransitionError,
     JobNotFoundError,
-    NotFoundError,
-    StoreError,
-    StoreUnavailableError,
 )
 from cronwheel.store import codec
 from cronwheel.store.claiming import ClaimAsk
 from cronwheel.store.codec import Row
 from cronwheel.store.core import filters
+from cronwheel.store.core.admin import AdminFlows
 from cronwheel.store.core.dialect import Dialect, Tx
 from cronwheel.store.protocol import (
-    DISPATCHER_LEASE,
     AddedFirings,
-    ApiToken,
     CancelResult,
     Completion,
-    StoreStatus,
 )
 
 D = TypeVar("D", bound=Dialect)
 
 # before any cursor: the first page's lower bound of due_jobs
 _BEGINNING = datetime(1, 1, 2, tzinfo=UTC)
-# the window of status' finished counts and lateness sample
-_STATUS_WINDOW = timedelta(hours=1)
 
 
 def job_exists(spec: JobSpec, *, naming_namespace: bool = False) -> ConflictError:
@@ -66,10 +57,9 @@ def job_exists(spec: JobSpec, *, naming_namespace: bool = False) -> ConflictErro
     )
 
 
-class CoreStore(Generic[D]):
-    """The engine-independent flows of the Store and ApiStore protocols."""
-
-    db: D
+class CoreStore(AdminFlows[D]):
+    """The engine-independent flows of the Store and ApiStore protocols (the admin
+    half, and the plumbing, in core/admin.py)."""
 
     # -- engine hooks -------------------------------------------------------------------
     @abstractmethod
@@ -95,48 +85,6 @@ class CoreStore(Generic[D]):
         self, completions: Sequence[Completion], ask: ClaimAsk
     ) -> tuple[list[bool], list[ClaimedFiring]]:
         """complete_and_claim(); the claim part only when ``ask.wants`` is true."""
-
-    # -- plumbing ---------------------------------------------------------------------
-    def now(self) -> datetime:
-        return self.db.now()
-
-    def _opt(self, value: datetime | None) -> Any:
-        return None if value is None else self.db.instant(value)
-
-    def _one(self, name: str, params: dict[str, Any] | None = None) -> Row | None:
-        return self.db.read(lambda tx: tx.one(name, params))
-
-    def _all(self, name: str, params: dict[str, Any] | None = None) -> Sequence[Row]:
-        return self.db.read(lambda tx: tx.all(name, params))
-
-    # -- lifecycle ----------------------------------------------------------------------
-    def migrate(self) -> int:
-        """Apply the engine's ``migration_<n>`` scripts above the stored version, in one
-        transaction that concurrent migrators serialize on (the migration lock)."""
-        migrations = self.db.migrations()
-
-        def body(tx: Tx) -> int:
-            tx.run("migration_lock")
-            tx.run("create_meta")
-            row = tx.one("schema_version")
-            version = int(row["value"]) if row else 0
-            n = version
-            while f"migration_{n + 1}" in migrations:
-                n += 1
-                tx.script(migrations[f"migration_{n}"])
-            if n != version:
-                tx.run("set_schema_version", {"version": str(n)})
-            return n
-
-        return self.db.write(body)
-
-    def ping(self) -> None:
-        try:
-            self._one("ping")
-        except StoreUnavailableError:
-            raise
-        except StoreError as exc:
-            raise StoreUnavailableError(exc.message) from exc
 
     # -- jobs ---------------------------------------------------------------------------
     def create_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> Job:
@@ -272,20 +220,6 @@ class CoreStore(Generic[D]):
     def job_backlog(self, namespace: str, *, limit: int = 50) -> dict[str, int]:
         rows = self._all("job_backlog", {"namespace": namespace, "limit": limit})
         return {r["job_name"]: int(r["n"]) for r in rows}
-
-    # -- leadership ---------------------------------------------------------------------
-    def acquire_lease(self, name: str, holder: str, ttl: timedelta) -> Lease | None:
-        params = {"name": name, "holder": holder, "ttl": self.db.duration(ttl)}
-        row = self.db.write(lambda tx: tx.one("acquire_lease", params), atomic=False)
-        return None if row is None else codec.lease_from_row(row)
-
-    def release_lease(self, lease: Lease) -> None:
-        params = {"name": lease.name, "holder": lease.holder, "epoch": lease.epoch}
-        self.db.write(lambda tx: tx.run("release_lease", params), atomic=False)
-
-    def get_lease(self, name: str) -> Lease | None:
-        row = self._one("get_lease", {"name": name})
-        return None if row is None else codec.lease_from_row(row)
 
     # -- immediate work -----------------------------------------------------------------
     def enqueue_now(self, spec: JobSpec) -> Firing:
@@ -464,79 +398,3 @@ class CoreStore(Generic[D]):
             return row
 
         return codec.firing_from_row(self.db.write(body))
-
-    # -- nodes --------------------------------------------------------------------------
-    def register_node(self, node: NodeInfo) -> None:
-        params = {
-            "id": node.id,
-            "kind": node.kind,
-            "hostname": node.hostname,
-            "pid": node.pid,
-            "started_at": self.db.instant(node.started_at),
-            "wake_addr": node.wake_addr,
-            "info": json.dumps(node.info),
-        }
-        self.db.write(lambda tx: tx.run("register_node", params), atomic=False)
-
-    def heartbeat_node(self, node_id: str) -> None:
-        self.db.write(lambda tx: tx.run("heartbeat_node", {"id": node_id}), atomic=False)
-
-    def remove_node(self, node_id: str) -> None:
-        self.db.write(lambda tx: tx.run("remove_node", {"id": node_id}), atomic=False)
-
-    def list_nodes(self, *, alive_within: timedelta | None = None) -> list[NodeInfo]:
-        if alive_within is None:
-            rows = self._all("list_nodes")
-        else:
-            rows = self._all("list_nodes_alive", {"within": self.db.duration(alive_within)})
-        return [codec.node_from_row(r) for r in rows]
-
-    def status(self) -> StoreStatus:
-        window = {"window": self.db.duration(_STATUS_WINDOW)}
-
-        def body(tx: Tx) -> StoreStatus:
-            counts: dict[str, int] = {}
-            for row in tx.all("status_counts", window):
-                counts[row["state"]] = counts.get(row["state"], 0) + int(row["n"])
-            jobs = tx.one("status_jobs")
-            assert jobs is not None
-            lateness = tx.all("recent_lateness", window | {"limit": 1000})
-            lease = tx.one("get_lease", {"name": DISPATCHER_LEASE})
-            return StoreStatus(
-                now=codec.req_instant(jobs["now"]),
-                lease=None if lease is None else codec.lease_from_row(lease),
-                counts=counts,
-                jobs=int(jobs["n"]),
-                paused_jobs=int(jobs["p"]),
-                oldest_queued_due_at=codec.opt_instant(jobs["oldest"]),
-                nodes=[codec.node_from_row(r) for r in tx.all("list_nodes")],
-                lateness_ms=[float(r["lateness_ms"]) for r in lateness],
-            )
-
-        return self.db.read(body)
-
-    # -- API tokens ---------------------------------------------------------------------
-    def create_token(
-        self, *, namespace: str, role: str, label: str | None, secret_hash: str
-    ) -> ApiToken:
-        params = {"namespace": namespace, "role": role, "label": label, "secret_hash": secret_hash}
-        row = self.db.write(lambda tx: tx.one("insert_token", params), atomic=False)
-        assert row is not None
-        return codec.token_from_row(row)
-
-    def get_token(self, token_id: int) -> ApiToken | None:
-        row = self._one("get_token", {"id": token_id})
-        return None if row is None else codec.token_from_row(row)
-
-    def list_tokens(self, *, namespace: str | None = None) -> list[ApiToken]:
-        if namespace is None:
-            rows = self._all("list_tokens")
-        else:
-            rows = self._all("list_tokens_of_namespace", {"namespace": namespace})
-        return [codec.token_from_row(r) for r in rows]
-
-    def revoke_token(self, token_id: int) -> ApiToken:
-        row = self.db.write(lambda tx: tx.one("revoke_token", {"id": token_id}), atomic=False)
-        if row is None:
-            raise NotFoundError(f"no token with id {token_id}", field="token_id")
-        return codec.token_from_row(row)
