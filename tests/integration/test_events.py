@@ -6,6 +6,8 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+import structlog
+
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.schedules import cron
 from tests.integration.conftest import Rig
@@ -71,3 +73,17 @@ def test_worker_reports_claims_starts_and_outcomes(rig: Rig) -> None:
     assert rig.store.get_firing(bad.id).state is FiringState.QUEUED  # attempts left: retried
     assert retry_at == rig.store.get_firing(bad.id).due_at
     assert not sink.named("completion_rejected")
+
+
+def test_a_handler_logs_through_its_context_bound_to_the_firing(rig: Rig) -> None:
+    @rig.app.task
+    def talk(ctx: Any) -> None:
+        ctx.logger.info("said", word="hi")
+
+    firing = rig.app.enqueue("talk")
+    with structlog.testing.capture_logs() as logs:
+        assert asyncio.run(rig.worker().drain_once()) == 1
+    [line] = [entry for entry in logs if entry["event"] == "said"]
+    assert line["word"] == "hi" and line["job"] == firing.job_name
+    assert line["firing_id"] == firing.id and line["attempt"] == 1
+    assert line["idempotency_key"] == firing.idempotency_key

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Iterator
@@ -377,3 +379,18 @@ def test_metrics_port_serves_process_metrics() -> None:
     assert r.status_code == 200
     assert (value(r.text, "cronwheel_store_errors_total") or 0) >= 1
     assert os.getpid()  # served from this very process
+
+
+def test_process_metrics_are_registered_on_first_use_not_at_import() -> None:
+    probe = (
+        "from prometheus_client import REGISTRY\n"
+        "import cronwheel.node, cronwheel.observability.sinks as sinks\n"
+        "before = REGISTRY.get_sample_value('cronwheel_worker_claims_total')\n"
+        "sinks.WorkerSink(); sinks.DispatcherSink()\n"
+        "after = REGISTRY.get_sample_value('cronwheel_worker_claims_total')\n"
+        "print(before, after)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.split() == ["None", "0.0"]

@@ -36,6 +36,11 @@ def test_the_domain_imports_without_heavy_libraries(module: str) -> None:
     assert loaded.isdisjoint(HEAVY), sorted(loaded & set(HEAVY))
 
 
+def test_the_dispatcher_and_the_worker_import_no_metrics_or_logging() -> None:
+    loaded = _loaded("import cronwheel.dispatch.dispatcher, cronwheel.worker.worker")
+    assert loaded.isdisjoint({"prometheus_client", "structlog", "rich"}), loaded
+
+
 def test_the_probe_sees_heavy_libraries_when_they_are_loaded() -> None:
     assert {"structlog", "prometheus_client"} <= _loaded("import cronwheel.observability.sinks")
 

@@ -28,7 +28,6 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -89,7 +88,6 @@ class Dispatcher:
         *,
         config: DispatcherConfig | None = None,
         holder: str | None = None,
-        on_enqueued: Callable[[int], None] | None = None,
         events: DispatchEvents | None = None,
     ) -> None:
         """``events`` receives what happens (metrics, logs); by default nothing does."""
@@ -98,7 +96,6 @@ class Dispatcher:
         self.clock = clock
         self.config = config or DispatcherConfig()
         self.holder = holder or make_holder_id()
-        self.on_enqueued = on_enqueued
         self.lease: Lease | None = None
         self.stats = DispatcherStats()
         self._wheel: TimingWheel[JobId, Job] = TimingWheel(tick=self.config.tick, now=clock.now())
@@ -354,8 +351,6 @@ class Dispatcher:
         self.stats.duplicates += result.duplicates
         self.stats.stale += len(result.stale)
         self.stats.batches.append(len(result.inserted))
-        if result.inserted and self.on_enqueued is not None:
-            self.on_enqueued(len(result.inserted))
         stale = set(result.stale)
         if stale:
             self._scan_after = None  # reload the changed jobs: a full scan

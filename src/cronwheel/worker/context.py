@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import structlog
-
 from cronwheel.domain.models import Firing
 
 
@@ -38,6 +36,8 @@ class Context:
         """A structlog logger bound to this firing (job, firing_id, attempt, key); built on
         first use, so handlers that never log pay nothing for it."""
         if self._logger is None:
+            import structlog  # the worker itself logs through its events sink
+
             self._logger = structlog.get_logger("cronwheel.task").bind(
                 job=self.firing.job_name,
                 firing_id=self.firing.id,
