@@ -15,10 +15,16 @@ STORE = Path(__file__).resolve().parents[2] / "src" / "cronwheel" / "store"
 ENGINES = ["cronwheel.store.sqlite", "cronwheel.store.postgres"]
 
 
+def _core_queries(package: str) -> set[str]:
+    """The names of an engine's core queries: its ``core*.sql`` files."""
+    folder = STORE / package.rsplit(".", 1)[1]
+    return {n for f in folder.glob("core*.sql") for n in load_queries(package, f.name)}
+
+
 def test_both_engines_define_the_same_core_queries() -> None:
-    """core/flows.py names queries without knowing the engine: both define each name."""
-    sqlite = set(load_queries(ENGINES[0], "core.sql"))
-    postgres = set(load_queries(ENGINES[1], "core.sql"))
+    """store/core names queries without knowing the engine: both define each name."""
+    sqlite, postgres = (_core_queries(e) for e in ENGINES)
+    assert sqlite, "no core queries found"
     assert sqlite == postgres, sqlite ^ postgres
 
 
@@ -29,7 +35,7 @@ def test_every_query_the_core_names_exists_in_core_sql() -> None:
         names |= set(re.findall(r"""tx\.(?:one|all|run|filtered)\(\s*"(\w+)\"""", text))
         names |= set(re.findall(r"""self\._(?:one|all)\(\s*"(\w+)\"""", text))
     assert names, "no query names found: the pattern no longer matches the code"
-    core = set(load_queries(ENGINES[0], "core.sql"))
+    core = _core_queries(ENGINES[0])
     assert names <= core, names - core
 
 
