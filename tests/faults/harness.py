@@ -507,7 +507,7 @@ class Cluster:
     def wait_drained(self, timeout: float) -> None:
         def drained() -> bool:
             c = self.counts()
-            return not c.get("queued") and not c.get("running") and not c.get("scheduled")
+            return not any(c.get(s) for s in ("scheduled", "queued", "claimed", "running"))
 
         wait_until(drained, timeout, 0.1, message=lambda: f"queue drained: {self.counts()}")
 

@@ -29,6 +29,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from cronwheel.bench.runner import (
+    ACTIVE,
     TASK,
     BenchResult,
     Cluster,
@@ -227,13 +228,15 @@ def _window_done(
     store: Store, end: datetime, total: int, progress: Callable[[int, int], None]
 ) -> bool:
     st = store.status()
-    done = sum(v for k, v in st.counts.items() if k not in ("queued", "running"))
+    done = sum(v for k, v in st.counts.items() if k not in ACTIVE)
     progress(min(done, total), total)
     if SystemClock().now() < end:
         return False
     if store.due_jobs(end, limit=1):
         return False  # some job's cursor has not moved past the window yet
-    active = store.list_firings(states=[FiringState.QUEUED, FiringState.RUNNING], limit=20_000)
+    active = store.list_firings(
+        states=[FiringState.QUEUED, FiringState.CLAIMED, FiringState.RUNNING], limit=20_000
+    )
     if len(active) >= 20_000:
         return False
     return all(f.scheduled_for > end for f in active)

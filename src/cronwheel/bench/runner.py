@@ -32,6 +32,9 @@ from cronwheel.errors import StoreUnavailableError
 from cronwheel.store.protocol import Store
 from cronwheel.store.url import open_store, sqlite_path
 
+# the states of a firing not finished yet, as status() counts them
+ACTIVE = ("queued", "claimed", "running")
+
 BENCH_APP = "cronwheel.bench.app:app"
 TASK = "bench.noop"
 
@@ -230,8 +233,9 @@ def _finished(store: Store, n: int) -> bool:
     st = store.status()
     return (
         st.counts.get("queued", 0) == 0
+        and st.counts.get("claimed", 0) == 0
         and st.counts.get("running", 0) == 0
-        and (sum(v for k, v in st.counts.items() if k not in ("queued", "running")) >= n)
+        and (sum(v for k, v in st.counts.items() if k not in ACTIVE) >= n)
     )
 
 
@@ -396,7 +400,7 @@ def report_progress(store: Store, count: int, progress: Callable[[int, int], Non
 
 def _done(store: Store) -> int:
     st = store.status()
-    return sum(v for k, v in st.counts.items() if k not in ("queued", "running"))
+    return sum(v for k, v in st.counts.items() if k not in ACTIVE)
 
 
 def store_kind(url: str) -> str:
