@@ -7,12 +7,13 @@ that make the decision atomic) and applies the plan in the same transaction.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Generic, TypeVar
 
 from cronwheel.domain.overlap import OverlapPolicy, decide_overlap
+from cronwheel.store.codec import Row
 
 K = TypeVar("K", bound=Hashable)
 J = TypeVar("J", bound=Hashable)
@@ -40,6 +41,27 @@ class ClaimPlan(Generic[K, J]):
     buffered: list[K] = field(default_factory=list)
     cancel_running: set[J] = field(default_factory=set)
     terminate_running: set[J] = field(default_factory=set)
+
+
+def candidates_from_rows(
+    rows: Iterable[Row], is_early: Callable[[Row], bool]
+) -> tuple[list[Candidate[int, int]], list[Candidate[int, int]]]:
+    """Claim candidates from a SQL store's candidate rows, and apart the capped jobs'
+    firings not yet due (``is_early``): those are decided at their instant, not early."""
+    candidates: list[Candidate[int, int]] = []
+    early: list[Candidate[int, int]] = []
+    for r in rows:
+        c: Candidate[int, int] = Candidate(
+            id=r["id"],
+            job_id=r["job_id"],
+            max_concurrency=r["max_concurrency"],
+            overlap=r["overlap"],
+            max_buffer=r["max_buffer"],
+            overlap_override=r["overlap_override"],
+            deadline_passed=bool(r["deadline_passed"]),
+        )
+        (early if capped(c) and is_early(r) else candidates).append(c)
+    return candidates, early
 
 
 def capped(c: Candidate[K, J]) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 from cronwheel.domain.models import ClaimedFiring, FiringId
 from cronwheel.errors import StoreUnavailableError
 from cronwheel.store import codec
-from cronwheel.store.claiming import Candidate, ClaimAsk, capped, plan_claim
+from cronwheel.store.claiming import ClaimAsk, candidates_from_rows, capped, plan_claim
 from cronwheel.store.codec import Row
 from cronwheel.store.core import CoreStore
 from cronwheel.store.postgres.db import Database, PgTx
@@ -96,20 +96,8 @@ class PgClaims(CoreStore[Database]):
         for a worker's heartbeat or completion, which take no job locks). No cycle.
         Returns the claimed rows, and whether any policy decision was needed.
         """
-        candidates: list[Candidate[int, int]] = []
-        early: list[Candidate[int, int]] = []
-        for r in tx.all("claim_candidates", params):
-            c = Candidate(
-                id=r["id"],
-                job_id=r["job_id"],
-                max_concurrency=r["max_concurrency"],
-                overlap=r["overlap"],
-                max_buffer=r["max_buffer"],
-                overlap_override=r["overlap_override"],
-                deadline_passed=bool(r["deadline_passed"]),
-            )
-            # a capped job's not-yet-due firing is decided when it is due, not early
-            (early if capped(c) and r["early"] else candidates).append(c)
+        found = tx.all("claim_candidates", params)
+        candidates, early = candidates_from_rows(found, lambda r: bool(r["early"]))
         jobs = sorted({c.job_id for c in [*candidates, *early] if capped(c) or c.overlap_override})
         running: dict[int, int] = {}
         due: dict[int, list[int]] = {}

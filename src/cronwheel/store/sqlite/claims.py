@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from cronwheel.domain.models import ClaimedFiring, FiringId
 from cronwheel.store import codec
-from cronwheel.store.claiming import Candidate, ClaimAsk, capped, plan_claim
+from cronwheel.store.claiming import ClaimAsk, candidates_from_rows, capped, plan_claim
 from cronwheel.store.codec import duration_us, opt_us, to_us
 from cronwheel.store.core import CoreStore
 from cronwheel.store.protocol import Completion
@@ -60,20 +60,7 @@ class SqliteClaims(CoreStore[SqliteDb]):
         if all(r["unpolicied"] and not r["deadline_passed"] for r in found[:limit]):
             # the common case: nothing to decide before the claim is full
             return self._claim_ids(tx, [r["id"] for r in found[:limit]], ask)
-        candidates: list[Candidate[int, int]] = []
-        early: list[Candidate[int, int]] = []
-        for r in found:
-            c = Candidate(
-                id=r["id"],
-                job_id=r["job_id"],
-                max_concurrency=r["max_concurrency"],
-                overlap=r["overlap"],
-                max_buffer=r["max_buffer"],
-                overlap_override=r["overlap_override"],
-                deadline_passed=bool(r["deadline_passed"]),
-            )
-            # a capped job's not-yet-due firing is decided when it is due, not early
-            (early if capped(c) and r["due_at"] > now else candidates).append(c)
+        candidates, early = candidates_from_rows(found, lambda r: bool(r["due_at"] > now))
         jobs = {c.job_id for c in [*candidates, *early] if capped(c) or c.overlap_override}
         running: dict[int, int] = {}
         due: dict[int, list[int]] = {}
