@@ -47,12 +47,13 @@ def insert_firing(
     overlap: str | None = None,
 ) -> FiringRow | None:
     """A QUEUED firing of ``job``; None when ``(job, scheduled_for)`` has one already.
-    The fair clock moves either way (as the SQL stores compute the key before inserting)."""
+    The fair clock moves and an id is used either way, as in the SQL stores' inserts."""
     vdeadline = fair_vdeadline(data, job, due_at)
+    firing_id = data.next_id("firings")  # a duplicate uses an id up, as in SQL
     if (job.id, scheduled_for) in data.firing_keys:
         return None
     row = FiringRow(
-        id=data.next_id("firings"),
+        id=firing_id,
         job_id=job.id,
         namespace=job.namespace,
         job_name=job.name,
