@@ -142,6 +142,9 @@ class MemoryData:
     nodes: dict[str, NodeRow] = field(default_factory=dict)
     tokens: dict[int, ApiToken] = field(default_factory=dict)
     idempotency: dict[tuple[str, str], IdempotencyRow] = field(default_factory=dict)
+    # ids of firings that may be QUEUED or RUNNING (a superset: the scans of work to do
+    # read these and drop the ones that have ended); a firing enters on insert and redrive
+    maybe_active: set[int] = field(default_factory=set)
     fair_clocks: dict[str, int] = field(default_factory=dict)  # µs, per namespace
     jobs_version: int = 0
     wakeups: list[Callable[[], None]] = field(default_factory=list)
@@ -156,8 +159,16 @@ class MemoryData:
     def firings_of(self, job_id: int) -> list[FiringRow]:
         return [f for f in self.firings.values() if f.job_id == job_id]
 
-    def running_count(self, job_id: int) -> int:
-        return sum(1 for f in self.firings.values() if f.job_id == job_id and f.state == "running")
+    def active(self) -> list[FiringRow]:
+        """The QUEUED and RUNNING firings, in id order (the others leave the index)."""
+        rows = []
+        for fid in sorted(self.maybe_active):
+            f = self.firings.get(fid)
+            if f is not None and f.state in ("queued", "running"):
+                rows.append(f)
+            else:
+                self.maybe_active.discard(fid)
+        return rows
 
     def delete_job(self, job: JobRow) -> None:
         """The job and everything that cascades from it: firings, events, and the

@@ -74,6 +74,7 @@ def insert_firing(
     )
     data.firings[row.id] = row
     data.firing_keys[(job.id, scheduled_for)] = row.id
+    data.maybe_active.add(row.id)
     return row
 
 
@@ -113,20 +114,20 @@ def claim(
 ) -> list[FiringRow]:
     """Plan with the overlap policies, apply the fates, claim the chosen firings."""
     wanted = set(tasks)
-    running: dict[int, int] = {}
-
-    def running_of(job_id: int) -> int:
-        if job_id not in running:
-            running[job_id] = data.running_count(job_id)
-        return running[job_id]
-
+    active = data.active()
+    running: dict[int, int] = {}  # RUNNING firings per job, before this claim
+    queued: dict[int, list[FiringRow]] = {}  # QUEUED firings per job
+    for f in active:
+        if f.state == "running":
+            running[f.job_id] = running.get(f.job_id, 0) + 1
+        else:
+            queued.setdefault(f.job_id, []).append(f)
     found: list[FiringRow] = []
-    for f in data.firings.values():
+    for f in active:
         if f.state != "queued" or f.due_at > until or f.task not in wanted:
             continue
-        job = data.jobs[f.job_id]
-        cap = job.max_concurrency
-        if f.buffered_at is not None and cap is not None and running_of(f.job_id) >= cap:
+        cap = data.jobs[f.job_id].max_concurrency
+        if f.buffered_at is not None and cap is not None and running.get(f.job_id, 0) >= cap:
             continue  # kept waiting by its job's cap: passed over while the job is at it
         found.append(f)
     found.sort(key=lambda f: (f.vdeadline, f.id))
@@ -153,15 +154,15 @@ def claim(
     due = {
         j: [
             f.id
-            for f in sorted(data.firings_of(j), key=lambda f: f.scheduled_for)
-            if f.state == "queued" and f.due_at <= now
+            for f in sorted(queued.get(j, []), key=lambda f: f.scheduled_for)
+            if f.due_at <= now
         ]
         for j in jobs
     }
     plan = plan_claim(
         candidates,
         limit=limit,
-        running={j: running_of(j) for j in jobs},
+        running={j: running.get(j, 0) for j in jobs},
         due_by_job=due,
         early=early,
     )
@@ -208,7 +209,7 @@ def _take(rows: list[FiringRow], worker_id: str, now: int) -> list[FiringRow]:
 
 
 def _running_of_job(data: MemoryData, job_id: int) -> list[FiringRow]:
-    return [f for f in data.firings_of(job_id) if f.state == "running"]
+    return [f for f in data.active() if f.job_id == job_id and f.state == "running"]
 
 
 def _request_cancel(f: FiringRow, now: int) -> None:
@@ -238,7 +239,7 @@ def next_due_at(data: MemoryData, now: int) -> int | None:
     return min(
         (
             f.due_at
-            for f in data.firings.values()
+            for f in data.active()
             if f.state == "queued" and f.buffered_at is None and f.due_at > now
         ),
         default=None,
@@ -314,7 +315,7 @@ def requeue_expired(data: MemoryData, now: int, limit: int) -> int:
     expired = sorted(
         (
             f
-            for f in data.firings.values()
+            for f in data.active()
             if f.state == "running" and f.lease_until is not None and f.lease_until < now
         ),
         key=lambda f: (f.lease_until or 0, f.id),
@@ -336,7 +337,7 @@ def requeue_expired(data: MemoryData, now: int, limit: int) -> int:
     n = len(expired)
     graced = [
         f
-        for f in data.firings.values()
+        for f in data.active()
         if f.state == "running"
         and f.cancel_requested_at is not None
         and f.cancel_requested_at + data.jobs[f.job_id].cancel_grace_us < now
@@ -346,7 +347,7 @@ def requeue_expired(data: MemoryData, now: int, limit: int) -> int:
     n += len(graced)
     late = [
         f
-        for f in data.firings.values()
+        for f in data.active()
         if f.state == "queued"
         and (deadline := data.jobs[f.job_id].start_deadline_us) is not None
         and f.due_at < now - deadline
@@ -382,6 +383,7 @@ def redrive(data: MemoryData, f: FiringRow, now: int) -> bool:
     f.due_at = now
     f.max_attempts = f.attempt + data.jobs[f.job_id].max_attempts
     f.cancel_requested_at = None  # a fresh start: an old attempt's cancel request is spent
+    data.maybe_active.add(f.id)
     f.finished_at = None
     f.claim_token = None
     f.lease_until = None
