@@ -386,6 +386,11 @@ REDRIVE_KEEPS_CANCEL = (
     "reaper's cancel-grace pass: a redrive that can never run"
 )
 
+STALE_BUFFER_MARK = (
+    "a claim leaves buffered_at set: a capped job's firing that once waited for a slot, "
+    "then ran and failed, is queued for its retry still marked buffered, and next_due_at "
+    "(the workers' wake-up hint) leaves it out: the retry starts up to a poll interval late"
+)
 
 def _known_bug(request: pytest.FixtureRequest, stores: dict[str, str]) -> None:
     """xfail (strict) this test for these store kinds only."""
@@ -442,6 +447,32 @@ def test_a_redriven_firing_starts_without_its_old_cancel_request(
     assert held.get(h).state is S.RUNNING  # not revoked by the spent request's grace
     assert h.store.complete([_completion(h, held.id, again.claim_token)]) == [True]
     assert held.get(h).state is S.SUCCEEDED
+
+
+def test_a_retried_firing_is_hinted_at_its_retry_instant(
+    harness: Harness, request: pytest.FixtureRequest
+) -> None:
+    """A capped job's firing waits for a slot (buffered), runs, fails and is queued for
+    a retry: the wake-up hint names its retry instant, as for any queued firing."""
+    _known_bug(request, {"sqlite": STALE_BUFFER_MARK, "postgres": STALE_BUFFER_MARK})
+    h = harness
+    h.store.create_job(
+        spec("buf", task="buf", overlap="buffer_all", visibility_timeout=3600 * SEC),
+        first_fire_at=None,
+    )
+    t = h.now()
+    a, b = _api(h).add_firings("default", "buf", [t, t + SEC], note="x").inserted
+    h.advance(SEC)
+    (first,) = h.store.claim("w", tasks=["buf"], limit=5)  # b waits: the job is at its cap
+    assert first.firing.id == a.id
+    assert h.store.complete([_completion(h, a.id, first.claim_token)]) == [True]
+    (second,) = h.store.claim("w", tasks=["buf"], limit=5)
+    assert second.firing.id == b.id
+    before = h.store.get_firing(b.id)
+    retry = _completion(h, b.id, second.claim_token, ok=False, retry_in=10 * SEC)
+    assert h.store.complete([retry]) == [True]
+    _moved(before, h.store.get_firing(b.id), E.RETRY)
+    assert h.store.next_due_at() == h.now() + 10 * SEC
 
 
 def test_terminate_other_revokes_the_running_firing(harness: Harness) -> None:

@@ -204,6 +204,7 @@ def _take(rows: list[FiringRow], worker_id: str, now: int) -> list[FiringRow]:
         f.lease_until = now + f.visibility_us
         f.started_at = None
         f.finished_at = None
+        f.buffered_at = None  # no longer waiting for a slot (nor when it is queued again)
         claimed.append(f)
     return claimed
 
