@@ -392,6 +392,7 @@ STALE_BUFFER_MARK = (
     "(the workers' wake-up hint) leaves it out: the retry starts up to a poll interval late"
 )
 
+
 def _known_bug(request: pytest.FixtureRequest, stores: dict[str, str]) -> None:
     """xfail (strict) this test for these store kinds only."""
     kind = request.node.callspec.params["harness"]
