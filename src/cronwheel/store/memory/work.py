@@ -21,7 +21,7 @@ from cronwheel.store.protocol import Completion
 SCAN_EXTRA = 32  # a claim scans a few more candidates than it may take (as SQLite)
 
 LEASE_EXPIRED = "lease expired: worker {} stopped heartbeating"
-WORKER_GONE = "cancel requested and its worker stopped heartbeating: not run again"
+WORKER_GONE = "cancel requested; the worker stopped heartbeating"
 GRACE_EXPIRED = "cancel grace expired: lease revoked, a late result will be rejected"
 START_DEADLINE = "start deadline passed before a worker could start it"
 HANDLER_STOPPED = "cancelled: the handler stopped"
@@ -322,19 +322,20 @@ def requeue_expired(data: MemoryData, now: int, limit: int) -> int:
         key=lambda f: (f.lease_until or 0, f.id),
     )[:limit]
     for f in expired:
-        if f.cancel_requested_at is not None:
-            # its worker is gone before the handler stopped: the cancel is honoured (the
-            # firing ends CANCELLED, as a cancelled RUNNING firing does), not run again
-            _revoke(f, now, WORKER_GONE)
-            continue
-        dead = f.attempt >= f.max_attempts
-        f.state = "dead" if dead else "queued"
-        f.finished_at = now if dead else None
+        # asked to stop and its worker gone before the handler did: the cancel is
+        # honoured (CANCELLED, never run again); else queued again, or dead when its
+        # attempts are used up
+        cancelled = f.cancel_requested_at is not None
+        final = cancelled or f.attempt >= f.max_attempts
+        f.state = "cancelled" if cancelled else "dead" if final else "queued"
+        f.finished_at = now if final else None
         f.vdeadline = now + (f.vdeadline - f.due_at)
-        f.due_at = f.due_at if dead else now
+        f.due_at = f.due_at if final else now
         f.claim_token = None
         f.lease_until = None
         f.error = LEASE_EXPIRED.format(f.worker_id or "?")
+        if cancelled and f.reason is None:
+            f.reason = WORKER_GONE
     n = len(expired)
     graced = [
         f
