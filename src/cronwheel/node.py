@@ -210,6 +210,9 @@ def serve(
     """Supervise one scheduler, ``workers`` worker processes and (unless ``api_host`` is
     None) an API + dashboard process; return the exit code. With ``metrics_port`` P the
     scheduler serves its metrics on P and worker *i* on P + i."""
+    from cronwheel.store.url import require_shared
+
+    require_shared(store_url, "serve")  # its children could never see a memory:// store
     base = [sys.executable, "-m", "cronwheel"]
     common = ["--store", store_url, *(log_args or [])]
     ref = [app_ref] if app_ref else []

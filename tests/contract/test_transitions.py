@@ -4,7 +4,10 @@ Every transition is driven through a store's public methods and checked against
 ``domain/firing.py``'s ``TRANSITIONS`` both ways:
 
 - each change a store makes is a table entry, with the table's target state; a
-  (state, event) pair the table does not have is refused and changes nothing;
+  (state, event) pair the table does not have is refused and changes nothing. Beyond
+  the firing a test aims at, every store write here is watched (``_Watched``): each
+  firing it creates is born QUEUED and each one it changes moves along a table edge
+  (the fates a claim or the reaper deal to other firings included);
 - each table entry is made by some store call here (``test_the_table_is_what_this_suite_drives``).
 
 ``test_event_from_state`` is the matrix: a firing is brought to each state through
@@ -47,6 +50,69 @@ NEVER_ISSUED = "0" * 32  # a claim token no store hands out
 
 def _api(h: Harness) -> ApiStore:
     return cast(ApiStore, h.store)
+
+
+EDGES = {(source, target) for (source, _), target in TRANSITIONS.items()}
+# a claim that starts what it takes makes both moves in one transaction
+EDGES.add((S.QUEUED, TRANSITIONS[(TRANSITIONS[(S.QUEUED, E.CLAIM)], E.START)]))
+BORN = TRANSITIONS[(S.SCHEDULED, E.ENQUEUE)]
+WRITES = frozenset(
+    {
+        "enqueue",
+        "enqueue_now",
+        "enqueue_now_once",
+        "add_firings",
+        "claim",
+        "start",
+        "complete",
+        "complete_and_claim",
+        "heartbeat",
+        "requeue_expired",
+        "cancel_firing",
+        "redrive_firing",
+    }
+)
+
+
+class _Watched:
+    """A store whose writes are checked: every firing a write creates is born QUEUED, and
+    every firing it changes moves along an edge of the table."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def _states(self) -> dict[FiringId, FiringState]:
+        return {f.id: f.state for f in self._store.list_firings(limit=1_000_000)}
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if name not in WRITES:
+            return attr
+
+        def write(*args: Any, **kwargs: Any) -> Any:
+            before = self._states()
+            result = attr(*args, **kwargs)
+            for fid, state in self._states().items():
+                was = before.get(fid)
+                if was is None:
+                    assert state is BORN, f"{name} created firing {fid} {state}"
+                else:
+                    assert was is state or (was, state) in EDGES, (
+                        f"{name} moved firing {fid} {was} -> {state}: not in the table"
+                    )
+            return result
+
+        return write
+
+
+@pytest.fixture
+def harness(harness: Harness) -> Harness:
+    """The contract harness, its stores watched (``_Watched``)."""
+    return Harness(
+        store=cast(Store, _Watched(harness.store)),
+        advance=harness.advance,
+        open_another=lambda: cast(Store, _Watched(harness.open_another())),
+    )
 
 
 def _moved(before: Firing, after: Firing, event: FiringEvent) -> None:
@@ -434,6 +500,29 @@ def test_a_redriven_firing_starts_without_its_old_cancel_request(harness: Harnes
     assert held.get(h).state is S.RUNNING  # not revoked by the spent request's grace
     assert h.store.complete([_completion(h, held.id, again.claim_token)]) == [True]
     assert held.get(h).state is S.SUCCEEDED
+
+
+def test_a_retried_firing_is_hinted_at_its_retry_instant(harness: Harness) -> None:
+    """A capped job's firing waits for a slot (buffered), runs, fails and is queued for
+    a retry: the wake-up hint names its retry instant, as for any queued firing."""
+    h = harness
+    h.store.create_job(
+        spec("buf", task="buf", overlap="buffer_all", visibility_timeout=3600 * SEC),
+        first_fire_at=None,
+    )
+    t = h.now()
+    a, b = _api(h).add_firings("default", "buf", [t, t + SEC], note="x").inserted
+    h.advance(SEC)
+    (first,) = h.store.claim("w", tasks=["buf"], limit=5)  # b waits: the job is at its cap
+    assert first.firing.id == a.id
+    assert h.store.complete([_completion(h, a.id, first.claim_token)]) == [True]
+    (second,) = h.store.claim("w", tasks=["buf"], limit=5)
+    assert second.firing.id == b.id
+    before = h.store.get_firing(b.id)
+    retry = _completion(h, b.id, second.claim_token, ok=False, retry_in=10 * SEC)
+    assert h.store.complete([retry]) == [True]
+    _moved(before, h.store.get_firing(b.id), E.RETRY)
+    assert h.store.next_due_at() == h.now() + 10 * SEC
 
 
 def test_terminate_other_revokes_the_running_firing(harness: Harness) -> None:

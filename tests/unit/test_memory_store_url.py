@@ -32,6 +32,21 @@ def test_memory_url_takes_no_path() -> None:
         open_store("memory://somewhere")
 
 
+def test_serve_from_python_refuses_a_memory_store_before_starting_children(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import subprocess
+
+    from cronwheel.node import serve
+
+    def popen(*_: Any, **__: Any) -> NoReturn:
+        raise AssertionError("a child process was started")
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    with pytest.raises(ValidationError, match="memory://"):
+        serve(None, "memory://", api_host=None)
+
+
 COMMANDS = {
     "serve": ["serve", "--no-api"],
     "scheduler": ["scheduler"],

@@ -15,7 +15,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 def _shared_store(ctx: click.Context, _param: click.Parameter, url: str) -> str:
     """Every command runs in a process of its own (serve, scheduler, worker and api start
     more): refuse memory://, a store that dies with the process that holds it."""
-    require_shared(url, ctx.command_path.removeprefix("cronwheel ") or "")
+    require_shared(url, ctx.command_path.removeprefix("cronwheel "))
     return url
 
 

@@ -222,8 +222,9 @@ class WorkerPort(Protocol):
         ...
 
     def next_due_at(self) -> datetime | None:
-        """The earliest ``due_at`` of a QUEUED firing that is not yet due (any task): a
-        worker's wake-up hint, since a capped job's firing is claimed only at its instant."""
+        """The earliest ``due_at`` of a QUEUED firing that is not yet due (any task), a
+        retry included: a worker's wake-up hint, since a capped job's firing is claimed only
+        at its instant."""
         ...
 
     def open_wakeup(self, callback: Callable[[], None]) -> Wakeup:

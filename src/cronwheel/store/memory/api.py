@@ -171,8 +171,8 @@ class ApiMethods(JobMethods):
     def job_backlog(self, namespace: str, *, limit: int = 50) -> dict[str, int]:
         with self._tx() as data:
             counts: dict[str, int] = {}
-            for f in data.firings.values():
-                if f.namespace == namespace and f.state in ("queued", "claimed", "running"):
+            for f in data.active():
+                if f.namespace == namespace:
                     counts[f.job_name] = counts.get(f.job_name, 0) + 1
         ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         return dict(ranked[: max(limit, 0)])

@@ -7,6 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
+import structlog
+
 from cronwheel.domain.clock import Clock, SystemClock
 from cronwheel.domain.models import FiringId, JobSpec
 from cronwheel.errors import ConflictError, FiringNotFoundError, JobNotFoundError, StoreError
@@ -14,6 +16,8 @@ from cronwheel.store import codec
 from cronwheel.store.codec import opt_us, to_us
 from cronwheel.store.memory import work
 from cronwheel.store.memory.rows import FiringRow, JobRow, MemoryData
+
+log = structlog.get_logger("cronwheel.store.memory")
 
 
 class MemoryBase:
@@ -39,11 +43,15 @@ class MemoryBase:
         return self._clock.now()
 
     def _wake(self) -> None:
-        """Tell in-process listeners that work was queued (after the change is made)."""
+        """Tell in-process listeners that work was queued (after the change is made). A
+        hint is only a latency saver: a listener that raises loses it, the work stands."""
         with self.data.lock:
             callbacks = list(self.data.wakeups)
         for callback in callbacks:
-            callback()
+            try:
+                callback()
+            except Exception as exc:  # e.g. a stopped worker's closed event loop
+                log.warning("wakeup_failed", error=repr(exc))
 
     def _new_job(self, data: MemoryData, spec: JobSpec, first: datetime | None, now: int) -> JobRow:
         if (spec.namespace, spec.name) in data.job_names:

@@ -27,6 +27,8 @@ class _Row:
 
 # the states a worker holds a firing in (its claim token and lease count)
 HELD = ("claimed", "running")
+# the states of a firing not finished yet (the index of active firings keeps these)
+ACTIVE = ("queued", "claimed", "running")
 
 
 @dataclass(slots=True, kw_only=True)
@@ -147,6 +149,9 @@ class MemoryData:
     nodes: dict[str, NodeRow] = field(default_factory=dict)
     tokens: dict[int, ApiToken] = field(default_factory=dict)
     idempotency: dict[tuple[str, str], IdempotencyRow] = field(default_factory=dict)
+    # ids of firings that may be QUEUED or RUNNING (a superset: the scans of work to do
+    # read these and drop the ones that have ended); a firing enters on insert and redrive
+    maybe_active: set[int] = field(default_factory=set)
     fair_clocks: dict[str, int] = field(default_factory=dict)  # µs, per namespace
     jobs_version: int = 0
     wakeups: list[Callable[[], None]] = field(default_factory=list)
@@ -164,6 +169,18 @@ class MemoryData:
     def running_count(self, job_id: int) -> int:
         """What a job's cap counts: its held (claimed) and running firings."""
         return sum(1 for f in self.firings_of(job_id) if f.state in HELD)
+
+    def active(self) -> list[FiringRow]:
+        """The QUEUED, CLAIMED and RUNNING firings, in id order (the others leave the
+        index)."""
+        rows = []
+        for fid in sorted(self.maybe_active):
+            f = self.firings.get(fid)
+            if f is not None and f.state in ACTIVE:
+                rows.append(f)
+            else:
+                self.maybe_active.discard(fid)
+        return rows
 
     def delete_job(self, job: JobRow) -> None:
         """The job and everything that cascades from it: firings, events, and the

@@ -21,7 +21,7 @@ from cronwheel.store.protocol import Completion
 SCAN_EXTRA = 32  # a claim scans a few more candidates than it may take (as SQLite)
 
 LEASE_EXPIRED = "lease expired: worker {} stopped heartbeating"
-WORKER_GONE = "cancel requested and its worker stopped heartbeating: not run again"
+WORKER_GONE = "cancel requested; the worker stopped heartbeating"
 GRACE_EXPIRED = "cancel grace expired: lease revoked, a late result will be rejected"
 START_DEADLINE = "start deadline passed before a worker could start it"
 HANDLER_STOPPED = "cancelled: the handler stopped"
@@ -47,12 +47,13 @@ def insert_firing(
     overlap: str | None = None,
 ) -> FiringRow | None:
     """A QUEUED firing of ``job``; None when ``(job, scheduled_for)`` has one already.
-    The fair clock moves either way (as the SQL stores compute the key before inserting)."""
+    The fair clock moves and an id is used either way, as in the SQL stores' inserts."""
     vdeadline = fair_vdeadline(data, job, due_at)
+    firing_id = data.next_id("firings")  # a duplicate uses an id up, as in SQL
     if (job.id, scheduled_for) in data.firing_keys:
         return None
     row = FiringRow(
-        id=data.next_id("firings"),
+        id=firing_id,
         job_id=job.id,
         namespace=job.namespace,
         job_name=job.name,
@@ -73,6 +74,7 @@ def insert_firing(
     )
     data.firings[row.id] = row
     data.firing_keys[(job.id, scheduled_for)] = row.id
+    data.maybe_active.add(row.id)
     return row
 
 
@@ -119,20 +121,20 @@ def claim(
     """Plan with the overlap policies, apply the fates, claim the chosen firings (the
     first ``start`` of them, if due, started at once)."""
     wanted = set(tasks)
-    running: dict[int, int] = {}
-
-    def running_of(job_id: int) -> int:
-        if job_id not in running:
-            running[job_id] = data.running_count(job_id)
-        return running[job_id]
-
+    active = data.active()
+    running: dict[int, int] = {}  # held (CLAIMED + RUNNING) firings per job, before this claim
+    queued: dict[int, list[FiringRow]] = {}  # QUEUED firings per job
+    for f in active:
+        if f.state in HELD:
+            running[f.job_id] = running.get(f.job_id, 0) + 1
+        else:
+            queued.setdefault(f.job_id, []).append(f)
     found: list[FiringRow] = []
-    for f in data.firings.values():
+    for f in active:
         if f.state != "queued" or f.due_at > until or f.task not in wanted:
             continue
-        job = data.jobs[f.job_id]
-        cap = job.max_concurrency
-        if f.buffered_at is not None and cap is not None and running_of(f.job_id) >= cap:
+        cap = data.jobs[f.job_id].max_concurrency
+        if f.buffered_at is not None and cap is not None and running.get(f.job_id, 0) >= cap:
             continue  # kept waiting by its job's cap: passed over while the job is at it
         found.append(f)
     found.sort(key=lambda f: (f.vdeadline, f.id))
@@ -159,15 +161,15 @@ def claim(
     due = {
         j: [
             f.id
-            for f in sorted(data.firings_of(j), key=lambda f: f.scheduled_for)
-            if f.state == "queued" and f.due_at <= now
+            for f in sorted(queued.get(j, []), key=lambda f: f.scheduled_for)
+            if f.due_at <= now
         ]
         for j in jobs
     }
     plan = plan_claim(
         candidates,
         limit=limit,
-        running={j: running_of(j) for j in jobs},
+        running={j: running.get(j, 0) for j in jobs},
         due_by_job=due,
         early=early,
     )
@@ -214,6 +216,7 @@ def _take(rows: list[FiringRow], worker_id: str, now: int, start: int) -> list[F
         f.claimed_at = now
         f.started_at = now if starts else None
         f.finished_at = None
+        f.buffered_at = None  # no longer waiting for a slot (nor when it is queued again)
         claimed.append(f)
     return claimed
 
@@ -233,7 +236,7 @@ def start(data: MemoryData, claims: Iterable[tuple[int, str]], now: int) -> set[
 
 def _running_of_job(data: MemoryData, job_id: int) -> list[FiringRow]:
     """A job's held (claimed) and running firings."""
-    return [f for f in data.firings_of(job_id) if f.state in HELD]
+    return [f for f in data.active() if f.job_id == job_id and f.state in HELD]
 
 
 def _request_cancel(f: FiringRow, now: int) -> None:
@@ -263,7 +266,7 @@ def next_due_at(data: MemoryData, now: int) -> int | None:
     return min(
         (
             f.due_at
-            for f in data.firings.values()
+            for f in data.active()
             if f.state == "queued" and f.buffered_at is None and f.due_at > now
         ),
         default=None,
@@ -341,7 +344,7 @@ def requeue_expired(data: MemoryData, now: int, limit: int) -> int:
     expired = sorted(
         (
             f
-            for f in data.firings.values()
+            for f in data.active()
             if f.state in HELD and f.lease_until is not None and f.lease_until < now
         ),
         key=lambda f: (f.lease_until or 0, f.id),
@@ -355,24 +358,25 @@ def requeue_expired(data: MemoryData, now: int, limit: int) -> int:
             f.lease_until = None
             f.claimed_at = None
             continue
-        if f.cancel_requested_at is not None:
-            # its worker is gone before the handler stopped: the cancel is honoured (the
-            # firing ends CANCELLED, as a cancelled RUNNING firing does), not run again
-            _revoke(f, now, WORKER_GONE)
-            continue
-        dead = f.attempt >= f.max_attempts
-        f.state = "dead" if dead else "queued"
-        f.finished_at = now if dead else None
+        # asked to stop and its worker gone before the handler did: the cancel is
+        # honoured (CANCELLED, never run again); else queued again, or dead when its
+        # attempts are used up
+        cancelled = f.cancel_requested_at is not None
+        final = cancelled or f.attempt >= f.max_attempts
+        f.state = "cancelled" if cancelled else "dead" if final else "queued"
+        f.finished_at = now if final else None
         f.vdeadline = now + (f.vdeadline - f.due_at)
-        f.due_at = f.due_at if dead else now
+        f.due_at = f.due_at if final else now
         f.claim_token = None
         f.lease_until = None
         f.claimed_at = None
         f.error = LEASE_EXPIRED.format(f.worker_id or "?")
+        if cancelled and f.reason is None:
+            f.reason = WORKER_GONE
     n = len(expired)
     graced = [
         f
-        for f in data.firings.values()
+        for f in data.active()
         if f.state == "running"
         and f.cancel_requested_at is not None
         and f.cancel_requested_at + data.jobs[f.job_id].cancel_grace_us < now
@@ -382,7 +386,7 @@ def requeue_expired(data: MemoryData, now: int, limit: int) -> int:
     n += len(graced)
     late = [
         f
-        for f in data.firings.values()
+        for f in data.active()
         if f.state == "queued"
         and (deadline := data.jobs[f.job_id].start_deadline_us) is not None
         and f.due_at < now - deadline
@@ -422,6 +426,7 @@ def redrive(data: MemoryData, f: FiringRow, now: int) -> bool:
     f.due_at = now
     f.max_attempts = f.attempt + data.jobs[f.job_id].max_attempts
     f.cancel_requested_at = None  # a fresh start: an old attempt's cancel request is spent
+    data.maybe_active.add(f.id)
     f.finished_at = None
     f.claimed_at = None
     f.claim_token = None

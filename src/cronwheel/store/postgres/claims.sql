@@ -38,7 +38,8 @@ upd AS (
         worker_id = %(worker_id)s,
         lease_until = :now + f.visibility_us * interval '1 microsecond',
         claimed_at = :now,
-        finished_at = NULL
+        finished_at = NULL,
+        buffered_at = NULL  -- a retry of it is hinted again (next_due_at)
     FROM pick p, jobs j
     WHERE f.id = ANY (ARRAY(SELECT id FROM pick)) AND p.id = f.id AND j.id = f.job_id
     RETURNING f.*, j.policies::text AS job_policies
@@ -140,7 +141,8 @@ SET state = CASE WHEN x.ord <= %(start)s AND f.due_at <= :now THEN 'running'
     worker_id = %(worker_id)s,
     lease_until = :now + f.visibility_us * interval '1 microsecond',
     claimed_at = :now,
-    finished_at = NULL
+    finished_at = NULL,
+    buffered_at = NULL  -- a retry of it is hinted again (next_due_at)
 FROM jobs j, unnest(%(claim_ids)s::bigint[]) WITH ORDINALITY AS x (id, ord)
 WHERE f.id = ANY (%(claim_ids)s::bigint[]) AND f.id = x.id AND f.state = 'queued'
   AND j.id = f.job_id

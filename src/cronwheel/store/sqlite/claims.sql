@@ -33,7 +33,7 @@ SET state = CASE WHEN c.key < :start AND firings.due_at <= :now THEN 'running'
     started_at = CASE WHEN c.key < :start AND firings.due_at <= :now THEN :now END,
     attempt = attempt + 1, claim_token = lower(hex(randomblob(16))),
     worker_id = :worker_id, lease_until = :now + visibility_us, claimed_at = :now,
-    finished_at = NULL
+    finished_at = NULL, buffered_at = NULL  -- a retry of it is hinted again (next_due_at)
 FROM json_each(:ids) AS c
 WHERE firings.id = c.value AND firings.state = 'queued'
 RETURNING *
