@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Protocol, cast
 from zoneinfo import ZoneInfo
 
 from cronwheel.domain.cron import CronExpr, parse_cron
+from cronwheel.domain.transitions import StepBudget
 from cronwheel.domain.tz import (
     DST_GAP_POLICIES,
     DST_OVERLAP_POLICIES,
@@ -361,14 +362,23 @@ class CronSchedule:
         resolved = self.next_after_with_note(t)
         return None if resolved is None else resolved.utc
 
-    def next_after_with_note(self, t: datetime) -> Resolved | None:
+    def next_after_with_note(
+        self, t: datetime, *, budget: StepBudget | None = None
+    ) -> Resolved | None:
         """The first firing strictly after ``t`` with its DST note (``None``: exhausted).
 
         See :func:`cronwheel.domain.tz.next_instant` for how overlaps and gaps are
-        searched; instants are unique and strictly increasing under iteration.
+        searched, its horizon and its budget (``budget``, default a fresh
+        :class:`StepBudget`); instants are unique and strictly increasing under
+        iteration.
         """
         return next_instant(
-            self._expr.next_wall, self._zone, self.gap, self.overlap, _instant_arg(t)
+            self._expr.next_wall,
+            self._zone,
+            self.gap,
+            self.overlap,
+            _instant_arg(t),
+            budget=budget,
         )
 
     def to_dict(self) -> dict[str, Any]:
