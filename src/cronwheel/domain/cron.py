@@ -91,7 +91,6 @@ _MONTH_NAMES = {
 }
 _DAY_NAMES = {name: i for i, name in enumerate(("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"))}
 _DIGITS = frozenset("0123456789")
-_STEP_RE = re.compile(r"\*/[0-9]+", re.ASCII)
 _ONE_SECOND = timedelta(seconds=1)
 _ONE_MINUTE = timedelta(minutes=1)
 
@@ -131,7 +130,7 @@ class CronExpr:
 
     source: str
     has_seconds: bool
-    hour_is_wildcard: bool
+    follows_real_time: bool  # minute or hour field starts with '*' (Debian's MIN_STAR|HR_STAR)
     seconds: tuple[int, ...]
     minutes: tuple[int, ...]
     hours: tuple[int, ...]
@@ -327,7 +326,7 @@ def parse_cron(expr: str) -> CronExpr:
     result = CronExpr(
         source=source,
         has_seconds=has_seconds,
-        hour_is_wildcard=hour_text == "*" or _STEP_RE.fullmatch(hour_text) is not None,
+        follows_real_time=min_text.startswith("*") or hour_text.startswith("*"),
         seconds=seconds,
         minutes=minutes,
         hours=hours,

@@ -307,9 +307,10 @@ class EverySchedule:
 class CronSchedule:
     """A cron expression evaluated in an IANA zone under a DST policy.
 
-    ``dst_gap``/``dst_overlap`` left as ``None`` take the default: an hour field
-    of ``*`` or ``*/n`` means real time (``skip``/``twice``), a fixed hour field
-    means wall time (``next_valid``/``once``). See :mod:`cronwheel.domain.tz`.
+    ``dst_gap``/``dst_overlap`` left as ``None`` take Debian cron's default: a
+    minute *or* hour field starting with ``*`` (``* 2``, ``*/10 2``, ``0 */2``)
+    follows real time (``skip``/``twice``); any other (``30 2``, ``5 1-3``)
+    follows wall time (``next_valid``/``once``). See :mod:`cronwheel.domain.tz`.
     """
 
     kind: ClassVar[str] = "cron"
@@ -346,17 +347,17 @@ class CronSchedule:
 
     @property
     def gap(self) -> DstGap:
-        """The effective gap policy (explicit, else the default for the hour field)."""
+        """The effective gap policy (explicit, else Debian's default for the expression)."""
         if self.dst_gap is not None:
             return self.dst_gap
-        return "skip" if self._expr.hour_is_wildcard else "next_valid"
+        return "skip" if self._expr.follows_real_time else "next_valid"
 
     @property
     def overlap(self) -> DstOverlap:
-        """The effective overlap policy (explicit, else the default for the hour field)."""
+        """The effective overlap policy (explicit, else Debian's default for the expression)."""
         if self.dst_overlap is not None:
             return self.dst_overlap
-        return "twice" if self._expr.hour_is_wildcard else "once"
+        return "twice" if self._expr.follows_real_time else "once"
 
     def next_after(self, t: datetime) -> datetime | None:
         resolved = self.next_after_with_note(t)
