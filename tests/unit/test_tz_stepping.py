@@ -96,7 +96,7 @@ ZONES = [
 SECOND = st.sampled_from(["0", "*", "*/20", "15,45", "59"])
 MINUTE = st.sampled_from(["*", "0", "30", "*/15", "*/7", "5,35", "59", "0-10"])
 HOUR = st.sampled_from(["*", "*/2", "0", "1", "2", "3", "1-3", "0-3", "23", "2,14"])
-DOM = st.sampled_from(["*", "*", "1", "L", "1-7", "29"])
+DOM = st.sampled_from(["*", "*", "1", "L", "1-7", "29", "26", "8-14"])
 MONTH = st.sampled_from(["*", "*", "3,4,9,10,11", "1-6"])
 DOW = st.sampled_from(["*", "*", "*", "sun", "0L", "6"])
 GAP = st.sampled_from(["next_valid", "skip", "shift"])
@@ -163,3 +163,24 @@ def test_reference_is_the_slow_one() -> None:
     assert got == Resolved(t + timedelta(seconds=1))
     assert calls > 3600  # an hour of wall times, one by one
     assert offset_at(zone, t) == timedelta(hours=1)
+
+
+def test_an_overlap_after_a_sparse_match_is_not_jumped_over() -> None:
+    """Moscow, 2014-10-26 02:00 MSK (+4) -> 01:00 (+3) at 22:00Z: 01:00 happens twice.
+    From the first 01:00 the next matching wall time is a year away, yet the second
+    01:00 comes an hour later, in the next segment."""
+    parsed = parse_cron("0 1 26 10 *")
+    zone = ZoneInfo("Europe/Moscow")
+    cursor = datetime(2014, 10, 25, 12, tzinfo=UTC)
+    got = []
+    for _ in range(3):
+        step = next_instant(parsed.next_wall, zone, "next_valid", "twice", cursor)
+        assert step == reference_next_instant(parsed.next_wall, zone, "next_valid", "twice", cursor)
+        assert step is not None
+        got.append(step.utc)
+        cursor = step.utc
+    assert got == [
+        datetime(2014, 10, 25, 21, tzinfo=UTC),
+        datetime(2014, 10, 25, 22, tzinfo=UTC),
+        datetime(2015, 10, 25, 22, tzinfo=UTC),
+    ]

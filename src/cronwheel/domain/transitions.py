@@ -39,13 +39,14 @@ __all__ = [
 
 # Larger than the largest offset change of the tz database (24 h).
 MAX_JUMP = timedelta(hours=26)
-# The budget of one schedule computation: far above what the largest search
+# The budget of one schedule computation: well above what the largest search
 # needs (a schedule refused for not firing within 50 years in a zone with DST
-# uses a few thousand, see test_search_bounds.py), far below a runaway loop.
-MAX_STEPS = 50_000
+# uses a few hundred steps, see test_search_bounds.py), far below a runaway loop.
+MAX_STEPS = 10_000
 
 _PROBE = timedelta(hours=48)
 _LAST = datetime.max.replace(microsecond=0, tzinfo=UTC)
+_PERIOD = timedelta(days=146097)  # 400 Gregorian years
 
 
 class StepBudget:
@@ -87,9 +88,19 @@ def _offset(zone: ZoneInfo, instant: datetime) -> timedelta:
 
 @functools.lru_cache(maxsize=8192)
 def year_transitions(zone: ZoneInfo, year: int) -> tuple[Transition, ...]:
-    """The offset changes with ``at`` in ``(Jan 1 of year, Jan 1 of year + 1]`` (UTC)."""
+    """The offset changes with ``at`` in ``(Jan 1 of year, Jan 1 of year + 1]`` (UTC).
+
+    Year 9999 is year 9599's shifted by 400 years (zones follow their yearly rule
+    by then), as the wall times of its last hours are not representable east of UTC.
+    """
+    if year == 9999:
+        return tuple(
+            Transition(c.at + _PERIOD, c.before, c.after)
+            for c in year_transitions(zone, year - 400)
+            if c.at < _LAST - _PERIOD
+        )
     low = datetime(year, 1, 1, tzinfo=UTC)
-    end = _LAST if year == 9999 else datetime(year + 1, 1, 1, tzinfo=UTC)
+    end = datetime(year + 1, 1, 1, tzinfo=UTC)
     found: list[Transition] = []
     old = _offset(zone, low)
     while low < end:

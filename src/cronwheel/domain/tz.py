@@ -349,8 +349,10 @@ def _search(
         assert end is not None
         if end.at > limit:
             raise _no_firing(zone, gap, overlap, t)
-        if instant - end.at > _SKIP_MARGIN:
-            # no wall time matches before `wall`: start near its instant
+        if pos > t and instant - end.at > _SKIP_MARGIN:
+            # No wall time after this segment's start matches before `wall`: start
+            # near its instant. (Not from t's own segment: the overlap at its end
+            # repeats wall times from before t's, which the next segment searches.)
             pos, start_change = instant - _SKIP_MARGIN, None
         else:
             pos, start_change = end.at, end
