@@ -88,7 +88,7 @@ def test_the_work_of_a_search_is_bounded(
         if got is None:  # exhausted only when no later instant is representable
             assert t > datetime(9950, 1, 1, tzinfo=UTC)
         else:
-            assert t < got.utc <= t + timedelta(days=366 * HORIZON_YEARS)
+            assert timedelta(0) < got.utc - t <= timedelta(days=366 * HORIZON_YEARS)
     assert budget.used <= MAX_STEPS
 
 
@@ -202,10 +202,16 @@ def _next_wall_noon(t: datetime, offset: timedelta) -> datetime:
     return t + (noon + days * timedelta(days=1) - wall)
 
 
+def test_every_zone_keeps_one_offset_until_1800() -> None:
+    for zone in ALL_ZONES:
+        offsets = {_offset(zone, datetime(y, 6, 1, tzinfo=UTC)) for y in (2, 401, 1000, 1799)}
+        assert len(offsets) == 1, zone
+
+
 @pytest.mark.parametrize("zone", ALL_ZONES)
 def test_year_one_fires_in_every_zone(zone: str) -> None:
     offset = _offset(zone, FIRST + timedelta(days=10))  # local mean time, constant
-    for t in (FIRST, FIRST + timedelta(hours=7, minutes=30, seconds=5)):
+    for t in (FIRST, FIRST + timedelta(hours=7, minutes=30, seconds=5), FIRST + timedelta(days=5)):
         assert cron("* * * * *", zone).next_after(t) == _next_wall_minute(t, offset)
         assert cron("0 12 * * *", zone).next_after(t) == _next_wall_noon(t, offset)
     # 1 January 00:00 wall time: west of UTC that is in year 1's first hours; east, a year on

@@ -90,9 +90,17 @@ def _offset(zone: ZoneInfo, instant: datetime) -> timedelta:
 def year_transitions(zone: ZoneInfo, year: int) -> tuple[Transition, ...]:
     """The offset changes with ``at`` in ``(Jan 1 of year, Jan 1 of year + 1]`` (UTC).
 
-    Year 9999 is year 9599's shifted by 400 years (zones follow their yearly rule
-    by then), as the wall times of its last hours are not representable east of UTC.
+    Years 1-400 are years 401-800 shifted back by 400 years, and year 9999 is year
+    9599 shifted forward (zones keep their local mean time until the 1830s at the
+    earliest, and follow their yearly rule at the end): the wall times of the first
+    hours of year 1 are not representable west of UTC, nor those of the last hours
+    of 9999 east of it.
     """
+    if year <= 400:
+        return tuple(
+            Transition(c.at - _PERIOD, c.before, c.after)
+            for c in year_transitions(zone, year + 400)
+        )
     if year == 9999:
         return tuple(
             Transition(c.at + _PERIOD, c.before, c.after)
