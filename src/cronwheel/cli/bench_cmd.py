@@ -50,7 +50,7 @@ SMOKE: list[tuple[str, int, dict[str, Any]]] = [
     default=None,
     help="Size (default per workload: precision 200, herd 10000, drain 20000, "
     "cron-mix 100000 jobs, scale 1000000 jobs, failover 200, limit 50000 rows; "
-    "tz-steps: steps per start point, 3, or 1 with --smoke).",
+    "tz-steps: successive steps per start point, 1).",
 )
 @click.option(
     "--duration",
@@ -196,9 +196,7 @@ def _tz_steps(from_: str | None, *, smoke: bool, steps: int | None, as_json: boo
         def update(done: int, total: int) -> None:
             progress.update(bar, completed=done, total=total)
 
-        doc = run_tz_steps(
-            start=start, smoke=smoke, steps=steps or (1 if smoke else 3), progress=update
-        )
+        doc = run_tz_steps(start=start, smoke=smoke, steps=steps or 1, progress=update)
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return

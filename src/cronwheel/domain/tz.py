@@ -25,11 +25,16 @@ a whole day in Samoa on 2011-12-30.
 The tz database is read through :mod:`zoneinfo` (the packaged ``tzdata`` files);
 that is the only I/O here, and it happens when a zone is first loaded.
 
-Transition search assumes two facts about the tz database (true for every zone
-since 1900): offset changes are more than 72 hours apart, and no single change
-exceeds 24 hours. :func:`transition_near` and :func:`next_instant` rely on them;
-the schedule tests check :func:`next_instant` against brute-force enumeration
-in zones with 30-minute, 1-hour and 24-hour jumps.
+The search for the next firing (:func:`next_instant`) walks the segments between
+the zone's offset changes (:mod:`cronwheel.domain.transitions`), a bounded number
+of cron jumps per segment, whatever the expression; it relies on two facts about
+the tz database, checked over every zone by the unit tests: offset changes are
+more than 72 hours apart, and no single change exceeds 24 hours. It is checked
+against the previous, enumerating implementation (test_tz_stepping.py) and
+against brute-force enumeration (test_schedules.py). Its work is bounded (a
+:class:`~cronwheel.domain.transitions.StepBudget`) and so is its reach: a first
+firing more than :data:`HORIZON_YEARS` (50) years after the start raises
+:class:`~cronwheel.errors.NoFiringInHorizonError`.
 """
 
 from __future__ import annotations
