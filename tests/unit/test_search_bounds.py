@@ -240,3 +240,17 @@ def test_year_9999_fires_then_ends_in_every_zone(zone: str) -> None:
         assert new_year == datetime(9999, 12, 31, tzinfo=UTC) + (timedelta(days=1) - offset)
     else:
         assert new_year is None
+
+
+def test_a_preview_stops_where_local_time_ends() -> None:
+    """1 January 10000 00:00 in Tokyo is 9999-12-31T15:00Z: the schedule fires then,
+    but its local time cannot be shown, so the preview ends before it."""
+    schedule = cron("0 0 1 1 *", "Asia/Tokyo")
+    after = datetime(9999, 12, 31, tzinfo=UTC)
+    assert schedule.next_after(after) == datetime(9999, 12, 31, 15, tzinfo=UTC)
+    assert next_firings(schedule, after, 3) == []
+    daily = next_firings(cron("0 0 * * *", "Asia/Tokyo"), datetime(9999, 12, 29, tzinfo=UTC), 5)
+    assert [r.utc for r in daily] == [
+        datetime(9999, 12, 29, 15, tzinfo=UTC),
+        datetime(9999, 12, 30, 15, tzinfo=UTC),
+    ]

@@ -88,7 +88,7 @@ def _print_table(
         previous = row.utc
     console.print(table)
     if not rows:
-        console.print("no firing within the search horizon")
+        console.print("no firing: none left whose local time is before year 10000")
 
 
 @click.command("next")

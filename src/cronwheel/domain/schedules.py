@@ -288,14 +288,21 @@ class CronSchedule:
 def next_firings(schedule: CronSchedule, after: datetime, count: int) -> list[Resolved]:
     """Up to ``count`` successive firings strictly after ``after``, with DST notes.
 
-    The preview of ``cronwheel next`` and ``POST /v1/schedules/preview``; fewer
-    than ``count`` once the schedule is exhausted (beyond datetime's range).
+    The preview of ``cronwheel next`` and ``POST /v1/schedules/preview``, which
+    show each firing's local time too: fewer than ``count`` once the schedule is
+    exhausted or its next local time is past year 9999 (east of UTC, 1 January
+    10000 is still an instant of 9999: the schedule fires then, the preview stops).
+    Raises :class:`~cronwheel.errors.NoFiringInHorizonError` like ``next_after``.
     """
     rows: list[Resolved] = []
     cursor = after
     for _ in range(count):
         resolved = schedule.next_after_with_note(cursor)
         if resolved is None:
+            break
+        try:
+            resolved.utc.astimezone(schedule.zone)
+        except OverflowError:
             break
         rows.append(resolved)
         cursor = resolved.utc
