@@ -184,3 +184,39 @@ def test_an_overlap_after_a_sparse_match_is_not_jumped_over() -> None:
         datetime(2014, 10, 25, 22, tzinfo=UTC),
         datetime(2015, 10, 25, 22, tzinfo=UTC),
     ]
+
+
+@st.composite
+def on_change_day(draw: Any) -> tuple[str, str, str, str, datetime]:
+    """A sparse expression matching only around a change's wall time, on that date."""
+    zone_name = draw(st.sampled_from(ZONES))
+    zone = ZoneInfo(zone_name)
+    year = 2011 if zone_name == "Pacific/Apia" else draw(st.integers(2005, 2035))
+    found = transitions(
+        zone, datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)
+    )
+    when = draw(st.sampled_from(found)) if found else datetime(year, 6, 1, tzinfo=UTC)
+    wall = when.astimezone(zone) - timedelta(seconds=1)  # the last wall time before it
+    hours = sorted({(wall.hour + d) % 24 for d in draw(st.sampled_from([(0,), (-1, 0, 1), (1,)]))})
+    minute = draw(st.sampled_from(["0", "*", "*/15", "30", "59"]))
+    expr = f"{minute} {','.join(map(str, hours))} {wall.day} {wall.month} *"
+    t = when + timedelta(seconds=draw(st.integers(-30 * 3600, 30 * 3600)))
+    return expr, zone_name, draw(GAP), draw(OVERLAP), t
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(on_change_day())
+def test_sparse_expressions_on_change_days_match_the_reference(
+    case: tuple[str, str, Any, Any, datetime],
+) -> None:
+    expr, zone_name, gap, overlap, t = case
+    parsed = parse_cron(expr)
+    zone = ZoneInfo(zone_name)
+    cursor = t
+    for _ in range(3):
+        expected = reference_next_instant(parsed.next_wall, zone, gap, overlap, cursor)
+        got = next_instant(parsed.next_wall, zone, gap, overlap, cursor)
+        assert got == expected, (expr, zone_name, gap, overlap, cursor)
+        if got is None:
+            return
+        cursor = got.utc
