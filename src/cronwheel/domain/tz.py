@@ -282,15 +282,16 @@ def next_instant(
     t = t.astimezone(UTC)
     if t - _FIRST < _EDGE:  # local mean time: the same 400 years later
         found = _search(next_wall, zone, gap, overlap, t + PERIOD, budget)
-        return None if found is None else Resolved(found.utc - PERIOD, found.note)
+        return Resolved(found.utc - PERIOD, found.note)
     try:
         return _search(next_wall, zone, gap, overlap, t, budget)
     except (_EndOfTime, OverflowError):
-        if t.year < 2500:  # cannot be: any accepted expression fires within 400 years
-            raise
+        if t.year < 2500:  # no match in 400 years: parse_cron refuses such expressions
+            raise _no_firing(zone, gap, overlap, t) from None
     # near year 9999: the zone's yearly rule gives the same 400 years earlier
-    found = _search(next_wall, zone, gap, overlap, t - PERIOD, budget)
-    if found is None:
+    try:
+        found = _search(next_wall, zone, gap, overlap, t - PERIOD, budget)
+    except _EndOfTime:
         return None
     try:
         return Resolved(found.utc + PERIOD, found.note)
@@ -309,7 +310,7 @@ def _search(
     overlap: DstOverlap,
     t: datetime,
     budget: StepBudget,
-) -> Resolved | None:
+) -> Resolved:
     if t.year + HORIZON_YEARS > 9999:
         limit = _LAST
     elif t.month == 2 and t.day == 29:
