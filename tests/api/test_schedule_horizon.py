@@ -14,7 +14,10 @@ from typing import Any
 
 import pytest
 
+from cronwheel.app import App
 from cronwheel.cli.main import main
+from cronwheel.domain.schedules import cron
+from cronwheel.errors import NoFiringInHorizonError
 from tests.api.conftest import Api
 
 HOSTILE: dict[str, Any] = {
@@ -91,3 +94,13 @@ def test_cli_jobs_add_refuses_it(tmp_path: Path, capsys: pytest.CaptureFixture[s
     _one_line(err)
     code, out, _ = _run(["jobs", "list", "--json", "--store", store], capsys)
     assert (code, out.strip()) == (0, "[]")
+
+
+def test_app_schedule_refuses_it(tmp_path: Path) -> None:
+    app = App(f"sqlite:///{tmp_path}/a.db")
+    hostile = cron("30 2 * 3 0L", "Europe/Berlin", dst_gap="skip")
+    with pytest.raises(NoFiringInHorizonError) as info:
+        app.schedule("t", hostile, name="j")
+    assert info.value.field == "schedule"
+    assert app.store.list_jobs(namespace=app.namespace, limit=10) == []
+    assert app.schedule("t", cron("30 2 * 3 0L", "Europe/Berlin"), name="j").name == "j"
