@@ -49,6 +49,7 @@ from zoneinfo import ZoneInfo, available_timezones
 from cronwheel.domain.transitions import (
     MAX_JUMP,
     StepBudget,
+    Transition,
     first_transition,
     last_transition,
 )
@@ -339,20 +340,19 @@ def _search(
         if change is not None and change.before > change.after and overlap == "once":
             after = max(after, _naive(change.at, change.before) - _TINY)  # no second times
         wall = next_wall(after, budget=budget)
-        if wall is None:
-            if found:
-                return _pick(found, zone, gap, overlap, None if change is None else change.at)
-            raise _EndOfTime
-        instant = (wall - offset).replace(tzinfo=UTC)
-        end = first_transition(zone, pos, instant + MAX_JUMP, budget)
-        if end is None or instant < end.at:
-            found.append((instant, wall))
+        end: Transition | None = None
+        if wall is not None:
+            instant = (wall - offset).replace(tzinfo=UTC)
+            end = first_transition(zone, pos, instant + MAX_JUMP, budget)
+            if end is None or instant < end.at:
+                found.append((instant, wall))
         if found:
             best = _pick(found, zone, gap, overlap, None if change is None else change.at)
             if best.utc > limit:
                 raise _no_firing(zone, gap, overlap, t)
             return best
-        assert end is not None
+        if end is None:
+            raise _EndOfTime
         if end.at > limit:
             raise _no_firing(zone, gap, overlap, t)
         if pos > t and instant - end.at > _SKIP_MARGIN:
