@@ -7,7 +7,9 @@ that names it (``schedule.cron``, ``tz``, ``args`` ...)::
     CronwheelError
     ├── ValidationError                    bad input: names the field and the reason
     │   ├── InvalidScheduleError           a cron expression, interval or instant that is wrong
-    │   │   └── UnknownTimezoneError       not an IANA zone name of the tz database
+    │   │   ├── UnknownTimezoneError       not an IANA zone name of the tz database
+    │   │   ├── NoFiringInHorizonError     no firing within the search horizon (50 years)
+    │   │   └── ScheduleBudgetError        a schedule computation exceeded its step budget
     ├── NotFoundError
     │   ├── JobNotFoundError
     │   ├── FiringNotFoundError
@@ -50,6 +52,18 @@ class InvalidScheduleError(ValidationError):
 
 class UnknownTimezoneError(InvalidScheduleError):
     code = "unknown_timezone"
+
+
+class NoFiringInHorizonError(InvalidScheduleError):
+    """The schedule does not fire within the search horizon in its zone under its DST policy."""
+
+    code = "no_firing_in_horizon"
+
+
+class ScheduleBudgetError(InvalidScheduleError):
+    """A schedule computation exceeded its hard bound on work (never reported as "no firing")."""
+
+    code = "schedule_budget_exceeded"
 
 
 class NotFoundError(CronwheelError):

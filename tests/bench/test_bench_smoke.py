@@ -27,3 +27,36 @@ def test_bench_smoke_loses_and_duplicates_nothing() -> None:
         assert d["lost"] == 0 and d["duplicated"] == 0, d
         if d["workload"] != "limit":  # limit runs no handlers: rates only
             assert d["lateness_ms"]["p50"] is not None
+
+
+@pytest.mark.slow
+def test_bench_tz_steps_smoke() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cronwheel",
+            "bench",
+            "tz-steps",
+            "--smoke",
+            "--from",
+            "2026-12-01T00:00:00Z",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert doc["workload"] == "tz-steps"
+    assert doc["from"] == "2026-12-01T00:00:00Z"
+    # the six smoke zones all change offset twice a year (Casablanca around Ramadan)
+    assert doc["zones"] == 6
+    assert doc["transitions"] >= 24
+    assert sorted(doc["expressions"]) == ["daily", "per-minute", "per-second"]
+    for figures in doc["expressions"].values():
+        # every start point took its step: 7 points per transition, at and away
+        assert figures["steps_at"] == figures["steps_away"] == 7 * doc["transitions"]
+        assert figures["at_us"] > 0 and figures["away_us"] > 0

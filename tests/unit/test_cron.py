@@ -320,22 +320,29 @@ def test_feb_29_monday_fires_by_or_rule() -> None:
 
 
 @pytest.mark.parametrize(
-    ("expr", "wildcard"),
+    ("expr", "real_time"),
     [
         ("* * * * *", True),
         ("*/15 * * * *", True),
         ("0 */2 * * *", True),
         ("@hourly", True),
         ("0 * * * * *", True),
+        # Debian: the minute field alone starting with '*' is enough
+        ("*/10 2 * * *", True),
+        ("* 2 * * *", True),
+        ("*/5,7 9 * * *", True),
+        ("0 */2,5 * * *", True),
+        ("* 0 9 * * *", False),  # the seconds field does not count
         ("0 9 * * *", False),
+        ("0-59 2 * * *", False),
         ("0 0-23 * * *", False),
         ("0 1,2 * * *", False),
         ("0 1/2 * * *", False),
         ("@daily", False),
     ],
 )
-def test_hour_is_wildcard(expr: str, wildcard: bool) -> None:
-    assert parse_cron(expr).hour_is_wildcard is wildcard
+def test_follows_real_time(expr: str, real_time: bool) -> None:
+    assert parse_cron(expr).follows_real_time is real_time
 
 
 def test_parsed_value_is_frozen_and_keeps_source() -> None:

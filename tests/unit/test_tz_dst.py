@@ -408,14 +408,14 @@ def test_new_york_overlap_from_inside(expr: str, after: str, expected: str) -> N
 
 
 def test_new_york_once_skips_second_occurrence() -> None:
-    schedule = cron("30 1 * * *", "America/New_York")  # fixed hour: next_valid/once by default
+    schedule = cron("30 1 * * *", "America/New_York")  # fixed minute and hour: next_valid/once
     assert (schedule.gap, schedule.overlap) == ("next_valid", "once")
     assert schedule.next_after(u("2026-11-01T05:30:00Z")) == u("2026-11-02T06:30:00Z")
     assert schedule.next_after(u("2026-11-01T06:10:00Z")) == u("2026-11-02T06:30:00Z")
 
 
 def test_every_minute_through_repeated_hour_is_real_time() -> None:
-    schedule = cron("* * * * *", "America/New_York")  # wildcard hour: skip/twice
+    schedule = cron("* * * * *", "America/New_York")  # minute starts with '*': skip/twice
     cursor = u("2026-11-01T04:58:00Z")
     for _ in range(200):
         nxt = schedule.next_after(cursor)
@@ -434,13 +434,17 @@ def test_every_minute_through_gap_is_real_time() -> None:
         cursor = nxt
 
 
-def test_defaults_follow_hour_field() -> None:
+def test_defaults_follow_the_minute_or_hour_field() -> None:
     assert (
         cron("*/15 * * * *", "Europe/Berlin").gap,
         cron("*/15 * * * *", "Europe/Berlin").overlap,
     ) == ("skip", "twice")
     assert (cron("0 */2 * * *").gap, cron("0 */2 * * *").overlap) == ("skip", "twice")
     assert (cron("30 2 * * *").gap, cron("30 2 * * *").overlap) == ("next_valid", "once")
+    # Debian: a minute field starting with '*' is enough, whatever the hour
+    assert (cron("*/10 2 * * *").gap, cron("*/10 2 * * *").overlap) == ("skip", "twice")
+    assert (cron("* 2 * * *").gap, cron("* 2 * * *").overlap) == ("skip", "twice")
+    assert (cron("5 1-3 * * *").gap, cron("5 1-3 * * *").overlap) == ("next_valid", "once")
     assert cron("30 2 * * *", dst_gap="shift").gap == "shift"
     assert cron("*/5 * * * *", dst_overlap="once").overlap == "once"
 

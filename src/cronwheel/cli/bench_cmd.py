@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from cronwheel.bench.runner import BenchResult
 
 _RUNNABLE = ["precision", "herd", "drain", "cron-mix", "scale", "failover", "limit"]
-_WORKLOADS = [*_RUNNABLE, "smoke", "all"]
+_WORKLOADS = [*_RUNNABLE, "tz-steps", "smoke", "all"]
 DEFAULT_COUNT = {
     "precision": 200,
     "herd": 10_000,
@@ -49,7 +49,8 @@ SMOKE: list[tuple[str, int, dict[str, Any]]] = [
     type=click.IntRange(1, 10_000_000),
     default=None,
     help="Size (default per workload: precision 200, herd 10000, drain 20000, "
-    "cron-mix 100000 jobs, scale 1000000 jobs, failover 200, limit 50000 rows).",
+    "cron-mix 100000 jobs, scale 1000000 jobs, failover 200, limit 50000 rows; "
+    "tz-steps: successive steps per start point, 1).",
 )
 @click.option(
     "--duration",
@@ -73,6 +74,17 @@ SMOKE: list[tuple[str, int, dict[str, Any]]] = [
     help="Repeat each workload K times and report the median of each figure "
     "(lost/duplicated: the worst run).",
 )
+@click.option(
+    "--from",
+    "from_",
+    default=None,
+    help="tz-steps: RFC 3339 start of the two-year window of transitions (default: now).",
+)
+@click.option(
+    "--smoke",
+    is_flag=True,
+    help="tz-steps: the CI size (six zones, one step per start point) instead of every zone.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def bench_command(
     workload: str,
@@ -83,6 +95,8 @@ def bench_command(
     duration: float,
     lease_ttl: float,
     runs: int,
+    from_: str | None,
+    smoke: bool,
     as_json: bool,
 ) -> None:
     """Run a benchmark workload against a real store and real processes.
@@ -98,11 +112,16 @@ def bench_command(
     failover   (PostgreSQL) SIGKILL the leader of 2 schedulers: takeover time
     limit      the store's own rates: single-row commits, batched inserts,
                enqueue, claims and completions (rows/s)
+    tz-steps   (no store) cost of one schedule step at vs away from DST transitions,
+               every zone with a transition in the 2 years from --from (--smoke: 6 zones)
     smoke      small precision/herd/drain/cron-mix/limit runs (CI): zero lost/duplicated
     all        every workload at its default size, one table
     """
     from rich.progress import Progress
 
+    if workload == "tz-steps":
+        _tz_steps(from_, smoke=smoke, steps=count, as_json=as_json)
+        return
     from cronwheel.store.url import require_shared, sqlite_path
 
     if store_url is not None:
@@ -161,6 +180,45 @@ def bench_command(
         )
     if any(d.get("due_plan_index_scan") is False for d in docs):
         raise click.ClickException("the due-jobs query is not an index range scan on jobs_due")
+
+
+def _tz_steps(from_: str | None, *, smoke: bool, steps: int | None, as_json: bool) -> None:
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from cronwheel.bench.tzsteps import run_tz_steps
+    from cronwheel.domain.clock import SystemClock
+    from cronwheel.domain.schedules import parse_instant
+
+    start = SystemClock().now() if from_ is None else parse_instant(from_, "--from")
+    with Progress(disable=as_json, transient=True) as progress:
+        bar = progress.add_task("tz-steps", total=None)
+
+        def update(done: int, total: int) -> None:
+            progress.update(bar, completed=done, total=total)
+
+        doc = run_tz_steps(start=start, smoke=smoke, steps=steps or 1, progress=update)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        return
+    table = Table(
+        title=f"cronwheel bench tz-steps: {doc['zones']} zones, {doc['transitions']} "
+        f"transitions in the 2 years from {doc['from']}",
+        title_justify="left",
+    )
+    for col in ("expression", "at µs/step", "away µs/step", "at/away", "zones: median", "worst"):
+        table.add_column(col)
+    for kind, e in doc["expressions"].items():
+        table.add_row(
+            f"{kind} ({e['expr']})",
+            str(e["at_us"]),
+            str(e["away_us"]),
+            str(e["ratio"]),
+            str(e["zone_ratio_median"]),
+            f"{e['zone_ratio_worst']} ({e['worst_zone']})",
+        )
+    Console(width=200).print(table)
 
 
 def _run_undisturbed(

@@ -88,7 +88,7 @@ def _print_table(
         previous = row.utc
     console.print(table)
     if not rows:
-        console.print("no firing within the search horizon")
+        console.print("no firing: none left whose local time is before year 10000")
 
 
 @click.command("next")
@@ -106,13 +106,15 @@ def _print_table(
     "--dst-gap",
     type=click.Choice(DST_GAP_POLICIES),
     default=None,
-    help="Nonexistent wall times: next_valid, skip or shift (default depends on the hour field).",
+    help="Nonexistent wall times: next_valid, skip or shift (default, as Debian cron: "
+    "skip if the minute or hour field starts with *, else next_valid).",
 )
 @click.option(
     "--dst-overlap",
     type=click.Choice(DST_OVERLAP_POLICIES),
     default=None,
-    help="Repeated wall times: once or twice (default depends on the hour field).",
+    help="Repeated wall times: once or twice (default, as Debian cron: "
+    "twice if the minute or hour field starts with *, else once).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 def next_command(

@@ -61,6 +61,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from cronwheel.domain.transitions import StepBudget
 from cronwheel.errors import InvalidScheduleError
 
 __all__ = ["MAX_EXPRESSION_LENGTH", "CronExpr", "parse_cron"]
@@ -90,7 +91,6 @@ _MONTH_NAMES = {
 }
 _DAY_NAMES = {name: i for i, name in enumerate(("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"))}
 _DIGITS = frozenset("0123456789")
-_STEP_RE = re.compile(r"\*/[0-9]+", re.ASCII)
 _ONE_SECOND = timedelta(seconds=1)
 _ONE_MINUTE = timedelta(minutes=1)
 
@@ -130,7 +130,7 @@ class CronExpr:
 
     source: str
     has_seconds: bool
-    hour_is_wildcard: bool
+    follows_real_time: bool  # minute or hour field starts with '*' (Debian's MIN_STAR|HR_STAR)
     seconds: tuple[int, ...]
     minutes: tuple[int, ...]
     hours: tuple[int, ...]
@@ -205,12 +205,19 @@ class CronExpr:
             and wall.day in self.days_in(wall.year, wall.month)
         )
 
-    def next_wall(self, after: datetime) -> datetime | None:
+    def next_wall(
+        self,
+        after: datetime,
+        *,
+        until: datetime | None = None,
+        budget: StepBudget | None = None,
+    ) -> datetime | None:
         """The first matching naive wall time strictly after ``after``.
 
         Jumps field by field (month, day, hour, minute, second). Returns ``None``
         when nothing matches within 400 years (for an expression accepted by
-        :func:`parse_cron` that only happens near year 9999).
+        :func:`parse_cron` that only happens near year 9999) or, when ``until``
+        is given, up to ``until``. Each jump spends one step of ``budget``.
         """
         if after.tzinfo is not None:
             raise ValueError("next_wall takes a naive wall-clock datetime")
@@ -225,40 +232,51 @@ class CronExpr:
         hour, minute, second = start.hour, start.minute, start.second
         months, hours, minutes, seconds = self.months, self.hours, self.minutes, self.seconds
         last_year = min(year + _HORIZON_YEARS, _MAX_YEAR)
-        while year <= last_year:
-            i = bisect_left(months, month)
-            if i == len(months):
-                year, month, day, hour, minute, second = year + 1, months[0], 1, 0, 0, 0
-                continue
-            if months[i] != month:
-                month, day, hour, minute, second = months[i], 1, 0, 0, 0
-            days = self.days_in(year, month)
-            i = bisect_left(days, day)
-            if i == len(days):
-                month, day, hour, minute, second = month + 1, 1, 0, 0, 0
-                if month > 12:
-                    year, month = year + 1, 1
-                continue
-            if days[i] != day:
-                day, hour, minute, second = days[i], 0, 0, 0
-            i = bisect_left(hours, hour)
-            if i == len(hours):
-                day, hour, minute, second = day + 1, 0, 0, 0
-                continue
-            if hours[i] != hour:
-                hour, minute, second = hours[i], 0, 0
-            i = bisect_left(minutes, minute)
-            if i == len(minutes):
-                hour, minute, second = hour + 1, 0, 0
-                continue
-            if minutes[i] != minute:
-                minute, second = minutes[i], 0
-            i = bisect_left(seconds, second)
-            if i == len(seconds):
-                minute, second = minute + 1, 0
-                continue
-            return datetime(year, month, day, hour, minute, seconds[i])
-        return None
+        stop = None if until is None else (until.year, until.month, until.day, until.hour)
+        steps = 0
+        cap = -1 if budget is None else budget.left + 1
+        try:
+            while year <= last_year and steps != cap:
+                steps += 1
+                if stop is not None and (year, month, day, hour) > stop:
+                    return None
+                i = bisect_left(months, month)
+                if i == len(months):
+                    year, month, day, hour, minute, second = year + 1, months[0], 1, 0, 0, 0
+                    continue
+                if months[i] != month:
+                    month, day, hour, minute, second = months[i], 1, 0, 0, 0
+                days = self.days_in(year, month)
+                i = bisect_left(days, day)
+                if i == len(days):
+                    month, day, hour, minute, second = month + 1, 1, 0, 0, 0
+                    if month > 12:
+                        year, month = year + 1, 1
+                    continue
+                if days[i] != day:
+                    day, hour, minute, second = days[i], 0, 0, 0
+                i = bisect_left(hours, hour)
+                if i == len(hours):
+                    day, hour, minute, second = day + 1, 0, 0, 0
+                    continue
+                if hours[i] != hour:
+                    hour, minute, second = hours[i], 0, 0
+                i = bisect_left(minutes, minute)
+                if i == len(minutes):
+                    hour, minute, second = hour + 1, 0, 0
+                    continue
+                if minutes[i] != minute:
+                    minute, second = minutes[i], 0
+                i = bisect_left(seconds, second)
+                if i == len(seconds):
+                    minute, second = minute + 1, 0
+                    continue
+                found = datetime(year, month, day, hour, minute, seconds[i])
+                return None if until is not None and found > until else found
+            return None
+        finally:
+            if budget is not None:
+                budget.spend(steps)
 
 
 def parse_cron(expr: str) -> CronExpr:
@@ -308,7 +326,7 @@ def parse_cron(expr: str) -> CronExpr:
     result = CronExpr(
         source=source,
         has_seconds=has_seconds,
-        hour_is_wildcard=hour_text == "*" or _STEP_RE.fullmatch(hour_text) is not None,
+        follows_real_time=min_text.startswith("*") or hour_text.startswith("*"),
         seconds=seconds,
         minutes=minutes,
         hours=hours,

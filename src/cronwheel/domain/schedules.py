@@ -15,19 +15,28 @@ back into an equal value::
      "dst_gap": null, "dst_overlap": null}          # null: the default policy
 
 Past-instant checks (an ``at`` in the past) need a clock and belong to the registrar.
+Durations and instants as text are parsed and printed by
+:mod:`cronwheel.domain.instants` (re-exported here).
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Protocol, cast
 from zoneinfo import ZoneInfo
 
 from cronwheel.domain.cron import CronExpr, parse_cron
+from cronwheel.domain.instants import (
+    MAX_INTERVAL,
+    format_duration,
+    format_instant,
+    parse_duration,
+    parse_instant,
+)
+from cronwheel.domain.transitions import StepBudget
 from cronwheel.domain.tz import (
     DST_GAP_POLICIES,
     DST_OVERLAP_POLICIES,
@@ -59,8 +68,6 @@ __all__ = [
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MIN_INTERVAL = timedelta(milliseconds=1)
-MAX_INTERVAL = timedelta(days=36525)  # 100 years
-_TINY = timedelta(microseconds=1)
 
 
 class Schedule(Protocol):
@@ -103,122 +110,6 @@ def _instant_arg(t: datetime) -> datetime:
     if t.tzinfo is None or t.utcoffset() is None:
         raise ValueError("next_after needs an aware datetime")
     return t.astimezone(UTC)
-
-
-# --- durations and instants -------------------------------------------------------
-
-_DURATION_UNITS = {
-    "w": timedelta(weeks=1),
-    "d": timedelta(days=1),
-    "h": timedelta(hours=1),
-    "m": timedelta(minutes=1),
-    "s": timedelta(seconds=1),
-    "ms": timedelta(milliseconds=1),
-    "us": timedelta(microseconds=1),
-}
-_UNIT_ORDER = list(_DURATION_UNITS)
-_DURATION_PART = re.compile(r"([0-9]{1,12})(ms|us|w|d|h|m|s)", re.ASCII)
-
-
-def parse_duration(text: str, *, field: str = "duration") -> timedelta:
-    """Parse ``"90s"``, ``"5m"``, ``"1h30m"``, ``"2d"``, ``"500ms"`` (units w d h m s ms us).
-
-    Units appear at most once, largest first; the result is positive and at most
-    100 years. Raises :class:`ValidationError` naming ``field`` otherwise.
-    """
-    if not isinstance(text, str):
-        raise ValidationError(f"expected a string, got {type(text).__name__}", field=field)
-    if not text or len(text) > 64:
-        raise ValidationError("expected a duration such as '90s', '5m' or '1h30m'", field=field)
-    total = timedelta()
-    position = 0
-    last_unit = -1
-    while position < len(text):
-        match = _DURATION_PART.match(text, position)
-        if match is None:
-            raise ValidationError(
-                f"bad duration {text!r}: expected e.g. '90s', '5m', '1h30m', '500ms'", field=field
-            )
-        unit_index = _UNIT_ORDER.index(match.group(2))
-        if unit_index <= last_unit:
-            raise ValidationError(
-                f"bad duration {text!r}: units must appear once, largest first", field=field
-            )
-        last_unit = unit_index
-        try:
-            total += int(match.group(1)) * _DURATION_UNITS[match.group(2)]
-        except OverflowError:
-            raise ValidationError(f"duration {text!r} is too large", field=field) from None
-        position = match.end()
-    if total <= timedelta():
-        raise ValidationError(f"duration {text!r} must be positive", field=field)
-    if total > MAX_INTERVAL:
-        raise ValidationError(f"duration {text!r} exceeds 100 years", field=field)
-    return total
-
-
-def format_duration(delta: timedelta) -> str:
-    """The canonical text of a positive duration, inverse of :func:`parse_duration`."""
-    micros = delta // _TINY
-    parts = []
-    for unit, size in _DURATION_UNITS.items():
-        count, micros = divmod(micros, size // _TINY)
-        if count:
-            parts.append(f"{count}{unit}")
-    return "".join(parts) or "0s"
-
-
-_INSTANT_RE = re.compile(
-    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})"
-    r"(?:\.([0-9]{1,9}))?(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))",
-    re.ASCII,
-)
-
-
-def parse_instant(text: str, field: str) -> datetime:
-    """Parse a strict RFC 3339 timestamp with ``Z`` or an offset into an aware UTC datetime.
-
-    ``2026-03-29T01:00:00Z``, ``2026-03-29T03:00:00.5+02:00``. Rejects dates
-    without times, naive times, offsets of 24 h or more, leap seconds, year 0 and
-    anything out of datetime's range (digits beyond microseconds are truncated).
-    """
-    if not isinstance(text, str):
-        raise ValidationError(f"expected a string, got {type(text).__name__}", field=field)
-    match = _INSTANT_RE.fullmatch(text) if len(text) <= 40 else None
-    if match is None:
-        raise ValidationError(
-            f"{text[:40]!r} is not an RFC 3339 timestamp with an offset, "
-            f"e.g. '2026-03-29T01:00:00Z'",
-            field=field,
-        )
-    year, month, day, hour, minute, second, frac, zulu, sign, off_h, off_m = match.groups()
-    if int(second) == 60:
-        raise ValidationError("leap seconds are not supported", field=field)
-    if not zulu and (int(off_h) > 23 or int(off_m) > 59):
-        raise ValidationError(f"offset {sign}{off_h}:{off_m} is out of range", field=field)
-    offset = timedelta()
-    if not zulu:
-        offset = timedelta(hours=int(off_h), minutes=int(off_m))
-        offset = -offset if sign == "-" else offset
-    try:
-        local = datetime(
-            int(year),
-            int(month),
-            int(day),
-            int(hour),
-            int(minute),
-            int(second),
-            int((frac or "0").ljust(6, "0")[:6]),
-            tzinfo=timezone(offset),
-        )
-        return local.astimezone(UTC)
-    except (ValueError, OverflowError) as exc:
-        raise ValidationError(f"{text!r} is not a valid instant: {exc}", field=field) from None
-
-
-def format_instant(instant: datetime) -> str:
-    """RFC 3339 in UTC with ``Z``; microseconds only when present."""
-    return instant.astimezone(UTC).replace(tzinfo=None).isoformat() + "Z"
 
 
 # --- the schedules -----------------------------------------------------------------
@@ -306,9 +197,10 @@ class EverySchedule:
 class CronSchedule:
     """A cron expression evaluated in an IANA zone under a DST policy.
 
-    ``dst_gap``/``dst_overlap`` left as ``None`` take the default: an hour field
-    of ``*`` or ``*/n`` means real time (``skip``/``twice``), a fixed hour field
-    means wall time (``next_valid``/``once``). See :mod:`cronwheel.domain.tz`.
+    ``dst_gap``/``dst_overlap`` left as ``None`` take Debian cron's default: a
+    minute *or* hour field starting with ``*`` (``* 2``, ``*/10 2``, ``0 */2``)
+    follows real time (``skip``/``twice``); any other (``30 2``, ``5 1-3``)
+    follows wall time (``next_valid``/``once``). See :mod:`cronwheel.domain.tz`.
     """
 
     kind: ClassVar[str] = "cron"
@@ -345,30 +237,39 @@ class CronSchedule:
 
     @property
     def gap(self) -> DstGap:
-        """The effective gap policy (explicit, else the default for the hour field)."""
+        """The effective gap policy (explicit, else Debian's default for the expression)."""
         if self.dst_gap is not None:
             return self.dst_gap
-        return "skip" if self._expr.hour_is_wildcard else "next_valid"
+        return "skip" if self._expr.follows_real_time else "next_valid"
 
     @property
     def overlap(self) -> DstOverlap:
-        """The effective overlap policy (explicit, else the default for the hour field)."""
+        """The effective overlap policy (explicit, else Debian's default for the expression)."""
         if self.dst_overlap is not None:
             return self.dst_overlap
-        return "twice" if self._expr.hour_is_wildcard else "once"
+        return "twice" if self._expr.follows_real_time else "once"
 
     def next_after(self, t: datetime) -> datetime | None:
         resolved = self.next_after_with_note(t)
         return None if resolved is None else resolved.utc
 
-    def next_after_with_note(self, t: datetime) -> Resolved | None:
+    def next_after_with_note(
+        self, t: datetime, *, budget: StepBudget | None = None
+    ) -> Resolved | None:
         """The first firing strictly after ``t`` with its DST note (``None``: exhausted).
 
         See :func:`cronwheel.domain.tz.next_instant` for how overlaps and gaps are
-        searched; instants are unique and strictly increasing under iteration.
+        searched, its horizon and its budget (``budget``, default a fresh
+        :class:`StepBudget`); instants are unique and strictly increasing under
+        iteration.
         """
         return next_instant(
-            self._expr.next_wall, self._zone, self.gap, self.overlap, _instant_arg(t)
+            self._expr.next_wall,
+            self._zone,
+            self.gap,
+            self.overlap,
+            _instant_arg(t),
+            budget=budget,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -387,14 +288,21 @@ class CronSchedule:
 def next_firings(schedule: CronSchedule, after: datetime, count: int) -> list[Resolved]:
     """Up to ``count`` successive firings strictly after ``after``, with DST notes.
 
-    The preview of ``cronwheel next`` and ``POST /v1/schedules/preview``; fewer
-    than ``count`` once the schedule is exhausted (beyond datetime's range).
+    The preview of ``cronwheel next`` and ``POST /v1/schedules/preview``, which
+    show each firing's local time too: fewer than ``count`` once the schedule is
+    exhausted or its next local time is past year 9999 (east of UTC, 1 January
+    10000 is still an instant of 9999: the schedule fires then, the preview stops).
+    Raises :class:`~cronwheel.errors.NoFiringInHorizonError` like ``next_after``.
     """
     rows: list[Resolved] = []
     cursor = after
     for _ in range(count):
         resolved = schedule.next_after_with_note(cursor)
         if resolved is None:
+            break
+        try:
+            resolved.utc.astimezone(schedule.zone)
+        except OverflowError:
             break
         rows.append(resolved)
         cursor = resolved.utc

@@ -25,11 +25,16 @@ a whole day in Samoa on 2011-12-30.
 The tz database is read through :mod:`zoneinfo` (the packaged ``tzdata`` files);
 that is the only I/O here, and it happens when a zone is first loaded.
 
-Transition search assumes two facts about the tz database (true for every zone
-since 1900): offset changes are more than 72 hours apart, and no single change
-exceeds 24 hours. :func:`transition_near` and :func:`next_instant` rely on them;
-the schedule tests check :func:`next_instant` against brute-force enumeration
-in zones with 30-minute, 1-hour and 24-hour jumps.
+The search for the next firing (:func:`next_instant`) walks the segments between
+the zone's offset changes (:mod:`cronwheel.domain.transitions`), a bounded number
+of cron jumps per segment, whatever the expression; it relies on two facts about
+the tz database, checked over every zone by the unit tests: offset changes are
+more than 72 hours apart, and no single change exceeds 24 hours. It is checked
+against the previous, enumerating implementation (test_tz_stepping.py) and
+against brute-force enumeration (test_schedules.py). Its work is bounded (a
+:class:`~cronwheel.domain.transitions.StepBudget`) and so is its reach: a first
+firing more than :data:`HORIZON_YEARS` (50) years after the start raises
+:class:`~cronwheel.errors.NoFiringInHorizonError`.
 """
 
 from __future__ import annotations
@@ -41,11 +46,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal, get_args
 from zoneinfo import ZoneInfo, available_timezones
 
-from cronwheel.errors import UnknownTimezoneError
+from cronwheel.domain.transitions import (
+    MAX_JUMP,
+    StepBudget,
+    Transition,
+    first_transition,
+    last_transition,
+)
+from cronwheel.errors import NoFiringInHorizonError, UnknownTimezoneError
 
 __all__ = [
     "DST_GAP_POLICIES",
     "DST_OVERLAP_POLICIES",
+    "HORIZON_YEARS",
     "DstGap",
     "DstOverlap",
     "Resolved",
@@ -160,14 +173,20 @@ def _transition_instant(zone: ZoneInfo, before: datetime, after: datetime) -> da
 
 
 def resolve_wall(
-    wall: datetime, zone: ZoneInfo, gap: DstGap, overlap: DstOverlap
+    wall: datetime,
+    zone: ZoneInfo,
+    gap: DstGap,
+    overlap: DstOverlap,
+    *,
+    change_at: datetime | None = None,
 ) -> list[Resolved]:
     """The instants (ascending, 0 to 2 of them) at which the naive ``wall`` time occurs.
 
     An ordinary wall time gives one instant with ``note=None``. In a gap:
     ``next_valid`` gives the transition instant, ``shift`` the wall time moved
     forward by the gap's length, ``skip`` nothing. In an overlap: ``once`` gives
-    the first occurrence, ``twice`` both.
+    the first occurrence, ``twice`` both. ``change_at``, when the caller knows
+    it, is the instant of the offset change next to ``wall`` (saves its search).
     """
     if wall.tzinfo is not None:
         raise ValueError("resolve_wall takes a naive wall-clock datetime")
@@ -204,77 +223,176 @@ def resolve_wall(
         shifted = _hhmm((first + off1).replace(tzinfo=None))
         note = f"dst_gap:shift ({label} does not exist; moved by {_span(off1 - off0)} to {shifted})"
         return [Resolved(first, note)]
-    transition = _transition_instant(zone, wall - off1, wall - off0)
+    transition = change_at or _transition_instant(zone, wall - off1, wall - off0)
     note = f"dst_gap:next_valid ({label} does not exist; fired at the transition)"
     return [Resolved(transition, note)]
 
 
 _TINY = timedelta(microseconds=1)
+# 400 Gregorian years: dates and weekdays repeat, so do a zone's rules before its
+# first offset change (local mean time) and after its last explicit one (its
+# yearly POSIX rule). Searches within a few days of datetime's bounds run 400
+# years away from them and shift the answer back.
+PERIOD = timedelta(days=146097)
+# A search that finds nothing within this horizon raises NoFiringInHorizonError:
+# longer than the longest silence of any expression parse_cron accepts (40 years:
+# 29 February on a given weekday, across a century year that is not a leap year).
+HORIZON_YEARS = 50
+# Start a later segment this far before the next matching wall's instant: more
+# than the largest change (24 h) plus twice the largest offset (16 h).
+_SKIP_MARGIN = timedelta(days=3)
+_EDGE = timedelta(days=4)
+_FIRST = datetime.min.replace(tzinfo=UTC)
+_LAST = datetime.max.replace(tzinfo=UTC)
+
+NextWall = Callable[..., "datetime | None"]
+
+
+class _EndOfTime(Exception):
+    """The search ran past the last representable wall time or instant."""
 
 
 def next_instant(
-    next_wall: Callable[[datetime], datetime | None],
+    next_wall: NextWall,
     zone: ZoneInfo,
     gap: DstGap,
     overlap: DstOverlap,
     t: datetime,
+    *,
+    budget: StepBudget | None = None,
 ) -> Resolved | None:
     """The first instant strictly after the aware ``t`` at which a wall-time pattern fires.
 
-    ``next_wall(w)`` gives the first matching naive wall time strictly after
-    ``w`` (``CronExpr.next_wall``). Wall times come in order, but around a
-    transition a later wall time can be an earlier instant (an overlap's
-    repeated hour, a shifted gap), so the scan starts up to one transition's
-    size before ``t``'s wall time and stops once no later wall time can beat the
-    best instant found. Away from transitions that is a single ``next_wall``
-    call. Wall times resolving to the same instant give it once, un-noted
-    preferred. ``None`` when ``next_wall`` is exhausted or time runs out (year 9999).
+    ``next_wall(w, until=..., budget=...)`` gives the first matching naive wall
+    time strictly after ``w`` (``CronExpr.next_wall``). The search walks the
+    *segments* between the zone's offset changes: inside one, wall time and
+    instants move together, so one ``next_wall`` call finds its first firing;
+    at a change, a gap's wall times (``next_valid``: the change's instant;
+    ``shift``: moved by the gap) and an overlap's repeated ones (``twice``:
+    also after the change) are each one more call. The cost is a handful of
+    calls per segment crossed, whatever the expression's density; segments
+    without a matching wall time are jumped over.
+
+    Wall times resolving to the same instant give it once, un-noted preferred.
+    ``None`` when no firing instant is representable after ``t`` (year 9999).
+    Raises :class:`NoFiringInHorizonError` when the first firing is more than
+    HORIZON_YEARS after ``t``, and :class:`ScheduleBudgetError` when the search
+    exceeds ``budget`` (default: a fresh :class:`StepBudget`).
     """
+    budget = StepBudget() if budget is None else budget
+    t = t.astimezone(UTC)
+    if t - _FIRST < _EDGE:  # local mean time: the same 400 years later
+        found = _search(next_wall, zone, gap, overlap, t + PERIOD, budget)
+        return Resolved(found.utc - PERIOD, found.note)
     try:
-        near = transition_near(zone, t)
-        back = abs(near[1] - near[0]) if near else timedelta()
-        cursor = t.astimezone(zone).replace(tzinfo=None) - back - _TINY
-        best: Resolved | None = None
-        stop: datetime | None = None
-        while True:
-            wall = next_wall(cursor)
-            if wall is None:
-                return best
-            if best is not None and stop is not None and _past_stop(wall, stop, best):
-                return best
-            for candidate in resolve_wall(wall, zone, gap, overlap):
-                if candidate.utc > t:
-                    if _better(candidate, best):
-                        best = candidate
-                        stop = _stop_wall(zone, candidate, wall)
-                    break
-            if best is not None and stop is not None and _past_stop(wall, stop, best):
-                return best
-            cursor = wall
+        return _search(next_wall, zone, gap, overlap, t, budget)
+    except (_EndOfTime, OverflowError):
+        if t.year < 2500:  # no match in 400 years: parse_cron refuses such expressions
+            raise _no_firing(zone, gap, overlap, t) from None
+    # near year 9999: the zone's yearly rule gives the same 400 years earlier
+    try:
+        found = _search(next_wall, zone, gap, overlap, t - PERIOD, budget)
+    except _EndOfTime:
+        return None
+    try:
+        return Resolved(found.utc + PERIOD, found.note)
     except OverflowError:
         return None
 
 
-def _better(candidate: Resolved, best: Resolved | None) -> bool:
-    if best is None or candidate.utc < best.utc:
-        return True
-    return candidate.utc == best.utc and best.note is not None and candidate.note is None
+def _naive(instant: datetime, offset: timedelta) -> datetime:
+    return (instant + offset).replace(tzinfo=None)
 
 
-def _stop_wall(zone: ZoneInfo, best: Resolved, wall: datetime) -> datetime:
-    """The wall time from which no wall time can resolve to an instant before ``best``.
+def _search(
+    next_wall: NextWall,
+    zone: ZoneInfo,
+    gap: DstGap,
+    overlap: DstOverlap,
+    t: datetime,
+    budget: StepBudget,
+) -> Resolved:
+    if t.year + HORIZON_YEARS > 9999:
+        limit = _LAST
+    elif t.month == 2 and t.day == 29:
+        limit = t.replace(year=t.year + HORIZON_YEARS, day=28)
+    else:
+        limit = t.replace(year=t.year + HORIZON_YEARS)
+    pos = t  # the segment searched starts here (at t, or at an offset change after t)
+    start_change = last_transition(zone, t - MAX_JUMP, t, budget)
+    while True:
+        budget.spend()
+        offset = offset_at(zone, pos)
+        found: list[tuple[datetime, datetime]] = []  # (instant, wall time)
+        change = start_change
+        if change is not None and change.after > change.before and gap != "skip":
+            gap_start, gap_end = _naive(change.at, change.before), _naive(change.at, change.after)
+            if gap == "next_valid" and change.at > t:
+                wall = next_wall(gap_start - _TINY, until=gap_end - _TINY, budget=budget)
+                if wall is not None:
+                    found.append((change.at, wall))
+            elif gap == "shift":
+                after = max(gap_start - _TINY, _naive(t, change.before))
+                wall = next_wall(after, until=gap_end - _TINY, budget=budget)
+                if wall is not None:
+                    found.append(((wall - change.before).replace(tzinfo=UTC), wall))
+        after = _naive(t, offset) if pos == t else _naive(pos, offset) - _TINY
+        if change is not None and change.before > change.after and overlap == "once":
+            after = max(after, _naive(change.at, change.before) - _TINY)  # no second times
+        wall = next_wall(after, budget=budget)
+        end: Transition | None = None
+        if wall is not None:
+            instant = (wall - offset).replace(tzinfo=UTC)
+            end = first_transition(zone, pos, instant + MAX_JUMP, budget)
+            if end is None or instant < end.at:
+                found.append((instant, wall))
+        if found:
+            best = _pick(found, zone, gap, overlap, None if change is None else change.at)
+            if best.utc > limit:
+                raise _no_firing(zone, gap, overlap, t)
+            return best
+        if end is None:
+            raise _EndOfTime
+        if end.at > limit:
+            raise _no_firing(zone, gap, overlap, t)
+        if pos > t and instant - end.at > _SKIP_MARGIN:
+            # No wall time after this segment's start matches before `wall`: start
+            # near its instant. (Not from t's own segment: the overlap at its end
+            # repeats wall times from before t's, which the next segment searches.)
+            pos, start_change = instant - _SKIP_MARGIN, None
+        else:
+            pos, start_change = end.at, end
 
-    A wall time ``w`` resolves to instants no earlier than ``w - offset`` for
-    some offset in force near that instant; only instants near ``best`` can
-    compete (the module's assumptions), so with the largest offset there the
-    bound is ``best + largest``. With no transition near, that is ``best``'s own
-    wall time.
-    """
-    near = transition_near(zone, best.utc)
-    if near is None:
-        return wall
-    return best.utc.replace(tzinfo=None) + max(near)
+
+def _pick(
+    found: list[tuple[datetime, datetime]],
+    zone: ZoneInfo,
+    gap: DstGap,
+    overlap: DstOverlap,
+    change_at: datetime | None,
+) -> Resolved:
+    """The earliest candidate, un-noted preferred, with the note resolve_wall gives it."""
+    best: Resolved | None = None
+    first = min(instant for instant, _ in found)
+    for instant, wall in found:
+        if instant != first:
+            continue
+        for candidate in resolve_wall(wall, zone, gap, overlap, change_at=change_at):
+            if candidate.utc == instant and (
+                best is None
+                or candidate.utc < best.utc
+                or (candidate.utc == best.utc and best.note is not None and candidate.note is None)
+            ):
+                best = candidate
+    assert best is not None
+    return best
 
 
-def _past_stop(wall: datetime, stop: datetime, best: Resolved) -> bool:
-    return wall > stop or (wall == stop and best.note is None)
+def _no_firing(zone: ZoneInfo, gap: DstGap, overlap: DstOverlap, t: datetime) -> Exception:
+    return NoFiringInHorizonError(
+        f"does not fire within {HORIZON_YEARS} years after "
+        f"{t.strftime('%Y-%m-%dT%H:%M:%SZ')} in {zone.key} under dst_gap={gap}, "
+        f"dst_overlap={overlap} (its wall times fall where this DST policy drops them, "
+        f"or it matches less often than that)",
+        field="schedule",
+    )
