@@ -276,11 +276,7 @@ class ClusterCollector(Collector):
             for f in page:
                 per_ns[(f.namespace, f.state.value)] += 1
                 per_job[(f.namespace, f.job_name)] += 1
-                if (
-                    f.state in HELD_STATES
-                    and f.lease_until is not None
-                    and f.lease_until < now
-                ):
+                if f.state in HELD_STATES and f.lease_until is not None and f.lease_until < now:
                     stuck += 1
             scanned += len(page)
             if len(page) < limit:
