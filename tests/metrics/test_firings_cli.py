@@ -90,3 +90,24 @@ def test_status_counts_claimed_apart_from_the_queue(tmp_path: Path) -> None:
     assert "claimed" not in doc["last_hour"]
     text = CliRunner().invoke(cli, ["status", "--store", _url(tmp_path)]).output
     assert "queue depth 1 (queued)   claimed 2   running 1" in text
+
+
+def test_jobs_explain_tells_a_held_firing(tmp_path: Path) -> None:
+    from cronwheel.domain.models import JobSpec
+    from cronwheel.domain.schedules import every
+
+    clock = FakeClock(T0)
+    store = make_store(tmp_path, clock)
+    spec = JobSpec(name="tick", task="t", schedule=every("1m"))
+    job = store.create_job(spec, first_fire_at=T0)
+    (fid,) = [f.id for f in store.add_firings("default", "tick", [T0], note="n").inserted]
+    clock.advance(1)
+    (held,) = store.claim("w1", tasks=["t"], limit=1, start=0)
+    assert held.firing.id == fid and job.id == held.firing.job_id
+    store.close()
+    args = ["jobs", "explain", "tick", "--since", "2026-03-01T12:00:00Z"]
+    args += ["--until", "2026-03-01T12:00:30Z", "--json", "--store", _url(tmp_path)]
+    run = CliRunner().invoke(cli, args)
+    (occurrence,) = json.loads(run.output)
+    assert occurrence["firing_id"] == fid and occurrence["fate"] == "fired"
+    assert occurrence["detail"].endswith("held by a worker, not started yet")
