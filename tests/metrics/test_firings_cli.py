@@ -45,6 +45,11 @@ def test_show_lists_attempts_and_the_first_attempts_lateness(tmp_path: Path) -> 
     doc = json.loads(run.output)
     assert [a["outcome"] for a in doc["attempts"]] == ["failed", "failed", "succeeded"]
     assert doc["lateness_ms"] == 40.0  # the first attempt's, not the last one's 1500
+    run = CliRunner().invoke(cli, ["firings", "list", "--json", "--store", _url(tmp_path)])
+    (listed,) = json.loads(run.output)
+    assert (listed["attempt"], listed["lateness_ms"]) == (3, 40.0)
+    text = CliRunner().invoke(cli, ["firings", "list", "--store", _url(tmp_path)]).output
+    assert "40.0 ms" in text and "1500.0 ms" not in text
 
 
 def test_list_filters_claimed_and_bad_instants_exit_2(

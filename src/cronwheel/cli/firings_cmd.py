@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
-from typing import Any
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 
 import click
 
 from cronwheel.cli.common import open_cli_store, store_option
 from cronwheel.cli.remote import client, url_option
+from cronwheel.domain.attempts import Attempt, lateness_of
 from cronwheel.domain.firing import FiringState
+from cronwheel.domain.models import Firing, FiringId
+from cronwheel.wire import lateness_ms
 
 _STATES = [s.value for s in FiringState]
 
@@ -65,12 +68,24 @@ def list_command(
                 page_size=min(limit, 500),
             )
             firings = list(islice(pages, limit))
+            late = _retried_lateness(firings, api.list_attempts)
     else:
-        firings = _list_local(store_url, job_name, states, (lo, hi), limit, namespace)
+        firings, late = _list_local(store_url, job_name, states, (lo, hi), limit, namespace)
     if as_json:
-        click.echo(json.dumps([f.to_dict() for f in firings], indent=2, ensure_ascii=False))
+        docs = [f.to_dict() for f in firings]
+        for doc in docs:
+            if doc["id"] in late:
+                doc["lateness_ms"] = lateness_ms(late[doc["id"]])
+        click.echo(json.dumps(docs, indent=2, ensure_ascii=False))
     else:
-        render.firings_table(firings)
+        render.firings_table(firings, lateness=late)
+
+
+def _retried_lateness(
+    firings: list[Firing], attempts_of_id: Callable[[FiringId], Sequence[Attempt]]
+) -> dict[int, timedelta | None]:
+    """A retried firing's lateness is its first attempt's: read from its attempts."""
+    return {f.id: lateness_of(f, attempts_of_id) for f in firings if f.attempt > 1}
 
 
 def _list_local(
@@ -80,7 +95,7 @@ def _list_local(
     scheduled: tuple[datetime | None, datetime | None],
     limit: int,
     namespace: str,
-) -> list[Any]:
+) -> tuple[list[Firing], dict[int, timedelta | None]]:
     store = open_cli_store(store_url)
     try:
         job_id = store.get_job(namespace, job_name).id if job_name else None
@@ -92,9 +107,9 @@ def _list_local(
             scheduled_to=scheduled[1],
             limit=limit,
         )
+        return firings, _retried_lateness(firings, store.list_attempts)
     finally:
         store.close()
-    return list(firings)
 
 
 @firings_group.command("show")
@@ -120,9 +135,8 @@ def show_command(firing_id: int, as_json: bool, store_url: str, url: str | None)
             attempts = store.list_attempts(FiringId(firing_id))
         finally:
             store.close()
-    late = first_lateness(firing, attempts)
     doc = firing.to_dict() | {
-        "lateness_ms": None if late is None else round(late.total_seconds() * 1000, 3),
+        "lateness_ms": lateness_ms(first_lateness(firing, attempts)),
         "attempts": [a.to_dict() for a in attempts],
     }
     if as_json:

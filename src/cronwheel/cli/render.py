@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 from cronwheel.domain.firing import format_instant
@@ -116,14 +117,20 @@ def job_detail(
         )
 
 
-def firings_table(firings: list[Firing], *, title: str | None = None) -> None:
+def firings_table(
+    firings: list[Firing],
+    *,
+    title: str | None = None,
+    lateness: Mapping[int, timedelta | None] | None = None,
+) -> None:
+    """``lateness``: a firing's lateness where its row cannot tell (a retried one's)."""
     from rich.table import Table
 
     table = Table(title=title or f"{len(firings)} firing(s)", title_justify="left")
     for col in ("id", "job", "scheduled for (UTC)", "state", "attempt", "lateness", "worker"):
         table.add_column(col, overflow="fold")
     for f in firings:
-        late = f.lateness
+        late = lateness[f.id] if lateness and f.id in lateness else f.lateness
         table.add_row(
             str(f.id),
             f.job_name,

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from cronwheel.domain.attempts import lateness_of as firing_lateness
 from cronwheel.domain.fates import explain
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import Firing, Job, JobId
@@ -301,8 +302,9 @@ class FiringRow:
     error: str | None
 
 
-def firing_row(f: Firing, goal_ms: float) -> FiringRow:
-    late = f.lateness
+def firing_row(f: Firing, goal_ms: float, late: timedelta | None = None) -> FiringRow:
+    """``late``: the firing's lateness where its row cannot tell (a retried one's)."""
+    late = f.lateness if late is None else late
     ms = None if late is None else late.total_seconds() * 1000
     error = None
     if f.error:
@@ -316,7 +318,7 @@ def firing_row(f: Firing, goal_ms: float) -> FiringRow:
         scheduled=fmt_utc(f.scheduled_for),
         attempt=f"{f.attempt}/{f.max_attempts}",
         lateness=fmt_ms(ms),
-        late_breach=ms is not None and f.attempt == 1 and ms > goal_ms,
+        late_breach=ms is not None and ms > goal_ms,
         worker=f.worker_id or "—",
         error=error,
     )
@@ -331,7 +333,7 @@ def firings(
         found = store.list_job_firings(JobId(job_id), states=states, limit=FIRINGS_SHOWN)
     else:
         found = store.list_firings(namespace=namespace, states=states, limit=FIRINGS_SHOWN)
-    return [firing_row(f, goal) for f in found]
+    return [firing_row(f, goal, firing_lateness(f, store.list_attempts)) for f in found]
 
 
 # -- one job, one firing ---------------------------------------------------------------------------

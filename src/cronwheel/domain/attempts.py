@@ -14,14 +14,14 @@ A firing's lateness is its first attempt's ``started_at - scheduled_for``
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from cronwheel.domain.firing import FiringState, format_instant
-from cronwheel.domain.models import Firing
+from cronwheel.domain.models import Firing, FiringId
 
 
 class AttemptOutcome(StrEnum):
@@ -99,3 +99,13 @@ def first_lateness(firing: Firing, attempts: Iterable[Attempt]) -> timedelta | N
         if a.started_at is not None:
             return a.started_at - firing.scheduled_for
     return None
+
+
+def lateness_of(
+    firing: Firing, attempts_of_id: Callable[[FiringId], Sequence[Attempt]]
+) -> timedelta | None:
+    """The firing's lateness, reading its attempts (``attempts_of_id``) only when its row
+    cannot tell: a retried firing's row holds its last start, not its first."""
+    if firing.attempt <= 1:
+        return firing.lateness
+    return first_lateness(firing, attempts_of_id(firing.id))
