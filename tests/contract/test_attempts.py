@@ -138,3 +138,17 @@ def test_cancelled_attempts_appear_once(harness: Harness) -> None:
 def test_attempts_of_an_unknown_firing(harness: Harness) -> None:
     with pytest.raises(FiringNotFoundError):
         harness.store.list_attempts(FiringId(987654))
+
+
+def test_status_lateness_counts_first_attempts_only(harness: Harness) -> None:
+    job = harness.store.create_job(spec("late", max_attempts=2), first_fire_at=harness.now())
+    (fid,) = _enqueue_instants(harness, job, [job.next_fire_at])
+    (prompt,) = _queued(harness, name="prompt")
+    harness.advance(S)
+    claims = {c.firing.id: c for c in harness.store.claim("w", tasks=["t"], limit=2)}
+    assert _complete(harness, claims[prompt])
+    assert _complete(harness, claims[fid], ok=False, retry_in=timedelta(0))
+    harness.advance(S)
+    (again,) = harness.store.claim("w", tasks=["t"], limit=1)
+    assert _complete(harness, again)  # succeeded at its second attempt, 2 s late
+    assert harness.store.status().lateness_ms == [1000.0]  # the first-attempt success only

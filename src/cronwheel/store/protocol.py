@@ -109,7 +109,7 @@ class StoreStatus:
     paused_jobs: int
     oldest_queued_due_at: datetime | None
     nodes: list[NodeInfo]
-    lateness_ms: list[float]  # recent successful starts, newest first (bounded)
+    lateness_ms: list[float]  # recent first-attempt successes' lateness, newest first (bounded)
 
 
 class DispatchPort(Protocol):

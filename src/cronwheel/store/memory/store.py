@@ -368,6 +368,7 @@ class MemoryStore(ApiMethods):
                     and f.finished_at is not None
                     and f.finished_at >= since
                     and f.started_at is not None
+                    and f.attempt == 1  # a retried row holds its last start
                 ),
                 key=lambda f: -(f.finished_at or 0),
             )[:1000]
