@@ -201,8 +201,11 @@ def firing_from_json(doc: Mapping[str, Any]) -> Firing:
     )
 
 
-def cancel_to_json(result: CancelResult) -> dict[str, Any]:
-    return {"result": result.outcome, "firing": firing_to_json(result.firing)}
+def cancel_to_json(
+    result: CancelResult, *, attempts: Sequence[Attempt] | None = None
+) -> dict[str, Any]:
+    """``attempts``: the firing's, for its first attempt's lateness (a retried one's)."""
+    return {"result": result.outcome, "firing": firing_to_json(result.firing, attempts=attempts)}
 
 
 def cancel_from_json(doc: Mapping[str, Any]) -> CancelResult:

@@ -185,3 +185,18 @@ def test_status_counts_claimed_firings_apart(api: Api) -> None:
     doc = api.call("GET", "/v1/status", "read").json()
     assert (doc["queue_depth"], doc["claimed"], doc["running"]) == (1, 2, 1)
     assert doc["backlog"] == {"a": 1, "b": 1, "c": 1, "d": 1}
+
+
+def test_retry_and_cancel_answers_tell_the_first_attempts_lateness(api: Api) -> None:
+    _job(api, "a")
+    (fid,) = _trigger(api, "a", 1)  # scheduled 12:00, the clock now 12:01
+    for worker in ("w1", "w2", "w3"):  # the default 3 attempts, all failed: dead
+        _run(api, worker, ok=False, late=timedelta(seconds=10))
+    assert api.call("GET", f"/v1/firings/{fid}").json()["state"] == "dead"
+    r = api.call("POST", f"/v1/firings/{fid}/retry")
+    assert (r.json()["state"], r.json()["lateness_ms"]) == ("queued", 70_000.0)
+    r = api.call("POST", f"/v1/firings/{fid}/cancel")
+    assert r.json()["result"] == "cancelled"
+    assert r.json()["firing"]["lateness_ms"] == 70_000.0
+    doc = api.call("GET", f"/v1/firings/{fid}").json()
+    assert [a["outcome"] for a in doc["attempts"]] == ["failed"] * 3

@@ -21,6 +21,7 @@ from cronwheel.api.convert import (
 from cronwheel.api.errors import HttpError
 from cronwheel.api.routes_jobs import JobName
 from cronwheel.api.schemas import CancelOut, EnqueueIn, FiringList, FiringOut, FiringStateName
+from cronwheel.domain.attempts import Attempt
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import Firing, FiringId, JobSpec
 from cronwheel.domain.schedules import NowSchedule
@@ -45,13 +46,14 @@ def _firing(store: ApiStore, principal: Principal, firing_id: int) -> Firing:
     return firing
 
 
+def _retried(store: ApiStore, firing: Firing) -> list[Attempt] | None:
+    """A retried firing's attempts: its lateness is its first attempt's, which its row
+    (holding its last start) cannot tell; None for the others (the row tells)."""
+    return store.list_attempts(firing.id) if firing.attempt > 1 else None
+
+
 def _firing_docs(store: ApiStore, firings: list[Firing]) -> list[dict[str, Any]]:
-    """Firings for a list: a retried one's lateness is its first attempt's, read from its
-    attempts (only those: a first attempt's start is the row's own)."""
-    return [
-        firing_to_json(f, attempts=store.list_attempts(f.id) if f.attempt > 1 else None)
-        for f in firings
-    ]
+    return [firing_to_json(f, attempts=_retried(store, f)) for f in firings]
 
 
 @router.get("/v1/firings", response_model=FiringList, summary="List firings")
@@ -132,7 +134,7 @@ def cancel_firing(firing_id: FiringIdPath, principal: Writer, request: Request) 
     store = store_of(request)
     _firing(store, principal, firing_id)
     result = store.cancel_firing(FiringId(firing_id))
-    return cancel_to_json(result)
+    return cancel_to_json(result, attempts=_retried(store, result.firing))
 
 
 @router.post("/v1/firings/{firing_id}/retry", response_model=FiringOut, summary="Re-drive")
@@ -141,7 +143,8 @@ def retry_firing(firing_id: FiringIdPath, principal: Writer, request: Request) -
     for any other state."""
     store = store_of(request)
     _firing(store, principal, firing_id)
-    return firing_to_json(store.redrive_firing(FiringId(firing_id)))
+    firing = store.redrive_firing(FiringId(firing_id))
+    return firing_to_json(firing, attempts=_retried(store, firing))
 
 
 @router.post("/v1/firings", status_code=201, response_model=FiringOut, summary="Run a task now")
