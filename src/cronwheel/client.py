@@ -23,6 +23,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from cronwheel.domain.attempts import Attempt
 from cronwheel.domain.firing import format_instant
 from cronwheel.domain.models import Firing, Job
 from cronwheel.domain.results import CancelResult
@@ -40,8 +41,11 @@ from cronwheel.errors import (
     ValidationError,
 )
 from cronwheel.wire import (
+    FiringPage,
+    attempt_from_json,
     cancel_from_json,
     firing_from_json,
+    firing_page_from_json,
     job_from_json,
     schedule_to_json,
 )
@@ -49,7 +53,7 @@ from cronwheel.wire import (
 if TYPE_CHECKING:  # httpx is imported when a Client is made: `import cronwheel` stays fast
     import httpx
 
-__all__ = ["ApiError", "Client", "ForbiddenError", "UnauthorizedError"]
+__all__ = ["ApiError", "Client", "FiringPage", "ForbiddenError", "UnauthorizedError"]
 
 
 class ApiError(CronwheelError):
@@ -130,6 +134,21 @@ def _job_body(
     if allow_past:
         body["allow_past"] = True
     return body
+
+
+def _firing_filters(
+    states: list[str] | None,
+    scheduled_from: datetime | str | None,
+    scheduled_to: datetime | str | None,
+) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    if states:
+        params["state"] = list(states)
+    if scheduled_from is not None:
+        params["scheduled_from"] = _text(scheduled_from)
+    if scheduled_to is not None:
+        params["scheduled_to"] = _text(scheduled_to)
+    return params
 
 
 class Client:
@@ -308,25 +327,42 @@ class Client:
         self._call("DELETE", self._path(name))
 
     # -- firings ------------------------------------------------------------------
+    def firings_page(
+        self,
+        *,
+        job: str | None = None,
+        states: list[str] | None = None,
+        scheduled_from: datetime | str | None = None,
+        scheduled_to: datetime | str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> FiringPage:
+        """One page of the namespace's firings (``GET /v1/firings``), newest first:
+        ``job`` a job's exact name, ``states`` any of them, ``scheduled_from <=
+        scheduled_for < scheduled_to``; ``limit`` 1-1000. Pass the page's
+        ``next_cursor`` as ``cursor`` for the next one (None: it was the last)."""
+        params = _firing_filters(states, scheduled_from, scheduled_to) | {"limit": limit}
+        if job is not None:
+            params["job"] = job
+        if cursor is not None:
+            params["cursor"] = cursor
+        return firing_page_from_json(self._call("GET", "/v1/firings", params=params))
+
     def list_firings(
         self,
-        name: str,
+        name: str | None = None,
         *,
         states: list[str] | None = None,
         scheduled_from: datetime | str | None = None,
         scheduled_to: datetime | str | None = None,
         page_size: int = 100,
     ) -> Iterator[Firing]:
-        """A job's firings, newest first, fetching pages as it goes."""
-        params: dict[str, Any] = {"limit": page_size}
-        if states:
-            params["state"] = list(states)
-        if scheduled_from is not None:
-            params["scheduled_from"] = _text(scheduled_from)
-        if scheduled_to is not None:
-            params["scheduled_to"] = _text(scheduled_to)
+        """Job ``name``'s firings (every job's of the namespace without one), newest
+        first, fetching pages as it goes."""
+        params = _firing_filters(states, scheduled_from, scheduled_to) | {"limit": page_size}
+        path = "/v1/firings" if name is None else self._path(name) + "/firings"
         while True:
-            doc = self._call("GET", self._path(name) + "/firings", params=params)
+            doc = self._call("GET", path, params=params)
             yield from (firing_from_json(item) for item in doc["items"])
             if not doc["next_cursor"]:
                 return
@@ -334,6 +370,11 @@ class Client:
 
     def get_firing(self, firing_id: int) -> Firing:
         return firing_from_json(self._call("GET", f"/v1/firings/{int(firing_id)}"))
+
+    def list_attempts(self, firing_id: int) -> list[Attempt]:
+        """The firing's attempts in order: worker, claimed/started/finished, outcome, error."""
+        doc = self._call("GET", f"/v1/firings/{int(firing_id)}")
+        return [attempt_from_json(a) for a in doc.get("attempts") or []]
 
     def cancel_firing(self, firing_id: int) -> CancelResult:
         """``outcome``: cancelled, cancel_requested or already_final."""

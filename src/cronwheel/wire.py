@@ -11,10 +11,12 @@ no web framework, no HTTP client, no store.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
+from cronwheel.domain.attempts import Attempt, AttemptOutcome, first_lateness
 from cronwheel.domain.firing import FiringState, format_instant
 from cronwheel.domain.models import (
     DURATION_POLICIES,
@@ -121,13 +123,55 @@ def job_from_json(doc: Mapping[str, Any]) -> Job:
 
 
 # -- firings ---------------------------------------------------------------------------
-def firing_to_json(firing: Firing) -> dict[str, Any]:
-    """The firing without its claim token."""
-    return firing.to_dict() | {
+def lateness_ms(lateness: timedelta | None) -> float | None:
+    return None if lateness is None else round(lateness.total_seconds() * 1000, 3)
+
+
+def firing_to_json(
+    firing: Firing,
+    *,
+    attempts: Sequence[Attempt] | None = None,
+    with_attempts: bool = False,
+) -> dict[str, Any]:
+    """The firing without its claim token. Given its ``attempts``, its ``lateness_ms`` is
+    its first attempt's (not the row's latest start); ``with_attempts`` lists them."""
+    doc = firing.to_dict() | {
         "args": list(firing.args),
         "kwargs": firing.kwargs,
         "cancel_requested_at": _ts(firing.cancel_requested_at),
     }
+    if attempts is not None:
+        doc["lateness_ms"] = lateness_ms(first_lateness(firing, attempts))
+        if with_attempts:
+            doc["attempts"] = [a.to_dict() for a in attempts]
+    return doc
+
+
+def attempt_from_json(doc: Mapping[str, Any]) -> Attempt:
+    return Attempt(
+        attempt=int(doc["attempt"]),
+        worker_id=doc["worker_id"],
+        claimed_at=_instant(doc["claimed_at"]),
+        started_at=_instant(doc["started_at"]),
+        finished_at=_instant(doc["finished_at"]),
+        outcome=AttemptOutcome(doc["outcome"]),
+        error=doc["error"],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FiringPage:
+    """One page of ``GET /v1/firings``: pass ``next_cursor`` back for the next (None:
+    the last page)."""
+
+    items: list[Firing]
+    next_cursor: str | None
+
+
+def firing_page_from_json(doc: Mapping[str, Any]) -> FiringPage:
+    return FiringPage(
+        items=[firing_from_json(item) for item in doc["items"]], next_cursor=doc["next_cursor"]
+    )
 
 
 def firing_from_json(doc: Mapping[str, Any]) -> Firing:
@@ -148,6 +192,7 @@ def firing_from_json(doc: Mapping[str, Any]) -> Firing:
         enqueued_at=_req_instant(doc["enqueued_at"]),
         enqueued_epoch=doc["enqueued_epoch"],
         worker_id=doc["worker_id"],
+        claimed_at=_instant(doc.get("claimed_at")),
         started_at=_instant(doc["started_at"]),
         finished_at=_instant(doc["finished_at"]),
         error=doc["error"],
@@ -156,8 +201,11 @@ def firing_from_json(doc: Mapping[str, Any]) -> Firing:
     )
 
 
-def cancel_to_json(result: CancelResult) -> dict[str, Any]:
-    return {"result": result.outcome, "firing": firing_to_json(result.firing)}
+def cancel_to_json(
+    result: CancelResult, *, attempts: Sequence[Attempt] | None = None
+) -> dict[str, Any]:
+    """``attempts``: the firing's, for its first attempt's lateness (a retried one's)."""
+    return {"result": result.outcome, "firing": firing_to_json(result.firing, attempts=attempts)}
 
 
 def cancel_from_json(doc: Mapping[str, Any]) -> CancelResult:

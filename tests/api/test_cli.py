@@ -102,14 +102,20 @@ def test_remote_jobs_and_firings(
     firing = server.store.add_firings("team-a", "n1", [server.store.now()], note="t").inserted[0]
     code, out, _ = run(["firings", "list", "--job", "n1", "--json"], capsys)
     assert [f["id"] for f in json.loads(out)] == [firing.id]
+    (held,) = server.store.claim("w-9", tasks=["t"], limit=1, start=0)
+    assert held.firing.id == firing.id and not held.started
     code, out, _ = run(["firings", "show", str(firing.id), "--json"], capsys)
-    assert json.loads(out)["state"] == "queued"
+    shown = json.loads(out)
+    assert (shown["state"], shown["worker_id"]) == ("claimed", "w-9")
+    assert [(a["attempt"], a["outcome"]) for a in shown["attempts"]] == [(1, "claimed")]
+    code, out, _ = run(["firings", "show", str(firing.id)], capsys)
+    assert "1 attempt(s)" in out and "claimed" in out
     code, out, _ = run(["firings", "cancel", str(firing.id)], capsys)
     assert out.startswith("cancelled")
     code, _, err = run(["firings", "retry", str(firing.id)], capsys)
     assert code == 2 and "dead" in err
-    code, _, err = run(["firings", "list"], capsys)
-    assert code == 2 and "--job" in err
+    code, out, _ = run(["firings", "list", "--json"], capsys)  # the namespace's firings
+    assert [f["id"] for f in json.loads(out)] == [firing.id]
     code, _, err = run(["jobs", "show", "ghost"], capsys)
     assert (code, err) == (2, "cronwheel: error: name: no job named 'ghost'\n")
     code, _, err = run(["jobs", "list", "--namespace", "other"], capsys)

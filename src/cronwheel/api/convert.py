@@ -11,6 +11,8 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from fastapi import Request
+
 from cronwheel.api.errors import HttpError
 from cronwheel.api.schemas import PoliciesIn, ScheduleIn
 from cronwheel.domain.firing import format_instant
@@ -93,6 +95,15 @@ def query_instant(text: str | None, field: str) -> datetime | None:
         return parse_instant(text, field)
     except ValidationError as exc:
         raise HttpError(400, "invalid_input", exc.message, field=field) from None
+
+
+def ascii_digits_only(request: Request, *names: str) -> None:
+    """Numbers in the query are ASCII digits only: ``1_000``, `` 5``, ``+5`` and ``5.0``
+    (which the framework's int parsing takes) are refused, naming the parameter."""
+    for name in names:
+        for value in request.query_params.getlist(name):
+            if not (value.isascii() and value.isdigit()):
+                raise HttpError(400, "invalid_input", "must be ASCII digits only", field=name)
 
 
 def next_fire_times(job: Job, count: int) -> list[dict[str, str]]:

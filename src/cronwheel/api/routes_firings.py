@@ -1,4 +1,5 @@
-"""Firings: per-job history, one firing, cancel, retry, and immediate one-off work."""
+"""Firings: the namespace's list, per-job history, one firing with its attempts, cancel,
+retry, and immediate one-off work."""
 
 from __future__ import annotations
 
@@ -11,10 +12,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from cronwheel.api.auth import Principal, Reader, Writer, store_of
-from cronwheel.api.convert import decode_cursor, encode_cursor, query_instant
+from cronwheel.api.convert import (
+    ascii_digits_only,
+    decode_cursor,
+    encode_cursor,
+    query_instant,
+)
 from cronwheel.api.errors import HttpError
 from cronwheel.api.routes_jobs import JobName
 from cronwheel.api.schemas import CancelOut, EnqueueIn, FiringList, FiringOut, FiringStateName
+from cronwheel.domain.attempts import Attempt
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import Firing, FiringId, JobSpec
 from cronwheel.domain.schedules import NowSchedule
@@ -37,6 +44,48 @@ def _firing(store: ApiStore, principal: Principal, firing_id: int) -> Firing:
     if firing is None or firing.namespace != principal.namespace:
         raise FiringNotFoundError(f"no firing with id {firing_id}", field="firing_id")
     return firing
+
+
+def _retried(store: ApiStore, firing: Firing) -> list[Attempt] | None:
+    """A retried firing's attempts: its lateness is its first attempt's, which its row
+    (holding its last start) cannot tell; None for the others (the row tells)."""
+    return store.list_attempts(firing.id) if firing.attempt > 1 else None
+
+
+def _firing_docs(store: ApiStore, firings: list[Firing]) -> list[dict[str, Any]]:
+    return [firing_to_json(f, attempts=_retried(store, f)) for f in firings]
+
+
+@router.get("/v1/firings", response_model=FiringList, summary="List firings")
+def list_firings(
+    principal: Reader,
+    request: Request,
+    state: Annotated[list[FiringStateName] | None, Query(max_length=9)] = None,
+    job: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+    scheduled_from: Annotated[str | None, Query(max_length=40)] = None,
+    scheduled_to: Annotated[str | None, Query(max_length=40)] = None,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """The namespace's firings, newest first (by id): `state` repeatable, `job` a job's
+    exact name, `scheduled_from <= scheduled_for < scheduled_to` (RFC 3339); pass
+    `next_cursor` back as `cursor` for the next page (null: the last one)."""
+    ascii_digits_only(request, "limit")
+    store = store_of(request)
+    before = None if cursor is None else decode_cursor(cursor, principal.namespace, "firings")
+    firings = store.list_firings(
+        namespace=principal.namespace,
+        job_name=job,
+        states=[FiringState(s) for s in state] if state else None,
+        scheduled_from=query_instant(scheduled_from, "scheduled_from"),
+        scheduled_to=query_instant(scheduled_to, "scheduled_to"),
+        before_id=before,
+        limit=limit + 1,
+    )
+    more = len(firings) > limit
+    firings = firings[:limit]
+    next_cursor = encode_cursor(principal.namespace, "firings", firings[-1].id) if more else None
+    return {"items": _firing_docs(store, firings), "next_cursor": next_cursor}
 
 
 @router.get("/v1/jobs/{name}/firings", response_model=FiringList, summary="A job's firings")
@@ -66,12 +115,16 @@ def list_job_firings(
     more = len(firings) > limit
     firings = firings[:limit]
     next_cursor = encode_cursor(principal.namespace, kind, firings[-1].id) if more else None
-    return {"items": [firing_to_json(f) for f in firings], "next_cursor": next_cursor}
+    return {"items": _firing_docs(store, firings), "next_cursor": next_cursor}
 
 
 @router.get("/v1/firings/{firing_id}", response_model=FiringOut, summary="Get a firing")
 def get_firing(firing_id: FiringIdPath, principal: Reader, request: Request) -> dict[str, Any]:
-    return firing_to_json(_firing(store_of(request), principal, firing_id))
+    """The firing with every attempt (`attempts`, in order); its `lateness_ms` is its
+    first attempt's."""
+    store = store_of(request)
+    firing = _firing(store, principal, firing_id)
+    return firing_to_json(firing, attempts=store.list_attempts(firing.id), with_attempts=True)
 
 
 @router.post("/v1/firings/{firing_id}/cancel", response_model=CancelOut, summary="Cancel")
@@ -81,7 +134,7 @@ def cancel_firing(firing_id: FiringIdPath, principal: Writer, request: Request) 
     store = store_of(request)
     _firing(store, principal, firing_id)
     result = store.cancel_firing(FiringId(firing_id))
-    return cancel_to_json(result)
+    return cancel_to_json(result, attempts=_retried(store, result.firing))
 
 
 @router.post("/v1/firings/{firing_id}/retry", response_model=FiringOut, summary="Re-drive")
@@ -90,7 +143,8 @@ def retry_firing(firing_id: FiringIdPath, principal: Writer, request: Request) -
     for any other state."""
     store = store_of(request)
     _firing(store, principal, firing_id)
-    return firing_to_json(store.redrive_firing(FiringId(firing_id)))
+    firing = store.redrive_firing(FiringId(firing_id))
+    return firing_to_json(firing, attempts=_retried(store, firing))
 
 
 @router.post("/v1/firings", status_code=201, response_model=FiringOut, summary="Run a task now")

@@ -26,8 +26,10 @@ def _ts(value: Any) -> str | None:
 
 @router.get("/v1/status", response_model=StatusOut, summary="Cluster status")
 def status(principal: Reader, request: Request) -> dict[str, Any]:
-    """Leader, epoch, nodes, workers and queue depth of the cluster; the backlog
-    (queued + running firings per job) of the caller's namespace."""
+    """Leader, epoch, nodes, workers and the cluster's firings by phase: `queue_depth`
+    (queued: waiting for a worker's claim), `claimed` (held by a worker, not started)
+    and `running`; the backlog (queued + claimed + running firings per job) of the
+    caller's namespace."""
     store = store_of(request)
     s = store.status()
     lease = s.lease
@@ -52,6 +54,7 @@ def status(principal: Reader, request: Request) -> dict[str, Any]:
             for n in s.nodes
         ],
         "queue_depth": s.counts.get("queued", 0),
+        "claimed": s.counts.get("claimed", 0),
         "running": s.counts.get("running", 0),
         "oldest_queued_due_at": _ts(s.oldest_queued_due_at),
         "backlog": store.job_backlog(principal.namespace, limit=50),

@@ -15,7 +15,18 @@ Instant = str
 Duration = float | str
 JobState = Literal["active", "paused", "done"]
 FiringStateName = Literal[
-    "scheduled", "queued", "running", "succeeded", "dead", "cancelled", "skipped", "missed"
+    "scheduled",
+    "queued",
+    "claimed",
+    "running",
+    "succeeded",
+    "dead",
+    "cancelled",
+    "skipped",
+    "missed",
+]
+AttemptOutcomeName = Literal[
+    "claimed", "running", "succeeded", "failed", "lease_expired", "cancelled"
 ]
 
 
@@ -202,6 +213,19 @@ class JobList(_Out):
     next_cursor: str | None
 
 
+class AttemptOut(_Out):
+    """One attempt of a firing: a claim that started it (or holds it, or was cancelled
+    holding it)."""
+
+    attempt: int
+    worker_id: str | None
+    claimed_at: str | None
+    started_at: str | None
+    finished_at: str | None
+    outcome: AttemptOutcomeName
+    error: str | None
+
+
 class FiringOut(_Out):
     model_config = ConfigDict(extra="allow")  # fields the domain adds flow through
     id: int
@@ -221,13 +245,19 @@ class FiringOut(_Out):
     worker_id: str | None
     enqueued_at: str
     enqueued_epoch: int | None
+    claimed_at: str | None
     started_at: str | None
     finished_at: str | None
-    lateness_ms: float | None
+    lateness_ms: float | None = Field(
+        description="the first attempt's started_at - scheduled_for, in milliseconds"
+    )
     error: str | None
     note: str | None
     cancel_requested: bool
     cancel_requested_at: str | None
+    attempts: list[AttemptOut] | None = Field(
+        None, description="every attempt in order (GET /v1/firings/{id} only)"
+    )
 
 
 class FiringList(_Out):
@@ -280,7 +310,8 @@ class StatusOut(_Out):
     schedulers: int
     workers: int
     nodes: list[NodeOut]
-    queue_depth: int
+    queue_depth: int = Field(description="queued firings: waiting for a worker's claim")
+    claimed: int = Field(description="firings a worker holds (claimed) but has not started")
     running: int
     oldest_queued_due_at: str | None
     backlog: dict[str, int]

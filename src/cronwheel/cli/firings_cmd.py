@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 
 import click
 
 from cronwheel.cli.common import open_cli_store, store_option
 from cronwheel.cli.remote import client, url_option
+from cronwheel.domain.attempts import Attempt, lateness_of
 from cronwheel.domain.firing import FiringState
-from cronwheel.errors import ValidationError
+from cronwheel.domain.models import Firing, FiringId
+from cronwheel.wire import lateness_ms
 
 _STATES = [s.value for s in FiringState]
 
@@ -29,6 +32,8 @@ def firings_group() -> None:
     type=click.Choice(_STATES),
     help="Only these states (repeatable).",
 )
+@click.option("--scheduled-from", "scheduled_from", help="Scheduled at or after (RFC 3339).")
+@click.option("--scheduled-to", "scheduled_to", help="Scheduled before (RFC 3339).")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--namespace", default="default", show_default=True)
@@ -37,38 +42,60 @@ def firings_group() -> None:
 def list_command(
     job_name: str | None,
     states: tuple[str, ...],
+    scheduled_from: str | None,
+    scheduled_to: str | None,
     limit: int,
     as_json: bool,
     namespace: str,
     store_url: str,
     url: str | None,
 ) -> None:
-    """List recent firings, newest first."""
+    """List recent firings of the namespace (or of one job), newest first."""
     from itertools import islice
 
     from cronwheel.cli import render
+    from cronwheel.domain.schedules import parse_instant
 
+    lo = None if scheduled_from is None else parse_instant(scheduled_from, "--scheduled-from")
+    hi = None if scheduled_to is None else parse_instant(scheduled_to, "--scheduled-to")
     if url is not None:
-        if not job_name:
-            raise ValidationError(
-                "is required with --url (the API lists one job's firings)", field="--job"
-            )
         with client(url, namespace) as api:
             pages = api.list_firings(
-                job_name, states=list(states) or None, page_size=min(limit, 500)
+                job_name,
+                states=list(states) or None,
+                scheduled_from=lo,
+                scheduled_to=hi,
+                page_size=min(limit, 500),
             )
             firings = list(islice(pages, limit))
+            late = _retried_lateness(firings, api.list_attempts)
     else:
-        firings = _list_local(store_url, job_name, states, limit, namespace)
+        firings, late = _list_local(store_url, job_name, states, (lo, hi), limit, namespace)
     if as_json:
-        click.echo(json.dumps([f.to_dict() for f in firings], indent=2, ensure_ascii=False))
+        docs = [f.to_dict() for f in firings]
+        for doc in docs:
+            if doc["id"] in late:
+                doc["lateness_ms"] = lateness_ms(late[doc["id"]])
+        click.echo(json.dumps(docs, indent=2, ensure_ascii=False))
     else:
-        render.firings_table(firings)
+        render.firings_table(firings, lateness=late)
+
+
+def _retried_lateness(
+    firings: list[Firing], attempts_of_id: Callable[[FiringId], Sequence[Attempt]]
+) -> dict[int, timedelta | None]:
+    """A retried firing's lateness is its first attempt's: read from its attempts."""
+    return {f.id: lateness_of(f, attempts_of_id) for f in firings if f.attempt > 1}
 
 
 def _list_local(
-    store_url: str, job_name: str | None, states: tuple[str, ...], limit: int, namespace: str
-) -> list[Any]:
+    store_url: str,
+    job_name: str | None,
+    states: tuple[str, ...],
+    scheduled: tuple[datetime | None, datetime | None],
+    limit: int,
+    namespace: str,
+) -> tuple[list[Firing], dict[int, timedelta | None]]:
     store = open_cli_store(store_url)
     try:
         job_id = store.get_job(namespace, job_name).id if job_name else None
@@ -76,11 +103,13 @@ def _list_local(
             job_id=job_id,
             namespace=namespace,
             states=[FiringState(s) for s in states] or None,
+            scheduled_from=scheduled[0],
+            scheduled_to=scheduled[1],
             limit=limit,
         )
+        return firings, _retried_lateness(firings, store.list_attempts)
     finally:
         store.close()
-    return list(firings)
 
 
 @firings_group.command("show")
@@ -89,23 +118,31 @@ def _list_local(
 @store_option
 @url_option
 def show_command(firing_id: int, as_json: bool, store_url: str, url: str | None) -> None:
-    """Show one firing: state, attempts, timings, lateness, error."""
+    """Show one firing: state, timings, error, and every attempt (worker, claimed,
+    started, finished, outcome, error); its lateness is its first attempt's."""
     from cronwheel.cli import render
+    from cronwheel.domain.attempts import first_lateness
     from cronwheel.domain.models import FiringId
 
     if url is not None:
         with client(url) as api:
             firing = api.get_firing(firing_id)
+            attempts = api.list_attempts(firing_id)
     else:
         store = open_cli_store(store_url)
         try:
             firing = store.get_firing(FiringId(firing_id))
+            attempts = store.list_attempts(FiringId(firing_id))
         finally:
             store.close()
+    doc = firing.to_dict() | {
+        "lateness_ms": lateness_ms(first_lateness(firing, attempts)),
+        "attempts": [a.to_dict() for a in attempts],
+    }
     if as_json:
-        click.echo(json.dumps(firing.to_dict(), indent=2, ensure_ascii=False))
+        click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
     else:
-        render.firing_detail(firing)
+        render.firing_detail(doc)
 
 
 @firings_group.command("cancel")

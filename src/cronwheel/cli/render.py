@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 from cronwheel.domain.firing import format_instant
@@ -116,14 +117,20 @@ def job_detail(
         )
 
 
-def firings_table(firings: list[Firing], *, title: str | None = None) -> None:
+def firings_table(
+    firings: list[Firing],
+    *,
+    title: str | None = None,
+    lateness: Mapping[int, timedelta | None] | None = None,
+) -> None:
+    """``lateness``: a firing's lateness where its row cannot tell (a retried one's)."""
     from rich.table import Table
 
     table = Table(title=title or f"{len(firings)} firing(s)", title_justify="left")
     for col in ("id", "job", "scheduled for (UTC)", "state", "attempt", "lateness", "worker"):
         table.add_column(col, overflow="fold")
     for f in firings:
-        late = f.lateness
+        late = lateness[f.id] if lateness and f.id in lateness else f.lateness
         table.add_row(
             str(f.id),
             f.job_name,
@@ -136,14 +143,44 @@ def firings_table(firings: list[Firing], *, title: str | None = None) -> None:
     _console().print(table)
 
 
-def firing_detail(f: Firing) -> None:
+def firing_detail(doc: dict[str, Any]) -> None:
+    """A firing's fields (``Firing.to_dict`` plus ``attempts``), then its attempts."""
+    from rich.markup import escape
+    from rich.table import Table
+
     console = _console()
-    for key, value in f.to_dict().items():
+    for key, value in doc.items():
+        if key == "attempts":
+            continue
         if key == "error" and value:
             console.print("error:")
             console.print(str(value), markup=False)
         else:
             console.print(f"{key:16} {value}", markup=False)
+    attempts = doc.get("attempts") or []
+    if not attempts:
+        console.print("attempts         none yet", markup=False)
+        return
+    table = Table(title=f"{len(attempts)} attempt(s)", title_justify="left")
+    for col in ("#", "worker", "claimed (UTC)", "started (UTC)", "finished (UTC)", "outcome"):
+        table.add_column(col, overflow="fold")
+    table.add_column("error", overflow="fold")
+    for a in attempts:
+        table.add_row(
+            *(
+                escape(str(v)) if v is not None else "—"
+                for v in (
+                    a["attempt"],
+                    a["worker_id"],
+                    a["claimed_at"],
+                    a["started_at"],
+                    a["finished_at"],
+                    a["outcome"],
+                    a["error"],
+                )
+            )
+        )
+    console.print(table)
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -164,9 +201,13 @@ def status_dict(s: StoreStatus) -> dict[str, Any]:
         "lease_expires_at": _ts(lease.expires_at) if lease else None,
         "jobs": s.jobs,
         "paused_jobs": s.paused_jobs,
+        # queued: waiting for a claim; claimed: held by a worker, not started
         "queue_depth": s.counts.get("queued", 0),
+        "claimed": s.counts.get("claimed", 0),
         "running": s.counts.get("running", 0),
-        "last_hour": {k: v for k, v in s.counts.items() if k not in ("queued", "running")},
+        "last_hour": {
+            k: v for k, v in s.counts.items() if k not in ("queued", "claimed", "running")
+        },
         "oldest_queued_due_at": _ts(s.oldest_queued_due_at),
         "lateness_ms": {
             "count": len(s.lateness_ms),
@@ -195,7 +236,7 @@ def status_view(doc: dict[str, Any]) -> None:
     console.print(f"leader  {leader}   epoch {doc['epoch']}")
     console.print(
         f"jobs    {doc['jobs']} ({doc['paused_jobs']} paused)   queue depth "
-        f"{doc['queue_depth']}   running {doc['running']}"
+        f"{doc['queue_depth']} (queued)   claimed {doc['claimed']}   running {doc['running']}"
     )
     late = doc["lateness_ms"]
     if late["count"]:

@@ -9,10 +9,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from cronwheel.domain.attempts import lateness_of as firing_lateness
 from cronwheel.domain.fates import explain
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import Firing, Job, JobId
 from cronwheel.domain.schedules import CronSchedule
+from cronwheel.errors import NotFoundError
 from cronwheel.observability.lateness import (
     STARTED_STATES,
     first_attempt_lateness_s,
@@ -25,7 +27,18 @@ from cronwheel.wire import job_state
 
 from .words import cron_words
 
-FILTER_STATES = ("queued", "running", "succeeded", "dead", "cancelled", "skipped", "missed")
+FILTER_STATES = (
+    "queued",
+    "claimed",
+    "running",
+    "succeeded",
+    "dead",
+    "cancelled",
+    "skipped",
+    "missed",
+)
+# not finished: a firing waiting for a claim, held by a worker, or running
+_OPEN_STATES = ("queued", "claimed", "running")
 JOBS_SHOWN = 100
 FIRINGS_SHOWN = 50
 CHART_SAMPLE = 300
@@ -157,6 +170,7 @@ class Overview:
     epoch: int | None
     lease_left: str | None
     queued: int
+    claimed: int
     running: int
     stuck: int
     oldest_queued: str | None
@@ -176,8 +190,9 @@ def overview(store: ApiStore, namespace: str) -> Overview:
     now = s.now
     lease = s.lease
     alive = lease is not None and lease.expires_at > now
-    running = store.list_firings(states=[FiringState.RUNNING], limit=1000)
-    stuck = sum(1 for f in running if f.lease_until is not None and f.lease_until < now)
+    # a held (claimed) or running firing whose claim lease ran out and no reaper handled
+    held = store.list_firings(states=[FiringState.CLAIMED, FiringState.RUNNING], limit=1000)
+    stuck = sum(1 for f in held if f.lease_until is not None and f.lease_until < now)
     oldest = None
     if s.oldest_queued_due_at is not None and s.oldest_queued_due_at < now:
         oldest = fmt_s((now - s.oldest_queued_due_at).total_seconds())
@@ -203,12 +218,13 @@ def overview(store: ApiStore, namespace: str) -> Overview:
         epoch=lease.epoch if lease else None,
         lease_left=fmt_s((lease.expires_at - now).total_seconds()) if alive and lease else None,
         queued=s.counts.get("queued", 0),
+        claimed=s.counts.get("claimed", 0),
         running=s.counts.get("running", 0),
         stuck=stuck,
         oldest_queued=oldest,
         jobs=s.jobs,
         paused=s.paused_jobs,
-        last_hour={k: v for k, v in sorted(s.counts.items()) if k not in ("queued", "running")},
+        last_hour={k: v for k, v in sorted(s.counts.items()) if k not in _OPEN_STATES},
         p50=fmt_ms(percentile(late, 50)),
         p99=fmt_ms(p99),
         samples=len(late),
@@ -248,7 +264,7 @@ def jobs(store: ApiStore, namespace: str) -> tuple[list[JobRow], bool]:
         recent = store.list_job_firings(job.id, limit=100)
         final = [f for f in recent if f.state in STARTED_STATES]
         lat = lateness_of(job, final, goal)
-        last = next((f for f in recent if f.state.value not in ("queued", "running")), None)
+        last = next((f for f in recent if f.state.value not in _OPEN_STATES), None)
         rows.append(
             JobRow(
                 id=job.id,
@@ -286,8 +302,9 @@ class FiringRow:
     error: str | None
 
 
-def firing_row(f: Firing, goal_ms: float) -> FiringRow:
-    late = f.lateness
+def firing_row(f: Firing, goal_ms: float, late: timedelta | None = None) -> FiringRow:
+    """``late``: the firing's lateness where its row cannot tell (a retried one's)."""
+    late = f.lateness if late is None else late
     ms = None if late is None else late.total_seconds() * 1000
     error = None
     if f.error:
@@ -301,7 +318,7 @@ def firing_row(f: Firing, goal_ms: float) -> FiringRow:
         scheduled=fmt_utc(f.scheduled_for),
         attempt=f"{f.attempt}/{f.max_attempts}",
         lateness=fmt_ms(ms),
-        late_breach=ms is not None and f.attempt == 1 and ms > goal_ms,
+        late_breach=ms is not None and ms > goal_ms,
         worker=f.worker_id or "—",
         error=error,
     )
@@ -316,7 +333,7 @@ def firings(
         found = store.list_job_firings(JobId(job_id), states=states, limit=FIRINGS_SHOWN)
     else:
         found = store.list_firings(namespace=namespace, states=states, limit=FIRINGS_SHOWN)
-    return [firing_row(f, goal) for f in found]
+    return [firing_row(f, goal, firing_lateness(f, store.list_attempts)) for f in found]
 
 
 # -- one job, one firing ---------------------------------------------------------------------------
@@ -379,7 +396,9 @@ def job_detail(store: ApiStore, job: Job, *, hours: int) -> dict[str, Any]:
 
 
 def timeline(f: Firing) -> list[dict[str, str]]:
-    """The firing's moments, each with its offset from the scheduled instant."""
+    """The firing's moments, each with its offset from the scheduled instant: scheduled,
+    enqueued, claimed, started, finished (the current attempt's; earlier ones are in
+    its attempts)."""
 
     def step(label: str, t: datetime | None, extra: str = "") -> dict[str, str] | None:
         if t is None:
@@ -398,10 +417,32 @@ def timeline(f: Firing) -> list[dict[str, str]]:
         step("scheduled", f.scheduled_for),
         step("enqueued", f.enqueued_at, epoch),
         step("due (jitter)", f.due_at) if f.due_at != f.scheduled_for else None,
+        step("claimed", f.claimed_at, f"by {f.worker_id}" if f.worker_id else ""),
         step("started", f.started_at, f"attempt {f.attempt}" if f.started_at else ""),
         step("cancel requested", f.cancel_requested_at),
         step("finished", f.finished_at, f.state.value if f.finished_at else ""),
     ]
-    if f.state is FiringState.RUNNING and f.lease_until is not None:
+    if f.state in (FiringState.CLAIMED, FiringState.RUNNING) and f.lease_until is not None:
         steps.append(step("claim lease until", f.lease_until, f.worker_id or ""))
     return [s for s in steps if s is not None]
+
+
+def attempts(store: ApiStore, f: Firing) -> list[dict[str, Any]]:
+    """The firing's attempts in order (worker, claimed/started/finished in UTC, outcome,
+    error) for its timeline; none when it was deleted since it was read."""
+    try:
+        found = store.list_attempts(f.id)
+    except NotFoundError:
+        return []
+    return [
+        {
+            "attempt": a.attempt,
+            "worker_id": a.worker_id,
+            "claimed_at": None if a.claimed_at is None else fmt_utc(a.claimed_at),
+            "started_at": None if a.started_at is None else fmt_utc(a.started_at),
+            "finished_at": None if a.finished_at is None else fmt_utc(a.finished_at),
+            "outcome": a.outcome.value,
+            "error": a.error,
+        }
+        for a in found
+    ]

@@ -218,7 +218,9 @@ def firing_page(request: Request, firing_id: str) -> Response:
     firing = _own_firing(request, who, firing_id)
     if firing is None:
         return _not_found(request, who, "firing")
-    return render("firing.html", f=firing, steps=data.timeline(firing), **_base(request, who))
+    attempts = data.attempts(store_of(request), firing)
+    steps = data.timeline(firing)
+    return render("firing.html", f=firing, steps=steps, attempts=attempts, **_base(request, who))
 
 
 # -- fragments (htmx polls these) ----------------------------------------------------------------
@@ -280,7 +282,8 @@ def firing_fragment(request: Request, firing_id: str) -> Response:
     firing = _own_firing(request, who, firing_id)
     if firing is None:
         return _not_found(request, who, "firing")
-    return render("timeline.html", f=firing, steps=data.timeline(firing))
+    attempts = data.attempts(store_of(request), firing)
+    return render("timeline.html", f=firing, steps=data.timeline(firing), attempts=attempts)
 
 
 # -- login --------------------------------------------------------------------------------------

@@ -374,7 +374,10 @@ class Firing:
 
     @property
     def lateness(self) -> timedelta | None:
-        if self.started_at is None:
+        """``started_at - scheduled_for`` of its first attempt, when the row holds it (its
+        attempt is the first); None otherwise: a retried firing's row holds its last
+        start, and its first is in its attempts (``domain/attempts.first_lateness``)."""
+        if self.started_at is None or self.attempt != 1:
             return None
         return self.started_at - self.scheduled_for
 

@@ -52,7 +52,8 @@ FINAL_STATES = frozenset(
         FiringState.MISSED,
     }
 )
-ACTIVE_STATES = (FiringState.QUEUED, FiringState.RUNNING)
+ACTIVE_STATES = (FiringState.QUEUED, FiringState.CLAIMED, FiringState.RUNNING)
+HELD_STATES = frozenset({FiringState.CLAIMED, FiringState.RUNNING})  # a claim lease runs
 _PAGE = 1000
 
 
@@ -259,7 +260,7 @@ class ClusterCollector(Collector):
 
     def _active(self, now: datetime) -> Iterable[Metric]:
         """Backlog per namespace (and per job, when bounded) and stuck claims, from one
-        bounded pass over the QUEUED and RUNNING firings."""
+        bounded pass over the QUEUED, CLAIMED and RUNNING firings."""
         per_ns: dict[tuple[str, str], int] = defaultdict(int)
         per_job: dict[tuple[str, str], int] = defaultdict(int)
         stuck = 0
@@ -275,11 +276,7 @@ class ClusterCollector(Collector):
             for f in page:
                 per_ns[(f.namespace, f.state.value)] += 1
                 per_job[(f.namespace, f.job_name)] += 1
-                if (
-                    f.state is FiringState.RUNNING
-                    and f.lease_until is not None
-                    and f.lease_until < now
-                ):
+                if f.state in HELD_STATES and f.lease_until is not None and f.lease_until < now:
                     stuck += 1
             scanned += len(page)
             if len(page) < limit:
@@ -287,7 +284,7 @@ class ClusterCollector(Collector):
             before = page[-1].id
         g = GaugeMetricFamily(
             "cronwheel_namespace_firings",
-            "QUEUED and RUNNING firings per namespace.",
+            "QUEUED, CLAIMED and RUNNING firings per namespace.",
             labels=["namespace", "state"],
         )
         for (ns, state), count in sorted(per_ns.items()):
@@ -295,7 +292,8 @@ class ClusterCollector(Collector):
         yield g
         yield _gauge(
             "cronwheel_stuck_claims",
-            "RUNNING firings whose claim lease has expired and that no reaper re-queued.",
+            "CLAIMED (held) and RUNNING firings whose claim lease has expired and that no "
+            "reaper has handled yet.",
             stuck,
         )
         yield _gauge(
@@ -308,7 +306,7 @@ class ClusterCollector(Collector):
     def _per_job(self, job_count: int) -> Iterable[Metric]:
         backlog = GaugeMetricFamily(
             "cronwheel_job_backlog",
-            f"QUEUED + RUNNING firings per job (only while jobs <= {MAX_JOBS_ENV}).",
+            f"QUEUED + CLAIMED + RUNNING firings per job (only while jobs <= {MAX_JOBS_ENV}).",
             labels=["namespace", "job"],
         )
         p99 = GaugeMetricFamily(

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any, Protocol
 
+from cronwheel.domain.attempts import Attempt, AttemptOutcome
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import (
     ClaimedFiring,
@@ -203,6 +204,19 @@ def firing_from_row(row: Row) -> Firing:
         reason=row["reason"],
         overlap_override=row["overlap_override"],
         claimed_at=opt_instant(row["claimed_at"]),
+    )
+
+
+def attempt_from_row(row: Row) -> Attempt:
+    """A recorded attempt (a ``firing_attempts`` row)."""
+    return Attempt(
+        attempt=int(row["attempt"]),
+        worker_id=row["worker_id"],
+        claimed_at=opt_instant(row["claimed_at"]),
+        started_at=opt_instant(row["started_at"]),
+        finished_at=opt_instant(row["finished_at"]),
+        outcome=AttemptOutcome(row["outcome"]),
+        error=row["error"],
     )
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from cronwheel.domain.attempts import Attempt
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import (
     ClaimedFiring,
@@ -108,7 +109,7 @@ class StoreStatus:
     paused_jobs: int
     oldest_queued_due_at: datetime | None
     nodes: list[NodeInfo]
-    lateness_ms: list[float]  # recent successful starts, newest first (bounded)
+    lateness_ms: list[float]  # recent first-attempt successes' lateness, newest first (bounded)
 
 
 class DispatchPort(Protocol):
@@ -311,8 +312,19 @@ class JobsPort(Protocol):
         states: Sequence[FiringState] | None = None,
         before_id: int | None = None,
         limit: int = 100,
+        job_name: str | None = None,
+        scheduled_from: datetime | None = None,
+        scheduled_to: datetime | None = None,
     ) -> list[Firing]:
-        """Newest first (by id); ``before_id`` pages backwards."""
+        """Newest first (by id); ``before_id`` pages backwards. ``job_name`` is exact;
+        ``scheduled_from <= scheduled_for < scheduled_to`` for the bounds given."""
+        ...
+
+    def list_attempts(self, firing_id: FiringId) -> list[Attempt]:
+        """The firing's attempts in order, each exactly once: the recorded ones (failed,
+        lease expired) and its current one read from its row (claimed, running,
+        succeeded, cancelled). A held claim whose lease expired is not an attempt.
+        Raises FiringNotFoundError."""
         ...
 
     def cancel_firing(self, firing_id: FiringId) -> CancelResult:

@@ -70,6 +70,7 @@ def firings(
     *,
     job_id: int | None = None,
     namespace: str | None = None,
+    job_name: str | None = None,
     states: Sequence[FiringState] | None = None,
     scheduled_from: datetime | None = None,
     scheduled_to: datetime | None = None,
@@ -81,6 +82,8 @@ def firings(
         c.eq("job_id", "job_id", job_id)
     if namespace is not None:
         c.eq("namespace", "namespace", namespace)
+    if job_name is not None:
+        c.eq("job_name", "job_name", job_name)
     if states:
         c.add(d.in_list("state", "states"), "states", d.text_list([s.value for s in states]))
     if scheduled_from is not None:

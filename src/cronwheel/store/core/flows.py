@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from cronwheel.domain.attempts import Attempt, attempts_of
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import (
     ClaimedFiring,
@@ -337,11 +338,33 @@ class CoreStore(AdminFlows[D]):
         states: Sequence[FiringState] | None = None,
         before_id: int | None = None,
         limit: int = 100,
+        job_name: str | None = None,
+        scheduled_from: datetime | None = None,
+        scheduled_to: datetime | None = None,
     ) -> list[Firing]:
         where = filters.firings(
-            self.db, job_id=job_id, namespace=namespace, states=states, before_id=before_id
+            self.db,
+            job_id=job_id,
+            namespace=namespace,
+            job_name=job_name,
+            states=states,
+            scheduled_from=scheduled_from,
+            scheduled_to=scheduled_to,
+            before_id=before_id,
         )
         return self._firings(where, limit)
+
+    def list_attempts(self, firing_id: FiringId) -> list[Attempt]:
+        key = {"id": firing_id}
+
+        def body(tx: Tx) -> tuple[Row | None, Sequence[Row]]:
+            row = tx.one("get_firing", key)
+            return row, ([] if row is None else tx.all("list_attempts", key))
+
+        row, recorded = self.db.read(body)
+        if row is None:
+            raise FiringNotFoundError(f"no firing with id {firing_id}", field="firing_id")
+        return attempts_of(codec.firing_from_row(row), map(codec.attempt_from_row, recorded))
 
     def list_job_firings(
         self,

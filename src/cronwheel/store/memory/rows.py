@@ -94,6 +94,20 @@ class FiringRow(_Row):
 
 
 @dataclass(slots=True, kw_only=True)
+class AttemptRow(_Row):
+    """A recorded attempt (failed, lease expired): ``firing_attempts``."""
+
+    firing_id: int
+    attempt: int
+    worker_id: str | None
+    claimed_at: int | None
+    started_at: int | None
+    finished_at: int
+    outcome: str
+    error: str | None
+
+
+@dataclass(slots=True, kw_only=True)
 class LeaseRow(_Row):
     name: str
     holder: str
@@ -145,6 +159,7 @@ class MemoryData:
     firings: dict[int, FiringRow] = field(default_factory=dict)  # by id, in id order
     firing_keys: dict[tuple[int, int], int] = field(default_factory=dict)  # (job, instant)
     events: dict[int, EventRow] = field(default_factory=dict)
+    attempts: dict[tuple[int, int], AttemptRow] = field(default_factory=dict)  # (firing, n)
     leases: dict[str, LeaseRow] = field(default_factory=dict)
     nodes: dict[str, NodeRow] = field(default_factory=dict)
     tokens: dict[int, ApiToken] = field(default_factory=dict)
@@ -189,6 +204,8 @@ class MemoryData:
         for fid in gone:
             f = self.firings.pop(fid)
             del self.firing_keys[(f.job_id, f.scheduled_for)]
+        for attempt in [k for k in self.attempts if k[0] in gone]:
+            del self.attempts[attempt]
         for eid in [e.id for e in self.events.values() if e.job_id == job.id]:
             del self.events[eid]
         for key in [k for k, v in self.idempotency.items() if v.firing_id in gone]:

@@ -8,8 +8,9 @@ change is a compare-and-swap, a leader's writes are fenced by its lease. Where
 the suite found the SQL stores wrong (its xfail marks), it does what the Store
 port documents: the reaper cancels a cancel-requested firing whose lease ran out,
 a redrive clears an old cancellation request, and a claim clears the mark of a
-firing that waited for a slot (so its retry is in the wake-up hint). The attempt log the SQL stores
-keep for operators (``firing_attempts``) has no reader in the port: none is kept.
+firing that waited for a slot (so its retry is in the wake-up hint). The attempt log
+the SQL stores keep (``firing_attempts``: failed and lease-expired attempts) is kept
+here too, for ``list_attempts``.
 
 One lock serializes every method (each is one atomic step, as a transaction).
 Its data lives in this process only: handles made with ``MemoryStore(data=...)``
@@ -25,6 +26,7 @@ import json
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
+from cronwheel.domain.attempts import Attempt, attempts_of
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import (
     ClaimedFiring,
@@ -258,8 +260,13 @@ class MemoryStore(ApiMethods):
         states: Sequence[FiringState] | None = None,
         before_id: int | None = None,
         limit: int = 100,
+        job_name: str | None = None,
+        scheduled_from: datetime | None = None,
+        scheduled_to: datetime | None = None,
     ) -> list[Firing]:
         wanted = {s.value for s in states} if states else None
+        lo = None if scheduled_from is None else to_us(scheduled_from)
+        hi = None if scheduled_to is None else to_us(scheduled_to)
         with self._tx() as data:
             out: list[Firing] = []
             for f in reversed(data.firings.values()):
@@ -268,11 +275,22 @@ class MemoryStore(ApiMethods):
                 if (
                     (job_id is None or f.job_id == job_id)
                     and (namespace is None or f.namespace == namespace)
+                    and (job_name is None or f.job_name == job_name)
                     and (wanted is None or f.state in wanted)
+                    and (lo is None or f.scheduled_for >= lo)
+                    and (hi is None or f.scheduled_for < hi)
                     and (before_id is None or f.id < before_id)
                 ):
                     out.append(codec.firing_from_row(f))
             return out
+
+    def list_attempts(self, firing_id: FiringId) -> list[Attempt]:
+        with self._tx() as data:
+            row = self._firing(data, firing_id)
+            recorded = [a for (fid, _), a in sorted(data.attempts.items()) if fid == firing_id]
+            return attempts_of(
+                codec.firing_from_row(row), [codec.attempt_from_row(a) for a in recorded]
+            )
 
     def cancel_firing(self, firing_id: FiringId) -> CancelResult:
         with self._tx() as data:
@@ -351,6 +369,7 @@ class MemoryStore(ApiMethods):
                     and f.finished_at is not None
                     and f.finished_at >= since
                     and f.started_at is not None
+                    and f.attempt == 1  # a retried row holds its last start
                 ),
                 key=lambda f: -(f.finished_at or 0),
             )[:1000]

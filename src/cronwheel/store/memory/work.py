@@ -15,7 +15,14 @@ from collections.abc import Iterable, Sequence
 from cronwheel.domain.policies import fair_deadline
 from cronwheel.store.claiming import Candidate, capped, plan_claim
 from cronwheel.store.codec import to_us
-from cronwheel.store.memory.rows import HELD, EventRow, FiringRow, JobRow, MemoryData
+from cronwheel.store.memory.rows import (
+    HELD,
+    AttemptRow,
+    EventRow,
+    FiringRow,
+    JobRow,
+    MemoryData,
+)
 from cronwheel.store.protocol import Completion
 
 SCAN_EXTRA = 32  # a claim scans a few more candidates than it may take (as SQLite)
@@ -253,6 +260,23 @@ def _finish_unrun(f: FiringRow, state: str, reason: str, now: int) -> None:
         f.lease_until = None
 
 
+def _record_attempt(
+    data: MemoryData, f: FiringRow, finished: int, outcome: str, error: str | None
+) -> None:
+    """The running attempt ``f`` holds, recorded before its row moves on (as the SQL
+    stores' insert_attempt; a record of the same number is replaced)."""
+    data.attempts[(f.id, f.attempt)] = AttemptRow(
+        firing_id=f.id,
+        attempt=f.attempt,
+        worker_id=f.worker_id,
+        claimed_at=f.claimed_at,
+        started_at=f.started_at,
+        finished_at=finished,
+        outcome=outcome,
+        error=error,
+    )
+
+
 def _revoke(f: FiringRow, now: int, reason: str) -> None:
     """RUNNING -> CANCELLED with the claim revoked: the worker's late result is rejected."""
     f.state = "cancelled"
@@ -327,12 +351,14 @@ def complete(data: MemoryData, completions: Sequence[Completion]) -> list[bool]:
             if f.reason is None:
                 f.reason = HANDLER_STOPPED
         elif c.retry_at is not None and f.attempt < f.max_attempts:
+            _record_attempt(data, f, to_us(c.finished_at), "failed", c.error)
             retry_at = to_us(c.retry_at)
             f.state = "queued"
             f.vdeadline = retry_at + (f.vdeadline - f.due_at)
             f.due_at = retry_at
             f.finished_at = None
         else:
+            _record_attempt(data, f, to_us(c.finished_at), "failed", c.error)
             f.state = "dead"
             f.finished_at = to_us(c.finished_at)
         accepted.append(True)
@@ -358,6 +384,7 @@ def requeue_expired(data: MemoryData, now: int, limit: int) -> int:
             f.lease_until = None
             f.claimed_at = None
             continue
+        _record_attempt(data, f, now, "lease_expired", "lease expired")
         # asked to stop and its worker gone before the handler did: the cancel is
         # honoured (CANCELLED, never run again); else queued again, or dead when its
         # attempts are used up

@@ -274,10 +274,11 @@ SELECT count(*) AS n, count(*) FILTER (WHERE paused) AS p,
 FROM jobs
 
 -- name: recent_lateness
--- Start lateness (ms) of the firings that succeeded within %(window)s. [firings_finished]
+-- Start lateness (ms) of the firings that succeeded within %(window)s at their first
+-- attempt (a retried one's row holds its last start, not its lateness). [firings_finished]
 SELECT extract(epoch FROM started_at - scheduled_for) * 1000 AS lateness_ms FROM firings
 WHERE finished_at IS NOT NULL AND finished_at >= :now - %(window)s::interval
-  AND state = 'succeeded'
+  AND state = 'succeeded' AND attempt = 1
 ORDER BY finished_at DESC
 LIMIT %(limit)s
 

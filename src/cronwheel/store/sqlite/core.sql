@@ -252,9 +252,11 @@ SELECT count(*) AS n, coalesce(sum(paused), 0) AS p,
 FROM jobs
 
 -- name: recent_lateness
--- Start lateness (ms) of the firings that succeeded within :window. [firings_finished]
+-- Start lateness (ms) of the firings that succeeded within :window at their first
+-- attempt (a retried one's row holds its last start, not its lateness). [firings_finished]
 SELECT (started_at - scheduled_for) / 1000.0 AS lateness_ms FROM firings
 WHERE finished_at IS NOT NULL AND finished_at >= :now - :window AND state = 'succeeded'
+  AND attempt = 1
 ORDER BY finished_at DESC
 LIMIT :limit
 
