@@ -6,7 +6,8 @@ gives each one its disposition from what the store recorded:
 
     fired        a firing ran (succeeded), or is queued/running now
     failed       it ran and ended DEAD after its attempts
-    skipped      the overlap policy skipped it (the job was at its concurrency cap)
+    skipped      the overlap policy skipped it (the job was at its concurrency cap),
+                 or an operator skipped it (``jobs skip``: who asked and why)
     missed       no leader fired it within the misfire grace and the misfire policy
                  dropped it, or its start deadline passed
     cancelled    someone cancelled it
@@ -30,6 +31,7 @@ from datetime import datetime, timedelta
 from cronwheel.domain.firing import FiringState, format_instant
 from cronwheel.domain.models import Firing, Job, JobEvent
 from cronwheel.domain.schedules import CronSchedule
+from cronwheel.domain.skips import OPERATOR_SKIP
 from cronwheel.domain.tz import resolve_wall
 
 MAX_OCCURRENCES = 2000
@@ -155,7 +157,9 @@ def _fate(
     firing = by_instant.get(t)
     if firing is not None:
         fate, text = _FIRING_FATES[firing.state]
-        if firing.reason:
+        if firing.reason and firing.reason.startswith(OPERATOR_SKIP):
+            text = firing.reason  # "skipped by <who>: <why>"
+        elif firing.reason:
             text = f"{text}: {firing.reason}"
         if n.dst:
             fate = f"{fate} ({n.dst})"

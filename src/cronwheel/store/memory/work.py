@@ -45,10 +45,12 @@ def insert_firing(
     epoch: int | None,
     note: str | None,
     overlap: str | None = None,
+    fair: bool = True,
 ) -> FiringRow | None:
     """A QUEUED firing of ``job``; None when ``(job, scheduled_for)`` has one already.
-    The fair clock moves either way (as the SQL stores compute the key before inserting)."""
-    vdeadline = fair_vdeadline(data, job, due_at)
+    The fair clock moves either way (as the SQL stores compute the key before inserting);
+    ``fair=False`` (a firing born finished, never claimed) leaves it alone."""
+    vdeadline = fair_vdeadline(data, job, due_at) if fair else due_at
     if (job.id, scheduled_for) in data.firing_keys:
         return None
     row = FiringRow(
@@ -411,6 +413,23 @@ def cancel(f: FiringRow, now: int) -> str:
         _request_cancel(f, now)
         return "cancel_requested"
     return "already_final"
+
+
+def skip(f: FiringRow, reason: str, now: int) -> str:
+    """An operator's skip: QUEUED or CLAIMED -> SKIPPED at once (as cancel: a held one's
+    start fails, its worker lets it go on its cancel poll); SKIPPED already:
+    "already_skipped"; anything else is refused and left alone."""
+    if f.state == "skipped":
+        return "already_skipped"
+    if f.state not in ("queued", "claimed"):
+        return "refused"
+    f.cancel_requested_at = now if f.state == "claimed" else None
+    f.state = "skipped"
+    f.reason = reason
+    f.finished_at = now
+    f.claim_token = None
+    f.lease_until = None
+    return "skipped"
 
 
 def redrive(data: MemoryData, f: FiringRow, now: int) -> bool:
