@@ -8,7 +8,7 @@ import pytest
 
 from cronwheel.domain.fates import explain
 from cronwheel.domain.firing import FiringState
-from tests.api.conftest import Api
+from tests.api.conftest import Api, Server
 
 # "0 9 * * *" in Europe/Berlin from T0 (2026-03-01 12:00Z): 09:00 CET is 08:00Z
 MON = "2026-03-02T08:00:00Z"
@@ -102,3 +102,21 @@ def test_without_authentication_the_skip_is_signed_anonymous(open_api: Api) -> N
     r = _skip(open_api, {"next": 1, "reason": "maintenance"})
     assert r.status_code == 200, r.text
     assert r.json()["reason"] == "skipped by anonymous: maintenance"
+
+
+def test_client_skip_round_trip(server: Server) -> None:
+    from cronwheel import Client, ValidationError, cron
+    from cronwheel.client import ForbiddenError
+
+    with Client(server.url, token=server.write, timeout=5) as api:
+        api.create_job("nightly", "report", cron("0 9 * * *", tz="Europe/Berlin"))
+        (first,) = api.skip("nightly", next=1, reason="audit")
+        assert (first.outcome, first.state) == ("skipped", FiringState.SKIPPED)
+        (again,) = api.skip("nightly", at=[first.at])
+        assert (again.outcome, again.firing_id) == ("already_skipped", first.firing_id)
+        with pytest.raises(ValidationError) as err:
+            api.skip("nightly", next=500)
+        assert err.value.field == "next"
+    with Client(server.url, token=server.read, timeout=5) as api, pytest.raises(ForbiddenError):
+        api.skip("nightly", next=1)
+    assert len(server.store.list_firings()) == 1
