@@ -111,3 +111,22 @@ def test_skip_through_the_api(
     code, _, err = run(["jobs", "skip", "nightly", "--next", "2", "--url", server.url], capsys)
     assert code == 2 and err.count("\n") == 1
     assert len(server.store.list_firings()) == 1
+
+
+def test_a_partly_refused_skip_skips_the_rest_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, store = _store(tmp_path)
+    past = datetime(2026, 3, 2, 8, tzinfo=UTC)
+    store.create_job(JOB, first_fire_at=_occurrence(store))
+    store.add_firings("default", "nightly", [past], note="backfill")
+    (claim,) = store.claim("w", tasks=["report"], limit=1)
+    ahead = _occurrence(store).strftime("%Y-%m-%dT%H:%M:%SZ")
+    args = ["--at", "2026-03-02T08:00:00Z", "--at", ahead, "--store", url]
+    code, out, err = run(["jobs", "skip", "nightly", *args], capsys)
+    assert code == 1 and err.count("\n") == 1 and "1 occurrence(s) not skipped" in err
+    assert out.splitlines()[0].startswith("2026-03-02T08:00:00Z  refused (running)")
+    assert out.splitlines()[1].startswith(f"{ahead}  skipped")
+    assert store.get_firing(claim.firing.id).state is FiringState.RUNNING
+    assert sorted(f.state.value for f in store.list_firings()) == ["running", "skipped"]
+    store.close()
