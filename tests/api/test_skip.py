@@ -72,6 +72,8 @@ def test_a_running_occurrence_is_refused_with_its_state(api: Api) -> None:
         ("write", "nope", {"at": [MON]}, 404, "name"),
         ("write", "nightly", {"at": ["2026-03-02T09:00:00Z"]}, 422, "at"),  # not 09:00 Berlin
         ("write", "nightly", {"at": ["yesterday"]}, 422, "at[0]"),
+        ("write", "nightly", {"at": ["0001-01-01T00:00:00Z"]}, 422, "at"),
+        ("write", "nightly", {"at": ["9999-12-31T23:59:59.999999Z"]}, 422, "at"),
         ("write", "nightly", {"at": []}, 422, "at"),
         ("write", "nightly", {"next": 0}, 422, "next"),
         ("write", "nightly", {"next": 101}, 422, "next"),

@@ -62,7 +62,10 @@ def is_occurrence(spec: JobSpec, t: datetime) -> bool:
         return False  # fired at registration: nothing left to skip
     if isinstance(schedule, AtSchedule):
         return schedule.at == t
-    return schedule.next_after(t - timedelta(microseconds=1)) == t
+    try:
+        return schedule.next_after(t - timedelta(microseconds=1)) == t
+    except OverflowError:  # the first representable instant: no schedule fires there
+        return False
 
 
 def occurrences_to_skip(
@@ -100,7 +103,10 @@ def occurrences_to_skip(
     while len(out) < next_n:
         if isinstance(schedule, NowSchedule):
             break
-        nxt = schedule.next_after(cursor)
+        try:
+            nxt = schedule.next_after(cursor)
+        except OverflowError:  # past the last representable instant
+            nxt = None
         if nxt is None or (spec.end_at is not None and nxt > spec.end_at):
             break
         out.append(nxt)
