@@ -20,9 +20,11 @@ each entry is made by a store.
                            └──miss────▶ MISSED    (start deadline passed)
 
 - ``enqueue``: every firing is born QUEUED (a leader's enqueue, ``enqueue_now``, a
-  trigger or backfill); SCHEDULED names the planned occurrence before its row exists.
+  trigger or backfill), but for an occurrence an operator skips ahead (born SKIPPED,
+  see ``skip``); SCHEDULED names the planned occurrence before its row exists.
   Occurrences that never become firings (missed while no leader ran, skipped by the
-  misfire policy) are recorded as job events, not as firings.
+  misfire policy, catch-ups coalesced into an on-time firing) are recorded as job
+  events, not as firings.
 - ``skip``: the overlap policy skips a QUEUED firing at claim time; an operator's skip
   (``jobs skip``) makes an occurrence SKIPPED before its row exists (SCHEDULED: the
   leader's later insert of that instant is a duplicate), or a QUEUED or CLAIMED one at
