@@ -296,7 +296,7 @@ class Client:
         """Skip occurrences without pausing the job: ``at`` (each one of the schedule's
         occurrences) or the ``next`` N (1..100) from now. One result per occurrence:
         ``skipped``, ``already_skipped``, or ``refused`` (running or finished: its state);
-        ConflictError when every one is refused."""
+        InvalidTransitionError when every one is refused."""
         body: dict[str, Any] = {}
         if at is not None:
             body["at"] = [_text(t) for t in at]

@@ -107,7 +107,7 @@ def test_without_authentication_the_skip_is_signed_anonymous(open_api: Api) -> N
 
 
 def test_client_skip_round_trip(server: Server) -> None:
-    from cronwheel import Client, ValidationError, cron
+    from cronwheel import Client, InvalidTransitionError, ValidationError, cron
     from cronwheel.client import ForbiddenError
 
     with Client(server.url, token=server.write, timeout=5) as api:
@@ -119,6 +119,14 @@ def test_client_skip_round_trip(server: Server) -> None:
         with pytest.raises(ValidationError) as err:
             api.skip("nightly", next=500)
         assert err.value.field == "next"
+        past = cron("0 9 * * *", tz="Europe/Berlin").next_after(first.at - timedelta(days=2))
+        assert past is not None
+        server.store.add_firings("team-a", "nightly", [past], note="backfill")
+        (running,) = server.store.claim("w", tasks=["report"], limit=1)
+        with pytest.raises(InvalidTransitionError) as refused:
+            api.skip("nightly", at=[past])
+        assert refused.value.field == "at" and "running" in refused.value.message
+        assert server.store.get_firing(running.firing.id).state is FiringState.RUNNING
     with Client(server.url, token=server.read, timeout=5) as api, pytest.raises(ForbiddenError):
         api.skip("nightly", next=1)
-    assert len(server.store.list_firings()) == 1
+    assert len(server.store.list_firings()) == 2
