@@ -97,3 +97,12 @@ def test_only_the_oldest_catch_ups_make_room() -> None:
 )
 def test_due_room(policy: OverlapPolicy, cap: int | None, room: int | None) -> None:
     assert due_room(policy, max_concurrency=cap, max_buffer=10) == room
+
+
+def test_an_on_time_firing_late_within_the_grace_is_not_displaced_either() -> None:
+    now = T0 + 4 * M + 5 * S  # 12:04 is 5 s late (grace 10 s): it fires late, on time
+    before = _plan(MisfirePolicy.FIRE_ONCE, now)
+    assert before.fire == [T0 + 3 * M, T0 + 4 * M]
+    after = coalesce_catchups(before, late_cutoff=now - 10 * S, room=1)
+    assert after.fire == [T0 + 4 * M]
+    assert (after.missed[-1].first, after.missed[-1].count) == (T0 + 3 * M, 1)
