@@ -18,7 +18,7 @@ The token is sent only in the ``Authorization`` header and never shown in
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -28,6 +28,7 @@ from cronwheel.domain.firing import format_instant
 from cronwheel.domain.models import Firing, Job
 from cronwheel.domain.results import CancelResult
 from cronwheel.domain.schedules import Schedule
+from cronwheel.domain.skips import SkipResult
 from cronwheel.errors import (
     ConflictError,
     CronwheelError,
@@ -48,6 +49,7 @@ from cronwheel.wire import (
     firing_page_from_json,
     job_from_json,
     schedule_to_json,
+    skip_results_from_json,
 )
 
 if TYPE_CHECKING:  # httpx is imported when a Client is made: `import cronwheel` stays fast
@@ -301,6 +303,27 @@ class Client:
 
     def resume(self, name: str) -> Job:
         return job_from_json(self._call("POST", self._path(name) + "/resume"))
+
+    def skip(
+        self,
+        name: str,
+        *,
+        at: Sequence[datetime | str] | None = None,
+        next: int | None = None,
+        reason: str | None = None,
+    ) -> list[SkipResult]:
+        """Skip occurrences without pausing the job: ``at`` (each one of the schedule's
+        occurrences) or the ``next`` N (1..100) from now. One result per occurrence:
+        ``skipped``, ``already_skipped``, or ``refused`` (running or finished: its state);
+        InvalidTransitionError when every one is refused."""
+        body: dict[str, Any] = {}
+        if at is not None:
+            body["at"] = [_text(t) for t in at]
+        if next is not None:
+            body["next"] = next
+        if reason is not None:
+            body["reason"] = reason
+        return skip_results_from_json(self._call("POST", self._path(name) + "/skip", json=body))
 
     def trigger(self, name: str, *, overlap: str | None = None) -> Firing:
         """Fire the job now (its schedule is not moved); ``overlap`` overrides the job's

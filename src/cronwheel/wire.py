@@ -29,6 +29,7 @@ from cronwheel.domain.models import (
 )
 from cronwheel.domain.results import CancelResult
 from cronwheel.domain.schedules import Schedule, parse_instant, schedule_from_dict
+from cronwheel.domain.skips import SkipResult
 
 
 def _ts(value: datetime | None) -> str | None:
@@ -210,3 +211,16 @@ def cancel_to_json(
 
 def cancel_from_json(doc: Mapping[str, Any]) -> CancelResult:
     return CancelResult(outcome=doc["result"], firing=firing_from_json(doc["firing"]))
+
+
+def skip_results_from_json(doc: Mapping[str, Any]) -> list[SkipResult]:
+    """The per-occurrence results of ``POST /v1/jobs/{name}/skip``."""
+    return [
+        SkipResult(
+            at=parse_instant(r["at"], "at"),
+            outcome=r["outcome"],
+            state=None if r["state"] is None else FiringState(r["state"]),
+            firing_id=r["firing_id"],
+        )
+        for r in doc["results"]
+    ]

@@ -28,6 +28,7 @@ OPS: dict[str, tuple[str, str, Any, str, int]] = {
     "resume": ("POST", "/v1/jobs/X/resume", None, "write", 200),
     "trigger": ("POST", "/v1/jobs/X/trigger", None, "write", 201),
     "backfill": ("POST", "/v1/jobs/X/backfill", BACKFILL, "write", 200),
+    "skip": ("POST", "/v1/jobs/X/skip", {"next": 1}, "write", 200),
     "cancel": ("POST", "/v1/firings/{fid}/cancel", None, "write", 200),
     "retry": ("POST", "/v1/firings/{fid}/retry", None, "write", 409),  # not dead: invalid
     "delete": ("DELETE", "/v1/jobs/X", None, "write", 204),

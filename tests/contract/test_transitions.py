@@ -391,6 +391,26 @@ def test_overlap_policy_skips_due_firings_beyond_the_cap(harness: Harness) -> No
     assert h.store.cancel_firing(ids[2]).outcome == "already_final"  # final: left alone
 
 
+def test_an_operators_skip_of_planned_queued_held_and_running_firings(
+    harness: Harness,
+) -> None:
+    """``jobs skip``: a planned occurrence is born SKIPPED; a queued or held one becomes
+    SKIPPED at once (the held one never starts); a running or final one is left alone."""
+    h = harness
+    held, queued, running = _claimed(h, "sk-c"), _queued(h, "sk-q"), _running(h, "sk-r")
+    for target in (held, queued, running):
+        before = target.get(h)
+        (r,) = h.store.skip_occurrences("default", before.job_name, [before.scheduled_for], "x")
+        _moved(before, target.get(h), E.SKIP)
+        assert r.outcome == ("refused" if before.state is S.RUNNING else "skipped")
+    assert h.store.start("w", [(held.id, held.token)]) == set()
+    h.store.create_job(spec("sk-p", task="sk-p"), first_fire_at=None)
+    planned = h.now() + 60 * SEC
+    (r,) = h.store.skip_occurrences("default", "sk-p", [planned], "x")
+    born = h.store.get_firing(FiringId(r.firing_id or 0))
+    assert born.state is TRANSITIONS[(S.SCHEDULED, E.SKIP)]
+
+
 def test_start_deadline_misses_queued_firings_never_running_ones(harness: Harness) -> None:
     h = harness
     h.store.create_job(
@@ -568,6 +588,11 @@ def test_a_requeued_claims_old_token_is_dead(harness: Harness) -> None:
 SCENARIOS: dict[str, set[tuple[FiringState, FiringEvent]]] = {
     "test_every_firing_is_born_queued": {(S.SCHEDULED, E.ENQUEUE)},
     "test_overlap_policy_skips_due_firings_beyond_the_cap": {(S.QUEUED, E.SKIP)},
+    "test_an_operators_skip_of_planned_queued_held_and_running_firings": {
+        (S.SCHEDULED, E.SKIP),
+        (S.QUEUED, E.SKIP),
+        (S.CLAIMED, E.SKIP),
+    },
     "test_start_deadline_misses_queued_firings_never_running_ones": {(S.QUEUED, E.MISS)},
     "test_the_last_attempt_fails_to_dead_by_result_or_by_lease": {(S.RUNNING, E.FAIL)},
     "test_cancel_grace_expiry_revokes_the_claim": {(S.RUNNING, E.CANCEL)},

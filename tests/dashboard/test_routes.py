@@ -237,3 +237,37 @@ def test_login_form_is_refused_when_auth_is_off(client: TestClient) -> None:
 )
 def test_cron_words(expr: str, words: str | None) -> None:
     assert cron_words(expr) == words
+
+
+def test_skip_next_button_skips_the_next_occurrence_from_the_page_only(
+    secured: TestClient, store: SqliteStore
+) -> None:
+    write = issue_token(store, namespace="team-a", role="write", label="ops")[1]
+    read = issue_token(store, namespace="team-a", role="read")[1]
+    other = issue_token(store, namespace="team-b", role="write")[1]
+    r = secured.post(
+        "/v1/jobs",
+        json={"name": "tick", "task": "t", "schedule": {"kind": "every", "interval": "1m"}},
+        headers={"Authorization": f"Bearer {write}"},
+    )
+    job_id = r.json()["id"]
+    path = f"/ui/jobs/{job_id}/skip-next"
+    page = secured.get(f"/ui/jobs/{job_id}", headers={"Authorization": f"Bearer {write}"})
+    assert f'hx-post="{path}"' in page.text
+    page = secured.get(f"/ui/jobs/{job_id}", headers={"Authorization": f"Bearer {read}"})
+    assert "skip-next" not in page.text  # no button for a read token
+    htmx = {"HX-Request": "true"}
+    refused = [
+        ({"Authorization": f"Bearer {write}"}, 403),  # not from the page (no HX-Request)
+        (htmx | {"Authorization": f"Bearer {write}", "Origin": "https://evil.example"}, 403),
+        (htmx | {"Authorization": f"Bearer {read}"}, 403),
+        (htmx | {"Authorization": f"Bearer {other}"}, 404),
+    ]
+    for headers, status in refused:
+        assert secured.post(path, headers=headers).status_code == status, headers
+    assert store.list_firings() == []
+    r = secured.post(path, headers=htmx | {"Authorization": f"Bearer {write}"})
+    assert r.status_code == 204 and r.headers["hx-refresh"] == "true"
+    (f,) = store.list_firings()
+    assert f.state.value == "skipped" and f.reason == "skipped by ops: from the dashboard"
+    assert f.scheduled_for == datetime(2026, 3, 28, 12, 1, tzinfo=UTC)

@@ -37,7 +37,7 @@ def create_api(
     """
     from importlib.metadata import version
 
-    from cronwheel.api import routes_firings, routes_jobs, routes_misc
+    from cronwheel.api import routes_firings, routes_jobs, routes_misc, routes_skip
 
     app = FastAPI(
         title="cronwheel",
@@ -52,6 +52,7 @@ def create_api(
     app.state.auth_required = auth_required
     install_error_handlers(app)
     app.include_router(routes_jobs.router)
+    app.include_router(routes_skip.router)
     app.include_router(routes_firings.router)
     app.include_router(routes_misc.router)
     app.add_middleware(BodyGuard, max_body=max_body)

@@ -119,6 +119,14 @@ class BackfillIn(_In):
     overlap: OverlapName | None = Field(None, description="overrides the job's overlap policy")
 
 
+class SkipIn(_In):
+    """Exactly one of ``at`` (occurrences of the schedule) and ``next`` (the next N)."""
+
+    at: list[Instant] | None = Field(None, examples=[["2026-05-01T09:00:00Z"]])
+    next: int | None = Field(None, examples=[1], description="1..100")
+    reason: str | None = Field(None, max_length=500, examples=["bank holiday"])
+
+
 class TriggerIn(_In):
     overlap: OverlapName | None = Field(None, description="overrides the job's overlap policy")
 
@@ -139,6 +147,19 @@ class PreviewIn(_In):
 
 
 # -- responses ------------------------------------------------------------------------
+
+
+class SkipResultOut(_Out):
+    at: str
+    outcome: Literal["skipped", "already_skipped", "refused"]
+    state: str | None
+    firing_id: int | None
+
+
+class SkipOut(_Out):
+    job: str
+    reason: str
+    results: list[SkipResultOut]
 
 
 class ErrorDetail(_Out):

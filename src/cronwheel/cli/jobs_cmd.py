@@ -1,4 +1,4 @@
-"""``cronwheel jobs add|list|show|pause|resume|delete``."""
+"""``cronwheel jobs add|list|show|pause|resume|delete|explain|trigger|backfill|skip``."""
 
 from __future__ import annotations
 
@@ -492,3 +492,8 @@ def _stderr_console() -> Any:
     from rich.console import Console
 
     return Console(stderr=True)
+
+
+from cronwheel.cli.skip_cmd import skip_command  # noqa: E402 - its own module (file size)
+
+jobs_group.add_command(skip_command)

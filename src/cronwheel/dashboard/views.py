@@ -28,7 +28,8 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from cronwheel.domain.models import FiringId, JobId
-from cronwheel.errors import NotFoundError
+from cronwheel.domain.skips import occurrences_to_skip, skip_reason
+from cronwheel.errors import NotFoundError, ValidationError
 from cronwheel.observability.cluster import ClusterCollector
 from cronwheel.web.auth import (
     ANONYMOUS,
@@ -40,6 +41,7 @@ from cronwheel.web.auth import (
     start_session,
     store_of,
 )
+from cronwheel.web.auth import who as signer
 from cronwheel.web.errors import error_body
 
 from . import charts, data
@@ -196,8 +198,51 @@ def job_page(request: Request, job_id: str) -> Response:
         states=data.FILTER_STATES,
         state=None,
         job_filter=job.id,
+        can_write=who.can("write"),
         **_base(request, who),
     )
+
+
+def _same_origin(request: Request) -> bool:
+    """A state-changing request came from this dashboard's own page: htmx's
+    ``HX-Request`` header (a cross-site form cannot send one, and a cross-site script
+    would need a CORS preflight that is never granted) and, when the browser names an
+    origin, this host's. The session cookie is ``SameSite=Strict`` besides."""
+    if request.headers.get("hx-request") != "true":
+        return False
+    origin = request.headers.get("origin")
+    return origin is None or origin.split("://", 1)[-1] == request.headers.get("host")
+
+
+@router.post("/ui/jobs/{job_id}/skip-next")
+def skip_next(request: Request, job_id: str) -> Response:
+    """The job page's "skip next" button: its next occurrence is skipped (signed by the
+    viewer's token, as the API's skip), then the page reloads. Needs the write role."""
+    who = viewer(request)
+    if who is None:
+        return _login_needed(request)
+    if not _same_origin(request):
+        return JSONResponse(
+            error_body("forbidden", "send it from the dashboard's own page", "HX-Request"), 403
+        )
+    if not who.can("write"):
+        return JSONResponse(error_body("forbidden", "skipping needs a write token", "role"), 403)
+    store = store_of(request)
+    job = None
+    if job_id.isdigit() and len(job_id) <= 18:
+        try:
+            job = store.get_job_by_id(JobId(int(job_id)))
+        except NotFoundError:
+            job = None
+    if job is None or job.namespace != who.namespace:
+        return JSONResponse(error_body("not_found", "no such job", "job_id"), 404)
+    try:
+        instants = occurrences_to_skip(job.spec, now=store.now(), next_n=1)
+    except ValidationError as exc:
+        return JSONResponse(error_body("invalid_input", exc.message, exc.field), 422)
+    reason = skip_reason(signer(store, who), "from the dashboard")
+    store.skip_occurrences(job.namespace, job.name, instants, reason)
+    return Response(status_code=204, headers={"HX-Refresh": "true", **SECURITY_HEADERS})
 
 
 def _own_firing(request: Request, who: Principal, firing_id: str) -> Any:

@@ -8,8 +8,10 @@ FakeClock:
 2. Load: every ``scan_interval``, or at once when jobs changed, load the jobs
    due within ``lookahead`` (an index range scan) into the timing wheel, each
    keyed by job id with deadline ``next_fire_at - lead``.
-3. Fire: expired wheel entries are planned (misfire policy, catch-up bounds)
-   and enqueued in batched, fenced transactions that also advance each job's
+3. Fire: expired wheel entries are planned (misfire policy, catch-up bounds;
+   a catch-up that would fall due with an on-time firing beyond the job's cap is
+   coalesced into it, so the on-time firing is never the one displaced) and
+   enqueued in batched, fenced transactions that also advance each job's
    cursor by compare-and-swap. A fenced-out batch means another node leads:
    log ``lease_lost`` and stand by at once. A crowd (thousands of jobs due in
    the same moment) is started early: at the measured enqueue rate, the leader
@@ -36,7 +38,8 @@ from cronwheel.dispatch.events import DispatchEvents, QuietDispatchEvents
 from cronwheel.dispatch.wheel import TimingWheel
 from cronwheel.domain.clock import Clock
 from cronwheel.domain.models import Job, JobId, Lease
-from cronwheel.domain.policies import bounded, jitter_offset, plan_firings
+from cronwheel.domain.overlap import due_room
+from cronwheel.domain.policies import bounded, coalesce_catchups, jitter_offset, plan_firings
 from cronwheel.errors import LeaseLostError, StoreUnavailableError
 from cronwheel.store.protocol import DISPATCHER_LEASE, DispatchPort, JobAdvance, PlannedFiring
 
@@ -302,6 +305,13 @@ class Dispatcher:
                 catchup_window=p.catchup_window,
                 max_catchup=p.max_catchup,
             )
+            plan = coalesce_catchups(
+                plan,
+                late_cutoff=now - p.misfire_grace,
+                room=due_room(
+                    p.overlap, max_concurrency=job.spec.max_concurrency, max_buffer=p.max_buffer
+                ),
+            )
             if not plan.fire and not plan.missed and plan.next_cursor == job.next_fire_at:
                 self._schedule(job)  # woke early (tick rounding): wait for its instant
                 continue
@@ -315,7 +325,9 @@ class Dispatcher:
                     new_next_fire_at=cursor,
                     firings=[
                         PlannedFiring(
-                            scheduled_for=t, due_at=t + jitter_offset(job.id, t, p.jitter)
+                            scheduled_for=t,
+                            due_at=t + jitter_offset(job.id, t, p.jitter),
+                            note=plan.notes.get(t),
                         )
                         for t in fire
                     ],

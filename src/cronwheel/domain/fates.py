@@ -6,9 +6,12 @@ gives each one its disposition from what the store recorded:
 
     fired        a firing ran (succeeded), or is queued/running now
     failed       it ran and ended DEAD after its attempts
-    skipped      the overlap policy skipped it (the job was at its concurrency cap)
+    skipped      the overlap policy skipped it (the job was at its concurrency cap),
+                 or an operator skipped it (``jobs skip``: who asked and why)
     missed       no leader fired it within the misfire grace and the misfire policy
                  dropped it, or its start deadline passed
+    coalesced    missed by the leaders; its catch-up was folded into the on-time
+                 firing it fell due with (the job's cap had no room for both)
     cancelled    someone cancelled it
     paused       the job was paused at that instant
     dst_skipped  the wall time did not exist that day and the gap policy is ``skip``
@@ -29,7 +32,9 @@ from datetime import datetime, timedelta
 
 from cronwheel.domain.firing import FiringState, format_instant
 from cronwheel.domain.models import Firing, Job, JobEvent
+from cronwheel.domain.policies import COALESCED
 from cronwheel.domain.schedules import CronSchedule
+from cronwheel.domain.skips import OPERATOR_SKIP
 from cronwheel.domain.tz import resolve_wall
 
 MAX_OCCURRENCES = 2000
@@ -155,8 +160,12 @@ def _fate(
     firing = by_instant.get(t)
     if firing is not None:
         fate, text = _FIRING_FATES[firing.state]
-        if firing.reason:
+        if firing.reason and firing.reason.startswith(OPERATOR_SKIP):
+            text = firing.reason  # "skipped by <who>: <why>"
+        elif firing.reason:
             text = f"{text}: {firing.reason}"
+        if firing.note and firing.note.startswith("coalesced"):
+            text = f"{text}; {firing.note}"
         if n.dst:
             fate = f"{fate} ({n.dst})"
         return Occurrence(
@@ -169,6 +178,14 @@ def _fate(
             )
     for e in missed:
         assert e.first_at is not None and e.last_at is not None
+        if e.first_at <= t <= e.last_at and e.detail and e.detail.startswith(COALESCED):
+            return Occurrence(
+                nominal=n.label,
+                instant=t,
+                fate="coalesced",
+                detail=f"{prefix}no leader fired it in time; its catch-up was {e.detail} "
+                "(the job's cap had no room for both)",
+            )
         if e.first_at <= t <= e.last_at:
             policy = job.spec.policies.misfire.value
             return Occurrence(

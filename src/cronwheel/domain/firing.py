@@ -15,13 +15,20 @@ each entry is made by a store.
                            │ └──lease_expired (not cancel-requested)──┘
                            │ └──────redrive──────────────────────────────── DEAD
                            ├──cancel──▶ CANCELLED ◀──cancel── CLAIMED, RUNNING
-                           ├──skip────▶ SKIPPED   (overlap policy, at claim time)
+                           ├──skip────▶ SKIPPED   (overlap policy, at claim time;
+                           │                        an operator's skip, also CLAIMED)
                            └──miss────▶ MISSED    (start deadline passed)
 
 - ``enqueue``: every firing is born QUEUED (a leader's enqueue, ``enqueue_now``, a
-  trigger or backfill); SCHEDULED names the planned occurrence before its row exists.
+  trigger or backfill), but for an occurrence an operator skips ahead (born SKIPPED,
+  see ``skip``); SCHEDULED names the planned occurrence before its row exists.
   Occurrences that never become firings (missed while no leader ran, skipped by the
-  misfire policy) are recorded as job events, not as firings.
+  misfire policy, catch-ups coalesced into an on-time firing) are recorded as job
+  events, not as firings.
+- ``skip``: the overlap policy skips a QUEUED firing at claim time; an operator's skip
+  (``jobs skip``) makes an occurrence SKIPPED before its row exists (SCHEDULED: the
+  leader's later insert of that instant is a duplicate), or a QUEUED or CLAIMED one at
+  once (a held one's start then fails), with ``reason`` "skipped by <who>: <why>".
 - ``fail``: an attempt that fails with no retry left, or whose claim lease expires on
   the last attempt (the reaper), ends DEAD. ``FAILED`` is not a resting state: a
   failure goes back to QUEUED (retries left) or to DEAD in the same transaction, so a
@@ -84,6 +91,8 @@ TRANSITIONS: dict[tuple[FiringState, FiringEvent], FiringState] = {
     (S.CLAIMED, E.LEASE_EXPIRED): S.QUEUED,
     (S.QUEUED, E.CANCEL): S.CANCELLED,
     (S.QUEUED, E.SKIP): S.SKIPPED,
+    (S.SCHEDULED, E.SKIP): S.SKIPPED,
+    (S.CLAIMED, E.SKIP): S.SKIPPED,
     (S.QUEUED, E.MISS): S.MISSED,
     (S.RUNNING, E.SUCCEED): S.SUCCEEDED,
     (S.RUNNING, E.RETRY): S.QUEUED,

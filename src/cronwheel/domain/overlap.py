@@ -43,6 +43,22 @@ class OverlapDecision(Generic[K]):
     terminate_running: bool = False
 
 
+def due_room(
+    policy: OverlapPolicy, *, max_concurrency: int | None, max_buffer: int = 100
+) -> int | None:
+    """How many firings of a job falling due together its cap lets run or wait
+    (``max_concurrency`` plus the buffer); None when none of them is displaced in
+    favour of an older one (no cap, ``allow``, or a newest-wins policy)."""
+    if max_concurrency is None or policy in (
+        OverlapPolicy.ALLOW,
+        OverlapPolicy.CANCEL_OTHER,
+        OverlapPolicy.TERMINATE_OTHER,
+    ):
+        return None
+    buffer = {OverlapPolicy.BUFFER_ONE: 1, OverlapPolicy.BUFFER_ALL: max_buffer}.get(policy, 0)
+    return max_concurrency + buffer
+
+
 def decide_overlap(
     policy: OverlapPolicy,
     *,

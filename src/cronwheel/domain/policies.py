@@ -11,9 +11,13 @@ a takeover, a long pause, or a resume:
 - ``skip``: nothing fires for the missed instants; they are recorded as missed.
 
 Instants that are late by less than ``misfire_grace`` are not misfires: they
-simply fire late. Missed instants are never dropped silently: they come back as
-:class:`MissedRange` records (exact counts up to a bound, a lower bound past it,
-so a year-long outage of an every-second job costs milliseconds, not minutes).
+simply fire late. A catch-up never displaces an on-time firing: when catch-ups and
+on-time firings fall due together (a takeover just before an instant) and the job's
+cap has no room for all of them, the catch-ups that do not fit are coalesced into the
+first on-time firing (:func:`coalesce_catchups`; recorded, never silent). Missed
+instants are never dropped silently: they come back as :class:`MissedRange` records
+(exact counts up to a bound, a lower bound past it, so a year-long outage of an
+every-second job costs milliseconds, not minutes).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
+
+from cronwheel.domain.firing import format_instant
 
 ENUMERATION_CAP = 2_000  # instants walked one by one before jumping ahead
 MAX_FIRINGS_PER_PLAN = 1_000  # a very fast schedule is planned over several ticks
@@ -52,6 +58,7 @@ class FiringPlan:
     fire: list[datetime] = field(default_factory=list)
     missed: list[MissedRange] = field(default_factory=list)
     next_cursor: datetime | None = None
+    notes: dict[datetime, str] = field(default_factory=dict)  # a firing's note, by instant
 
 
 NextAfter = Callable[[datetime], "datetime | None"]
@@ -98,6 +105,46 @@ def plan_firings(
         fire.append(t)
         t = next_after(t)
     return FiringPlan(fire=fire, missed=missed, next_cursor=t)
+
+
+COALESCED = "coalesced into "  # how a coalesced range's reason starts (jobs explain)
+
+
+def coalesce_catchups(plan: FiringPlan, *, late_cutoff: datetime, room: int | None) -> FiringPlan:
+    """A catch-up never displaces an on-time firing.
+
+    The plan's catch-ups (instants before ``late_cutoff``, kept by the misfire policy)
+    and its on-time firings (the rest) fall due together. ``room`` is how many due
+    firings of the job its cap lets run or wait (``max_concurrency``, plus the buffer
+    of ``buffer_one``/``buffer_all``); None when nothing is displaced (no cap, overlap
+    ``allow``, or a newest-wins policy). The catch-ups that do not fit beside the
+    on-time firings, oldest first, are coalesced into the first on-time firing: they
+    are not fired, a ``MissedRange`` whose reason names that firing records them, and
+    the on-time firing's note names them.
+    """
+    if room is None:
+        return plan
+    catchups = [t for t in plan.fire if t < late_cutoff]
+    on_time = [t for t in plan.fire if t >= late_cutoff]
+    excess = len(catchups) + len(on_time) - room
+    if not catchups or not on_time or excess <= 0:
+        return plan
+    gone = catchups[: min(excess, len(catchups))]
+    into = on_time[0]
+    span = format_instant(gone[0]) + ("" if len(gone) == 1 else f"..{format_instant(gone[-1])}")
+    record = MissedRange(
+        first=gone[0],
+        last=gone[-1],
+        count=len(gone),
+        reason=f"{COALESCED}the on-time firing at {format_instant(into)}",
+    )
+    note = f"coalesced the catch-up of {span} ({len(gone)}): the job's cap had no room for both"
+    return FiringPlan(
+        fire=[t for t in plan.fire if t not in gone],
+        missed=[*plan.missed, record],
+        next_cursor=plan.next_cursor,
+        notes=plan.notes | {into: note},
+    )
 
 
 def _plan_misfires(

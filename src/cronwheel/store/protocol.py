@@ -48,6 +48,7 @@ from cronwheel.domain.policies import MissedRange
 from cronwheel.domain.results import (  # re-exported: the stores import it from here
     CancelResult as CancelResult,  # noqa: PLC0414
 )
+from cronwheel.domain.skips import SkipResult
 from cronwheel.wakeup import Wakeup
 
 DISPATCHER_LEASE = "dispatcher"
@@ -292,6 +293,18 @@ class JobsPort(Protocol):
 
     def delete_job(self, namespace: str, name: str) -> None:
         """Delete a job and its firing history. Raises JobNotFoundError."""
+        ...
+
+    def skip_occurrences(
+        self, namespace: str, name: str, instants: Sequence[datetime], reason: str
+    ) -> list[SkipResult]:
+        """Skip occurrences without pausing the job, in one transaction; a result per
+        instant. An instant with no firing yet gets one born SKIPPED with ``reason``
+        (the leader's enqueue of it is then a duplicate: it never runs, the cursor still
+        advances): "skipped"; a QUEUED or CLAIMED firing becomes SKIPPED at once (a
+        held one's start fails): "skipped"; a SKIPPED one: "already_skipped"; a RUNNING
+        or finished one is left alone: "refused" with its state. The caller checks that
+        the instants are occurrences (domain/skips.py). Raises JobNotFoundError."""
         ...
 
     def job_events(self, job_id: JobId, *, limit: int = 100) -> list[JobEvent]: ...

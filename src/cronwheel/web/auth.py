@@ -84,3 +84,13 @@ def start_session(response: Response, request: Request, text: str) -> None:
 
 def end_session(response: Response) -> None:
     response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+
+
+def who(store: ApiStore, principal: Principal) -> str:
+    """How a change made by ``principal`` is signed (a skip's "skipped by <who>"): its
+    token's label, else ``token <id>``; ``anonymous`` when authentication is off."""
+    if principal.token_id is None:
+        return "anonymous"
+    token = store.get_token(principal.token_id)
+    label = None if token is None else token.label
+    return label or f"token {principal.token_id}"

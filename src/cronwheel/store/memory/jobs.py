@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import Job, JobEvent, JobId, JobSpec
+from cronwheel.domain.skips import SkipResult
 from cronwheel.errors import ConflictError, JobNotFoundError
 from cronwheel.store import codec
 from cronwheel.store.codec import opt_us, to_us
@@ -140,6 +142,39 @@ class JobMethods(MemoryBase):
     def jobs_version(self) -> int:
         with self._tx() as data:
             return data.jobs_version
+
+    def skip_occurrences(
+        self, namespace: str, name: str, instants: Sequence[datetime], reason: str
+    ) -> list[SkipResult]:
+        with self._tx() as data:
+            job = self._job(data, namespace, name)
+            now = self._now_us()
+            out = []
+            for at in instants:
+                key = (job.id, to_us(at))
+                fid = data.firing_keys.get(key)
+                if fid is None:
+                    row = work.insert_firing(
+                        data,
+                        job,
+                        scheduled_for=key[1],
+                        due_at=key[1],
+                        now=now,
+                        epoch=None,
+                        note=None,
+                        fair=False,
+                    )
+                    assert row is not None
+                    outcome = work.skip(row, reason, now)
+                else:
+                    row = data.firings[fid]
+                    outcome = work.skip(row, reason, now)
+                out.append(
+                    SkipResult(
+                        at=at, outcome=outcome, state=FiringState(row.state), firing_id=row.id
+                    )
+                )
+            return out
 
     def job_events(self, job_id: JobId, *, limit: int = 100) -> list[JobEvent]:
         with self._tx() as data:

@@ -52,10 +52,12 @@ def insert_firing(
     epoch: int | None,
     note: str | None,
     overlap: str | None = None,
+    fair: bool = True,
 ) -> FiringRow | None:
     """A QUEUED firing of ``job``; None when ``(job, scheduled_for)`` has one already.
-    The fair clock moves and an id is used either way, as in the SQL stores' inserts."""
-    vdeadline = fair_vdeadline(data, job, due_at)
+    The fair clock moves and an id is used either way, as in the SQL stores' inserts;
+    ``fair=False`` (a firing born finished, never claimed) leaves the clock alone."""
+    vdeadline = fair_vdeadline(data, job, due_at) if fair else due_at
     firing_id = data.next_id("firings")  # a duplicate uses an id up, as in SQL
     if (job.id, scheduled_for) in data.firing_keys:
         return None
@@ -442,6 +444,23 @@ def cancel(f: FiringRow, now: int) -> str:
         _request_cancel(f, now)
         return "cancel_requested"
     return "already_final"
+
+
+def skip(f: FiringRow, reason: str, now: int) -> str:
+    """An operator's skip: QUEUED or CLAIMED -> SKIPPED at once (as cancel: a held one's
+    start fails, its worker lets it go on its cancel poll); SKIPPED already:
+    "already_skipped"; anything else is refused and left alone."""
+    if f.state == "skipped":
+        return "already_skipped"
+    if f.state not in ("queued", "claimed"):
+        return "refused"
+    f.cancel_requested_at = now if f.state == "claimed" else None
+    f.state = "skipped"
+    f.reason = reason
+    f.finished_at = now
+    f.claim_token = None
+    f.lease_until = None
+    return "skipped"
 
 
 def redrive(data: MemoryData, f: FiringRow, now: int) -> bool:
