@@ -322,9 +322,9 @@ def _search(
     start_change = last_transition(zone, t - MAX_JUMP, t, budget)
     while True:
         budget.spend()
-        offset = offset_at(zone, pos)
+        change = start_change  # the offset change at or just before pos, if any
+        offset = offset_at(zone, pos) if change is None else change.after
         found: list[tuple[datetime, datetime]] = []  # (instant, wall time)
-        change = start_change
         if change is not None and change.after > change.before and gap != "skip":
             gap_start, gap_end = _naive(change.at, change.before), _naive(change.at, change.after)
             if gap == "next_valid" and change.at > t:
@@ -344,6 +344,12 @@ def _search(
         if wall is not None:
             instant = (wall - offset).replace(tzinfo=UTC)
             end = first_transition(zone, pos, instant + MAX_JUMP, budget)
+            behind = change is None or (pos == t and _clear_of(change, True, t, gap, overlap))
+            if not found and behind and _clear_of(end, False, instant, gap, overlap):
+                # no gap or overlap reaches this instant: an ordinary one, un-noted
+                if instant > limit:
+                    raise _no_firing(zone, gap, overlap, t)
+                return Resolved(instant)
             if end is None or instant < end.at:
                 found.append((instant, wall))
         if found:
@@ -362,6 +368,28 @@ def _search(
             pos, start_change = instant - _SKIP_MARGIN, None
         else:
             pos, start_change = end.at, end
+
+
+def _clear_of(
+    change: Transition | None, behind: bool, instant: datetime, gap: DstGap, overlap: DstOverlap
+) -> bool:
+    """Whether ``change`` leaves a stream candidate at ``instant`` ordinary (un-noted, and
+    no other candidate from the change can come first).
+
+    ``behind``: the change is at or before ``t`` = ``instant`` (the search start); its
+    shifted gap instants and its repeated wall times' second instants lie within the
+    change's size after it, and are excluded anyway unless the policy is ``shift``
+    or ``twice``. Ahead (after ``instant``): the instant must be before it, and before
+    an overlap by its size (those wall times repeat: the first of two gets a note).
+    """
+    if change is None:
+        return True
+    size = abs(change.after - change.before)
+    is_gap = change.after > change.before
+    if behind:
+        kept = gap == "shift" if is_gap else overlap == "twice"
+        return not kept or instant >= change.at + size
+    return instant < change.at if is_gap else instant + size < change.at
 
 
 def _pick(
