@@ -6,6 +6,7 @@ new job first fires and on what ``retries=3`` or ``timeout=30`` mean.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -92,3 +93,23 @@ def build_policies(
         return JobPolicies(**values)
     except TypeError as exc:
         raise ValidationError(str(exc), field="policies") from None
+
+
+KNOWN_TASKS_SHOWN = 20
+
+
+def require_served_task(task: str, served: Sequence[str]) -> None:
+    """Refuse a job whose task no worker has ever served: a ValidationError naming
+    ``task`` that lists the known tasks. ``served`` is the store's served tasks; while
+    it is empty (no worker ever registered with the store) every task is accepted, so
+    jobs can be declared before the first worker starts."""
+    if not served or task in served:
+        return
+    shown = ", ".join(served[:KNOWN_TASKS_SHOWN])
+    if len(served) > KNOWN_TASKS_SHOWN:
+        shown += f" and {len(served) - KNOWN_TASKS_SHOWN} more"
+    raise ValidationError(
+        f"no worker has ever served task {task!r}; known tasks: {shown} "
+        "(allow_unknown_task to add it anyway)",
+        field="task",
+    )

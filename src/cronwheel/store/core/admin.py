@@ -13,7 +13,12 @@ from cronwheel.errors import NotFoundError, StoreError, StoreUnavailableError
 from cronwheel.store import codec
 from cronwheel.store.codec import Row
 from cronwheel.store.core.dialect import Dialect, Tx
-from cronwheel.store.protocol import DISPATCHER_LEASE, ApiToken, StoreStatus
+from cronwheel.store.protocol import (
+    DISPATCHER_LEASE,
+    SERVED_TASKS_REFRESH,
+    ApiToken,
+    StoreStatus,
+)
 
 D = TypeVar("D", bound=Dialect)
 
@@ -93,10 +98,22 @@ class AdminFlows(Generic[D]):
             "wake_addr": node.wake_addr,
             "info": json.dumps(node.info),
         }
-        self.db.write(lambda tx: tx.run("register_node", params), atomic=False)
+        served = {"id": node.id, "refresh": self.db.duration(timedelta(0))}
+
+        def body(tx: Tx) -> None:
+            tx.run("register_node", params)
+            tx.run("record_served_tasks", served)  # a worker's tasks (core_tasks.sql)
+
+        self.db.write(body)
 
     def heartbeat_node(self, node_id: str) -> None:
-        self.db.write(lambda tx: tx.run("heartbeat_node", {"id": node_id}), atomic=False)
+        served = {"id": node_id, "refresh": self.db.duration(SERVED_TASKS_REFRESH)}
+
+        def body(tx: Tx) -> None:
+            if tx.run("heartbeat_node", {"id": node_id}):
+                tx.run("record_served_tasks", served)  # writes at most once a minute
+
+        self.db.write(body)
 
     def remove_node(self, node_id: str) -> None:
         self.db.write(lambda tx: tx.run("remove_node", {"id": node_id}), atomic=False)

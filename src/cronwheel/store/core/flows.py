@@ -35,8 +35,8 @@ from cronwheel.store import codec
 from cronwheel.store.claiming import ClaimAsk
 from cronwheel.store.codec import Row
 from cronwheel.store.core import filters
-from cronwheel.store.core.admin import AdminFlows
 from cronwheel.store.core.dialect import Dialect, Tx
+from cronwheel.store.core.tasks import TaskFlows
 from cronwheel.store.protocol import (
     AddedFirings,
     CancelResult,
@@ -57,9 +57,9 @@ def job_exists(spec: JobSpec, *, naming_namespace: bool = False) -> ConflictErro
     )
 
 
-class CoreStore(AdminFlows[D]):
+class CoreStore(TaskFlows[D]):
     """The engine-independent flows of the Store and ApiStore protocols (the admin
-    half, and the plumbing, in core/admin.py)."""
+    half, and the plumbing, in core/admin.py; served tasks in core/tasks.py)."""
 
     # -- engine hooks -------------------------------------------------------------------
     @abstractmethod

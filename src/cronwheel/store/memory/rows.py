@@ -145,6 +145,7 @@ class MemoryData:
     events: dict[int, EventRow] = field(default_factory=dict)
     leases: dict[str, LeaseRow] = field(default_factory=dict)
     nodes: dict[str, NodeRow] = field(default_factory=dict)
+    served_tasks: dict[str, tuple[int, int]] = field(default_factory=dict)  # (first, last) µs
     tokens: dict[int, ApiToken] = field(default_factory=dict)
     idempotency: dict[tuple[str, str], IdempotencyRow] = field(default_factory=dict)
     fair_clocks: dict[str, int] = field(default_factory=dict)  # µs, per namespace

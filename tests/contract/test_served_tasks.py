@@ -1,0 +1,89 @@
+"""Served tasks: what workers report serving, and queued firings nobody serves.
+
+Every store records a worker node's ``info["tasks"]`` on registration and refreshes
+``last_seen`` at most once a minute on heartbeat; ``unserved_queued`` counts queued
+firings of tasks no live worker serves."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from cronwheel.domain.models import NodeInfo
+from cronwheel.domain.schedules import NowSchedule
+from tests.contract.conftest import Harness, spec
+
+S = timedelta(seconds=1)
+
+
+def _node(harness: Harness, node_id: str, kind: str = "worker", **info: Any) -> None:
+    now = harness.now()
+    harness.store.register_node(
+        NodeInfo(
+            id=node_id, kind=kind, hostname="h", pid=1, started_at=now, heartbeat_at=now, info=info
+        )
+    )
+
+
+def _queue(harness: Harness, task: str, n: int) -> None:
+    for i in range(n):
+        harness.store.enqueue_now(spec(f"{task}-{i}", task=task, schedule=NowSchedule()))
+
+
+def test_nothing_served_before_a_worker_registers(harness: Harness) -> None:
+    assert harness.store.served_tasks() == []
+    _node(harness, "sched", kind="scheduler", tasks=["not-a-worker"])
+    assert harness.store.served_tasks() == []
+
+
+def test_registration_records_the_tasks_of_a_worker(harness: Harness) -> None:
+    t0 = harness.now()
+    _node(harness, "w1", tasks=["b", "a"], concurrency=4)
+    harness.advance(5 * S)
+    _node(harness, "w2", tasks=["a", "c"])
+    served = harness.store.served_tasks()
+    assert [t.task for t in served] == ["a", "b", "c"]
+    by = {t.task: t for t in served}
+    assert by["a"].first_seen == t0 and by["a"].last_seen == t0 + 5 * S
+    assert by["c"].first_seen == t0 + 5 * S
+    assert [t.task for t in harness.store.served_tasks(limit=2)] == ["a", "b"]
+
+
+def test_heartbeat_refreshes_last_seen_at_most_once_a_minute(harness: Harness) -> None:
+    t0 = harness.now()
+    _node(harness, "w1", tasks=["a"])
+    harness.advance(30 * S)
+    harness.store.heartbeat_node("w1")
+    (a,) = harness.store.served_tasks()
+    assert a.last_seen == t0  # 30 s old: not refreshed yet
+    harness.advance(31 * S)
+    harness.store.heartbeat_node("w1")
+    (a,) = harness.store.served_tasks()
+    assert a.first_seen == t0 and a.last_seen == t0 + 61 * S
+    harness.store.heartbeat_node("nobody")  # an unknown node records nothing
+    assert [t.task for t in harness.store.served_tasks()] == ["a"]
+
+
+def test_unserved_queued_counts_tasks_no_live_worker_serves(harness: Harness) -> None:
+    _queue(harness, "a", 1)
+    _queue(harness, "b", 3)
+    _queue(harness, "c", 2)
+    window = 10 * S
+    # no worker at all: every queued task is unserved, most waiting first
+    assert harness.store.unserved_queued(alive_within=window) == {"b": 3, "c": 2, "a": 1}
+    _node(harness, "w1", tasks=["a", "b"])
+    assert harness.store.unserved_queued(alive_within=window) == {"c": 2}
+    assert harness.store.unserved_queued(alive_within=window, limit=0) == {}
+    harness.advance(11 * S)  # w1's heartbeat is now outside the window
+    assert harness.store.unserved_queued(alive_within=window) == {"b": 3, "c": 2, "a": 1}
+    harness.store.heartbeat_node("w1")
+    assert harness.store.unserved_queued(alive_within=window) == {"c": 2}
+    (claimed,) = harness.store.claim("w", tasks=["c"], limit=1)
+    assert claimed.firing.task == "c"
+    assert harness.store.unserved_queued(alive_within=window) == {"c": 1}  # queued only
+
+
+def test_a_scheduler_node_serves_nothing(harness: Harness) -> None:
+    _queue(harness, "a", 1)
+    _node(harness, "s1", kind="scheduler", tasks=["a"])
+    assert harness.store.unserved_queued(alive_within=10 * S) == {"a": 1}
