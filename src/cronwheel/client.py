@@ -212,6 +212,7 @@ class Client:
         paused: bool = False,
         allow_past: bool = False,
         bounds: Mapping[str, Any] | None = None,
+        allow_unknown_task: bool = False,
     ) -> Job:
         """Create a job; ConflictError (code ``job_exists``) when the name is taken.
         ``policies`` keys: max_attempts, retry_backoff, visibility_timeout, timeout,
@@ -219,6 +220,8 @@ class Client:
         seconds or text like ``"5m"``)."""
         body = _job_body(task, schedule, args, kwargs, policies, paused, allow_past)
         body |= {k: _text(v) if isinstance(v, datetime) else v for k, v in (bounds or {}).items()}
+        if allow_unknown_task:  # a task no worker has served yet (see README)
+            body["allow_unknown_task"] = True
         return job_from_json(self._call("POST", "/v1/jobs", json=body | {"name": name}))
 
     def put_job(
@@ -233,11 +236,14 @@ class Client:
         paused: bool | None = None,
         allow_past: bool = False,
         bounds: Mapping[str, Any] | None = None,
+        allow_unknown_task: bool = False,
     ) -> tuple[Job, bool]:
         """Create or update by name; returns (job, changed). The same call twice is a no-op.
         ``bounds``: ``start_at``, ``end_at`` (instants) and ``max_runs``."""
         body = _job_body(task, schedule, args, kwargs, policies, paused, allow_past)
         body |= {k: _text(v) if isinstance(v, datetime) else v for k, v in (bounds or {}).items()}
+        if allow_unknown_task:  # a task no worker has served yet (see README)
+            body["allow_unknown_task"] = True
         doc = self._call("PUT", self._path(name), json=body)
         return job_from_json(doc), bool(doc.get("changed"))
 

@@ -13,6 +13,7 @@ from typing import Any
 from cronwheel.domain.models import DURATION_POLICIES, JobPolicies, JobSpec
 from cronwheel.domain.overlap import OverlapPolicy
 from cronwheel.domain.policies import MisfirePolicy
+from cronwheel.domain.policy_table import POLICIES_BY_NAME
 from cronwheel.domain.schedules import AtSchedule, NowSchedule, Schedule
 from cronwheel.errors import ValidationError
 
@@ -63,7 +64,12 @@ def build_policies(
     max_attempts: int | None = None,
     **overrides: Any,
 ) -> JobPolicies:
-    """JobPolicies from friendly keyword arguments (``retries=3`` = 4 attempts)."""
+    """JobPolicies from friendly keyword arguments (``retries=3`` = 4 attempts); the
+    keywords are the rows of domain/policy_table.py."""
+    for key in overrides:
+        if key not in POLICIES_BY_NAME:
+            known = ", ".join(POLICIES_BY_NAME)
+            raise ValidationError(f"is not a job policy (the policies: {known})", field=key)
     if retries is not None and max_attempts is not None:
         raise ValidationError("give retries or max_attempts, not both", field="retries")
     values = {k: v for k, v in overrides.items() if v is not None}
