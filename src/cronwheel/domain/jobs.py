@@ -13,7 +13,7 @@ from typing import Any
 from cronwheel.domain.models import DURATION_POLICIES, JobPolicies, JobSpec
 from cronwheel.domain.overlap import OverlapPolicy
 from cronwheel.domain.policies import MisfirePolicy
-from cronwheel.domain.policy_table import POLICIES_BY_NAME
+from cronwheel.domain.policy_table import POLICIES_BY_NAME, parse_seconds_or_duration
 from cronwheel.domain.schedules import AtSchedule, NowSchedule, Schedule
 from cronwheel.errors import ValidationError
 
@@ -82,6 +82,8 @@ def build_policies(
     for key, value in list(values.items()):
         if key in DURATION_POLICIES and isinstance(value, int | float):
             values[key] = timedelta(seconds=value)
+        elif key in DURATION_POLICIES and isinstance(value, str):  # "30s", "1h30m"
+            values[key] = parse_seconds_or_duration(value, key)
     if "overlap" in values:
         try:
             values["overlap"] = OverlapPolicy(values["overlap"])
