@@ -107,7 +107,7 @@ def test_bad_schedules_are_422_naming_the_field(
         ({"policies": {"visibility_timeout": "0s"}}, "policies.visibility_timeout"),
         ({"policies": {"visibility_timeout": -1}}, "policies.visibility_timeout"),
         ({"policies": {"retries": -1}}, "policies.retries"),
-            ({"policies": {"retries": 1, "max_attempts": 2}}, "policies.retries"),
+        ({"policies": {"retries": 1, "max_attempts": 2}}, "policies.retries"),
         ({"paused": "yes"}, "paused"),
         ({"surprise": 1}, "surprise"),
     ],

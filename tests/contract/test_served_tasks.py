@@ -87,3 +87,14 @@ def test_a_scheduler_node_serves_nothing(harness: Harness) -> None:
     _queue(harness, "a", 1)
     _node(harness, "s1", kind="scheduler", tasks=["a"])
     assert harness.store.unserved_queued(alive_within=10 * S) == {"a": 1}
+
+
+def test_unserved_queued_of_one_namespace(harness: Harness) -> None:
+    _queue(harness, "a", 2)
+    harness.store.enqueue_now(spec("other-a", task="a", schedule=NowSchedule(), namespace="o"))
+    harness.store.enqueue_now(spec("other-z", task="z", schedule=NowSchedule(), namespace="o"))
+    window = 10 * S
+    assert harness.store.unserved_queued(alive_within=window) == {"a": 3, "z": 1}
+    assert harness.store.unserved_queued(alive_within=window, namespace="default") == {"a": 2}
+    assert harness.store.unserved_queued(alive_within=window, namespace="o") == {"a": 1, "z": 1}
+    assert harness.store.unserved_queued(alive_within=window, namespace="none") == {}

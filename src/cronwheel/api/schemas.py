@@ -296,6 +296,9 @@ class StatusOut(_Out):
     running: int
     oldest_queued_due_at: str | None
     backlog: dict[str, int]
+    unserved: dict[str, int] = Field(
+        description="queued firings per task no worker that heartbeated within 30 s serves"
+    )
 
 
 class HealthOut(_Out):

@@ -103,6 +103,8 @@ class Completion:
 SERVED_TASKS_REFRESH = timedelta(minutes=1)
 # unserved_queued counts at most this many queued firings.
 UNSERVED_SCAN = 100_000
+# A worker serves its tasks while its node heartbeated within this (status, dashboard).
+WORKER_ALIVE_WITHIN = timedelta(seconds=30)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -363,10 +365,12 @@ class AdminPort(Protocol):
         registered. Task names are global: a worker claims its tasks in every namespace."""
         ...
 
-    def unserved_queued(self, *, alive_within: timedelta, limit: int = 50) -> dict[str, int]:
-        """Queued firings per task, for the tasks no worker node that heartbeated within
-        ``alive_within`` serves: at most ``limit`` tasks, most waiting first, counted over
-        at most UNSERVED_SCAN queued firings."""
+    def unserved_queued(
+        self, *, alive_within: timedelta, namespace: str | None = None, limit: int = 50
+    ) -> dict[str, int]:
+        """Queued firings (of ``namespace``, or every one) per task, for the tasks no
+        worker node that heartbeated within ``alive_within`` serves: at most ``limit``
+        tasks, most waiting first, counted over at most UNSERVED_SCAN queued firings."""
         ...
 
     def status(self) -> StoreStatus: ...

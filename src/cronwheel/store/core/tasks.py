@@ -30,8 +30,11 @@ class TaskFlows(AdminFlows[D]):
             for r in self._all("list_served_tasks", {"limit": limit})
         ]
 
-    def unserved_queued(self, *, alive_within: timedelta, limit: int = 50) -> dict[str, int]:
+    def unserved_queued(
+        self, *, alive_within: timedelta, namespace: str | None = None, limit: int = 50
+    ) -> dict[str, int]:
         params = {
+            "namespace": namespace,
             "within": self.db.duration(alive_within),
             "scan": UNSERVED_SCAN,
             "limit": limit,

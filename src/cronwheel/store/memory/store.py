@@ -342,7 +342,9 @@ class MemoryStore(ApiMethods):
                 for task, (first, last) in sorted(data.served_tasks.items())[:limit]
             ]
 
-    def unserved_queued(self, *, alive_within: timedelta, limit: int = 50) -> dict[str, int]:
+    def unserved_queued(
+        self, *, alive_within: timedelta, namespace: str | None = None, limit: int = 50
+    ) -> dict[str, int]:
         with self._tx() as data:
             since = self._now_us() - duration_us(alive_within)
             live: set[str] = set()
@@ -352,7 +354,9 @@ class MemoryStore(ApiMethods):
             waiting: dict[str, int] = {}
             scanned = 0
             for f in data.firings.values():
-                if f.state == "queued" and scanned < UNSERVED_SCAN:
+                if f.state != "queued" or namespace not in (None, f.namespace):
+                    continue
+                if scanned < UNSERVED_SCAN:
                     scanned += 1
                     waiting[f.task] = waiting.get(f.task, 0) + 1
             ranked = sorted(

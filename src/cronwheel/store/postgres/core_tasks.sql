@@ -21,12 +21,15 @@ WHERE served_tasks.last_seen <= excluded.last_seen - %(refresh)s::interval
 SELECT task, first_seen, last_seen FROM served_tasks ORDER BY task LIMIT %(limit)s
 
 -- name: unserved_queued
--- Queued firings by task, for the tasks no worker that heartbeated within %(within)s
+-- Queued firings by task (of namespace %(namespace)s, or all when null), for the tasks no worker that heartbeated within %(within)s
 -- serves (its info's tasks): at most %(scan)s queued firings counted, at most %(limit)s
 -- tasks, most waiting first. [firings_claim; nodes scanned, a few rows]
 SELECT g.task, g.n
 FROM (SELECT q.task, count(*) AS n
-      FROM (SELECT task FROM firings WHERE state = 'queued' LIMIT %(scan)s) AS q
+      FROM (SELECT task FROM firings
+            WHERE state = 'queued'
+              AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s::text)
+            LIMIT %(scan)s) AS q
       GROUP BY q.task) AS g
 WHERE NOT EXISTS (
     SELECT 1 FROM nodes AS n

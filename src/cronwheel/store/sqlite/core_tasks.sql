@@ -19,12 +19,14 @@ WHERE served_tasks.last_seen <= excluded.last_seen - :refresh
 SELECT task, first_seen, last_seen FROM served_tasks ORDER BY task LIMIT :limit
 
 -- name: unserved_queued
--- Queued firings by task, for the tasks no worker that heartbeated within :within
+-- Queued firings by task (of namespace :namespace, or all when null), for the tasks no worker that heartbeated within :within
 -- microseconds serves (its info's tasks): at most :scan queued firings counted, at
 -- most :limit tasks, most waiting first. [firings_claim; nodes scanned, a few rows]
 SELECT g.task, g.n
 FROM (SELECT q.task, count(*) AS n
-      FROM (SELECT task FROM firings WHERE state = 'queued' LIMIT :scan) AS q
+      FROM (SELECT task FROM firings
+            WHERE state = 'queued' AND (:namespace IS NULL OR namespace = :namespace)
+            LIMIT :scan) AS q
       GROUP BY q.task) AS g
 WHERE NOT EXISTS (
     SELECT 1 FROM nodes AS n, json_each(n.info, '$.tasks') AS t
