@@ -4,6 +4,7 @@ the rows of domain/policy_table.py, and a policy set through each is stored."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import fields
 from datetime import timedelta
 from pathlib import Path
@@ -171,3 +172,86 @@ def test_api_refuses_a_bad_policy_naming_it(name: str, api: Api) -> None:
     assert r.status_code == 422, r.text
     assert r.json()["error"]["field"] == f"policies.{name}"
     assert api.counts() == before
+
+
+# -- the dashboard's new-job form -------------------------------------------------------------
+FORM = {"name": "j", "task": "t", "kind": "every", "schedule": "5m"}
+
+
+def test_the_dashboard_form_fields_are_the_table(open_api: Api) -> None:
+    html = open_api.client.get("/ui/jobs/new").text
+    names = re.findall(r'name="([a-z_]+)" data-policy', html)
+    assert sorted(names) == sorted(POLICY_NAMES)
+
+
+def test_dashboard_form_policies_round_trip(open_api: Api) -> None:
+    form = FORM | {k: v[0] for k, v in SAMPLES.items()}
+    r = open_api.client.post("/ui/jobs/new", json=form)
+    assert r.status_code == 201, r.text
+    assert r.json()["url"] == f"/ui/jobs/{r.json()['id']}"
+    stored = open_api.store.get_job("default", "j").spec.policies
+    for name, (_, _, value) in SAMPLES.items():
+        assert getattr(stored, name) == value, name
+    r = open_api.client.post("/ui/jobs/new", json=FORM | {"name": "k", "retries": RETRIES[0]})
+    assert r.status_code == 201, r.text
+    assert open_api.store.get_job("default", "k").spec.policies.max_attempts == RETRIES[2]
+    page = open_api.client.get(r.json()["url"])
+    assert page.status_code == 200 and "k" in page.text
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_dashboard_form_refuses_a_bad_policy_naming_it(name: str, open_api: Api) -> None:
+    before = open_api.counts()
+    r = open_api.client.post("/ui/jobs/new", json=FORM | {name: BAD[name][0]})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["field"] == name
+    assert open_api.counts() == before
+
+
+@pytest.mark.parametrize(
+    ("form", "field"),
+    [
+        (FORM | {"surprise": "1"}, "surprise"),
+        (FORM | {"kind": "sometimes"}, "kind"),
+        (FORM | {"schedule": ""}, "schedule"),
+        (FORM | {"schedule": "5 parsecs"}, "interval"),
+        (FORM | {"task": "bad task"}, "task"),
+        (FORM | {"name": ""}, "name"),
+    ],
+)
+def test_dashboard_form_refuses_bad_fields(open_api: Api, form: dict[str, str], field: str) -> None:
+    before = open_api.counts()
+    r = open_api.client.post("/ui/jobs/new", json=form)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["field"] == field
+    assert open_api.counts() == before
+
+
+def test_dashboard_form_checks_the_task_and_the_role(api: Api) -> None:
+    from tests.api.test_unknown_tasks import register_worker
+
+    register_worker(api.store, "backup")
+    r = api.call("POST", "/ui/jobs/new", json=FORM)
+    assert r.status_code == 422 and r.json()["error"]["field"] == "task"
+    assert "known tasks: backup" in r.json()["error"]["message"]
+    r = api.call("POST", "/ui/jobs/new", json=FORM | {"allow_unknown_task": "on"})
+    assert r.status_code == 201, r.text
+    assert api.store.get_job("team-a", "j").spec.task == "t"
+    r = api.call("POST", "/ui/jobs/new", "read", json=FORM | {"name": "k", "task": "backup"})
+    assert r.status_code == 403
+    r = api.call("POST", "/ui/jobs/new", json=FORM | {"task": "backup"})
+    assert r.status_code == 409 and r.json()["error"]["field"] == "name"
+    r = api.call(
+        "POST",
+        "/ui/jobs/new",
+        json=FORM | {"name": "x", "task": "backup"},
+        headers={"Origin": "https://evil.example"},
+    )
+    assert r.status_code == 403 and r.json()["error"]["field"] == "Origin"
+
+
+def test_dashboard_form_needs_a_login(api: Api) -> None:
+    r = api.client.get("/ui/jobs/new", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/ui/login"
+    r = api.client.post("/ui/jobs/new", json=FORM)
+    assert r.status_code == 401 and api.counts()[0] == 0
