@@ -173,3 +173,15 @@ def test_cli_refuses_a_task_no_worker_served(
     assert code == 2 and "task" in err
     code, out, _ = run(["jobs", "list", "--json", "--store", url], capsys)
     assert sorted(j["task"] for j in json.loads(out)) == ["bakup", "first"]
+
+
+def test_api_enqueue_refuses_a_task_no_worker_served(api: Api) -> None:
+    register_worker(api.store, "resize")
+    before = api.counts()
+    r = api.call("POST", "/v1/firings", json={"task": "resise"})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "task"
+    assert "known tasks: resize" in r.json()["error"]["message"]
+    assert api.counts() == before
+    assert api.call("POST", "/v1/firings", json={"task": "resize"}).status_code == 201
+    r = api.call("POST", "/v1/firings", json={"task": "resise", "allow_unknown_task": True})
+    assert r.status_code == 201 and r.json()["task"] == "resise"

@@ -128,6 +128,9 @@ class EnqueueIn(_In):
     task: str = Field(max_length=200, examples=["resize_image"])
     args: list[Any] = Field(default_factory=list)
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    allow_unknown_task: bool = Field(
+        False, description="accept a task no worker has served yet (refused otherwise, 422)"
+    )
 
 
 class PreviewIn(_In):
