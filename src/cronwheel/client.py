@@ -215,9 +215,9 @@ class Client:
         allow_unknown_task: bool = False,
     ) -> Job:
         """Create a job; ConflictError (code ``job_exists``) when the name is taken.
-        ``policies`` keys: max_attempts, retry_backoff, visibility_timeout, timeout,
-        misfire, misfire_grace, catchup_window, max_catchup, priority (durations in
-        seconds or text like ``"5m"``)."""
+        ``policies`` keys: the names of domain/policy_table.py (retries, max_attempts,
+        retry_backoff, misfire_grace, ...; durations in seconds or text like ``"5m"``).
+        ``allow_unknown_task``: accept a task no worker has served yet."""
         body = _job_body(task, schedule, args, kwargs, policies, paused, allow_past)
         body |= {k: _text(v) if isinstance(v, datetime) else v for k, v in (bounds or {}).items()}
         if allow_unknown_task:  # a task no worker has served yet (see README)
