@@ -13,13 +13,16 @@ from typing import Any
 import pytest
 
 from cronwheel.api.schemas import PoliciesIn
+from cronwheel.app import App
 from cronwheel.cli.jobs_add import add_command
 from cronwheel.domain.jobs import build_policies
 from cronwheel.domain.models import JobPolicies
 from cronwheel.domain.overlap import OverlapPolicy
 from cronwheel.domain.policies import MisfirePolicy
 from cronwheel.domain.policy_table import POLICY_NAMES, markdown_table
+from cronwheel.domain.schedules import every
 from cronwheel.errors import ValidationError
+from cronwheel.store.memory import MemoryStore
 from cronwheel.store.sqlite import SqliteStore
 from tests.api.conftest import Api
 from tests.api.test_unknown_tasks import run
@@ -89,6 +92,21 @@ def test_the_table_is_every_policy_the_python_api_takes() -> None:
     with pytest.raises(ValidationError) as err:
         build_policies(retry_delay=3)
     assert err.value.field == "retry_delay"
+
+
+def test_python_policies_round_trip() -> None:
+    app = App("memory://")
+    app.use_store(MemoryStore())
+    job = app.schedule("t", every("1m"), name="j", **{k: v[1] for k, v in SAMPLES.items()})
+    stored = app.store.get_job("default", job.name).spec.policies
+    for name, (_, _, value) in SAMPLES.items():
+        assert getattr(stored, name) == value, name
+    assert app.schedule("t", every("1m"), name="k", retries=4).spec.policies.max_attempts == 5
+    for name, (_, bad) in BAD.items():
+        with pytest.raises(ValidationError) as err:
+            app.schedule("t", every("1m"), name="bad", **{name: bad})
+        assert err.value.field == name, name
+    assert [j.name for j in app.store.list_jobs()] == ["j", "k"]
 
 
 def test_the_cli_flags_are_the_table() -> None:
