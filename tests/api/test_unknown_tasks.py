@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from cronwheel.errors import ValidationError
 from cronwheel.store.memory import MemoryStore
 from cronwheel.store.protocol import Store
 from cronwheel.store.sqlite import SqliteStore
-from tests.api.conftest import Api
+from tests.api.conftest import Api, Server
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -185,3 +185,19 @@ def test_api_enqueue_refuses_a_task_no_worker_served(api: Api) -> None:
     assert api.call("POST", "/v1/firings", json={"task": "resize"}).status_code == 201
     r = api.call("POST", "/v1/firings", json={"task": "resise", "allow_unknown_task": True})
     assert r.status_code == 201 and r.json()["task"] == "resise"
+
+
+def test_remote_cli_refuses_a_task_no_worker_served(
+    server: Server, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRONWHEEL_URL", server.url)
+    monkeypatch.setenv("CRONWHEEL_TOKEN", server.write)
+    register_worker(server.store, "backup")
+    add = ["jobs", "add", "n1", "--task", "bakup", "--every", "5m", "--misfire-grace", "2m"]
+    code, out, err = run(add, capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "task" in err and "known tasks: backup" in err
+    code, out, err = run([*add, "--allow-unknown-task"], capsys)
+    assert code == 0, err
+    job = server.store.get_job("team-a", "n1")
+    assert job.spec.task == "bakup" and job.spec.policies.misfire_grace == timedelta(minutes=2)
