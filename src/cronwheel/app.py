@@ -79,6 +79,7 @@ class App:
         self.namespace = namespace
         # refuse jobs (schedule, enqueue) whose task no worker has served (see README)
         self.allow_unknown_task = allow_unknown_task
+        self._served: set[str] = set()  # tasks this App saw served (never unserved again)
         self.clock: Clock = clock or SystemClock()
         self.registry = TaskRegistry()
         self.tasks: dict[str, Task[Any, Any]] = {}
@@ -93,6 +94,7 @@ class App:
 
     def use_store(self, store: Store) -> None:
         self._store = store
+        self._served.clear()
 
     def close(self) -> None:
         if self._store is not None:
@@ -231,7 +233,10 @@ class App:
         return self.store.enqueue_now(spec)
 
     def _require_served(self, task: str, allow: bool | None) -> None:
-        if self.allow_unknown_task if allow is None else allow:
+        if (self.allow_unknown_task if allow is None else allow) or task in self._served:
             return
         validate_task(task)  # a malformed name is refused as such, not as unknown
-        require_served_task(task, [t.task for t in self.store.served_tasks()])
+        served = [t.task for t in self.store.served_tasks()]
+        require_served_task(task, served)
+        # a served task stays served (the table only grows): enqueue pays one read per task
+        self._served.update(served)

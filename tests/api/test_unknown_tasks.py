@@ -201,3 +201,28 @@ def test_remote_cli_refuses_a_task_no_worker_served(
     assert code == 0, err
     job = server.store.get_job("team-a", "n1")
     assert job.spec.task == "bakup" and job.spec.policies.misfire_grace == timedelta(minutes=2)
+
+
+def test_app_reads_the_served_tasks_once_per_served_task(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register_worker(app.store, "a", "b")
+    reads: list[int] = []
+    served_tasks = app.store.served_tasks
+
+    def counting(**kw: Any) -> Any:
+        reads.append(1)
+        return served_tasks(**kw)
+
+    monkeypatch.setattr(app.store, "served_tasks", counting)
+    for _ in range(3):
+        app.enqueue("a")
+        app.enqueue("b")
+    assert len(reads) == 1  # a served task stays served: no read per enqueue
+    with pytest.raises(ValidationError):
+        app.enqueue("c")
+    with pytest.raises(ValidationError):
+        app.enqueue("c")
+    assert len(reads) == 3  # an unknown one is looked up each time (a worker may come)
+    register_worker(app.store, "c", node_id="w2")
+    assert app.enqueue("c").task == "c"
