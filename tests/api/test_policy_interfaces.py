@@ -273,3 +273,15 @@ def test_dashboard_form_needs_a_login(api: Api) -> None:
     assert r.status_code == 303 and r.headers["location"] == "/ui/login"
     r = api.client.post("/ui/jobs/new", json=FORM)
     assert r.status_code == 401 and api.counts()[0] == 0
+
+
+def test_a_table_row_must_be_complete() -> None:
+    from cronwheel.domain.policy_table import Policy
+
+    with pytest.raises(TypeError):
+        Policy(name="x", kind="int", help="no bounds")
+    with pytest.raises(TypeError):
+        Policy(name="x", kind="choice", help="no choices")
+    with pytest.raises(TypeError):
+        Policy(name="x", kind="duration", help="bounds", low=1, high=2)
+    assert Policy(name="x", kind="number", help="ok", low=0, high=1).flag == "--x"

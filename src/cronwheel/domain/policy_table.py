@@ -38,7 +38,13 @@ class Policy:
     low: float | None = None  # int/number bounds, inclusive
     high: float | None = None
     choices: tuple[str, ...] = ()
-    nullable: bool = False  # None is a meaningful value (no limit / per-kind default)
+
+    def __post_init__(self) -> None:
+        numeric = self.kind in ("int", "number")
+        if numeric != (self.low is not None and self.high is not None):
+            raise TypeError(f"policy {self.name}: bounds are for int and number policies")
+        if (self.kind == "choice") != bool(self.choices):
+            raise TypeError(f"policy {self.name}: choices are for choice policies")
 
     @property
     def flag(self) -> str:
@@ -124,7 +130,7 @@ POLICY_TABLE: tuple[Policy, ...] = (
     Policy(name="retry_backoff", kind="duration", help="First retry delay (doubles, jittered)."),
     Policy(name="retry_backoff_max", kind="duration", help="Longest retry delay."),
     Policy(name="visibility_timeout", kind="duration", help="Claim lease a heartbeat renews."),
-    Policy(name="timeout", kind="duration", nullable=True, help="Handler time limit."),
+    Policy(name="timeout", kind="duration", help="Handler time limit."),
     Policy(
         name="misfire",
         kind="choice",
@@ -148,7 +154,6 @@ POLICY_TABLE: tuple[Policy, ...] = (
     Policy(
         name="max_concurrency",
         kind="int",
-        nullable=True,
         low=1,
         high=10_000,
         help="Firings of the job running at once (1 for recurring jobs when unset).",
@@ -164,14 +169,12 @@ POLICY_TABLE: tuple[Policy, ...] = (
     Policy(
         name="start_deadline",
         kind="duration",
-        nullable=True,
         help="A firing not started within this is recorded MISSED.",
     ),
     Policy(name="jitter", kind="duration", help="Spread starts by up to this delay (0-1 day)."),
     Policy(
         name="lateness_objective",
         kind="duration",
-        nullable=True,
         help="The p99 start lateness the job must meet (status flags breaches).",
     ),
 )
