@@ -98,3 +98,46 @@ def test_unserved_queued_of_one_namespace(harness: Harness) -> None:
     assert harness.store.unserved_queued(alive_within=window, namespace="default") == {"a": 2}
     assert harness.store.unserved_queued(alive_within=window, namespace="o") == {"a": 1, "z": 1}
     assert harness.store.unserved_queued(alive_within=window, namespace="none") == {}
+
+
+def test_most_heartbeats_skip_the_served_tasks_statement(tmp_path: Any) -> None:
+    """SQLite, traced: a worker's heartbeat runs the served-tasks upsert on at most one
+    heartbeat a minute (by the store's clock) per handle; the others are one UPDATE."""
+    from cronwheel.domain.clock import FakeClock
+    from cronwheel.store.sqlite import SqliteStore
+    from tests.contract.conftest import T0
+
+    clock = FakeClock(T0)
+    store = SqliteStore(str(tmp_path / "trace.db"), clock=clock)
+    store.migrate()
+    statements: list[str] = []
+    store.db.conn.set_trace_callback(statements.append)
+    try:
+        store.register_node(
+            NodeInfo(
+                id="w1",
+                kind="worker",
+                hostname="h",
+                pid=1,
+                started_at=T0,
+                heartbeat_at=T0,
+                info={"tasks": ["a"]},
+            )
+        )
+
+        def upserts() -> int:
+            return sum(1 for s in statements if "INSERT INTO served_tasks" in s)
+
+        assert upserts() == 1  # registration
+        for _ in range(11):  # a heartbeat every 5 s for 55 s
+            clock.advance(5 * S)
+            store.heartbeat_node("w1")
+        assert upserts() == 1
+        clock.advance(5 * S)  # 60 s after the registration
+        store.heartbeat_node("w1")
+        assert upserts() == 2
+        (a,) = store.served_tasks()
+        assert a.last_seen == T0 + 60 * S
+    finally:
+        store.db.conn.set_trace_callback(None)
+        store.close()

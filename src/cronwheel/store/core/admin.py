@@ -100,20 +100,40 @@ class AdminFlows(Generic[D]):
         }
         served = {"id": node.id, "refresh": self.db.duration(timedelta(0))}
 
-        def body(tx: Tx) -> None:
+        def body(tx: Tx) -> Sequence[Row]:
             tx.run("register_node", params)
-            tx.run("record_served_tasks", served)  # a worker's tasks (core_tasks.sql)
+            return tx.all("record_served_tasks", served)  # a worker's tasks (core_tasks.sql)
 
-        self.db.write(body)
+        recorded = self.db.write(body)
+        if recorded:
+            self._served_recorded()[node.id] = codec.req_instant(recorded[0]["last_seen"])
 
     def heartbeat_node(self, node_id: str) -> None:
+        """The node's heartbeat; a worker's served tasks are refreshed on at most one
+        heartbeat a minute (by the store's clock) of this handle, so most heartbeats are
+        the one UPDATE."""
         served = {"id": node_id, "refresh": self.db.duration(SERVED_TASKS_REFRESH)}
+        last = self._served_recorded()
 
-        def body(tx: Tx) -> None:
-            if tx.run("heartbeat_node", {"id": node_id}):
-                tx.run("record_served_tasks", served)  # writes at most once a minute
+        def body(tx: Tx) -> datetime | None:
+            row = tx.one("heartbeat_node", {"id": node_id})
+            if row is None or row["kind"] != "worker":
+                return None
+            beat = codec.req_instant(row["heartbeat_at"])
+            seen = last.get(node_id)
+            if seen is not None and beat - seen < SERVED_TASKS_REFRESH:
+                return None
+            tx.all("record_served_tasks", served)
+            return beat
 
-        self.db.write(body)
+        recorded_at = self.db.write(body)
+        if recorded_at is not None:  # committed
+            last[node_id] = recorded_at
+
+    def _served_recorded(self) -> dict[str, datetime]:
+        """When this handle last recorded each node's served tasks (the store's clock)."""
+        recorded: dict[str, datetime] = vars(self).setdefault("_served_at", {})
+        return recorded
 
     def remove_node(self, node_id: str) -> None:
         self.db.write(lambda tx: tx.run("remove_node", {"id": node_id}), atomic=False)

@@ -4,9 +4,10 @@
 
 -- name: record_served_tasks
 -- The tasks of worker node %(id)s's info, recorded as served: new ones inserted, known
--- ones' last_seen moved only when older than %(refresh)s (0 on registration, a minute
--- on heartbeat, so a heartbeat mostly writes nothing). [nodes primary key,
--- served_tasks primary key]
+-- ones' last_seen moved only when older than %(refresh)s (0 on registration, a
+-- minute on heartbeat); returns the rows written. Run on registration, and on at most
+-- one heartbeat a minute per node and store handle (core/admin.py).
+-- [nodes primary key, served_tasks primary key]
 INSERT INTO served_tasks (task, first_seen, last_seen)
 SELECT DISTINCT t.task, :now, :now
 FROM nodes AS n,
@@ -15,6 +16,7 @@ FROM nodes AS n,
 WHERE n.id = %(id)s AND n.kind = 'worker'
 ON CONFLICT (task) DO UPDATE SET last_seen = excluded.last_seen
 WHERE served_tasks.last_seen <= excluded.last_seen - %(refresh)s::interval
+RETURNING last_seen
 
 -- name: list_served_tasks
 -- Every task a worker ever served, by name (at most %(limit)s). [served_tasks primary key]

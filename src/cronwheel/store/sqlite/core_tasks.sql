@@ -4,15 +4,17 @@
 
 -- name: record_served_tasks
 -- The tasks of worker node :id's info, recorded as served: new ones inserted, known
--- ones' last_seen moved only when older than :refresh microseconds (0 on registration,
--- a minute on heartbeat, so a heartbeat mostly writes nothing). [nodes primary key,
--- served_tasks primary key]
+-- ones' last_seen moved only when older than :refresh microseconds (0 on registration, a
+-- minute on heartbeat); returns the rows written. Run on registration, and on at most
+-- one heartbeat a minute per node and store handle (core/admin.py).
+-- [nodes primary key, served_tasks primary key]
 INSERT INTO served_tasks (task, first_seen, last_seen)
 SELECT DISTINCT t.value, :now, :now
 FROM nodes AS n, json_each(n.info, '$.tasks') AS t
 WHERE n.id = :id AND n.kind = 'worker' AND t.type = 'text'
 ON CONFLICT (task) DO UPDATE SET last_seen = excluded.last_seen
 WHERE served_tasks.last_seen <= excluded.last_seen - :refresh
+RETURNING last_seen
 
 -- name: list_served_tasks
 -- Every task a worker ever served, by name (at most :limit). [served_tasks primary key]
