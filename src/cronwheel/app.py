@@ -21,8 +21,8 @@ from datetime import datetime
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from cronwheel.domain.clock import Clock, SystemClock
-from cronwheel.domain.jobs import build_policies, spec_first_fire_at
-from cronwheel.domain.models import Firing, Job, JobPolicies, JobSpec
+from cronwheel.domain.jobs import build_policies, require_served_task, spec_first_fire_at
+from cronwheel.domain.models import Firing, Job, JobPolicies, JobSpec, validate_task
 from cronwheel.domain.schedules import NowSchedule, Schedule
 from cronwheel.store.protocol import Store
 from cronwheel.store.url import DEFAULT_STORE_URL, open_store
@@ -73,9 +73,13 @@ class App:
         *,
         namespace: str = "default",
         clock: Clock | None = None,
+        allow_unknown_task: bool = False,
     ) -> None:
         self.store_url = store_url
         self.namespace = namespace
+        # refuse jobs (schedule, enqueue) whose task no worker has served (see README)
+        self.allow_unknown_task = allow_unknown_task
+        self._served: set[str] = set()  # tasks this App saw served (never unserved again)
         self.clock: Clock = clock or SystemClock()
         self.registry = TaskRegistry()
         self.tasks: dict[str, Task[Any, Any]] = {}
@@ -90,6 +94,7 @@ class App:
 
     def use_store(self, store: Store) -> None:
         self._store = store
+        self._served.clear()
 
     def close(self) -> None:
         if self._store is not None:
@@ -179,10 +184,16 @@ class App:
         end_at: datetime | None = None,
         max_runs: int | None = None,
         paused: bool = False,
+        allow_unknown_task: bool | None = None,
         **policies: Any,
     ) -> Job:
-        """Create (or, with ``replace``, upsert) a job running ``task`` on ``schedule``."""
+        """Create (or, with ``replace``, upsert) a job running ``task`` on ``schedule``.
+
+        A task no worker has ever served is refused (ValidationError naming ``task``)
+        once any worker registered with the store, unless ``allow_unknown_task`` (default:
+        the App's)."""
         task_name = task.name if isinstance(task, Task) else task
+        self._require_served(task_name, allow_unknown_task)
         spec = JobSpec(
             name=name or task_name,
             task=task_name,
@@ -203,8 +214,12 @@ class App:
         return self.store.create_job(spec, first_fire_at=first)
 
     def enqueue(self, task: str | Task[Any, Any], /, *args: Any, **kwargs: Any) -> Firing:
-        """Run ``task(ctx, *args, **kwargs)`` on a worker as soon as possible."""
+        """Run ``task(ctx, *args, **kwargs)`` on a worker as soon as possible.
+
+        A task no worker has ever served is refused as by ``schedule`` (unless the App
+        was made with ``allow_unknown_task=True``)."""
         task_name = task.name if isinstance(task, Task) else task
+        self._require_served(task_name, None)
         base = self.tasks.get(task_name)
         spec = JobSpec(
             name=f"{task_name}@{uuid.uuid4().hex[:12]}",
@@ -216,3 +231,12 @@ class App:
             policies=base.policies if base is not None else JobPolicies(),
         )
         return self.store.enqueue_now(spec)
+
+    def _require_served(self, task: str, allow: bool | None) -> None:
+        if (self.allow_unknown_task if allow is None else allow) or task in self._served:
+            return
+        validate_task(task)  # a malformed name is refused as such, not as unknown
+        served = [t.task for t in self.store.served_tasks()]
+        require_served_task(task, served)
+        # a served task stays served (the table only grows): enqueue pays one read per task
+        self._served.update(served)

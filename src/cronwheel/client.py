@@ -233,13 +233,16 @@ class Client:
         paused: bool = False,
         allow_past: bool = False,
         bounds: Mapping[str, Any] | None = None,
+        allow_unknown_task: bool = False,
     ) -> Job:
         """Create a job; ConflictError (code ``job_exists``) when the name is taken.
-        ``policies`` keys: max_attempts, retry_backoff, visibility_timeout, timeout,
-        misfire, misfire_grace, catchup_window, max_catchup, priority (durations in
-        seconds or text like ``"5m"``)."""
+        ``policies`` keys: the names of domain/policy_table.py (retries, max_attempts,
+        retry_backoff, misfire_grace, ...; durations in seconds or text like ``"5m"``).
+        ``allow_unknown_task``: accept a task no worker has served yet."""
         body = _job_body(task, schedule, args, kwargs, policies, paused, allow_past)
         body |= {k: _text(v) if isinstance(v, datetime) else v for k, v in (bounds or {}).items()}
+        if allow_unknown_task:  # a task no worker has served yet (see README)
+            body["allow_unknown_task"] = True
         return job_from_json(self._call("POST", "/v1/jobs", json=body | {"name": name}))
 
     def put_job(
@@ -254,11 +257,14 @@ class Client:
         paused: bool | None = None,
         allow_past: bool = False,
         bounds: Mapping[str, Any] | None = None,
+        allow_unknown_task: bool = False,
     ) -> tuple[Job, bool]:
         """Create or update by name; returns (job, changed). The same call twice is a no-op.
         ``bounds``: ``start_at``, ``end_at`` (instants) and ``max_runs``."""
         body = _job_body(task, schedule, args, kwargs, policies, paused, allow_past)
         body |= {k: _text(v) if isinstance(v, datetime) else v for k, v in (bounds or {}).items()}
+        if allow_unknown_task:  # a task no worker has served yet (see README)
+            body["allow_unknown_task"] = True
         doc = self._call("PUT", self._path(name), json=body)
         return job_from_json(doc), bool(doc.get("changed"))
 

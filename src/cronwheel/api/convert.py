@@ -66,6 +66,13 @@ def to_policies(body: PoliciesIn | None, base: JobPolicies | None = None) -> Job
     defaults = JobPolicies()
     changes: dict[str, Any] = {}
     given = {} if body is None else body.model_dump(exclude_unset=True)
+    if "retries" in given:  # the friendly spelling of max_attempts (domain/policy_table.py)
+        retries = given.pop("retries")
+        if retries is not None and given.get("max_attempts") is not None:
+            raise ValidationError(
+                "give retries or max_attempts, not both", field="policies.retries"
+            )
+        given["max_attempts"] = None if retries is None else retries + 1
     for name, value in given.items():
         if value is None:
             changes[name] = getattr(defaults, name)

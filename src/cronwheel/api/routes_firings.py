@@ -23,6 +23,7 @@ from cronwheel.api.routes_jobs import JobName
 from cronwheel.api.schemas import CancelOut, EnqueueIn, FiringList, FiringOut, FiringStateName
 from cronwheel.domain.attempts import Attempt
 from cronwheel.domain.firing import FiringState
+from cronwheel.domain.jobs import require_served_task
 from cronwheel.domain.models import Firing, FiringId, JobSpec
 from cronwheel.domain.schedules import NowSchedule
 from cronwheel.errors import FiringNotFoundError
@@ -161,7 +162,8 @@ def enqueue(
         ),
     ] = None,
 ) -> dict[str, Any]:
-    """A one-off firing of `task` due now (201)."""
+    """A one-off firing of `task` due now (201); 422 naming `task` when no worker has
+    ever served it (once any worker registered), unless `allow_unknown_task`."""
     store = store_of(request)
     spec = JobSpec(
         name=f"{body.task}@{uuid.uuid4().hex[:12]}",
@@ -171,6 +173,8 @@ def enqueue(
         kwargs=body.kwargs,
         namespace=principal.namespace,
     )
+    if not body.allow_unknown_task:  # as App.enqueue: a task no worker has served
+        require_served_task(spec.task, [t.task for t in store.served_tasks()])
     if idempotency_key is None:
         return firing_to_json(store.enqueue_now(spec))
     if not _KEY_RE.fullmatch(idempotency_key):

@@ -29,7 +29,7 @@ from cronwheel.api.schemas import (
     JobState,
     TriggerIn,
 )
-from cronwheel.domain.jobs import spec_first_fire_at
+from cronwheel.domain.jobs import require_served_task, spec_first_fire_at
 from cronwheel.domain.models import Job, JobSpec
 from cronwheel.domain.policies import instants_between
 from cronwheel.errors import ConflictError, JobNotFoundError, ValidationError
@@ -67,6 +67,7 @@ def create_job(body: JobCreate, principal: Writer, request: Request) -> dict[str
     """409 `job_exists` when the name is taken."""
     store = store_of(request)
     spec = _spec(principal, body.name, body, bool(body.paused))
+    _require_served(store, spec.task, body.allow_unknown_task)
     first = spec_first_fire_at(spec, store.now(), allow_past=body.allow_past)
     return job_out(store.create_job(spec, first_fire_at=first), upcoming=UPCOMING)
 
@@ -82,6 +83,8 @@ def put_job(
     existing = _find(store, principal.namespace, name)
     paused = body.paused if body.paused is not None else bool(existing and existing.paused)
     spec = _spec(principal, name, body, paused)
+    if existing is None or existing.spec.task != spec.task:
+        _require_served(store, spec.task, body.allow_unknown_task)
     if existing is not None and existing.spec.spec_hash() == spec.spec_hash():
         first = existing.next_fire_at  # unchanged: an `at` now past is no error
     else:
@@ -91,6 +94,13 @@ def put_job(
         job, changed = store.set_paused(principal.namespace, name, body.paused), True
     response.status_code = 201 if existing is None else 200
     return job_out(job, upcoming=UPCOMING, changed=changed)
+
+
+def _require_served(store: ApiStore, task: str, allow: bool) -> None:
+    """A new job, or a job moved to another task: refuse a task no worker has served
+    (422 naming ``task``) unless the body allows it."""
+    if not allow:
+        require_served_task(task, [t.task for t in store.served_tasks()])
 
 
 def _find(store: ApiStore, namespace: str, name: str) -> Job | None:
@@ -158,6 +168,8 @@ def patch_job(name: JobName, body: JobPatch, principal: Writer, request: Request
         end_at=old.end_at,
         max_runs=old.max_runs,
     )
+    if spec.task != old.task:
+        _require_served(store, spec.task, body.allow_unknown_task)
     first = job.next_fire_at
     if schedule != old.schedule:
         first = spec_first_fire_at(spec, store.now(), allow_past=body.allow_past)

@@ -16,6 +16,7 @@ from cronwheel.api.schemas import HealthOut, PreviewIn, PreviewOut, StatusOut
 from cronwheel.domain.firing import format_instant
 from cronwheel.domain.schedules import CronSchedule, next_firings
 from cronwheel.errors import CronwheelError
+from cronwheel.store.protocol import WORKER_ALIVE_WITHIN
 
 router = APIRouter(tags=["cluster"])
 
@@ -29,7 +30,8 @@ def status(principal: Reader, request: Request) -> dict[str, Any]:
     """Leader, epoch, nodes, workers and the cluster's firings by phase: `queue_depth`
     (queued: waiting for a worker's claim), `claimed` (held by a worker, not started)
     and `running`; the backlog (queued + claimed + running firings per job) of the
-    caller's namespace."""
+    caller's namespace, and its queued firings per task no live worker serves
+    (`unserved`)."""
     store = store_of(request)
     s = store.status()
     lease = s.lease
@@ -58,6 +60,9 @@ def status(principal: Reader, request: Request) -> dict[str, Any]:
         "running": s.counts.get("running", 0),
         "oldest_queued_due_at": _ts(s.oldest_queued_due_at),
         "backlog": store.job_backlog(principal.namespace, limit=50),
+        "unserved": store.unserved_queued(
+            alive_within=WORKER_ALIVE_WITHIN, namespace=principal.namespace
+        ),
     }
 
 

@@ -7,9 +7,11 @@ refused). Instants are RFC 3339 strings with an offset, parsed by the domain's
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from cronwheel.domain.policy_table import POLICY_TABLE, Policy
 
 Instant = str
 Duration = float | str
@@ -55,26 +57,30 @@ class ScheduleIn(_In):
     anchor: Instant | None = Field(None, max_length=40)
 
 
-class PoliciesIn(_In):
-    """Retry, lease and catch-up policies; omitted ones take their defaults."""
+def _policy_field(policy: Policy) -> tuple[Any, Any]:
+    """A request field of one policy row: durations are seconds or text; omitted or
+    null is the default."""
+    desc = f"{policy.help} ({policy.unit}; default {policy.default})"
+    if policy.kind == "duration":
+        return (Duration | None, Field(None, description=desc))
+    if policy.kind == "choice":
+        return (Literal[policy.choices] | None, Field(None, description=desc))
+    kind: type = int if policy.kind == "int" else float
+    return (kind | None, Field(None, ge=policy.low, le=policy.high, description=desc))
 
-    max_attempts: int | None = Field(None, ge=1, le=1000)
-    retry_backoff: Duration | None = None
-    retry_backoff_max: Duration | None = None
-    visibility_timeout: Duration | None = None
-    timeout: Duration | None = None
-    misfire: Literal["fire_once", "fire_all", "skip"] | None = None
-    misfire_grace: Duration | None = None
-    catchup_window: Duration | None = None
-    max_catchup: int | None = Field(None, ge=1, le=10_000)
-    priority: float | None = Field(None, ge=0.01, le=1000)
-    max_concurrency: int | None = Field(None, ge=1, le=10_000)
-    overlap: str | None = Field(None, max_length=32, examples=["skip", "buffer_one", "allow"])
-    max_buffer: int | None = Field(None, ge=1, le=10_000)
-    cancel_grace: Duration | None = None
-    start_deadline: Duration | None = None
-    jitter: Duration | None = None
-    lateness_objective: Duration | None = None
+
+# Retry, lease and catch-up policies, one field per row of domain/policy_table.py (the
+# CLI's flags and the dashboard's form come from the same table); omitted ones take
+# their defaults. Type checkers see the base class; the fields are made at import.
+if TYPE_CHECKING:
+    PoliciesIn = _In
+else:
+    PoliciesIn = create_model(
+        "PoliciesIn",
+        __base__=_In,
+        __doc__="Retry, lease and catch-up policies; omitted ones take their defaults.",
+        **{p.name: _policy_field(p) for p in POLICY_TABLE},
+    )
 
 
 class JobBody(_In):
@@ -90,6 +96,9 @@ class JobBody(_In):
     start_at: Instant | None = Field(None, max_length=40, description="no firing before this")
     end_at: Instant | None = Field(None, max_length=40, description="no firing after this")
     max_runs: int | None = Field(None, ge=1, le=10**9, description="the job ends after N firings")
+    allow_unknown_task: bool = Field(
+        False, description="accept a task no worker has served yet (refused otherwise, 422)"
+    )
 
 
 class JobCreate(JobBody):
@@ -106,6 +115,9 @@ class JobPatch(_In):
     policies: PoliciesIn | None = None
     paused: bool | None = None
     allow_past: bool = False
+    allow_unknown_task: bool = Field(
+        False, description="accept a task no worker has served yet (refused otherwise, 422)"
+    )
 
 
 OverlapName = Literal[
@@ -135,6 +147,9 @@ class EnqueueIn(_In):
     task: str = Field(max_length=200, examples=["resize_image"])
     args: list[Any] = Field(default_factory=list)
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    allow_unknown_task: bool = Field(
+        False, description="accept a task no worker has served yet (refused otherwise, 422)"
+    )
 
 
 class PreviewIn(_In):
@@ -336,6 +351,9 @@ class StatusOut(_Out):
     running: int
     oldest_queued_due_at: str | None
     backlog: dict[str, int]
+    unserved: dict[str, int] = Field(
+        description="queued firings per task no worker that heartbeated within 30 s serves"
+    )
 
 
 class HealthOut(_Out):

@@ -229,6 +229,7 @@ def status_dict(s: StoreStatus) -> dict[str, Any]:
 
 
 def status_view(doc: dict[str, Any]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     console = _console()
@@ -251,6 +252,10 @@ def status_view(doc: dict[str, Any]) -> None:
     backlog = {k: v for k, v in doc.get("backlog", {}).items() if v}
     if backlog:
         console.print("backlog   " + "   ".join(f"{k} {v}" for k, v in backlog.items()))
+    unserved = doc.get("unserved")
+    if unserved:
+        waiting = "   ".join(f"{task} {n}" for task, n in unserved.items())
+        console.print(f"[red]no live worker serves[/red]  {escape(waiting)}  (queued firings)")
     objective = doc.get("lateness_objective")
     if objective:
         objective_view(console, objective)

@@ -7,6 +7,7 @@ import json
 import click
 
 from cronwheel.cli.common import open_cli_store, store_option
+from cronwheel.store.protocol import WORKER_ALIVE_WITHIN
 
 
 @click.command("status")
@@ -23,12 +24,14 @@ def status_command(as_json: bool, namespace: str, store_url: str) -> None:
     jobs have a backlog (firings scheduled but not finished: a handler slower than
     its interval shows here first), and which jobs breach the lateness objective
     (p99 of their recent first attempts over CRONWHEEL_LATENESS_OBJECTIVE_MS, 200 ms
-    by default)."""
+    by default), and which queued firings wait on a task no live worker serves."""
     from cronwheel.cli import render
 
     store = open_cli_store(store_url)
     try:
         doc = render.status_dict(store.status())
+        # queued firings per task no live worker serves (every namespace, as queue depth)
+        doc["unserved"] = store.unserved_queued(alive_within=WORKER_ALIVE_WITHIN)
         doc["backlog"] = store.job_backlog(namespace, limit=10)
         doc["lateness_objective"] = render.objective_dict(store, namespace)
     finally:

@@ -183,6 +183,7 @@ class Overview:
     objective: str
     breached: bool
     nodes: list[NodeRow] = field(default_factory=list)
+    unserved: dict[str, int] = field(default_factory=dict)  # queued per task nobody serves
 
 
 def overview(store: ApiStore, namespace: str) -> Overview:
@@ -231,6 +232,9 @@ def overview(store: ApiStore, namespace: str) -> Overview:
         objective=fmt_ms(goal),
         breached=p99 is not None and p99 > goal,
         nodes=nodes,
+        unserved=store.unserved_queued(
+            alive_within=timedelta(seconds=NODE_STALE_S), namespace=namespace
+        ),
     )
 
 

@@ -80,6 +80,9 @@ def mount(app: FastAPI) -> None:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ClusterCollector(app.state.store))
     app.state.metrics_registry = registry
+    from .new_job import router as new_job_router  # the new-job form (policy table)
+
+    app.include_router(new_job_router)  # before /ui/jobs/{job_id}: "new" is no job id
     app.include_router(router)
     app.mount("/ui/static", StaticFiles(directory=STATIC), name="dashboard-static")
 

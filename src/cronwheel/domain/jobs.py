@@ -6,12 +6,14 @@ new job first fires and on what ``retries=3`` or ``timeout=30`` mean.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from cronwheel.domain.models import DURATION_POLICIES, JobPolicies, JobSpec
 from cronwheel.domain.overlap import OverlapPolicy
 from cronwheel.domain.policies import MisfirePolicy
+from cronwheel.domain.policy_table import POLICIES_BY_NAME, parse_seconds_or_duration
 from cronwheel.domain.schedules import AtSchedule, NowSchedule, Schedule
 from cronwheel.errors import ValidationError
 
@@ -62,7 +64,12 @@ def build_policies(
     max_attempts: int | None = None,
     **overrides: Any,
 ) -> JobPolicies:
-    """JobPolicies from friendly keyword arguments (``retries=3`` = 4 attempts)."""
+    """JobPolicies from friendly keyword arguments (``retries=3`` = 4 attempts); the
+    keywords are the rows of domain/policy_table.py."""
+    for key in overrides:
+        if key not in POLICIES_BY_NAME:
+            known = ", ".join(POLICIES_BY_NAME)
+            raise ValidationError(f"is not a job policy (the policies: {known})", field=key)
     if retries is not None and max_attempts is not None:
         raise ValidationError("give retries or max_attempts, not both", field="retries")
     values = {k: v for k, v in overrides.items() if v is not None}
@@ -75,6 +82,8 @@ def build_policies(
     for key, value in list(values.items()):
         if key in DURATION_POLICIES and isinstance(value, int | float):
             values[key] = timedelta(seconds=value)
+        elif key in DURATION_POLICIES and isinstance(value, str):  # "30s", "1h30m"
+            values[key] = parse_seconds_or_duration(value, key)
     if "overlap" in values:
         try:
             values["overlap"] = OverlapPolicy(values["overlap"])
@@ -92,3 +101,23 @@ def build_policies(
         return JobPolicies(**values)
     except TypeError as exc:
         raise ValidationError(str(exc), field="policies") from None
+
+
+KNOWN_TASKS_SHOWN = 20
+
+
+def require_served_task(task: str, served: Sequence[str]) -> None:
+    """Refuse a job whose task no worker has ever served: a ValidationError naming
+    ``task`` that lists the known tasks. ``served`` is the store's served tasks; while
+    it is empty (no worker ever registered with the store) every task is accepted, so
+    jobs can be declared before the first worker starts."""
+    if not served or task in served:
+        return
+    shown = ", ".join(served[:KNOWN_TASKS_SHOWN])
+    if len(served) > KNOWN_TASKS_SHOWN:
+        shown += f" and {len(served) - KNOWN_TASKS_SHOWN} more"
+    raise ValidationError(
+        f"no worker has ever served task {task!r}; known tasks: {shown} "
+        "(allow_unknown_task to add it anyway)",
+        field="task",
+    )

@@ -16,7 +16,7 @@ import os
 import threading
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -255,6 +255,16 @@ class ClusterCollector(Collector):
         for (kind, liveness), count in sorted(tally.items()):
             nodes.add_metric([kind, liveness], count)
         yield from (nodes, ages, leader)
+        unserved = GaugeMetricFamily(
+            "cronwheel_unserved_firings",
+            "Queued firings whose task no live worker serves (heartbeat within the node"
+            " staleness window), per task (at most 50 tasks).",
+            labels=["task"],
+        )
+        alive_within = timedelta(seconds=self.node_stale_s)
+        for task, count in store.unserved_queued(alive_within=alive_within).items():
+            unserved.add_metric([task], count)
+        yield unserved
         yield from self._active(now)
         yield from self._per_job(s.jobs)
 

@@ -101,6 +101,23 @@ class Completion:
     cancelled: bool = False  # the handler stopped on a cancellation request: CANCELLED
 
 
+# A worker's heartbeat refreshes the last_seen of the tasks it serves at most this often.
+SERVED_TASKS_REFRESH = timedelta(minutes=1)
+# unserved_queued counts at most this many queued firings.
+UNSERVED_SCAN = 100_000
+# A worker serves its tasks while its node heartbeated within this (status, dashboard).
+WORKER_ALIVE_WITHIN = timedelta(seconds=30)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServedTask:
+    """A task name some worker served: when one first and last reported it."""
+
+    task: str
+    first_seen: datetime
+    last_seen: datetime
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoreStatus:
     now: datetime
@@ -367,6 +384,20 @@ class AdminPort(Protocol):
     def get_lease(self, name: str) -> Lease | None: ...
 
     def list_nodes(self, *, alive_within: timedelta | None = None) -> list[NodeInfo]: ...
+
+    def served_tasks(self, *, limit: int = 1000) -> list[ServedTask]:
+        """The task names workers have served (their node info's ``tasks``, recorded on
+        registration and refreshed on heartbeat), by name; empty before any worker
+        registered. Task names are global: a worker claims its tasks in every namespace."""
+        ...
+
+    def unserved_queued(
+        self, *, alive_within: timedelta, namespace: str | None = None, limit: int = 50
+    ) -> dict[str, int]:
+        """Queued firings (of ``namespace``, or every one) per task, for the tasks no
+        worker node that heartbeated within ``alive_within`` serves: at most ``limit``
+        tasks, most waiting first, counted over at most UNSERVED_SCAN queued firings."""
+        ...
 
     def status(self) -> StoreStatus: ...
 

@@ -40,6 +40,35 @@
       if (panel) { panel.removeAttribute("data-superseded"); }
     }
   });
+  // The new-job form: its fields as JSON (every body here is JSON); a refused field
+  // is named beside the form, a created job opens.
+  ready(function () {
+    var form = document.getElementById("new-job");
+    if (!form) { return; }
+    form.addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      var out = document.getElementById("new-job-error");
+      var body = {};
+      Array.prototype.forEach.call(form.elements, function (el) {
+        if (!el.name) { return; }
+        if (el.type === "checkbox") { if (el.checked) { body[el.name] = "on"; } return; }
+        if (el.value !== "") { body[el.name] = el.value; }
+      });
+      out.textContent = "";
+      fetch("/ui/jobs/new", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        credentials: "same-origin",
+        body: JSON.stringify(body)
+      }).then(function (r) {
+        return r.json().then(function (doc) {
+          if (r.ok) { window.location.assign(doc.url); return; }
+          var e = doc.error || {};
+          out.textContent = (e.field ? e.field + ": " : "") + (e.message || "refused");
+        });
+      }, function () { out.textContent = "The server did not answer."; });
+    });
+  });
   ready(function () {
     var form = document.getElementById("login-form");
     if (!form) { return; }

@@ -13,7 +13,12 @@ from cronwheel.errors import NotFoundError, StoreError, StoreUnavailableError
 from cronwheel.store import codec
 from cronwheel.store.codec import Row
 from cronwheel.store.core.dialect import Dialect, Tx
-from cronwheel.store.protocol import DISPATCHER_LEASE, ApiToken, StoreStatus
+from cronwheel.store.protocol import (
+    DISPATCHER_LEASE,
+    SERVED_TASKS_REFRESH,
+    ApiToken,
+    StoreStatus,
+)
 
 D = TypeVar("D", bound=Dialect)
 
@@ -93,10 +98,42 @@ class AdminFlows(Generic[D]):
             "wake_addr": node.wake_addr,
             "info": json.dumps(node.info),
         }
-        self.db.write(lambda tx: tx.run("register_node", params), atomic=False)
+        served = {"id": node.id, "refresh": self.db.duration(timedelta(0))}
+
+        def body(tx: Tx) -> Sequence[Row]:
+            tx.run("register_node", params)
+            return tx.all("record_served_tasks", served)  # a worker's tasks (core_tasks.sql)
+
+        recorded = self.db.write(body)
+        if recorded:
+            self._served_recorded()[node.id] = codec.req_instant(recorded[0]["last_seen"])
 
     def heartbeat_node(self, node_id: str) -> None:
-        self.db.write(lambda tx: tx.run("heartbeat_node", {"id": node_id}), atomic=False)
+        """The node's heartbeat; a worker's served tasks are refreshed on at most one
+        heartbeat a minute (by the store's clock) of this handle, so most heartbeats are
+        the one UPDATE."""
+        served = {"id": node_id, "refresh": self.db.duration(SERVED_TASKS_REFRESH)}
+        last = self._served_recorded()
+
+        def body(tx: Tx) -> datetime | None:
+            row = tx.one("heartbeat_node", {"id": node_id})
+            if row is None or row["kind"] != "worker":
+                return None
+            beat = codec.req_instant(row["heartbeat_at"])
+            seen = last.get(node_id)
+            if seen is not None and beat - seen < SERVED_TASKS_REFRESH:
+                return None
+            tx.all("record_served_tasks", served)
+            return beat
+
+        recorded_at = self.db.write(body)
+        if recorded_at is not None:  # committed
+            last[node_id] = recorded_at
+
+    def _served_recorded(self) -> dict[str, datetime]:
+        """When this handle last recorded each node's served tasks (the store's clock)."""
+        recorded: dict[str, datetime] = vars(self).setdefault("_served_at", {})
+        return recorded
 
     def remove_node(self, node_id: str) -> None:
         self.db.write(lambda tx: tx.run("remove_node", {"id": node_id}), atomic=False)

@@ -38,6 +38,7 @@ from cronwheel.store.codec import Row
 from cronwheel.store.core import filters
 from cronwheel.store.core.dialect import Dialect, Tx
 from cronwheel.store.core.skips import SkipFlows
+from cronwheel.store.core.tasks import TaskFlows
 from cronwheel.store.protocol import (
     AddedFirings,
     CancelResult,
@@ -58,9 +59,10 @@ def job_exists(spec: JobSpec, *, naming_namespace: bool = False) -> ConflictErro
     )
 
 
-class CoreStore(SkipFlows[D]):
+class CoreStore(SkipFlows[D], TaskFlows[D]):
     """The engine-independent flows of the Store and ApiStore protocols (the admin
-    half, and the plumbing, in core/admin.py; skipping occurrences in core/skips.py)."""
+    half, and the plumbing, in core/admin.py; skipping occurrences in core/skips.py;
+    served tasks in core/tasks.py)."""
 
     # -- engine hooks -------------------------------------------------------------------
     @abstractmethod

@@ -162,6 +162,7 @@ class MemoryData:
     attempts: dict[tuple[int, int], AttemptRow] = field(default_factory=dict)  # (firing, n)
     leases: dict[str, LeaseRow] = field(default_factory=dict)
     nodes: dict[str, NodeRow] = field(default_factory=dict)
+    served_tasks: dict[str, tuple[int, int]] = field(default_factory=dict)  # (first, last) µs
     tokens: dict[int, ApiToken] = field(default_factory=dict)
     idempotency: dict[tuple[str, str], IdempotencyRow] = field(default_factory=dict)
     # ids of firings that may be QUEUED or RUNNING (a superset: the scans of work to do

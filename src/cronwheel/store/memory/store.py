@@ -50,10 +50,13 @@ from cronwheel.store.memory.api import ApiMethods
 from cronwheel.store.memory.rows import LeaseRow, MemoryData, NodeRow
 from cronwheel.store.protocol import (
     DISPATCHER_LEASE,
+    SERVED_TASKS_REFRESH,
+    UNSERVED_SCAN,
     CancelResult,
     Completion,
     EnqueueResult,
     JobAdvance,
+    ServedTask,
     StoreStatus,
 )
 from cronwheel.wakeup import Wakeup
@@ -328,12 +331,15 @@ class MemoryStore(ApiMethods):
                 )
             else:
                 row.heartbeat_at, row.wake_addr, row.info = now, node.wake_addr, info
+            _record_served(data, data.nodes[node.id], now, refresh_us=0)
 
     def heartbeat_node(self, node_id: str) -> None:
         with self._tx() as data:
             row = data.nodes.get(node_id)
             if row is not None:
                 row.heartbeat_at = self._now_us()
+                refresh = duration_us(SERVED_TASKS_REFRESH)
+                _record_served(data, row, row.heartbeat_at, refresh_us=refresh)
 
     def remove_node(self, node_id: str) -> None:
         with self._tx() as data:
@@ -347,6 +353,35 @@ class MemoryStore(ApiMethods):
                 key=lambda n: (n.kind, n.id),
             )
             return [codec.node_from_row(n) for n in rows]
+
+    def served_tasks(self, *, limit: int = 1000) -> list[ServedTask]:
+        with self._tx() as data:
+            return [
+                ServedTask(task=task, first_seen=from_us(first), last_seen=from_us(last))
+                for task, (first, last) in sorted(data.served_tasks.items())[:limit]
+            ]
+
+    def unserved_queued(
+        self, *, alive_within: timedelta, namespace: str | None = None, limit: int = 50
+    ) -> dict[str, int]:
+        with self._tx() as data:
+            since = self._now_us() - duration_us(alive_within)
+            live: set[str] = set()
+            for n in data.nodes.values():
+                if n.kind == "worker" and n.heartbeat_at >= since:
+                    live.update(_node_tasks(n))
+            waiting: dict[str, int] = {}
+            scanned = 0
+            for f in data.firings.values():
+                if f.state != "queued" or namespace not in (None, f.namespace):
+                    continue
+                if scanned < UNSERVED_SCAN:
+                    scanned += 1
+                    waiting[f.task] = waiting.get(f.task, 0) + 1
+            ranked = sorted(
+                ((t, n) for t, n in waiting.items() if t not in live), key=lambda x: (-x[1], x[0])
+            )
+            return dict(ranked[:limit])
 
     def status(self) -> StoreStatus:
         with self._tx() as data:
@@ -404,6 +439,25 @@ class _InProcessWakeup:
         with self._data.lock:
             if self._callback in self._data.wakeups:
                 self._data.wakeups.remove(self._callback)
+
+
+def _node_tasks(node: NodeRow) -> list[str]:
+    """The task names a worker node's info lists (none for other kinds)."""
+    if node.kind != "worker":
+        return []
+    tasks = json.loads(node.info).get("tasks")
+    return [t for t in tasks if isinstance(t, str)] if isinstance(tasks, list) else []
+
+
+def _record_served(data: MemoryData, node: NodeRow, now: int, *, refresh_us: int) -> None:
+    """record_served_tasks (core_tasks.sql): insert new tasks; move a known one's
+    last_seen only when it is at least ``refresh_us`` old."""
+    for task in _node_tasks(node):
+        seen = data.served_tasks.get(task)
+        if seen is None:
+            data.served_tasks[task] = (now, now)
+        elif seen[1] <= now - refresh_us:
+            data.served_tasks[task] = (seen[0], now)
 
 
 def _lease(row: LeaseRow) -> Lease:

@@ -238,8 +238,9 @@ ON CONFLICT (id) DO UPDATE
 SET heartbeat_at = excluded.heartbeat_at, wake_addr = excluded.wake_addr, info = excluded.info
 
 -- name: heartbeat_node
--- A node is alive. [nodes primary key]
-UPDATE nodes SET heartbeat_at = :now WHERE id = %(id)s
+-- A node is alive: its kind and new heartbeat (a worker's served tasks are refreshed
+-- from them, core/admin.py). [nodes primary key]
+UPDATE nodes SET heartbeat_at = :now WHERE id = %(id)s RETURNING kind, heartbeat_at
 
 -- name: remove_node
 -- A node that stopped cleanly. [nodes primary key]

@@ -294,3 +294,15 @@ BEGIN
     FOR UPDATE OF f SKIP LOCKED;
 END
 $fn$;
+
+-- name: migration_9
+-- The task names workers have served (a worker's node info lists them): global names,
+-- like the tasks a worker claims across namespaces. A job whose task no worker ever
+-- served is refused unless allowed (domain/jobs.py); first_seen and last_seen are the
+-- store's clock when a worker first and last reported the task (registration, and at
+-- most once a minute on heartbeat).
+CREATE TABLE served_tasks (
+    task       text        PRIMARY KEY,
+    first_seen timestamptz NOT NULL,
+    last_seen  timestamptz NOT NULL
+);

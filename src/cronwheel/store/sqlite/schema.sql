@@ -192,3 +192,15 @@ DROP INDEX firings_lease;
 CREATE INDEX firings_lease ON firings (lease_until) WHERE state IN ('claimed', 'running');
 DROP INDEX firings_running_job;
 CREATE INDEX firings_held_job ON firings (job_id) WHERE state IN ('claimed', 'running');
+
+-- name: migration_9
+-- The task names workers have served (a worker's node info lists them): global names,
+-- like the tasks a worker claims across namespaces. A job whose task no worker ever
+-- served is refused unless allowed (domain/jobs.py); first_seen and last_seen are the
+-- store's clock when a worker first and last reported the task (registration, and at
+-- most once a minute on heartbeat).
+CREATE TABLE served_tasks (
+    task       TEXT    PRIMARY KEY,
+    first_seen INTEGER NOT NULL,
+    last_seen  INTEGER NOT NULL
+);

@@ -1,0 +1,37 @@
+-- SQLite: the queries of the served-tasks flows (store/core/tasks.py): which task
+-- names workers serve, and which queued firings wait on a task no live worker serves.
+-- The PostgreSQL engine defines the same names in its core_tasks.sql.
+
+-- name: record_served_tasks
+-- The tasks of worker node :id's info, recorded as served: new ones inserted, known
+-- ones' last_seen moved only when older than :refresh microseconds (0 on registration, a
+-- minute on heartbeat); returns the rows written. Run on registration, and on at most
+-- one heartbeat a minute per node and store handle (core/admin.py).
+-- [nodes primary key, served_tasks primary key]
+INSERT INTO served_tasks (task, first_seen, last_seen)
+SELECT DISTINCT t.value, :now, :now
+FROM nodes AS n, json_each(n.info, '$.tasks') AS t
+WHERE n.id = :id AND n.kind = 'worker' AND t.type = 'text'
+ON CONFLICT (task) DO UPDATE SET last_seen = excluded.last_seen
+WHERE served_tasks.last_seen <= excluded.last_seen - :refresh
+RETURNING last_seen
+
+-- name: list_served_tasks
+-- Every task a worker ever served, by name (at most :limit). [served_tasks primary key]
+SELECT task, first_seen, last_seen FROM served_tasks ORDER BY task LIMIT :limit
+
+-- name: unserved_queued
+-- Queued firings by task (of namespace :namespace, or all when null), for the tasks no worker that heartbeated within :within
+-- microseconds serves (its info's tasks): at most :scan queued firings counted, at
+-- most :limit tasks, most waiting first. [firings_claim; nodes scanned, a few rows]
+SELECT g.task, g.n
+FROM (SELECT q.task, count(*) AS n
+      FROM (SELECT task FROM firings
+            WHERE state = 'queued' AND (:namespace IS NULL OR namespace = :namespace)
+            LIMIT :scan) AS q
+      GROUP BY q.task) AS g
+WHERE NOT EXISTS (
+    SELECT 1 FROM nodes AS n, json_each(n.info, '$.tasks') AS t
+    WHERE n.kind = 'worker' AND n.heartbeat_at >= :now - :within AND t.value = g.task)
+ORDER BY g.n DESC, g.task
+LIMIT :limit
