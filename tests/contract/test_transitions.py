@@ -455,6 +455,12 @@ STALE_BUFFER_MARK = (
     "(the workers' wake-up hint) leaves it out: the retry starts up to a poll interval late"
 )
 
+RETRY_AFTER_CANCEL = (
+    "complete retries a failed attempt of a firing whose cancel was requested: it is "
+    "queued and runs again (and may end SUCCEEDED), though README (Cancellation) says a "
+    "cancelled RUNNING firing ends CANCELLED"
+)
+
 
 def _known_bug(request: pytest.FixtureRequest, stores: dict[str, str]) -> None:
     """xfail (strict) this test for these store kinds only."""
@@ -488,6 +494,25 @@ def test_a_cancel_requested_firing_whose_worker_died_ends_cancelled(
     assert h.store.claim("w2", tasks=[held.task], limit=1) == []
     assert h.store.complete([_completion(h, held.id, held.token)]) == [False]
     assert held.get(h) == after
+
+
+def test_a_cancel_requested_firing_that_fails_is_not_retried(
+    harness: Harness, request: pytest.FixtureRequest
+) -> None:
+    """A handler asked to stop fails instead (its worker asks for a retry, maybe before it
+    heard of the request): the cancel stands, the firing is not run again."""
+    _known_bug(request, {"sqlite": RETRY_AFTER_CANCEL, "postgres": RETRY_AFTER_CANCEL})
+    h = harness
+    held = _claimed(h, "no-retry")
+    assert h.store.cancel_firing(held.id).outcome == "cancel_requested"
+    before = held.get(h)
+    failed = _completion(h, held.id, held.token, ok=False, retry_in=SEC)
+    assert h.store.complete([failed]) == [True]  # the attempt's outcome is recorded...
+    after = held.get(h)
+    _moved(before, after, E.CANCEL)  # ... and it ends the firing
+    assert after.error == "boom" and after.reason is not None
+    h.advance(2 * SEC)
+    assert h.store.claim("w2", tasks=[held.task], limit=1) == []
 
 
 def test_a_redriven_firing_starts_without_its_old_cancel_request(

@@ -7,8 +7,9 @@ semantics: leases and claims are judged by the Clock it is given, every state
 change is a compare-and-swap, a leader's writes are fenced by its lease. Where
 the suite found the SQL stores wrong (its xfail marks), it does what the Store
 port documents: the reaper cancels a cancel-requested firing whose lease ran out,
-a redrive clears an old cancellation request, and a claim clears the mark of a
-firing that waited for a slot (so its retry is in the wake-up hint). The attempt log the SQL stores
+a cancel-requested firing that fails is cancelled rather than retried, a redrive
+clears an old cancellation request, and a claim clears the mark of a firing that
+waited for a slot (so its retry is in the wake-up hint). The attempt log the SQL stores
 keep for operators (``firing_attempts``) has no reader in the port: none is kept.
 
 One lock serializes every method (each is one atomic step, as a transaction).
