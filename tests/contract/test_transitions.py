@@ -502,6 +502,22 @@ def test_a_cancel_requested_firing_whose_worker_died_ends_cancelled(
     assert held.get(h) == after
 
 
+def test_a_cancel_requested_firing_that_fails_is_not_retried(harness: Harness) -> None:
+    """A handler asked to stop fails instead (its worker asks for a retry, maybe before it
+    heard of the request): the cancel stands, the firing is not run again."""
+    h = harness
+    held = _running(h, "no-retry")
+    assert h.store.cancel_firing(held.id).outcome == "cancel_requested"
+    before = held.get(h)
+    failed = _completion(h, held.id, held.token, ok=False, retry_in=SEC)
+    assert h.store.complete([failed]) == [True]  # the attempt's outcome is recorded...
+    after = held.get(h)
+    _moved(before, after, E.CANCEL)  # ... and it ends the firing
+    assert after.error == "boom" and after.reason is not None
+    h.advance(2 * SEC)
+    assert h.store.claim("w2", tasks=[held.task], limit=1) == []
+
+
 def test_a_redriven_firing_starts_without_its_old_cancel_request(harness: Harness) -> None:
     """A firing whose cancel was requested but whose handler failed instead, on its last
     attempt, is DEAD; a redrive is a fresh start that runs to its own outcome."""

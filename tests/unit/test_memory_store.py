@@ -10,7 +10,7 @@ import pytest
 from cronwheel.domain.clock import FakeClock
 from cronwheel.domain.models import JobPolicies, JobSpec
 from cronwheel.domain.schedules import every, now
-from cronwheel.errors import StoreError
+from cronwheel.errors import StoreError, StoreUnavailableError
 from cronwheel.store.memory import MemoryStore
 from cronwheel.store.protocol import DISPATCHER_LEASE, Completion, JobAdvance, PlannedFiring
 
@@ -31,6 +31,9 @@ def test_handles_on_one_data_share_the_store_and_its_lock() -> None:
     b.close()  # closing one handle leaves the store to the others
     with pytest.raises(StoreError, match="closed"):
         b.get_firing(f.id)
+    with pytest.raises(StoreUnavailableError):
+        b.ping()  # what the HTTP API's readiness probe reports as 503
+    a.ping()
     done = Completion(
         firing_id=f.id, claim_token=claim.claim_token, succeeded=True, started_at=T0, finished_at=T0
     )

@@ -202,8 +202,9 @@ class WorkerPort(Protocol):
 
     def complete(self, completions: Sequence[Completion]) -> list[bool]:
         """Record outcomes (CAS on state RUNNING + claim token); True where accepted.
-        A failure with ``retry_at`` and attempts left goes back to QUEUED due then;
-        otherwise DEAD."""
+        A failure with ``retry_at`` and attempts left goes back to QUEUED due then, unless
+        its cancellation was requested (then CANCELLED: a cancelled firing is not run
+        again); otherwise DEAD."""
         ...
 
     def complete_and_claim(

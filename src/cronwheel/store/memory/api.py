@@ -9,7 +9,7 @@ from datetime import datetime
 
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import Firing, Job, JobId, JobSpec
-from cronwheel.errors import ConflictError, NotFoundError, ValidationError
+from cronwheel.errors import ConflictError, NotFoundError, StoreUnavailableError, ValidationError
 from cronwheel.store import codec
 from cronwheel.store.codec import to_us
 from cronwheel.store.memory import work
@@ -20,8 +20,9 @@ from cronwheel.store.protocol import TOKEN_ROLES, AddedFirings, ApiToken
 
 class ApiMethods(JobMethods):
     def ping(self) -> None:
-        with self._tx():
-            return
+        with self.data.lock:
+            if self._closed:  # the port's answer for a store that does not answer
+                raise StoreUnavailableError("the memory store is closed", field="store")
 
     # -- tokens ------------------------------------------------------------------------
     def create_token(

@@ -7,10 +7,11 @@ semantics: leases and claims are judged by the Clock it is given, every state
 change is a compare-and-swap, a leader's writes are fenced by its lease. Where
 the suite found the SQL stores wrong (its xfail marks), it does what the Store
 port documents: the reaper cancels a cancel-requested firing whose lease ran out,
-a redrive clears an old cancellation request, and a claim clears the mark of a
-firing that waited for a slot (so its retry is in the wake-up hint). The attempt log
-the SQL stores keep (``firing_attempts``: failed and lease-expired attempts) is kept
-here too, for ``list_attempts``.
+a cancel-requested firing that fails is cancelled rather than retried, a redrive
+clears an old cancellation request, and a claim clears the mark of a firing that
+waited for a slot (so its retry is in the wake-up hint). The attempt log the SQL stores
+keep (``firing_attempts``: failed and lease-expired attempts) is kept here too, for
+``list_attempts``.
 
 One lock serializes every method (each is one atomic step, as a transaction).
 Its data lives in this process only: handles made with ``MemoryStore(data=...)``

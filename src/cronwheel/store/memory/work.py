@@ -32,6 +32,7 @@ WORKER_GONE = "cancel requested; the worker stopped heartbeating"
 GRACE_EXPIRED = "cancel grace expired: lease revoked, a late result will be rejected"
 START_DEADLINE = "start deadline passed before a worker could start it"
 HANDLER_STOPPED = "cancelled: the handler stopped"
+FAILED_AFTER_CANCEL = "cancel requested; the attempt failed and is not retried"
 
 
 def fair_vdeadline(data: MemoryData, job: JobRow, due_us: int) -> int:
@@ -347,12 +348,17 @@ def complete(data: MemoryData, completions: Sequence[Completion]) -> list[bool]:
         f.claim_token = None
         f.lease_until = None
         f.error = c.error
-        if c.cancelled:
+        retry = c.retry_at is not None and f.attempt < f.max_attempts
+        if c.cancelled or (retry and f.cancel_requested_at is not None):
+            # stopped on the request, or failed after it: a cancelled firing is not retried
+            if not c.cancelled:
+                _record_attempt(data, f, to_us(c.finished_at), "failed", c.error)
             f.state = "cancelled"
             f.finished_at = to_us(c.finished_at)
             if f.reason is None:
-                f.reason = HANDLER_STOPPED
-        elif c.retry_at is not None and f.attempt < f.max_attempts:
+                f.reason = HANDLER_STOPPED if c.cancelled else FAILED_AFTER_CANCEL
+        elif retry:
+            assert c.retry_at is not None
             _record_attempt(data, f, to_us(c.finished_at), "failed", c.error)
             retry_at = to_us(c.retry_at)
             f.state = "queued"

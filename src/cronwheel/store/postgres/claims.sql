@@ -177,24 +177,31 @@ WITH c AS (
 ),
 upd AS (
     UPDATE firings f
+    -- a failure asking for a retry of a firing whose cancel was requested ends it
+    -- cancelled: a cancelled firing is not run again
     SET state = CASE WHEN c.cancelled THEN 'cancelled'
                      WHEN c.ok THEN 'succeeded'
-                     WHEN c.retry_at IS NOT NULL AND f.attempt < f.max_attempts THEN 'queued'
-                     ELSE 'dead' END,
+                     WHEN c.retry_at IS NULL OR f.attempt >= f.max_attempts THEN 'dead'
+                     WHEN f.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                     ELSE 'queued' END,
         vdeadline = CASE WHEN NOT c.cancelled AND NOT c.ok AND c.retry_at IS NOT NULL
-                              AND f.attempt < f.max_attempts
+                              AND f.attempt < f.max_attempts AND f.cancel_requested_at IS NULL
                          THEN c.retry_at + (f.vdeadline - f.due_at) ELSE f.vdeadline END,
         due_at = CASE WHEN NOT c.cancelled AND NOT c.ok AND c.retry_at IS NOT NULL
-                           AND f.attempt < f.max_attempts
+                           AND f.attempt < f.max_attempts AND f.cancel_requested_at IS NULL
                       THEN c.retry_at ELSE f.due_at END,
         finished_at = CASE WHEN NOT c.cancelled AND NOT c.ok AND c.retry_at IS NOT NULL
-                                AND f.attempt < f.max_attempts
+                                AND f.attempt < f.max_attempts AND f.cancel_requested_at IS NULL
                            THEN NULL ELSE c.finished_at END,
         started_at = c.started_at,
         claim_token = CASE WHEN c.ok AND NOT c.cancelled THEN f.claim_token ELSE NULL END,
         lease_until = NULL,
         error = CASE WHEN c.ok AND NOT c.cancelled THEN NULL ELSE c.error END,
         reason = CASE WHEN c.cancelled THEN coalesce(f.reason, 'cancelled: the handler stopped')
+                      WHEN NOT c.ok AND c.retry_at IS NOT NULL AND f.attempt < f.max_attempts
+                           AND f.cancel_requested_at IS NOT NULL
+                      THEN coalesce(f.reason,
+                                    'cancel requested; the attempt failed and is not retried')
                       ELSE f.reason END
     FROM c
     -- The rows are found by primary key, the ids passed again as an array. The state

@@ -103,14 +103,22 @@ WHERE firings.id = c.id AND firings.claim_token = c.token AND firings.state = 'r
 RETURNING firings.id, firings.claim_token
 
 -- name: complete_failure
--- A failure: queued again at :retry_at while attempts are left, else dead;
--- a CAS on (running, claim token).
+-- A failure: queued again at :retry_at while attempts are left, else dead; a firing
+-- whose cancel was requested is not retried (cancelled). A CAS on (running, claim token).
 UPDATE firings
-SET state = CASE WHEN :retry_at IS NOT NULL AND attempt < max_attempts THEN 'queued' ELSE 'dead' END,
+SET state = CASE WHEN :retry_at IS NULL OR attempt >= max_attempts THEN 'dead'
+                 WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'queued' END,
     vdeadline = CASE WHEN :retry_at IS NOT NULL AND attempt < max_attempts
+                          AND cancel_requested_at IS NULL
                      THEN :retry_at + (vdeadline - due_at) ELSE vdeadline END,
-    due_at = CASE WHEN :retry_at IS NOT NULL AND attempt < max_attempts THEN :retry_at ELSE due_at END,
-    finished_at = CASE WHEN :retry_at IS NOT NULL AND attempt < max_attempts THEN NULL ELSE :finished_at END,
+    due_at = CASE WHEN :retry_at IS NOT NULL AND attempt < max_attempts
+                       AND cancel_requested_at IS NULL THEN :retry_at ELSE due_at END,
+    finished_at = CASE WHEN :retry_at IS NOT NULL AND attempt < max_attempts
+                            AND cancel_requested_at IS NULL THEN NULL ELSE :finished_at END,
+    reason = CASE WHEN :retry_at IS NOT NULL AND attempt < max_attempts
+                       AND cancel_requested_at IS NOT NULL
+                  THEN coalesce(reason, 'cancel requested; the attempt failed and is not retried')
+                  ELSE reason END,
     started_at = :started_at, claim_token = NULL, lease_until = NULL, error = :error
 WHERE id = :id AND claim_token = :token AND state = 'running'
 RETURNING attempt, worker_id, claimed_at
