@@ -1,18 +1,22 @@
 """One attempt of a claimed firing: run its handler, turn what happened into a
 :class:`Completion` (succeeded, failed with or without a retry, cancelled), report it.
 
-A sync handler runs in the worker's handler threads, an async one on the event loop;
-``timeout`` bounds both (a thread cannot be interrupted: its result is dropped).
+A sync handler runs in the worker's handler threads, an async one on the event loop,
+a process-isolated one in a child process (worker/processes.py); ``timeout`` bounds all
+three (a thread cannot be interrupted: its result is dropped, and it counts as executing
+until it returns; a child process is killed). Every handler is registered with the
+worker's :class:`Executing` while its code runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import traceback
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 from cronwheel.domain.clock import Clock
 from cronwheel.domain.models import ClaimedFiring, Firing
@@ -23,7 +27,9 @@ from cronwheel.store.protocol import Completion
 from cronwheel.worker.config import WorkerStats
 from cronwheel.worker.context import Context
 from cronwheel.worker.events import WorkerEvents
-from cronwheel.worker.registry import TaskRegistry
+from cronwheel.worker.executing import Executing
+from cronwheel.worker.processes import HandlerError, ProcessRunner
+from cronwheel.worker.registry import Isolation, TaskDef, TaskRegistry
 from cronwheel.worker.threads import HandlerThreads
 
 _ERROR_MAX = 8000
@@ -40,6 +46,10 @@ class Attempts:
         stats: WorkerStats,
         threads: HandlerThreads,
         rng: random.Random,
+        *,
+        executing: Executing,
+        processes: ProcessRunner,
+        isolation: Literal["auto", "process"] = "auto",
     ) -> None:
         self.registry = registry
         self.clock = clock
@@ -47,6 +57,17 @@ class Attempts:
         self.stats = stats
         self.threads = threads
         self.rng = rng
+        self.executing = executing
+        self.processes = processes
+        self.isolation = isolation
+
+    def isolation_of(self, task: TaskDef) -> Isolation:
+        """Where ``task``'s handler runs: its own setting, else the worker's default."""
+        if task.isolation is not None:
+            return task.isolation
+        if self.isolation == "process":
+            return "process"
+        return "loop" if task.is_async else "thread"
 
     async def run(self, claim: ClaimedFiring, ctx: Context) -> Completion:
         """Run the handler of one claimed firing; its outcome as a completion."""
@@ -60,7 +81,7 @@ class Attempts:
         cancelled = False
         retry_after: timedelta | None = None
         try:
-            await self._run_handler(firing, ctx, timeout_s)
+            await self._run_handler(claim, ctx, timeout_s)
         except TimeoutError:
             error = f"timed out after {timeout_s} s"
             ctx.request_cancel()
@@ -73,6 +94,8 @@ class Attempts:
             cancelled, error = True, f"cancelled: {exc.reason}"
         except Retry as exc:
             error, retry_after = f"retry requested: {exc.reason}", exc.after
+        except HandlerError as exc:  # raised in a child process: its traceback
+            error = exc.text
         except CronwheelError as exc:
             error = f"{type(exc).__name__}: {exc}"
         except Exception:
@@ -126,11 +149,36 @@ class Attempts:
             retry_at=retry_at,
         )
 
-    async def _run_handler(self, firing: Firing, ctx: Context, timeout_s: float | None) -> None:
-        """Run the task; an async handler is cancelled — once — when cancellation is
-        requested, when it times out, or when the worker stops (a shell task reads a
-        second cancel as "kill now", so it must not get one by accident)."""
+    async def _run_handler(
+        self, claim: ClaimedFiring, ctx: Context, timeout_s: float | None
+    ) -> None:
+        firing = claim.firing
         task = self.registry.get(firing.task)
+        if self.isolation_of(task) == "process":
+            child = self.processes.attempt(task, ctx, firing)
+            with self.executing.executing(claim, child.stop) as running:
+                try:
+                    await child.run(timeout_s, claim.policies.cancel_grace.total_seconds())
+                finally:
+                    self.executing.ended(running)  # its process is gone (reaped)
+            return
+        with self.executing.executing(claim, lambda _: ctx.request_cancel()) as running:
+            await self._run_in_process(
+                task, firing, ctx, timeout_s, lambda: self.executing.ended(running)
+            )
+
+    async def _run_in_process(
+        self,
+        task: TaskDef,
+        firing: Firing,
+        ctx: Context,
+        timeout_s: float | None,
+        ended: Any,
+    ) -> None:
+        """Run the task in this process; an async handler is cancelled — once — when
+        cancellation is requested, when it times out, or when the worker stops (a shell
+        task reads a second cancel as "kill now", so it must not get one by accident).
+        ``ended`` is called on the loop when the handler's code has really returned."""
         loop = asyncio.get_running_loop()
         handler: asyncio.Future[Any]
         cancelled = False
@@ -143,13 +191,15 @@ class Attempts:
 
         if task.is_async:
             handler = asyncio.ensure_future(task.fn(ctx, *firing.args, **firing.kwargs))
+            handler.add_done_callback(lambda _: ended())
 
             def from_any_thread() -> None:
                 loop.call_soon_threadsafe(stop)
 
             ctx.on_cancel(from_any_thread)
         else:
-            handler = self.threads.submit(partial(task.fn, ctx, *firing.args, **firing.kwargs))
+            call = partial(task.fn, ctx, *firing.args, **firing.kwargs)
+            handler = self.threads.submit(partial(_then, call, loop, ended))
             if timeout_s is None:
                 # a thread cannot be interrupted, so there is nothing to shield it from;
                 # if the worker stops, the future is dropped and the thread runs on
@@ -159,3 +209,12 @@ class Attempts:
             await asyncio.wait_for(asyncio.shield(handler), timeout_s)
         finally:
             stop()
+
+
+def _then(call: Any, loop: asyncio.AbstractEventLoop, ended: Any) -> Any:
+    """``call()`` on a handler thread, then ``ended()`` on the loop, whatever happened."""
+    try:
+        return call()
+    finally:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the worker is gone
+            loop.call_soon_threadsafe(ended)
