@@ -203,6 +203,7 @@ def serve(
     concurrency: int = 16,
     log_args: list[str] | None = None,
     tasks_file: str | None = None,
+    isolation: str = "auto",
     api_host: str | None = "127.0.0.1",
     api_port: int = 8080,
     metrics_port: int | None = None,
@@ -232,6 +233,8 @@ def serve(
                 f"worker-{i + 1}",
                 *port_args(i + 1),
                 *tasks,
+                "--isolation",
+                isolation,
                 *ref,
             ],
         )
