@@ -82,3 +82,11 @@ def again(ctx: Context) -> None:
 def plain(ctx: Context, out: str) -> None:
     """No isolation of its own: the worker's default decides."""
     _write(out, pid=os.getpid())
+
+
+@app.task
+def overrun(ctx: Context, out: str, seconds: float = 1.5) -> None:
+    """A thread handler that runs past its timeout (a thread cannot be interrupted)."""
+    _write(out, phase="start", attempt=ctx.attempt, at=time.time())
+    time.sleep(seconds)
+    _write(out, phase="end", attempt=ctx.attempt, at=time.time())

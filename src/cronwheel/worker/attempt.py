@@ -24,7 +24,7 @@ from cronwheel.domain.policies import retry_backoff
 from cronwheel.errors import CronwheelError
 from cronwheel.signals import Cancel, Retry
 from cronwheel.store.protocol import Completion
-from cronwheel.worker.config import WorkerStats
+from cronwheel.worker.config import WorkerConfig, WorkerStats
 from cronwheel.worker.context import Context
 from cronwheel.worker.events import WorkerEvents
 from cronwheel.worker.executing import Executing
@@ -46,10 +46,6 @@ class Attempts:
         stats: WorkerStats,
         threads: HandlerThreads,
         rng: random.Random,
-        *,
-        executing: Executing,
-        processes: ProcessRunner,
-        isolation: Literal["auto", "process"] = "auto",
     ) -> None:
         self.registry = registry
         self.clock = clock
@@ -57,9 +53,18 @@ class Attempts:
         self.stats = stats
         self.threads = threads
         self.rng = rng
+        self.executing = Executing(_nothing_lost)
+        self.processes = ProcessRunner(kill_grace=timedelta(seconds=5))
+        self.isolation: Literal["auto", "process"] = "auto"
+
+    def isolate(self, config: WorkerConfig, executing: Executing) -> None:
+        """The worker's isolation settings and its register of executing handlers."""
         self.executing = executing
-        self.processes = processes
-        self.isolation = isolation
+        self.isolation = config.isolation
+        modules = {t.fn.__module__ for t in map(self.registry.get, self.registry.names())}
+        self.processes = ProcessRunner(
+            kill_grace=config.kill_grace, modules=modules, on_stopped=self.events.handler_stopped
+        )
 
     def isolation_of(self, task: TaskDef) -> Isolation:
         """Where ``task``'s handler runs: its own setting, else the worker's default."""
@@ -209,6 +214,11 @@ class Attempts:
             await asyncio.wait_for(asyncio.shield(handler), timeout_s)
         finally:
             stop()
+
+
+async def _nothing_lost(_claims: Any) -> set[Any]:
+    """Before :meth:`Attempts.isolate`: no store to ask."""
+    return set()
 
 
 def _then(call: Any, loop: asyncio.AbstractEventLoop, ended: Any) -> Any:

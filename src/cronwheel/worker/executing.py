@@ -3,20 +3,22 @@
 The store caps the firings of a job that are RUNNING; a handler can outlive its
 firing's RUNNING state: its claim revoked (``terminate_other``, the reaper after
 ``cancel_grace``, a lost lease) or given up (a thread past its ``timeout``). Such a
-*zombie* still executes. Before a handler of a job is called, :meth:`Executing.turn`
+*zombie* still executes. Before a handler of a job is called, :meth:`Executing.wait_turn`
 
 1. asks the store (one heartbeat of their claims) whether this worker's other
-   handlers of that job still hold their claims, when there are any: the newer firing
-   may have been claimed by revoking them, and the heartbeat loop would learn it only
-   later. Those that lost it become zombies and are stopped (``stop``: a child process
-   is killed; a thread or a coroutine only has its cancel requested);
+   handlers of that job still hold their claims, when they are as many as the job's
+   cap: the newer firing may have been claimed by revoking them, and the heartbeat
+   loop would learn it only later. Those that lost it become zombies and are stopped
+   (``stop``: a child process is killed; a thread or a coroutine only has its cancel
+   requested);
 2. waits until no zombie of that job executes on this worker any more.
 
-So on one worker the handlers of a job executing at once never exceed what the store
-allows, in every isolation mode: a process-isolated zombie is killed first, an
-in-process one (a thread cannot be killed) is waited for. Across workers the store
-does not know whether another worker's revoked handler still executes: see the
-README (process isolation stops it within that worker's heartbeat interval).
+A job with overlap ``allow`` has no cap: nothing is checked. So on one worker the
+handlers of a job executing at once never exceed what the store allows, in every
+isolation mode: a process-isolated zombie is killed first, an in-process one (a thread
+cannot be killed) is waited for. Across workers the store does not know whether
+another worker's revoked handler still executes: see the README (process isolation
+stops it within that worker's heartbeat interval).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from cronwheel.domain.models import ClaimedFiring, FiringId
+from cronwheel.domain.overlap import OverlapPolicy
 
 # the store's heartbeat on these claims: the firings whose claim is no longer held
 LostCheck = Callable[[Sequence[tuple[FiringId, str]]], Awaitable[set[FiringId]]]
@@ -67,9 +70,14 @@ class Executing:
     async def wait_turn(self, claim: ClaimedFiring) -> None:
         """Return when this firing's handler may be called: no zombie of its job executes
         here (after stopping those the store revoked for it)."""
+        policies = claim.policies
+        if policies.overlap is OverlapPolicy.ALLOW:
+            return  # no cap to keep
         job_id = claim.firing.job_id
         live = [h for h in self._jobs.get(job_id, ()) if not h.zombie]
-        if live:
+        # the store counts these: only at the cap (explicit, else 1: a recurring job's)
+        # may it have revoked one of them for this firing
+        if len(live) >= (policies.max_concurrency or 1):
             lost = await self._lost([(h.firing_id, h.claim_token) for h in live])
             for h in live:
                 if h.firing_id in lost and not h.zombie:

@@ -71,7 +71,7 @@ class ProcessRunner:
         self,
         *,
         kill_grace: timedelta,
-        modules: Iterable[str] = (),
+        modules: Iterable[str | None] = (),
         on_stopped: OnStopped | None = None,
     ) -> None:
         self.kill_grace = kill_grace.total_seconds()
@@ -79,7 +79,8 @@ class ProcessRunner:
         self.children: set[ChildAttempt] = set()
         # the forkserver (one per worker process, started on first use) imports these
         # once: each child then starts with the task modules already loaded
-        preload = ["cronwheel.worker.child", *sorted(set(modules))]
+        named = {m for m in modules if isinstance(m, str) and m != "__main__"}
+        preload = ["cronwheel.worker.child", *sorted(named)]
         with contextlib.suppress(ValueError, RuntimeError):
             _context().set_forkserver_preload(preload)
 

@@ -46,7 +46,6 @@ from cronwheel.worker.config import WorkerConfig, WorkerStats, make_worker_id
 from cronwheel.worker.context import Context, make_context
 from cronwheel.worker.events import QuietWorkerEvents, WorkerEvents
 from cronwheel.worker.executing import Executing
-from cronwheel.worker.processes import ProcessRunner
 from cronwheel.worker.registry import TaskRegistry
 from cronwheel.worker.slots import Slots
 from cronwheel.worker.starts import Starter
@@ -86,23 +85,11 @@ class Worker:
         self._db_start = ThreadPoolExecutor(1, thread_name_prefix="cronwheel-store-start")
         self._starter = Starter(self._store_start)
         self._threads = HandlerThreads(self.config.concurrency)
-        self._executing = Executing(self._still_held)
-        self._processes = ProcessRunner(
-            kill_grace=self.config.kill_grace,
-            modules={t.fn.__module__ for t in map(registry.get, registry.names())},
-            on_stopped=self.events.handler_stopped,
-        )
         self._attempts = Attempts(
-            registry,
-            clock,
-            self.events,
-            self.stats,
-            self._threads,
-            rng or random.Random(),
-            executing=self._executing,
-            processes=self._processes,
-            isolation=self.config.isolation,
+            registry, clock, self.events, self.stats, self._threads, rng or random.Random()
         )
+        self._attempts.isolate(self.config, Executing(self._still_held))
+        self._executing = self._attempts.executing
         self._active: dict[FiringId, tuple[ClaimedFiring, Context]] = {}
         self._done: list[Completion] = []
         self._slot_freed: asyncio.Event | None = None
@@ -305,7 +292,7 @@ class Worker:
             self._db_out.shutdown(wait=False)
             self._db_start.shutdown(wait=False)
             self._threads.shutdown()
-            self._processes.shutdown()
+            self._attempts.processes.shutdown()
             self.events.worker_stopped(self.worker_id)
 
     async def _claim_loop(
