@@ -4,6 +4,7 @@ killed. Real processes and real time: bounds are generous (a loaded 2-core machi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -252,3 +253,52 @@ def test_a_thread_past_its_timeout_holds_back_the_next_attempt_until_it_returns(
     assert seen[2]["at"] >= seen[1]["at"]
     after = app.store.get_firing(firing.id)
     assert after.attempt == 2 and after.error is not None and "timed out" in after.error
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (an orphan's zombie may wait for init)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in {"Z", "X"}
+
+
+def test_a_child_does_not_outlive_its_worker(tmp_path: Path) -> None:
+    """A worker process SIGKILLed mid-attempt: its child sees its pipe close and exits."""
+    import signal
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'cw.db'}"
+    app.use_store(open_store(url))
+    out = tmp_path / "out"
+    enqueue("stubborn", {"out": str(out)})
+    root = Path(__file__).resolve().parents[2]
+    argv = ["-m", "cronwheel", "worker", "tests.integration.proc_tasks:app", "--store", url]
+    worker = subprocess.Popen(
+        [sys.executable, *argv],
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not lines(out):
+            assert time.monotonic() < deadline, "the handler never started"
+            assert worker.poll() is None, "the worker died"
+            time.sleep(0.05)
+        child = lines(out)[0]["pid"]
+        assert child != worker.pid and _running(child)
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait(10)
+        deadline = time.monotonic() + 10
+        while _running(child):
+            assert time.monotonic() < deadline, "the child outlived its worker by 10 s"
+            time.sleep(0.02)
+    finally:
+        app.store.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(10)
