@@ -107,3 +107,24 @@ def test_a_handler_given_up_while_its_code_runs_is_a_zombie_until_it_returns() -
             ex.ended(h)
 
     asyncio.run(scenario())
+
+
+def test_a_cancel_ends_the_wait() -> None:
+    """A firing cancelled while it waits for a zombie of its job: its handler is not
+    called (the worker records it CANCELLED), so it need not wait any longer."""
+    from cronwheel.worker.context import make_context
+
+    async def scenario() -> None:
+        ex = Executing(Store(revoked=set()))
+        with ex.executing(claim(1), lambda _: None) as stuck:
+            pass  # given up; its code runs on
+        waiting = claim(2)
+        ctx = make_context(waiting.firing, waiting.claim_token, "w")
+        turn = asyncio.ensure_future(ex.wait_turn(waiting, ctx))
+        await asyncio.sleep(0.05)
+        assert not turn.done()
+        ctx.request_cancel()
+        await asyncio.wait_for(turn, 1)
+        assert not stuck.ended.is_set()
+
+    asyncio.run(scenario())

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from cronwheel.domain.models import ClaimedFiring, FiringId
 from cronwheel.domain.overlap import OverlapPolicy
+from cronwheel.worker.context import Context
 
 # the store's heartbeat on these claims: the firings whose claim is no longer held
 LostCheck = Callable[[Sequence[tuple[FiringId, str]]], Awaitable[set[FiringId]]]
@@ -67,13 +68,14 @@ class Executing:
                     h.zombie = True
                     h.stop(reason)
 
-    async def wait_turn(self, claim: ClaimedFiring) -> None:
+    async def wait_turn(self, claim: ClaimedFiring, ctx: Context | None = None) -> None:
         """Return when this firing's handler may be called: no zombie of its job executes
-        here (after stopping those the store revoked for it)."""
+        here (after stopping those the store revoked for it); or as soon as ``ctx``'s
+        cancel is requested (its handler will not be called then)."""
         policies = claim.policies
-        if policies.overlap is OverlapPolicy.ALLOW:
-            return  # no cap to keep
         job_id = claim.firing.job_id
+        if policies.overlap is OverlapPolicy.ALLOW or not self._jobs.get(job_id):
+            return  # no cap to keep, or nothing of the job executes here
         live = [h for h in self._jobs.get(job_id, ()) if not h.zombie]
         # the store counts these: only at the cap (explicit, else 1: a recurring job's)
         # may it have revoked one of them for this firing
@@ -83,11 +85,24 @@ class Executing:
                 if h.firing_id in lost and not h.zombie:
                     h.zombie = True
                     h.stop("revoked: a newer firing of its job took its place")
-        while True:
+        cancelled = asyncio.Event()
+        if ctx is not None:
+            loop = asyncio.get_running_loop()
+
+            def cancel_requested() -> None:  # from any thread
+                loop.call_soon_threadsafe(cancelled.set)
+
+            ctx.on_cancel(cancel_requested)
+        while not cancelled.is_set():
             zombies = [h for h in self._jobs.get(job_id, ()) if h.zombie]
             if not zombies:
                 return
-            await zombies[0].ended.wait()
+            waits = [asyncio.ensure_future(e.wait()) for e in (zombies[0].ended, cancelled)]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
 
     @contextmanager
     def executing(self, claim: ClaimedFiring, stop: Callable[[str], None]) -> Iterator[Handler]:

@@ -167,7 +167,7 @@ class Worker:
         """A RUNNING firing's attempt; one whose cancel was asked for before its handler
         was called ends CANCELLED without calling it. It waits first for this worker's
         revoked handlers of its job to stop executing (worker/executing.py)."""
-        await self._executing.wait_turn(claim)
+        await self._executing.wait_turn(claim, ctx)
         if ctx.cancel_requested:
             at = self.clock.now()
             return Completion(
