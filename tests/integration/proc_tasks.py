@@ -90,3 +90,9 @@ def overrun(ctx: Context, out: str, seconds: float = 1.5) -> None:
     _write(out, phase="start", attempt=ctx.attempt, at=time.time())
     time.sleep(seconds)
     _write(out, phase="end", attempt=ctx.attempt, at=time.time())
+
+
+@app.task(isolation="process")
+def loud(ctx: Context) -> None:
+    """A reason larger than any pipe buffer."""
+    raise Cancel("x" * 1_000_000)

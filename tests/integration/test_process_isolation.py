@@ -302,3 +302,10 @@ def test_a_child_does_not_outlive_its_worker(tmp_path: Path) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(worker.pid, signal.SIGKILL)
         worker.wait(10)
+
+
+def test_an_outcome_larger_than_the_pipe_buffer_comes_back_bounded() -> None:
+    exc, elapsed, _ = run_child(claim("loud"))
+    assert isinstance(exc, Cancel)
+    assert exc.reason == "x" * 8000
+    assert elapsed < 30

@@ -72,11 +72,13 @@ def _watch(conn: Any, ctx: Context) -> None:
 
 
 def _outcome(exc: BaseException) -> tuple[str, Any]:
+    # bounded: the worker reads the outcome once the child has exited, so it must fit
+    # in the pipe's buffer
     if isinstance(exc, Retry):
         after = None if exc.after is None else exc.after.total_seconds()
-        return ("retry", (after, exc.reason))
+        return ("retry", (after, str(exc.reason)[:ERROR_MAX]))
     if isinstance(exc, Cancel):
-        return ("cancel", exc.reason)
+        return ("cancel", str(exc.reason)[:ERROR_MAX])
     if isinstance(exc, CronwheelError):
         return ("error", f"{type(exc).__name__}: {exc}"[-ERROR_MAX:])
     text = "".join(traceback.format_exception(exc))

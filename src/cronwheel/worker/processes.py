@@ -128,18 +128,21 @@ class ChildAttempt:
         )
         proc = mp.Process(target=child_main, args=args, name=f"cronwheel-attempt-{self.firing.id}")
         exited: asyncio.Future[None] = loop.create_future()
+
+        def on_exit() -> None:
+            if not exited.done():
+                exited.set_result(None)
+
         try:
             await loop.run_in_executor(None, proc.start)
+        except BaseException:
+            parent.close()
+            raise
         finally:
             child.close()
         self._proc = proc
         self.runner.children.add(self)
         try:
-
-            def on_exit() -> None:
-                if not exited.done():
-                    exited.set_result(None)
-
             loop.add_reader(proc.sentinel, on_exit)
             if timeout_s is not None:
                 self._timers.append(loop.call_later(timeout_s, self.stop, "timeout"))
