@@ -96,3 +96,18 @@ def overrun(ctx: Context, out: str, seconds: float = 1.5) -> None:
 def loud(ctx: Context) -> None:
     """A reason larger than any pipe buffer."""
     raise Cancel("x" * 1_000_000)
+
+
+@app.task
+async def adeaf(ctx: Context, out: str, seconds: float = 1.2) -> None:
+    """An async handler that swallows its cancellation and runs on (loop isolation)."""
+    import asyncio
+
+    _write(out, phase="start", attempt=ctx.attempt, at=time.time())
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            await asyncio.sleep(end - time.monotonic())
+        except asyncio.CancelledError:
+            continue  # deaf to it
+    _write(out, phase="end", attempt=ctx.attempt, at=time.time())

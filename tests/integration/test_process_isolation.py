@@ -225,36 +225,6 @@ def test_a_wrong_isolation_names_the_field(value: str, is_async: bool) -> None:
     assert not other.registry.names()
 
 
-def test_a_thread_past_its_timeout_holds_back_the_next_attempt_until_it_returns(
-    tmp_path: Path,
-) -> None:
-    """Thread isolation cannot kill: the retry of a timed-out firing (same job, same
-    worker) starts only once the first attempt's thread has returned."""
-    app.use_store(open_store(MEMORY_URL))
-    out = tmp_path / "out"
-    firing = enqueue("overrun", {"out": str(out)}, timeout=0.3, retry_backoff=0.05)
-    worker = Worker(app.store, app.registry, app.clock)
-
-    async def main() -> None:
-        assert await worker.drain_once() == 1  # attempt 1 times out; its thread runs on
-        wait_until = time.monotonic() + 10
-        while await worker.drain_once() == 0:  # attempt 2, once its backoff has passed
-            assert time.monotonic() < wait_until
-            await asyncio.sleep(0.05)
-
-    asyncio.run(main())
-    seen = lines(out)
-    # (attempt 2 times out as well; its thread ends after the test)
-    assert [(e["phase"], e["attempt"]) for e in seen[:3]] == [
-        ("start", 1),
-        ("end", 1),
-        ("start", 2),
-    ]
-    assert seen[2]["at"] >= seen[1]["at"]
-    after = app.store.get_firing(firing.id)
-    assert after.attempt == 2 and after.error is not None and "timed out" in after.error
-
-
 def _running(pid: int) -> bool:
     """The process exists and is not a zombie (an orphan's zombie may wait for init)."""
     try:
@@ -309,3 +279,32 @@ def test_an_outcome_larger_than_the_pipe_buffer_comes_back_bounded() -> None:
     assert isinstance(exc, Cancel)
     assert exc.reason == "x" * 8000
     assert elapsed < 30
+
+
+@pytest.mark.parametrize("task", ["overrun", "adeaf"])
+def test_in_process_handlers_past_their_timeout_hold_back_the_next_attempt(
+    task: str, tmp_path: Path
+) -> None:
+    """A thread (or a coroutine deaf to its cancellation) cannot be killed: the retry of
+    a timed-out firing (same job, same worker) starts only once the first attempt's
+    code has returned."""
+    app.use_store(open_store(MEMORY_URL))
+    out = tmp_path / "out"
+    firing = enqueue(task, {"out": str(out)}, timeout=0.3, retry_backoff=0.05)
+    worker = Worker(app.store, app.registry, app.clock)
+
+    async def main() -> None:
+        assert await worker.drain_once() == 1  # attempt 1 times out; its code runs on
+        give_up = time.monotonic() + 10
+        while await worker.drain_once() == 0:  # attempt 2, once its backoff has passed
+            assert time.monotonic() < give_up
+            await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+    seen = lines(out)
+    # (attempt 2 times out as well; its code ends after the test)
+    phases = [(e["phase"], e["attempt"]) for e in seen[:3]]
+    assert phases == [("start", 1), ("end", 1), ("start", 2)]
+    assert seen[2]["at"] >= seen[1]["at"]
+    after = app.store.get_firing(firing.id)
+    assert after.attempt == 2 and after.error is not None and "timed out" in after.error
