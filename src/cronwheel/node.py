@@ -54,6 +54,7 @@ def load_app(ref: str | None, store_url: str | None) -> App:
     app = getattr(module, attr, None)
     if not isinstance(app, App):
         raise ValidationError(f"{ref!r} is not a cronwheel.App", field="APP")
+    app.registry.app_module = module_name
     if store_url:
         app.store_url = store_url
     return app

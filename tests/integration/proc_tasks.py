@@ -14,6 +14,7 @@ from typing import Any
 
 from cronwheel import App, Context
 from cronwheel.signals import Cancel, Retry
+from tests.integration import proc_helpers
 
 app = App("memory://")
 
@@ -111,3 +112,8 @@ async def adeaf(ctx: Context, out: str, seconds: float = 1.2) -> None:
         except asyncio.CancelledError:
             continue  # deaf to it
     _write(out, phase="end", attempt=ctx.attempt, at=time.time())
+
+
+# registered here, defined in a module with no App: the child finds it through the
+# app's module (``TaskRegistry.app_module``, set by ``cronwheel worker MODULE:APP``)
+app.task(name="borrowed", isolation="process")(proc_helpers.borrowed)

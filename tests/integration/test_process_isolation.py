@@ -70,10 +70,14 @@ def run_child(
     kill_grace: float = 5.0,
     cancel_after: float | None = None,
     stop_after: float | None = None,
+    app_module: str | None = None,
 ) -> tuple[BaseException | None, float, Stops]:
     stops = Stops()
     runner = ProcessRunner(
-        kill_grace=timedelta(seconds=kill_grace), modules=[proc_tasks.__name__], on_stopped=stops
+        kill_grace=timedelta(seconds=kill_grace),
+        modules=[proc_tasks.__name__],
+        app_module=app_module,
+        on_stopped=stops,
     )
     ctx = make_context(c.firing, c.claim_token, "w")
     child = runner.attempt(app.registry.get(c.firing.task), ctx, c.firing)
@@ -308,3 +312,22 @@ def test_in_process_handlers_past_their_timeout_hold_back_the_next_attempt(
     assert seen[2]["at"] >= seen[1]["at"]
     after = app.store.get_firing(firing.id)
     assert after.attempt == 2 and after.error is not None and "timed out" in after.error
+
+
+def test_a_task_defined_away_from_its_app_is_found_through_the_app_module(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    exc, _, _ = run_child(claim("borrowed", out=str(out)))
+    assert isinstance(exc, HandlerError)
+    assert "'borrowed' is not registered by any App of tests.integration.proc_helpers" in exc.text
+    exc, _, _ = run_child(claim("borrowed", out=str(out)), app_module=proc_tasks.__name__)
+    assert exc is None
+    assert lines(out)[0]["pid"] != os.getpid()
+
+
+def test_load_app_records_the_app_module() -> None:
+    from cronwheel.node import load_app
+
+    loaded = load_app("tests.integration.proc_tasks:app", None)
+    assert loaded is app and app.registry.app_module == "tests.integration.proc_tasks"

@@ -63,7 +63,10 @@ class Attempts:
         self.isolation = config.isolation
         modules = {t.fn.__module__ for t in map(self.registry.get, self.registry.names())}
         self.processes = ProcessRunner(
-            kill_grace=config.kill_grace, modules=modules, on_stopped=self.events.handler_stopped
+            kill_grace=config.kill_grace,
+            modules=modules,
+            app_module=self.registry.app_module,
+            on_stopped=self.events.handler_stopped,
         )
 
     def isolation_of(self, task: TaskDef) -> Isolation:

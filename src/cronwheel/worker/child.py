@@ -1,9 +1,10 @@
 """The child side of a process-isolated attempt (``isolation="process"``).
 
 The worker starts ``child_main`` in a fresh process (forked from a forkserver that
-imported the worker's task modules). It imports the task's module, finds the
-registry that holds the task by name, builds the handler's :class:`Context` and calls
-the handler; what happened goes back over the pipe as a small tuple:
+imported the worker's task modules). It imports the task's module (then, if the task
+is not registered there, the app's module: ``MODULE`` of ``cronwheel worker
+MODULE:APP``), finds the registry that holds the task by name, builds the handler's
+:class:`Context` and calls the handler; what happened goes back over the pipe as a small tuple:
 
 - ``("ok", None)``;
 - ``("retry", (seconds or None, reason))`` and ``("cancel", reason)``: the signals;
@@ -26,6 +27,7 @@ import os
 import signal
 import threading
 import traceback
+from collections.abc import Sequence
 from typing import Any
 
 from cronwheel.domain.models import Firing
@@ -39,23 +41,25 @@ ERROR_MAX = 8000
 ORPHANED = 70
 
 
-def find_task(module_name: str, task_name: str) -> TaskDef:
-    """The task ``task_name`` of a registry found in ``module_name`` (a ``TaskRegistry``
-    or an object with a ``registry`` attribute holding one, such as an ``App``)."""
-    module = importlib.import_module(module_name)
-    for value in list(vars(module).values()):
-        registry: object = value
-        if not isinstance(value, TaskRegistry):
-            if inspect.ismodule(value) or inspect.isclass(value) or inspect.isroutine(value):
-                continue
-            try:
-                registry = getattr(value, "registry", None)
-            except Exception:  # an object whose attributes are computed: not an App
-                continue
-        if isinstance(registry, TaskRegistry) and task_name in registry:
-            return registry.get(task_name)
+def find_task(module_names: Sequence[str], task_name: str) -> TaskDef:
+    """The task ``task_name`` of a registry found in the first of ``module_names`` that
+    has one holding it (a ``TaskRegistry``, or an object with a ``registry`` attribute
+    holding one, such as an ``App``): the task's own module, then the app's module."""
+    for module_name in module_names:
+        module = importlib.import_module(module_name)
+        for value in list(vars(module).values()):
+            registry: object = value
+            if not isinstance(value, TaskRegistry):
+                if inspect.ismodule(value) or inspect.isclass(value) or inspect.isroutine(value):
+                    continue
+                try:
+                    registry = getattr(value, "registry", None)
+                except Exception:  # an object whose attributes are computed: not an App
+                    continue
+            if isinstance(registry, TaskRegistry) and task_name in registry:
+                return registry.get(task_name)
     raise CronwheelError(
-        f"task {task_name!r} is not registered by any App of module {module_name!r} "
+        f"task {task_name!r} is not registered by any App of {', '.join(module_names)} "
         "(a process-isolated task must be defined at the top level of an importable module)"
     )
 
@@ -86,7 +90,7 @@ def _outcome(exc: BaseException) -> tuple[str, Any]:
 
 
 def child_main(
-    module_name: str, task_name: str, firing: Firing, claim_token: str, worker_id: str, conn: Any
+    modules: list[str], task_name: str, firing: Firing, claim_token: str, worker_id: str, conn: Any
 ) -> None:
     """Run one attempt's handler in this (child) process; report over ``conn``."""
     # a fresh signal state: SIGTERM kills (the worker's stop), Ctrl-C in the worker's
@@ -100,7 +104,7 @@ def child_main(
     threading.Thread(target=_watch, args=(conn, ctx), name="cronwheel-cancel", daemon=True).start()
     outcome: tuple[str, Any] = ("ok", None)
     try:
-        task = find_task(module_name, task_name)
+        task = find_task(modules, task_name)
         if task.is_async:
             asyncio.run(task.fn(ctx, *firing.args, **firing.kwargs))
         else:

@@ -72,14 +72,16 @@ class ProcessRunner:
         *,
         kill_grace: timedelta,
         modules: Iterable[str | None] = (),
+        app_module: str | None = None,
         on_stopped: OnStopped | None = None,
     ) -> None:
         self.kill_grace = kill_grace.total_seconds()
+        self.app_module = app_module
         self.on_stopped = on_stopped
         self.children: set[ChildAttempt] = set()
         # the forkserver (one per worker process, started on first use) imports these
         # once: each child then starts with the task modules already loaded
-        named = {m for m in modules if isinstance(m, str) and m != "__main__"}
+        named = {m for m in (*modules, app_module) if isinstance(m, str) and m != "__main__"}
         preload = ["cronwheel.worker.child", *sorted(named)]
         with contextlib.suppress(ValueError, RuntimeError):
             _context().set_forkserver_preload(preload)
@@ -117,9 +119,9 @@ class ChildAttempt:
         mp = _context()
         parent, child = mp.Pipe()
         self._conn = parent
-        module = self.task.fn.__module__
+        modules = [m for m in (self.task.fn.__module__, self.runner.app_module) if m]
         args = (
-            module,
+            list(dict.fromkeys(modules)),
             self.task.name,
             self.firing,
             self.ctx.claim_token,

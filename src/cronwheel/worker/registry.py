@@ -43,6 +43,10 @@ class TaskDef:
 class TaskRegistry:
     def __init__(self) -> None:
         self._tasks: dict[str, TaskDef] = {}
+        # the module of the app whose registry this is, when known (``cronwheel worker
+        # MODULE:APP`` sets it): where a process-isolated child looks for a task that its
+        # own module does not register
+        self.app_module: str | None = None
 
     def add(self, name: str, fn: Callable[..., Any], *, isolation: str | None = None) -> TaskDef:
         validate_task(name)
