@@ -331,3 +331,21 @@ def test_load_app_records_the_app_module() -> None:
 
     loaded = load_app("tests.integration.proc_tasks:app", None)
     assert loaded is app and app.registry.app_module == "tests.integration.proc_tasks"
+
+
+def test_a_thread_outliving_its_event_loop_still_ends_its_turn(tmp_path: Path) -> None:
+    """A worker driven by one ``asyncio.run`` per ``drain_once`` (a user's test): the
+    thread of a timed-out attempt returns after its loop is gone; the retry, on the next
+    loop, waits for it and then runs (it is not held back forever)."""
+    app.use_store(open_store(MEMORY_URL))
+    out = tmp_path / "out"
+    enqueue("overrun", {"out": str(out), "seconds": 1.0}, timeout=0.3, retry_backoff=0.05)
+    worker = Worker(app.store, app.registry, app.clock)
+    assert asyncio.run(worker.drain_once()) == 1
+    give_up = time.monotonic() + 15
+    while asyncio.run(asyncio.wait_for(worker.drain_once(), 15)) == 0:
+        assert time.monotonic() < give_up
+        time.sleep(0.05)
+    seen = lines(out)
+    phases = [(e["phase"], e["attempt"]) for e in seen[:3]]
+    assert phases == [("start", 1), ("end", 1), ("start", 2)]

@@ -27,7 +27,7 @@ from cronwheel.store.protocol import Completion
 from cronwheel.worker.config import WorkerConfig, WorkerStats
 from cronwheel.worker.context import Context
 from cronwheel.worker.events import WorkerEvents
-from cronwheel.worker.executing import Executing
+from cronwheel.worker.executing import Executing, Handler
 from cronwheel.worker.processes import HandlerError, ProcessRunner
 from cronwheel.worker.registry import Isolation, TaskDef, TaskRegistry
 from cronwheel.worker.threads import HandlerThreads
@@ -171,9 +171,7 @@ class Attempts:
                     self.executing.ended(running)  # its process is gone (reaped)
             return
         with self.executing.executing(claim, lambda _: ctx.request_cancel()) as running:
-            await self._run_in_process(
-                task, firing, ctx, timeout_s, lambda: self.executing.ended(running)
-            )
+            await self._run_in_process(task, firing, ctx, timeout_s, running)
 
     async def _run_in_process(
         self,
@@ -181,12 +179,12 @@ class Attempts:
         firing: Firing,
         ctx: Context,
         timeout_s: float | None,
-        ended: Any,
+        running: Handler,
     ) -> None:
         """Run the task in this process; an async handler is cancelled — once — when
         cancellation is requested, when it times out, or when the worker stops (a shell
         task reads a second cancel as "kill now", so it must not get one by accident).
-        ``ended`` is called on the loop when the handler's code has really returned."""
+        ``running`` is marked ended when the handler's code has really returned."""
         loop = asyncio.get_running_loop()
         handler: asyncio.Future[Any]
         cancelled = False
@@ -199,7 +197,7 @@ class Attempts:
 
         if task.is_async:
             handler = asyncio.ensure_future(task.fn(ctx, *firing.args, **firing.kwargs))
-            handler.add_done_callback(lambda _: ended())
+            handler.add_done_callback(lambda _: self.executing.ended(running))
 
             def from_any_thread() -> None:
                 loop.call_soon_threadsafe(stop)
@@ -207,7 +205,7 @@ class Attempts:
             ctx.on_cancel(from_any_thread)
         else:
             call = partial(task.fn, ctx, *firing.args, **firing.kwargs)
-            handler = self.threads.submit(partial(_then, call, loop, ended))
+            handler = self.threads.submit(partial(_then, call, loop, running, self.executing))
             if timeout_s is None:
                 # a thread cannot be interrupted, so there is nothing to shield it from;
                 # if the worker stops, the future is dropped and the thread runs on
@@ -224,10 +222,13 @@ async def _nothing_lost(_claims: Any) -> set[Any]:
     return set()
 
 
-def _then(call: Any, loop: asyncio.AbstractEventLoop, ended: Any) -> Any:
-    """``call()`` on a handler thread, then ``ended()`` on the loop, whatever happened."""
+def _then(call: Any, loop: asyncio.AbstractEventLoop, running: Handler, ex: Executing) -> Any:
+    """``call()`` on a handler thread, then mark ``running`` ended, whatever happened: at
+    once (a flag ``Executing`` reads even if this loop is gone: a worker driven by one
+    ``asyncio.run`` per ``drain_once``), and on the loop."""
     try:
         return call()
     finally:
-        with contextlib.suppress(RuntimeError):  # the loop is closed: the worker is gone
-            loop.call_soon_threadsafe(ended)
+        running.returned = True
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            loop.call_soon_threadsafe(ex.ended, running)

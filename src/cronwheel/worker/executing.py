@@ -47,6 +47,7 @@ class Handler:
     stop: Callable[[str], None]
     zombie: bool = False
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    returned: bool = False  # set by its thread as its code returns (from any loop)
 
 
 class Executing:
@@ -94,12 +95,15 @@ class Executing:
 
             ctx.on_cancel(cancel_requested)
         while not cancelled.is_set():
+            for h in self.of_job(job_id):
+                if h.returned:  # a thread whose loop could not be told (it is gone)
+                    self.ended(h)
             zombies = [h for h in self._jobs.get(job_id, ()) if h.zombie]
             if not zombies:
                 return
-            waits = [asyncio.ensure_future(e.wait()) for e in (zombies[0].ended, cancelled)]
+            waits = [asyncio.ensure_future(w) for w in (cancelled.wait(), _ended(zombies[0]))]
             try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(waits, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 for w in waits:
                     w.cancel()
@@ -125,3 +129,13 @@ class Executing:
         if not handlers:
             self._jobs.pop(handler.job_id, None)
         handler.ended.set()
+
+
+async def _ended(handler: Handler) -> None:
+    """Wait for ``handler.ended``; an Event first awaited on an older loop (a previous
+    ``asyncio.run``) cannot be awaited on this one: then poll its ``returned`` flag."""
+    try:
+        await handler.ended.wait()
+    except RuntimeError:
+        while not handler.returned:
+            await asyncio.sleep(0.05)
