@@ -24,8 +24,8 @@ stops it within that worker's heartbeat interval).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from cronwheel.domain.models import ClaimedFiring, FiringId
@@ -90,8 +90,9 @@ class Executing:
         if ctx is not None:
             loop = asyncio.get_running_loop()
 
-            def cancel_requested() -> None:  # from any thread
-                loop.call_soon_threadsafe(cancelled.set)
+            def cancel_requested() -> None:  # from any thread, maybe after this wait
+                with contextlib.suppress(RuntimeError):  # its loop is closed
+                    loop.call_soon_threadsafe(cancelled.set)
 
             ctx.on_cancel(cancel_requested)
         while not cancelled.is_set():
@@ -108,7 +109,7 @@ class Executing:
                 for w in waits:
                     w.cancel()
 
-    @contextmanager
+    @contextlib.contextmanager
     def executing(self, claim: ClaimedFiring, stop: Callable[[str], None]) -> Iterator[Handler]:
         """Register a handler of ``claim`` as executing until :meth:`ended` is called for
         it (on the loop), which may be after this block exits: a thread given up at its
