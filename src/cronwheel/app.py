@@ -116,6 +116,7 @@ class App:
         job_name: str | None = None,
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
+        isolation: str | None = None,
         **policies: Any,
     ) -> Callable[[Callable[Concatenate[Context, P], R]], Task[P, R]]: ...
 
@@ -129,17 +130,20 @@ class App:
         job_name: str | None = None,
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
+        isolation: str | None = None,
         **policies: Any,
     ) -> Task[P, R] | Callable[[Callable[Concatenate[Context, P], R]], Task[P, R]]:
         """Register a handler ``fn(ctx, *args, **kwargs)``; with ``schedule=`` it also
         declares a job. Policy keywords: retries / max_attempts, retry_backoff,
         visibility_timeout, timeout, misfire, misfire_grace, catchup_window,
-        max_catchup, priority."""
+        max_catchup, priority. ``isolation="process"`` runs each attempt in a child
+        process the worker can kill (default: the worker's ``--isolation``; in-process,
+        ``"thread"`` for a sync handler, ``"loop"`` for an async one)."""
         built = build_policies(**policies)
 
         def register(f: Callable[Concatenate[Context, P], R]) -> Task[P, R]:
             task_name = name or f.__name__
-            self.registry.add(task_name, f)
+            self.registry.add(task_name, f, isolation=isolation)
             handle: Task[P, R] = Task(
                 app=self,
                 name=task_name,

@@ -54,6 +54,7 @@ def load_app(ref: str | None, store_url: str | None) -> App:
     app = getattr(module, attr, None)
     if not isinstance(app, App):
         raise ValidationError(f"{ref!r} is not a cronwheel.App", field="APP")
+    app.registry.app_module = module_name
     if store_url:
         app.store_url = store_url
     return app
@@ -203,6 +204,7 @@ def serve(
     concurrency: int = 16,
     log_args: list[str] | None = None,
     tasks_file: str | None = None,
+    isolation: str = "auto",
     api_host: str | None = "127.0.0.1",
     api_port: int = 8080,
     metrics_port: int | None = None,
@@ -235,6 +237,8 @@ def serve(
                 f"worker-{i + 1}",
                 *port_args(i + 1),
                 *tasks,
+                "--isolation",
+                isolation,
                 *ref,
             ],
         )

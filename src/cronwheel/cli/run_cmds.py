@@ -33,6 +33,19 @@ def _start_metrics(port: int | None) -> None:
         serve_metrics(port, os.environ.get("CRONWHEEL_METRICS_HOST", "127.0.0.1"))
 
 
+def isolation_option(f: F) -> F:
+    return click.option(
+        "--isolation",
+        type=click.Choice(["auto", "process"]),
+        envvar="CRONWHEEL_ISOLATION",
+        default="auto",
+        show_default=True,
+        help="Where handlers of tasks without their own isolation run: auto (a sync "
+        "handler in a thread, an async one on the event loop) or process (a child "
+        "process the worker kills on timeout, revocation or cancel grace).",
+    )(f)
+
+
 def tasks_option(f: F) -> F:
     return click.option(
         "--tasks",
@@ -62,6 +75,7 @@ def tasks_option(f: F) -> F:
     help="Handlers each worker runs at once.",
 )
 @tasks_option
+@isolation_option
 @click.option(
     "--host",
     default="127.0.0.1",
@@ -90,6 +104,7 @@ def serve_command(
     workers: int,
     concurrency: int,
     tasks_file: str | None,
+    isolation: str,
     host: str,
     port: int,
     with_api: bool,
@@ -133,6 +148,7 @@ def serve_command(
             concurrency=concurrency,
             log_args=log_args(log_level, log_format),
             tasks_file=tasks_file,
+            isolation=isolation,
             api_host=host if with_api else None,
             api_port=port,
             metrics_port=metrics_port,
@@ -191,6 +207,7 @@ def scheduler_command(
 )
 @click.option("--role", default="worker", hidden=True)
 @tasks_option
+@isolation_option
 @metrics_port_option
 @log_options
 def worker_command(
@@ -200,6 +217,7 @@ def worker_command(
     early_claims: int,
     role: str,
     tasks_file: str | None,
+    isolation: str,
     metrics_port: int | None,
     log_level: str | None,
     log_format: str | None,
@@ -217,7 +235,11 @@ def worker_command(
     app = load_app(app_ref, store_url)
     kinds = load_task_file(app, tasks_file) if tasks_file else None
     _start_metrics(metrics_port)
-    config = WorkerConfig(concurrency=concurrency, early_claims=early_claims)
+    config = WorkerConfig(
+        concurrency=concurrency,
+        early_claims=early_claims,
+        isolation="process" if isolation == "process" else "auto",
+    )
     run_worker(app, config, task_kinds=kinds)
 
 

@@ -149,6 +149,17 @@ class WorkerSink:
         self.log.info("firing_cancelled", job=firing.job_name, firing_id=firing.id)
         self.m.attempt("cancelled").inc()
 
+    def handler_stopped(self, firing: Firing, reason: str, signal: str, at: float) -> None:
+        self.log.info(
+            "handler_stopped",
+            job=firing.job_name,
+            firing_id=firing.id,
+            attempt=firing.attempt,
+            reason=reason,
+            signal=signal,
+            gone_at=at,
+        )
+
     def claims_renewed(self, count: int) -> None:
         self.m.claim_renewals.inc(count)
 

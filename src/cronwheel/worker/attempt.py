@@ -1,18 +1,22 @@
 """One attempt of a claimed firing: run its handler, turn what happened into a
 :class:`Completion` (succeeded, failed with or without a retry, cancelled), report it.
 
-A sync handler runs in the worker's handler threads, an async one on the event loop;
-``timeout`` bounds both (a thread cannot be interrupted: its result is dropped).
+A sync handler runs in the worker's handler threads, an async one on the event loop,
+a process-isolated one in a child process (worker/processes.py); ``timeout`` bounds all
+three (a thread cannot be interrupted: its result is dropped, and it counts as executing
+until it returns; a child process is killed). Every handler is registered with the
+worker's :class:`Executing` while its code runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import traceback
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 from cronwheel.domain.clock import Clock
 from cronwheel.domain.models import ClaimedFiring, Firing
@@ -20,10 +24,12 @@ from cronwheel.domain.policies import retry_backoff
 from cronwheel.errors import CronwheelError
 from cronwheel.signals import Cancel, Retry
 from cronwheel.store.protocol import Completion
-from cronwheel.worker.config import WorkerStats
+from cronwheel.worker.config import WorkerConfig, WorkerStats
 from cronwheel.worker.context import Context
 from cronwheel.worker.events import WorkerEvents
-from cronwheel.worker.registry import TaskRegistry
+from cronwheel.worker.executing import Executing, Handler
+from cronwheel.worker.processes import HandlerError, ProcessRunner
+from cronwheel.worker.registry import Isolation, TaskDef, TaskRegistry
 from cronwheel.worker.threads import HandlerThreads
 
 _ERROR_MAX = 8000
@@ -47,6 +53,29 @@ class Attempts:
         self.stats = stats
         self.threads = threads
         self.rng = rng
+        self.executing = Executing(_nothing_lost)
+        self.processes = ProcessRunner(kill_grace=timedelta(seconds=5))
+        self.isolation: Literal["auto", "process"] = "auto"
+
+    def isolate(self, config: WorkerConfig, executing: Executing) -> None:
+        """The worker's isolation settings and its register of executing handlers."""
+        self.executing = executing
+        self.isolation = config.isolation
+        modules = {t.fn.__module__ for t in map(self.registry.get, self.registry.names())}
+        self.processes = ProcessRunner(
+            kill_grace=config.kill_grace,
+            modules=modules,
+            app_module=self.registry.app_module,
+            on_stopped=self.events.handler_stopped,
+        )
+
+    def isolation_of(self, task: TaskDef) -> Isolation:
+        """Where ``task``'s handler runs: its own setting, else the worker's default."""
+        if task.isolation is not None:
+            return task.isolation
+        if self.isolation == "process":
+            return "process"
+        return "loop" if task.is_async else "thread"
 
     async def run(self, claim: ClaimedFiring, ctx: Context) -> Completion:
         """Run the handler of one claimed firing; its outcome as a completion."""
@@ -60,7 +89,7 @@ class Attempts:
         cancelled = False
         retry_after: timedelta | None = None
         try:
-            await self._run_handler(firing, ctx, timeout_s)
+            await self._run_handler(claim, ctx, timeout_s)
         except TimeoutError:
             error = f"timed out after {timeout_s} s"
             ctx.request_cancel()
@@ -73,6 +102,8 @@ class Attempts:
             cancelled, error = True, f"cancelled: {exc.reason}"
         except Retry as exc:
             error, retry_after = f"retry requested: {exc.reason}", exc.after
+        except HandlerError as exc:  # raised in a child process: its traceback
+            error = exc.text
         except CronwheelError as exc:
             error = f"{type(exc).__name__}: {exc}"
         except Exception:
@@ -126,11 +157,34 @@ class Attempts:
             retry_at=retry_at,
         )
 
-    async def _run_handler(self, firing: Firing, ctx: Context, timeout_s: float | None) -> None:
-        """Run the task; an async handler is cancelled — once — when cancellation is
-        requested, when it times out, or when the worker stops (a shell task reads a
-        second cancel as "kill now", so it must not get one by accident)."""
+    async def _run_handler(
+        self, claim: ClaimedFiring, ctx: Context, timeout_s: float | None
+    ) -> None:
+        firing = claim.firing
         task = self.registry.get(firing.task)
+        if self.isolation_of(task) == "process":
+            child = self.processes.attempt(task, ctx, firing)
+            with self.executing.executing(claim, child.stop) as running:
+                try:
+                    await child.run(timeout_s, claim.policies.cancel_grace.total_seconds())
+                finally:
+                    self.executing.ended(running)  # its process is gone (reaped)
+            return
+        with self.executing.executing(claim, lambda _: ctx.request_cancel()) as running:
+            await self._run_in_process(task, firing, ctx, timeout_s, running)
+
+    async def _run_in_process(
+        self,
+        task: TaskDef,
+        firing: Firing,
+        ctx: Context,
+        timeout_s: float | None,
+        running: Handler,
+    ) -> None:
+        """Run the task in this process; an async handler is cancelled — once — when
+        cancellation is requested, when it times out, or when the worker stops (a shell
+        task reads a second cancel as "kill now", so it must not get one by accident).
+        ``running`` is marked ended when the handler's code has really returned."""
         loop = asyncio.get_running_loop()
         handler: asyncio.Future[Any]
         cancelled = False
@@ -143,13 +197,15 @@ class Attempts:
 
         if task.is_async:
             handler = asyncio.ensure_future(task.fn(ctx, *firing.args, **firing.kwargs))
+            handler.add_done_callback(lambda _: self.executing.ended(running))
 
             def from_any_thread() -> None:
                 loop.call_soon_threadsafe(stop)
 
             ctx.on_cancel(from_any_thread)
         else:
-            handler = self.threads.submit(partial(task.fn, ctx, *firing.args, **firing.kwargs))
+            call = partial(task.fn, ctx, *firing.args, **firing.kwargs)
+            handler = self.threads.submit(partial(_then, call, loop, running, self.executing))
             if timeout_s is None:
                 # a thread cannot be interrupted, so there is nothing to shield it from;
                 # if the worker stops, the future is dropped and the thread runs on
@@ -159,3 +215,20 @@ class Attempts:
             await asyncio.wait_for(asyncio.shield(handler), timeout_s)
         finally:
             stop()
+
+
+async def _nothing_lost(_claims: Any) -> set[Any]:
+    """Before :meth:`Attempts.isolate`: no store to ask."""
+    return set()
+
+
+def _then(call: Any, loop: asyncio.AbstractEventLoop, running: Handler, ex: Executing) -> Any:
+    """``call()`` on a handler thread, then mark ``running`` ended, whatever happened: at
+    once (a flag ``Executing`` reads even if this loop is gone: a worker driven by one
+    ``asyncio.run`` per ``drain_once``), and on the loop."""
+    try:
+        return call()
+    finally:
+        running.returned = True
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            loop.call_soon_threadsafe(ex.ended, running)

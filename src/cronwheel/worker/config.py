@@ -8,6 +8,9 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Literal
+
+from cronwheel.errors import ValidationError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -24,6 +27,19 @@ class WorkerConfig:
     # the reaper after the visibility timeout if this worker dies.
     early_claims: int = 5000
     claim_ahead_window: timedelta = timedelta(milliseconds=50)
+    # where handlers run unless their task says (``@app.task(isolation=...)``): "auto"
+    # in-process (a sync handler in a thread, an async one on the loop), "process" in a
+    # child process the worker can kill (worker/processes.py)
+    isolation: Literal["auto", "process"] = "auto"
+    # a child process that was sent SIGTERM (stopped: revoked, timed out, cancel grace
+    # passed) and still runs after this long is sent SIGKILL
+    kill_grace: timedelta = timedelta(seconds=5)
+
+    def __post_init__(self) -> None:
+        if self.isolation not in ("auto", "process"):
+            raise ValidationError("must be auto or process", field="isolation")
+        if not isinstance(self.kill_grace, timedelta) or self.kill_grace < timedelta(0):
+            raise ValidationError("must be a non-negative duration", field="kill_grace")
 
 
 @dataclass(slots=True)

@@ -35,6 +35,12 @@ class WorkerEvents(Protocol):
 
     def firing_cancelled(self, firing: Firing) -> None: ...
 
+    def handler_stopped(self, firing: Firing, reason: str, signal: str, at: float) -> None:
+        """A process-isolated handler was stopped (``reason``: timeout, cancel grace
+        passed, revoked) by ``signal`` (SIGTERM, or SIGKILL after the kill grace); ``at``
+        (Unix seconds): when its process was found gone."""
+        ...
+
     def claims_renewed(self, count: int) -> None: ...
 
     def claim_lost(self, firing_id: FiringId) -> None: ...
@@ -68,6 +74,9 @@ class QuietWorkerEvents:
         pass
 
     def firing_cancelled(self, firing: Firing) -> None:
+        pass
+
+    def handler_stopped(self, firing: Firing, reason: str, signal: str, at: float) -> None:
         pass
 
     def claims_renewed(self, count: int) -> None:

@@ -349,7 +349,9 @@ def register_tasks(
     for spec in specs:
         if spec.name in registry:
             raise _bad(f"tasks.{spec.name}", "already registered (by Python code, or twice)")
-        registry.add(spec.name, kinds.handler(spec))
+        # on the worker's loop whatever its default isolation: a shell task runs in a
+        # process group of its own, which it kills itself
+        registry.add(spec.name, kinds.handler(spec), isolation="loop")
     return kinds
 
 

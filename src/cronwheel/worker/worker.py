@@ -15,8 +15,11 @@
   ``early_claims`` more than its concurrency, so that at the instant it starts
   them as fast as slots free up instead of claiming them one round trip at a
   time; at most ``concurrency`` handlers run at once all the same.
-- Sync handlers run in a thread pool, async handlers on the event loop. Store
-  calls go through one dedicated thread so the loop never blocks on I/O.
+- Sync handlers run in a thread pool, async handlers on the event loop, process-
+  isolated ones in child processes the worker can kill (worker/processes.py). A
+  handler of a job waits until no revoked handler of that job still executes here
+  (worker/executing.py). Store calls go through dedicated threads so the loop never
+  blocks on I/O.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from cronwheel.worker.attempt import Attempts
 from cronwheel.worker.config import WorkerConfig, WorkerStats, make_worker_id
 from cronwheel.worker.context import Context, make_context
 from cronwheel.worker.events import QuietWorkerEvents, WorkerEvents
+from cronwheel.worker.executing import Executing
 from cronwheel.worker.registry import TaskRegistry
 from cronwheel.worker.slots import Slots
 from cronwheel.worker.starts import Starter
@@ -84,6 +88,8 @@ class Worker:
         self._attempts = Attempts(
             registry, clock, self.events, self.stats, self._threads, rng or random.Random()
         )
+        self._attempts.isolate(self.config, Executing(self._still_held))
+        self._executing = self._attempts.executing
         self._active: dict[FiringId, tuple[ClaimedFiring, Context]] = {}
         self._done: list[Completion] = []
         self._slot_freed: asyncio.Event | None = None
@@ -104,6 +110,14 @@ class Worker:
     async def _call_out(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._db_out, partial(fn, *args, **kwargs))
+
+    async def _still_held(self, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
+        """Which of these claims this worker no longer holds (a heartbeat: it renews the
+        others); none when the store cannot say now (the heartbeat loop will)."""
+        try:
+            return await self._call_out(self.store.heartbeat, self.worker_id, claims)
+        except StoreUnavailableError:
+            return set()
 
     async def _store_start(self, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
         loop = asyncio.get_running_loop()
@@ -151,7 +165,9 @@ class Worker:
 
     async def _run_started(self, claim: ClaimedFiring, ctx: Context) -> Completion:
         """A RUNNING firing's attempt; one whose cancel was asked for before its handler
-        was called ends CANCELLED without calling it."""
+        was called ends CANCELLED without calling it. It waits first for this worker's
+        revoked handlers of its job to stop executing (worker/executing.py)."""
+        await self._executing.wait_turn(claim, ctx)
         if ctx.cancel_requested:
             at = self.clock.now()
             return Completion(
@@ -276,6 +292,7 @@ class Worker:
             self._db_out.shutdown(wait=False)
             self._db_start.shutdown(wait=False)
             self._threads.shutdown()
+            self._attempts.processes.shutdown()
             self.events.worker_stopped(self.worker_id)
 
     async def _claim_loop(
@@ -454,6 +471,8 @@ class Worker:
                             self._renewed[fid] = beat_at
                     self.events.claims_renewed(len(claims) - len(lost))
                     cancelled = await self._call(self.store.cancel_requested, claims)
+                    for fid in lost:  # revoked: a process-isolated handler is stopped now
+                        self._executing.revoke(fid, None, "its claim was revoked or lost")
                     for fid in lost | cancelled:
                         entry = self._active.get(fid)
                         if entry is not None and not entry[1].cancel_requested:

@@ -1,0 +1,47 @@
+"""``--isolation`` of ``cronwheel worker``: reaches the worker's config; a bad value is a
+usage error naming the option (exit code 2), and nothing starts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from cronwheel.cli.main import cli
+from cronwheel.worker.config import WorkerConfig
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> list[WorkerConfig]:
+    seen: list[WorkerConfig] = []
+
+    def fake_run_worker(app: Any, config: WorkerConfig, **_: Any) -> None:
+        seen.append(config)
+
+    monkeypatch.setattr("cronwheel.node.run_worker", fake_run_worker)
+    return seen
+
+
+def test_isolation_process_reaches_the_worker(started: list[WorkerConfig], tmp_path: Any) -> None:
+    store = f"sqlite:///{tmp_path / 'cw.db'}"
+    result = CliRunner().invoke(cli, ["worker", "--store", store, "--isolation", "process"])
+    assert result.exit_code == 0, result.output
+    assert [c.isolation for c in started] == ["process"]
+    CliRunner().invoke(cli, ["worker", "--store", store])
+    assert started[-1].isolation == "auto"
+
+
+def test_a_bad_isolation_is_a_usage_error(started: list[WorkerConfig]) -> None:
+    result = CliRunner().invoke(cli, ["worker", "--isolation", "fork"])
+    assert result.exit_code == 2
+    assert "--isolation" in result.output and "'fork'" in result.output
+    assert started == []
+
+
+def test_a_bad_worker_config_names_the_field() -> None:
+    from cronwheel.errors import ValidationError
+
+    with pytest.raises(ValidationError) as info:
+        WorkerConfig(isolation="fork")  # type: ignore[arg-type]
+    assert info.value.field == "isolation"
