@@ -34,12 +34,12 @@ from cronwheel.worker.kinds import (
     TaskKinds,
     TaskSpec,
     compile_template,
-    group_alive,
     load_tasks,
     parse_tasks,
     register_tasks,
     shell_env,
 )
+from cronwheel.worker.procgroup import group_alive
 
 T0 = datetime(2026, 3, 27, 23, 0, tzinfo=UTC)
 README = Path(__file__).resolve().parents[2] / "README.md"
