@@ -15,7 +15,15 @@ Instant = str
 Duration = float | str
 JobState = Literal["active", "paused", "done"]
 FiringStateName = Literal[
-    "scheduled", "queued", "running", "succeeded", "dead", "cancelled", "skipped", "missed"
+    "scheduled",
+    "queued",
+    "claimed",
+    "running",
+    "succeeded",
+    "dead",
+    "cancelled",
+    "skipped",
+    "missed",
 ]
 
 
