@@ -153,6 +153,8 @@ def firing_from_json(doc: Mapping[str, Any]) -> Firing:
         error=doc["error"],
         note=doc["note"],
         cancel_requested_at=_instant(doc.get("cancel_requested_at")),
+        reason=doc.get("reason"),
+        claimed_at=_instant(doc.get("claimed_at")),
     )
 
 
