@@ -41,7 +41,8 @@ def cluster(
             conn.execute("SELECT 1")
     except (psycopg.Error, AssertionError, OSError) as exc:
         require_service("PostgreSQL", exc)
-    c = Cluster(tmp_path)
+    # parametrize with indirect=True to choose the store: "postgres" (default) or "sqlite"
+    c = Cluster(tmp_path, engine=getattr(request, "param", "postgres"))
     try:
         yield c
     finally:

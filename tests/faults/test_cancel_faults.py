@@ -1,0 +1,307 @@
+"""Cancellation under real processes, on both SQL stores (SQLite file, PostgreSQL).
+
+Cancels go through the public path a user takes: ``Client`` against a ``cronwheel
+api`` process on the scenario's store. What ran is read from the ledger the handler
+writes itself (``tests/faults/ledger_app.py``: the append-only execution log and the
+effect table), never from the store it is checked against.
+
+1. A crowd claimed early (held CLAIMED by two workers before its instant), half of it
+   cancelled a fraction of a second before the instant: every cancel answers
+   ``cancelled``, none of the cancelled ran, every other one ran exactly once.
+2. A running firing is cancelled (``cancel_requested``) and its worker SIGKILLed: after
+   the visibility timeout the reaper ends it CANCELLED with a reason; no attempt 2.
+4. Cancels racing claims, starts and completions, in a loop: one terminal state per
+   firing, consistent with the cancel's answer and with how the handler itself ended.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from cronwheel import Client
+from cronwheel.domain.firing import TERMINAL_STATES, FiringState, idempotency_key
+from cronwheel.domain.models import Firing
+from cronwheel.domain.results import CancelResult
+from tests.faults.harness import SIZES, Cluster, Proc, wait_until
+
+pytestmark = pytest.mark.slow
+
+ENGINES = ["sqlite", "postgres"]
+# scenario 1: firings due at one instant (half cancelled within the ~0.5 s they are held:
+# ~100 API cancels fit in it on a loaded 2-core machine, not many more)
+CROWD = 120 if SIZES.full else 40
+RACE_ROUNDS = 40 if SIZES.full else 6  # scenario 4: rounds, each of RACE_BATCH firings
+RACE_BATCH = 10 if SIZES.full else 8
+RACE_BUDGET_S = 120.0 if SIZES.full else 15.0  # scenario 4: no new round after this
+MARGIN_S = 1.5
+CANCELLERS = 8  # scenario 1: concurrent API clients cancelling
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Setup:
+    scheduler: Proc
+    workers: list[Proc]
+    api: Client
+
+
+def setup(cluster: Cluster, workers: int = 2, concurrency: int = 8) -> Setup:
+    """A scheduler (leading), ``workers`` workers and an API process; the API client."""
+    s = cluster.start_scheduler("s-1")
+    ws = [cluster.start_worker(f"w{i + 1}", concurrency=concurrency) for i in range(workers)]
+    port = free_port()
+    api_proc = cluster.start_api(port)
+    cluster.wait_started([s, *ws])
+    wait_until(lambda: s.events("lease_acquired"), 15, message="the scheduler to lead")
+    client = Client(f"http://127.0.0.1:{port}", timeout=10)
+    wait_until(lambda: client.ready() or not api_proc.alive(), 20, 0.1, message="the API to serve")
+    assert api_proc.alive(), "the API died at start:\n" + "\n".join(api_proc.lines()[-20:])
+    return Setup(s, ws, client)
+
+
+@pytest.fixture
+def closing() -> Iterator[list[Client]]:
+    clients: list[Client] = []
+    yield clients
+    for c in clients:
+        c.close()
+
+
+def firings_of(cluster: Cluster, job_ids: set[int]) -> dict[int, Firing]:
+    """The firings of these jobs, by firing id (one store read)."""
+    rows = cluster.client.store.list_firings(namespace=cluster.client.namespace, limit=100_000)
+    return {int(f.id): f for f in rows if int(f.job_id) in job_ids}
+
+
+def log_by_key(cluster: Cluster) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for e in cluster.executions_log():
+        out.setdefault(e["key"], []).append(e)
+    return out
+
+
+def effects(cluster: Cluster) -> dict[str, int]:
+    return {r["key"]: int(r["runs"]) for r in cluster.sql("SELECT key, runs FROM fault_effects")}
+
+
+def key_of(f: Firing) -> str:
+    return idempotency_key(int(f.job_id), f.scheduled_for)
+
+
+def wait_terminal(cluster: Cluster, job_ids: set[int], count: int, timeout: float) -> None:
+    def done() -> bool:
+        fs = firings_of(cluster, job_ids)
+        return len(fs) == count and all(f.state in TERMINAL_STATES for f in fs.values())
+
+    def state() -> str:
+        return str(Counter(f.state.value for f in firings_of(cluster, job_ids).values()))
+
+    wait_until(done, timeout, 0.1, message=lambda: f"every firing to end: {state()}")
+
+
+# -- 1 -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cluster", ENGINES, indirect=True)
+@pytest.mark.timeout(150)
+def test_crowd_held_before_its_instant_cancelled_half_never_runs(
+    cluster: Cluster, closing: list[Client]
+) -> None:
+    env = setup(cluster)
+    closing.append(env.api)
+    # the leader enqueues 0.5 s ahead; the workers claim at once and hold (prefetch)
+    when = datetime.now(UTC) + timedelta(seconds=3.0 + CROWD * 0.03)
+    handles = [
+        cluster.one_shot(f"crowd-{i:04d}", when, task="record", visibility_timeout=cluster.sizes.vt)
+        for i in range(CROWD)
+    ]
+    job_ids = {h.expectation.job_id for h in handles}
+    assert datetime.now(UTC) < when - timedelta(seconds=1.5), "creating the crowd took too long"
+
+    # the cancelling clients, connected before the window opens (it is ~0.5 s: the
+    # leader enqueues the crowd its lead ahead of the instant, the workers hold it)
+    clients = [Client(env.api.url, timeout=10) for _ in range(CANCELLERS)]
+    closing.extend(clients)
+    assert all(c.ready() for c in clients)
+
+    def all_held() -> dict[int, Firing] | None:
+        fs = firings_of(cluster, job_ids)
+        held = {i: f for i, f in fs.items() if f.state == FiringState.CLAIMED}
+        return held if len(held) == CROWD else None
+
+    held = wait_until(
+        all_held,
+        (when - datetime.now(UTC)).total_seconds(),
+        0.01,
+        message=lambda: (
+            "every firing held before its instant: "
+            + str(Counter(f.state.value for f in firings_of(cluster, job_ids).values()))
+        ),
+    )
+    t_held = datetime.now(UTC)
+    workers = {f.worker_id for f in held.values()}
+    ids = sorted(held)
+    cancel_ids, keep_ids = ids[::2], ids[1::2]
+    # shown as it is: held, not started
+    shown = env.api.get_firing(keep_ids[0])
+    assert shown.state == FiringState.CLAIMED and shown.started_at is None, shown
+
+    answers: dict[int, tuple[CancelResult, datetime]] = {}
+    took: list[float] = []
+    lock = threading.Lock()
+
+    def cancel(fid: int) -> None:
+        client = clients.pop()  # one per thread at a time
+        try:
+            t0 = time.monotonic()
+            result = client.cancel_firing(fid)
+            with lock:
+                answers[fid] = (result, datetime.now(UTC))
+                took.append(time.monotonic() - t0)
+        finally:
+            clients.append(client)
+
+    with ThreadPoolExecutor(len(clients)) as pool:
+        list(pool.map(cancel, cancel_ids))
+    t_cancelled = datetime.now(UTC)
+    late = [fid for fid, (_, t) in answers.items() if t >= when]
+    assert not late, (
+        f"{len(late)} of {len(answers)} cancels answered after the instant (all held"
+        f" {(when - t_held).total_seconds():.3f} s before it; cancels took"
+        f" {(t_cancelled - t_held).total_seconds():.3f} s, each {sorted(took)})"
+    )
+    wrong = {fid: r.outcome for fid, (r, _) in answers.items() if r.outcome != "cancelled"}
+    assert not wrong, f"held firings not cancelled at once: {wrong}"
+    assert all(r.firing.state == FiringState.CANCELLED for r, _ in answers.values())
+
+    wait_terminal(cluster, job_ids, CROWD, (when - datetime.now(UTC)).total_seconds() + 30)
+    final = firings_of(cluster, job_ids)
+    log, runs = log_by_key(cluster), effects(cluster)
+    ran_cancelled = [
+        fid for fid in cancel_ids if key_of(final[fid]) in log or key_of(final[fid]) in runs
+    ]
+    assert not ran_cancelled, f"cancelled firings that ran: {ran_cancelled}"
+    assert all(final[fid].state == FiringState.CANCELLED for fid in cancel_ids)
+    assert all(final[fid].started_at is None for fid in cancel_ids)
+    not_once = {
+        fid: (
+            final[fid].state.value,
+            len(log.get(key_of(final[fid]), [])),
+            runs.get(key_of(final[fid])),
+        )
+        for fid in keep_ids
+        if final[fid].state != FiringState.SUCCEEDED
+        or len(log.get(key_of(final[fid]), [])) != 1
+        or runs.get(key_of(final[fid])) != 1
+        or final[fid].attempt != 1
+    }
+    assert not not_once, f"kept firings that did not run exactly once: {not_once}"
+    cluster.assert_healthy_logs()
+    lateness = [
+        (min(e["start"] for e in log[key_of(final[fid])]) - when.timestamp()) for fid in keep_ids
+    ]
+    cluster.figures.update(
+        engine=cluster.engine,
+        crowd=CROWD,
+        cancelled=len(cancel_ids),
+        holding_workers=len(workers),
+        held_before_instant_s=round((when - t_held).total_seconds(), 3),
+        cancels_done_before_instant_s=round((when - t_cancelled).total_seconds(), 3),
+        kept_start_lateness_max_s=round(max(lateness), 3),
+        cancel_answer_ms_max=round(max(took) * 1000, 1),
+    )
+
+
+# -- 2 -------------------------------------------------------------------------------------
+
+
+def redelivery_bound(vt: float) -> float:
+    """A dead worker's claim expires at most one visibility timeout after its last
+    heartbeat; the leader's reaper runs every second."""
+    return vt + 1.0 + MARGIN_S
+
+
+@pytest.mark.parametrize("cluster", ENGINES, indirect=True)
+@pytest.mark.timeout(120)
+def test_cancelled_running_firing_whose_worker_is_killed_ends_cancelled(
+    cluster: Cluster, closing: list[Client]
+) -> None:
+    vt = cluster.sizes.vt
+    env = setup(cluster)
+    closing.append(env.api)
+    # cancel_grace far beyond the test: only the lease expiry can end it
+    h = cluster.one_shot(
+        "slow-cancel-kill",
+        datetime.now(UTC) + timedelta(seconds=1.0),
+        task="slow",
+        visibility_timeout=vt,
+        cancel_grace=3600,
+        retries=5,
+        kwargs={"seconds": 600},
+    )
+    job_id = h.expectation.job_id
+    first = wait_until(
+        lambda: [e for e in cluster.executions_log() if e["key"].startswith(f"{job_id}:")],
+        15,
+        message="the slow firing to start",
+    )[0]
+    fid, key = int(first["firing_id"]), first["key"]
+    victim = cluster.by_pid(first["pid"])
+    assert victim in env.workers and first["attempt"] == 1
+    answer = env.api.cancel_firing(fid)
+    assert answer.outcome == "cancel_requested", answer
+    assert answer.firing.state == FiringState.RUNNING and answer.firing.cancel_requested_at
+    t_kill = victim.kill()
+    cluster.disrupted[victim.pid] = "worker SIGKILLed after its running firing was cancelled"
+
+    ended = wait_until(
+        lambda: (f := env.api.get_firing(fid)).state in TERMINAL_STATES and f,
+        redelivery_bound(vt) + 3,
+        0.05,
+        message=lambda: f"the firing to end: {env.api.get_firing(fid)}",
+    )
+    ended_after = time.time() - t_kill
+    assert ended.state == FiringState.CANCELLED, ended
+    assert ended.attempt == 1 and ended.reason, ended
+    assert ended_after <= redelivery_bound(vt) + 0.5, f"ended {ended_after:.2f} s after the kill"
+    # a barrier, not a sleep: a firing enqueued now runs on the surviving worker once the
+    # reaper's and that worker's next turns have passed; attempt 2 would have started by then
+    survivor = next(w for w in env.workers if w is not victim)
+    probe = cluster.one_shot(
+        "probe", datetime.now(UTC) + timedelta(seconds=1.0), visibility_timeout=vt
+    )
+    probe_key = f"{probe.expectation.job_id}:"
+    wait_until(
+        lambda: [e for e in cluster.executions_log() if e["key"].startswith(probe_key)],
+        15,
+        message="the probe firing to run on the surviving worker",
+    )
+    runs = [e for e in cluster.executions_log() if e["key"] == key]
+    assert [(e["phase"], e["attempt"], e["pid"]) for e in runs] == [("start", 1, victim.pid)], runs
+    assert key not in effects(cluster)
+    final = env.api.get_firing(fid)
+    assert (final.state, final.attempt) == (FiringState.CANCELLED, 1), final
+    assert survivor.alive()
+    cluster.assert_healthy_logs()
+    cluster.figures.update(
+        engine=cluster.engine,
+        visibility_timeout_s=vt,
+        cancelled_after_kill_s=round(ended_after, 3),
+        bound_s=round(redelivery_bound(vt), 3),
+        reason=final.reason,
+    )
