@@ -91,6 +91,7 @@ def test_crowd_held_before_its_instant_cancelled_half_never_runs(
         ),
     )
     t_held = datetime.now(UTC)
+    assert held is not None
     workers = {f.worker_id for f in held.values()}
     ids = sorted(held)
     cancel_ids, keep_ids = ids[::2], ids[1::2]
@@ -206,13 +207,18 @@ def test_cancelled_running_firing_whose_worker_is_killed_ends_cancelled(
     t_kill = victim.kill()
     cluster.disrupted[victim.pid] = "worker SIGKILLed after its running firing was cancelled"
 
+    def ended_yet() -> Firing | None:
+        f = env.api.get_firing(fid)
+        return f if f.state in TERMINAL_STATES else None
+
     ended = wait_until(
-        lambda: (f := env.api.get_firing(fid)).state in TERMINAL_STATES and f,
+        ended_yet,
         redelivery_bound(vt) + 3,
         0.05,
         message=lambda: f"the firing to end: {env.api.get_firing(fid)}",
     )
     ended_after = time.time() - t_kill
+    assert ended is not None
     assert ended.state == FiringState.CANCELLED, ended
     assert ended.attempt == 1 and ended.reason, ended
     assert ended_after <= redelivery_bound(vt) + 0.5, f"ended {ended_after:.2f} s after the kill"
