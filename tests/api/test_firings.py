@@ -127,6 +127,8 @@ def test_a_held_firing_is_shown_claimed_and_cancelled_at_once(api: Api) -> None:
     job = r.json()["job"]
     listed = api.call("GET", f"/v1/jobs/{job}/firings", params={"state": ["claimed"]})
     assert [f["id"] for f in listed.json()["items"]] == [held]
+    status = api.call("GET", "/v1/status").json()
+    assert (status["queue_depth"], status["claimed"], status["running"]) == (0, 1, 0)
     every = [s.value for s in FiringState]
     assert api.call("GET", f"/v1/jobs/{job}/firings", params={"state": every}).status_code == 200
     r = api.call("POST", f"/v1/firings/{held}/cancel")

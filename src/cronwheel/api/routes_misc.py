@@ -52,6 +52,7 @@ def status(principal: Reader, request: Request) -> dict[str, Any]:
             for n in s.nodes
         ],
         "queue_depth": s.counts.get("queued", 0),
+        "claimed": s.counts.get("claimed", 0),  # held by workers, not started
         "running": s.counts.get("running", 0),
         "oldest_queued_due_at": _ts(s.oldest_queued_due_at),
         "backlog": store.job_backlog(principal.namespace, limit=50),

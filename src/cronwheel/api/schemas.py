@@ -289,6 +289,7 @@ class StatusOut(_Out):
     workers: int
     nodes: list[NodeOut]
     queue_depth: int
+    claimed: int
     running: int
     oldest_queued_due_at: str | None
     backlog: dict[str, int]

@@ -154,6 +154,10 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[index]
 
 
+# the status counts of what is waiting or running now; the others finished in the last hour
+_NOW_COUNTS = ("queued", "claimed", "running")
+
+
 def status_dict(s: StoreStatus) -> dict[str, Any]:
     lease = s.lease
     leader_alive = lease is not None and lease.expires_at > s.now
@@ -165,8 +169,9 @@ def status_dict(s: StoreStatus) -> dict[str, Any]:
         "jobs": s.jobs,
         "paused_jobs": s.paused_jobs,
         "queue_depth": s.counts.get("queued", 0),
+        "claimed": s.counts.get("claimed", 0),
         "running": s.counts.get("running", 0),
-        "last_hour": {k: v for k, v in s.counts.items() if k not in ("queued", "running")},
+        "last_hour": {k: v for k, v in s.counts.items() if k not in _NOW_COUNTS},
         "oldest_queued_due_at": _ts(s.oldest_queued_due_at),
         "lateness_ms": {
             "count": len(s.lateness_ms),
@@ -195,7 +200,7 @@ def status_view(doc: dict[str, Any]) -> None:
     console.print(f"leader  {leader}   epoch {doc['epoch']}")
     console.print(
         f"jobs    {doc['jobs']} ({doc['paused_jobs']} paused)   queue depth "
-        f"{doc['queue_depth']}   running {doc['running']}"
+        f"{doc['queue_depth']}   claimed {doc['claimed']}   running {doc['running']}"
     )
     late = doc["lateness_ms"]
     if late["count"]:

@@ -25,7 +25,18 @@ from cronwheel.wire import job_state
 
 from .words import cron_words
 
-FILTER_STATES = ("queued", "running", "succeeded", "dead", "cancelled", "skipped", "missed")
+FILTER_STATES = (
+    "queued",
+    "claimed",
+    "running",
+    "succeeded",
+    "dead",
+    "cancelled",
+    "skipped",
+    "missed",
+)
+# what waits or runs now (the others are outcomes): a job's last run is none of these
+_NOW_STATES = ("scheduled", "queued", "claimed", "running")
 JOBS_SHOWN = 100
 FIRINGS_SHOWN = 50
 CHART_SAMPLE = 300
@@ -208,7 +219,7 @@ def overview(store: ApiStore, namespace: str) -> Overview:
         oldest_queued=oldest,
         jobs=s.jobs,
         paused=s.paused_jobs,
-        last_hour={k: v for k, v in sorted(s.counts.items()) if k not in ("queued", "running")},
+        last_hour={k: v for k, v in sorted(s.counts.items()) if k not in _NOW_STATES},
         p50=fmt_ms(percentile(late, 50)),
         p99=fmt_ms(p99),
         samples=len(late),
@@ -248,7 +259,7 @@ def jobs(store: ApiStore, namespace: str) -> tuple[list[JobRow], bool]:
         recent = store.list_job_firings(job.id, limit=100)
         final = [f for f in recent if f.state in STARTED_STATES]
         lat = lateness_of(job, final, goal)
-        last = next((f for f in recent if f.state.value not in ("queued", "running")), None)
+        last = next((f for f in recent if f.state.value not in _NOW_STATES), None)
         rows.append(
             JobRow(
                 id=job.id,
