@@ -6,8 +6,11 @@ writes itself (``tests/faults/ledger_app.py``: the append-only execution log and
 effect table), never from the store it is checked against.
 
 1. A crowd claimed early (held CLAIMED by two workers before its instant), half of it
-   cancelled a fraction of a second before the instant: every cancel answers
-   ``cancelled``, none of the cancelled ran, every other one ran exactly once.
+   cancelled through the API as soon as each firing is seen held: every cancel
+   answered before the instant answers ``cancelled`` (on this machine: all of them;
+   under load a few may land after the instant and find their firing started at its
+   instant, which is allowed and counted; fewer than half in time fails the test as
+   too slow to show anything); none of the cancelled ran, every other ran exactly once.
 2. A running firing is cancelled (``cancel_requested``) and its worker SIGKILLed: after
    the visibility timeout the reaper ends it CANCELLED with a reason; no attempt 2.
 
@@ -19,7 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -76,35 +79,15 @@ def test_crowd_held_before_its_instant_cancelled_half_never_runs(
     closing.extend(clients)
     assert all(c.ready() for c in clients)
 
-    def all_held() -> dict[int, Firing] | None:
-        fs = firings_of(cluster, job_ids)
-        held = {i: f for i, f in fs.items() if f.state == FiringState.CLAIMED}
-        return held if len(held) == CROWD else None
-
-    held = wait_until(
-        all_held,
-        (when - datetime.now(UTC)).total_seconds(),
-        0.01,
-        message=lambda: (
-            "every firing held before its instant: "
-            + str(Counter(f.state.value for f in firings_of(cluster, job_ids).values()))
-        ),
-    )
-    t_held = datetime.now(UTC)
-    assert held is not None
-    workers = {f.worker_id for f in held.values()}
-    ids = sorted(held)
-    cancel_ids, keep_ids = ids[::2], ids[1::2]
-    # shown as it is: held, not started
-    shown = env.api.get_firing(keep_ids[0])
-    assert shown.state == FiringState.CLAIMED and shown.started_at is None, shown
-
+    # half the crowd (every other job) is cancelled, each firing as soon as it is seen
+    # held; one of the others is read through the API while held
+    cancel_jobs = {h.expectation.job_id for h in handles[::2]}
     answers: dict[int, tuple[CancelResult, datetime]] = {}
     took: list[float] = []
     lock = threading.Lock()
 
     def cancel(fid: int) -> None:
-        client = clients.pop()  # one per thread at a time
+        client = clients.pop()  # as many threads as clients
         try:
             t0 = time.monotonic()
             result = client.cancel_firing(fid)
@@ -114,28 +97,71 @@ def test_crowd_held_before_its_instant_cancelled_half_never_runs(
         finally:
             clients.append(client)
 
+    def show(fid: int) -> tuple[Firing, datetime]:
+        client = clients.pop()
+        try:
+            return client.get_firing(fid), datetime.now(UTC)
+        finally:
+            clients.append(client)
+
+    held: dict[int, Firing] = {}  # each firing as first seen CLAIMED, before the instant
+    futures: list[Future[None]] = []
+    shown: Future[tuple[Firing, datetime]] | None = None
     with ThreadPoolExecutor(len(clients)) as pool:
-        list(pool.map(cancel, cancel_ids))
+        while len(held) < CROWD and datetime.now(UTC) < when:
+            for fid, f in firings_of(cluster, job_ids).items():
+                if f.state != FiringState.CLAIMED or fid in held:
+                    continue
+                held[fid] = f
+                if f.job_id in cancel_jobs:
+                    futures.append(pool.submit(cancel, fid))
+                elif shown is None:
+                    shown = pool.submit(show, fid)
+            time.sleep(0.005)  # the next look at the store (bounded by the instant)
+        t_held = datetime.now(UTC)
+        for fu in futures:
+            fu.result(timeout=30)
     t_cancelled = datetime.now(UTC)
-    late = [fid for fid, (_, t) in answers.items() if t >= when]
-    assert not late, (
-        f"{len(late)} of {len(answers)} cancels answered after the instant (all held"
-        f" {(when - t_held).total_seconds():.3f} s before it; cancels took"
-        f" {(t_cancelled - t_held).total_seconds():.3f} s, each {sorted(took)})"
+    assert len(held) == CROWD, (
+        f"only {len(held)} of {CROWD} firings were held before their instant: "
+        + str(Counter(f.state.value for f in firings_of(cluster, job_ids).values()))
     )
-    wrong = {fid: r.outcome for fid, (r, _) in answers.items() if r.outcome != "cancelled"}
+    workers = {f.worker_id for f in held.values()}
+    cancel_ids = sorted(fid for fid, f in held.items() if f.job_id in cancel_jobs)
+    assert shown is not None
+    firing, read_at = shown.result()
+    if read_at < when:  # shown as it is: held, not started
+        assert firing.state == FiringState.CLAIMED and firing.started_at is None, firing
+    # a cancel answered before the instant found its firing held: cancelled at once
+    on_time = {fid: r for fid, (r, t) in answers.items() if t < when}
+    wrong = {fid: r.outcome for fid, r in on_time.items() if r.outcome != "cancelled"}
     assert not wrong, f"held firings not cancelled at once: {wrong}"
-    assert all(r.firing.state == FiringState.CANCELLED for r, _ in answers.values())
+    assert all(r.firing.state == FiringState.CANCELLED for r in on_time.values())
+    assert len(on_time) * 2 >= len(cancel_ids), (
+        f"only {len(on_time)} of {len(cancel_ids)} cancels answered before the instant (the"
+        f" last firing held {(when - t_held).total_seconds():.3f} s before it; answers took"
+        f" {sorted(round(t, 3) for t in took)} s): the machine is too slow for this test"
+    )
+    # one answered after the instant may have found its firing started (at its instant)
+    cancelled = {fid for fid, (r, _) in answers.items() if r.outcome == "cancelled"}
+    late_started = {fid: r.outcome for fid, (r, _) in answers.items() if fid not in cancelled}
+    keep_ids = sorted(set(held) - cancelled)
 
     wait_terminal(cluster, job_ids, CROWD, (when - datetime.now(UTC)).total_seconds() + 30)
     final = firings_of(cluster, job_ids)
     log, runs = log_by_key(cluster), effects(cluster)
     ran_cancelled = [
-        fid for fid in cancel_ids if key_of(final[fid]) in log or key_of(final[fid]) in runs
+        fid for fid in cancelled if key_of(final[fid]) in log or key_of(final[fid]) in runs
     ]
     assert not ran_cancelled, f"cancelled firings that ran: {ran_cancelled}"
-    assert all(final[fid].state == FiringState.CANCELLED for fid in cancel_ids)
-    assert all(final[fid].started_at is None for fid in cancel_ids)
+    assert all(final[fid].state == FiringState.CANCELLED for fid in cancelled)
+    assert all(final[fid].started_at is None for fid in cancelled)
+    early = [
+        fid
+        for fid in late_started
+        if (final[fid].started_at or final[fid].scheduled_for) < final[fid].scheduled_for
+    ]
+    assert not early, f"started before their instant: {early}"
     not_once = {
         fid: (
             final[fid].state.value,
@@ -149,6 +175,8 @@ def test_crowd_held_before_its_instant_cancelled_half_never_runs(
         or final[fid].attempt != 1
     }
     assert not not_once, f"kept firings that did not run exactly once: {not_once}"
+    lost = {w.name: len(w.events("claim_lost")) for w in env.workers}
+    assert not any(lost.values()), f"a cancel reported as a lost claim: {lost}"
     cluster.assert_healthy_logs()
     lateness = [
         (min(e["start"] for e in log[key_of(final[fid])]) - when.timestamp()) for fid in keep_ids
@@ -156,9 +184,12 @@ def test_crowd_held_before_its_instant_cancelled_half_never_runs(
     cluster.figures.update(
         engine=cluster.engine,
         crowd=CROWD,
-        cancelled=len(cancel_ids),
+        cancels=len(cancel_ids),
+        cancelled=len(cancelled),
+        cancels_answered_after_instant=len(answers) - len(on_time),
+        found_started=len(late_started),
         holding_workers=len(workers),
-        held_before_instant_s=round((when - t_held).total_seconds(), 3),
+        all_held_before_instant_s=round((when - t_held).total_seconds(), 3),
         cancels_done_before_instant_s=round((when - t_cancelled).total_seconds(), 3),
         kept_start_lateness_max_s=round(max(lateness), 3),
         cancel_answer_ms_max=round(max(took) * 1000, 1),

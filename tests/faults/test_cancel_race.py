@@ -220,4 +220,7 @@ def test_cancel_races_claim_start_and_completion(cluster: Cluster, closing: list
     # the race reached both sides: firings cancelled before they started, and running
     answered = Counter(c.result.outcome for c in cancels if c.result)
     assert answered["cancelled"] and answered["cancel_requested"], kinds
+    # no fault here: a cancel is never reported as a lost claim (the zombie alarm)
+    lost = {w.name: len(w.events("claim_lost")) for w in env.workers}
+    assert not any(lost.values()), f"claim_lost without a fault: {lost}"
     cluster.assert_healthy_logs()
