@@ -11,6 +11,9 @@ effect table), never from the store it is checked against.
    under load a few may land after the instant and find their firing started at its
    instant, which is allowed and counted; fewer than half in time fails the test as
    too slow to show anything); none of the cancelled ran, every other ran exactly once.
+1b. A crowd held by a worker SIGKILLed before its instant: half cancelled (every answer
+   ``cancelled``), the rest given back to the queue with their attempt and run once by
+   a second worker.
 2. A running firing is cancelled (``cancel_requested``) and its worker SIGKILLed: after
    the visibility timeout the reaper ends it CANCELLED with a reason; no attempt 2.
 
@@ -278,4 +281,83 @@ def test_cancelled_running_firing_whose_worker_is_killed_ends_cancelled(
         cancelled_after_kill_s=round(ended_after, 3),
         bound_s=round(redelivery_bound(vt), 3),
         reason=final.reason,
+    )
+
+
+# -- held by a dead worker --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cluster", ENGINES, indirect=True)
+@pytest.mark.timeout(120)
+def test_held_by_a_killed_worker_cancelled_half_never_runs_the_rest_runs_once(
+    cluster: Cluster, closing: list[Client]
+) -> None:
+    """A crowd held by one worker, SIGKILLed before the instant: the held firings stay
+    CLAIMED until their lease expires; half are cancelled meanwhile (every answer
+    ``cancelled``: nothing can start them); the reaper gives the rest back to the queue
+    with their attempt, and a second worker runs each once, as attempt 1."""
+    vt = cluster.sizes.vt
+    env = setup(cluster, workers=1)
+    closing.append(env.api)
+    (victim,) = env.workers
+    n = CROWD // 2
+    when = datetime.now(UTC) + timedelta(seconds=2.5 + n * 0.03)
+    handles = [
+        cluster.one_shot(f"held-{i:04d}", when, task="record", visibility_timeout=vt)
+        for i in range(n)
+    ]
+    job_ids = {h.expectation.job_id for h in handles}
+
+    def all_held() -> dict[int, Firing] | None:
+        fs = firings_of(cluster, job_ids)
+        held = {i: f for i, f in fs.items() if f.state == FiringState.CLAIMED}
+        return held if len(held) == n else None
+
+    held = wait_until(
+        all_held,
+        (when - datetime.now(UTC)).total_seconds(),
+        0.01,
+        message=lambda: (
+            "the crowd held before its instant: "
+            + str(Counter(f.state.value for f in firings_of(cluster, job_ids).values()))
+        ),
+    )
+    assert held is not None
+    t_kill = victim.kill()
+    assert datetime.now(UTC) < when, "the worker was killed after the instant"
+    cluster.disrupted[victim.pid] = "worker SIGKILLed while holding a crowd"
+    survivor = cluster.start_worker("w2")
+    ids = sorted(held)
+    cancel_ids, keep_ids = set(ids[::2]), ids[1::2]
+    answers = {fid: env.api.cancel_firing(fid) for fid in sorted(cancel_ids)}
+    wrong = {fid: r.outcome for fid, r in answers.items() if r.outcome != "cancelled"}
+    assert not wrong, f"firings held by a dead worker not cancelled at once: {wrong}"
+    cluster.wait_started([survivor])
+
+    wait_terminal(cluster, job_ids, n, vt + 15)
+    ended_after = time.time() - t_kill
+    final = firings_of(cluster, job_ids)
+    log, runs = log_by_key(cluster), effects(cluster)
+    for fid in cancel_ids:
+        f = final[fid]
+        assert f.state == FiringState.CANCELLED and f.started_at is None, f
+        assert key_of(f) not in log and key_of(f) not in runs, f
+    survivor_id = str(survivor.events("worker_started")[0]["worker_id"])
+    bad = {
+        fid: (final[fid].state.value, final[fid].attempt, final[fid].worker_id)
+        for fid in keep_ids
+        if final[fid].state != FiringState.SUCCEEDED
+        or final[fid].attempt != 1  # the held attempt was given back
+        or final[fid].worker_id != survivor_id
+        or runs.get(key_of(final[fid])) != 1
+        or [e["pid"] for e in log.get(key_of(final[fid]), [])] != [survivor.pid]
+    }
+    assert not bad, f"held firings not run exactly once by the survivor: {bad}"
+    cluster.assert_healthy_logs()
+    cluster.figures.update(
+        engine=cluster.engine,
+        held=n,
+        cancelled=len(cancel_ids),
+        visibility_timeout_s=vt,
+        all_ended_after_kill_s=round(ended_after, 3),
     )
