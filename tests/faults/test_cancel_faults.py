@@ -16,12 +16,15 @@ effect table), never from the store it is checked against.
    a second worker.
 2. A running firing is cancelled (``cancel_requested``) and its worker SIGKILLed: after
    the visibility timeout the reaper ends it CANCELLED with a reason; no attempt 2.
+2b. The same with the worker SIGSTOPped instead: CANCELLED; thawed, its late success is
+   rejected and the firing stays CANCELLED.
 
 Scenario 4 (cancels racing claims, starts and completions) is in test_cancel_race.py.
 """
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections import Counter
@@ -360,4 +363,70 @@ def test_held_by_a_killed_worker_cancelled_half_never_runs_the_rest_runs_once(
         cancelled=len(cancel_ids),
         visibility_timeout_s=vt,
         all_ended_after_kill_s=round(ended_after, 3),
+    )
+
+
+# -- 2b ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cluster", ENGINES, indirect=True)
+@pytest.mark.timeout(120)
+def test_cancelled_running_firing_of_a_frozen_worker_stays_cancelled_after_it_thaws(
+    cluster: Cluster, closing: list[Client]
+) -> None:
+    """Cancel requested, then the worker SIGSTOPped past its visibility timeout: the
+    reaper ends the firing CANCELLED; thawed, the worker's handler (it ignores the
+    request) finishes and its success is rejected; the firing stays CANCELLED, no
+    attempt 2 ever starts."""
+    vt = cluster.sizes.vt
+    env = setup(cluster)
+    closing.append(env.api)
+    run_s = redelivery_bound(vt) + 4.0  # still running for a while after the thaw
+    h = cluster.one_shot(
+        "slow-cancel-freeze",
+        datetime.now(UTC) + timedelta(seconds=1.0),
+        task="slow",
+        visibility_timeout=vt,
+        cancel_grace=3600,
+        retries=5,
+        kwargs={"seconds": run_s},
+    )
+    job_id = h.expectation.job_id
+    first = wait_until(
+        lambda: [e for e in cluster.executions_log() if e["key"].startswith(f"{job_id}:")],
+        15,
+        message="the slow firing to start",
+    )[0]
+    fid, key = int(first["firing_id"]), first["key"]
+    zombie = cluster.by_pid(first["pid"])
+    assert zombie in env.workers
+    assert env.api.cancel_firing(fid).outcome == "cancel_requested"
+    zombie.signal(signal.SIGSTOP)
+    cluster.disrupted[zombie.pid] = "worker SIGSTOPped after its running firing was cancelled"
+    try:
+        wait_until(
+            lambda: env.api.get_firing(fid).state == FiringState.CANCELLED,
+            redelivery_bound(vt) + 3,
+            0.05,
+            message=lambda: f"the firing to end cancelled: {env.api.get_firing(fid)}",
+        )
+    finally:
+        zombie.signal(signal.SIGCONT)
+    rejected = wait_until(
+        lambda: [e for e in zombie.events("completion_rejected") if e["firing_id"] == fid],
+        run_s + 10,
+        0.1,
+        message="the thawed worker's late result to be rejected",
+    )
+    final = env.api.get_firing(fid)
+    assert (final.state, final.attempt) == (FiringState.CANCELLED, 1), final
+    assert final.reason, final
+    runs = [
+        (e["phase"], e["attempt"], e["pid"]) for e in cluster.executions_log() if e["key"] == key
+    ]
+    assert runs == [("start", 1, zombie.pid), ("done", 1, zombie.pid)], runs
+    assert effects(cluster).get(key) == 1  # the handler ignored the request: its one run
+    cluster.assert_healthy_logs()
+    cluster.figures.update(
+        engine=cluster.engine, visibility_timeout_s=vt, rejected_events=len(rejected)
     )
