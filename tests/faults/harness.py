@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -274,7 +275,9 @@ class Cluster:
 
     ``engine`` is the store the processes share: ``postgres`` (the scenario's database)
     or ``sqlite`` (a file in the scenario's directory; the effect table of the ledger
-    stays in the scenario's PostgreSQL database, and there is no lease sampler).
+    stays in the scenario's PostgreSQL database, and there is no lease sampler). With
+    ``sqlite``, read the store through :attr:`client` (``counts`` and ``wait_drained``
+    do): :meth:`sql`, :meth:`lease` and :meth:`check` see the PostgreSQL database only.
     """
 
     def __init__(self, tmp_path: Path, sizes: Sizes = SIZES, *, engine: str = "postgres") -> None:
@@ -520,6 +523,9 @@ class Cluster:
         self.wait_drained(drain_timeout)
 
     def counts(self) -> dict[str, int]:
+        if self.engine == "sqlite":
+            firings = self.client.store.list_firings(limit=1_000_000)
+            return dict(Counter(f.state.value for f in firings))
         rows = self.sql("SELECT state, count(*) AS n FROM firings GROUP BY state")
         return {r["state"]: int(r["n"]) for r in rows}
 

@@ -356,6 +356,7 @@ def test_held_by_a_killed_worker_cancelled_half_never_runs_the_rest_runs_once(
         or [e["pid"] for e in log.get(key_of(final[fid]), [])] != [survivor.pid]
     }
     assert not bad, f"held firings not run exactly once by the survivor: {bad}"
+    cluster.wait_drained(5)  # nothing else left queued, held or running
     cluster.assert_healthy_logs()
     cluster.figures.update(
         engine=cluster.engine,
