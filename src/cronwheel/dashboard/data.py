@@ -187,8 +187,9 @@ def overview(store: ApiStore, namespace: str) -> Overview:
     now = s.now
     lease = s.lease
     alive = lease is not None and lease.expires_at > now
-    running = store.list_firings(states=[FiringState.RUNNING], limit=1000)
-    stuck = sum(1 for f in running if f.lease_until is not None and f.lease_until < now)
+    # held or running, past its claim lease, not yet taken back by the reaper
+    leased = store.list_firings(states=[FiringState.CLAIMED, FiringState.RUNNING], limit=1000)
+    stuck = sum(1 for f in leased if f.lease_until is not None and f.lease_until < now)
     oldest = None
     if s.oldest_queued_due_at is not None and s.oldest_queued_due_at < now:
         oldest = fmt_s((now - s.oldest_queued_due_at).total_seconds())

@@ -52,8 +52,11 @@ FINAL_STATES = frozenset(
         FiringState.MISSED,
     }
 )
-ACTIVE_STATES = (FiringState.QUEUED, FiringState.RUNNING)
+ACTIVE_STATES = (FiringState.QUEUED, FiringState.CLAIMED, FiringState.RUNNING)
 _PAGE = 1000
+
+# the states a claim lease guards: a held firing and a running one
+_CLAIM_STATES = (FiringState.CLAIMED, FiringState.RUNNING)
 
 
 def _env_int(name: str, default: int) -> int:
@@ -259,7 +262,7 @@ class ClusterCollector(Collector):
 
     def _active(self, now: datetime) -> Iterable[Metric]:
         """Backlog per namespace (and per job, when bounded) and stuck claims, from one
-        bounded pass over the QUEUED and RUNNING firings."""
+        bounded pass over the QUEUED, CLAIMED and RUNNING firings."""
         per_ns: dict[tuple[str, str], int] = defaultdict(int)
         per_job: dict[tuple[str, str], int] = defaultdict(int)
         stuck = 0
@@ -275,11 +278,7 @@ class ClusterCollector(Collector):
             for f in page:
                 per_ns[(f.namespace, f.state.value)] += 1
                 per_job[(f.namespace, f.job_name)] += 1
-                if (
-                    f.state is FiringState.RUNNING
-                    and f.lease_until is not None
-                    and f.lease_until < now
-                ):
+                if f.state in _CLAIM_STATES and f.lease_until is not None and f.lease_until < now:
                     stuck += 1
             scanned += len(page)
             if len(page) < limit:
@@ -287,7 +286,7 @@ class ClusterCollector(Collector):
             before = page[-1].id
         g = GaugeMetricFamily(
             "cronwheel_namespace_firings",
-            "QUEUED and RUNNING firings per namespace.",
+            "QUEUED, CLAIMED and RUNNING firings per namespace.",
             labels=["namespace", "state"],
         )
         for (ns, state), count in sorted(per_ns.items()):
@@ -295,7 +294,8 @@ class ClusterCollector(Collector):
         yield g
         yield _gauge(
             "cronwheel_stuck_claims",
-            "RUNNING firings whose claim lease has expired and that no reaper re-queued.",
+            "Held (CLAIMED) or RUNNING firings whose claim lease has expired and that no"
+            " reaper has taken back.",
             stuck,
         )
         yield _gauge(
