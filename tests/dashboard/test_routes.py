@@ -115,6 +115,9 @@ def test_held_firings_are_shown_claimed_not_finished(
     assert set(re.findall(r'class="firing-row" data-state="(\w+)"', every)) == {"claimed"}
     timeline = client.get(f"/ui/firings/{held.firing.id}").text.split('id="timeline"')[1]
     assert 'hx-trigger="every 2s"' in timeline.split(">")[0]  # not final: the page polls
+    for label in ("claimed", "claim lease until"):  # when and by whom it is held
+        assert f'<span class="label">{label}</span>' in timeline
+    assert '<span class="label">started</span>' not in timeline
 
 
 def test_fragments_answer_and_poll(client: TestClient, store: SqliteStore) -> None:

@@ -410,10 +410,11 @@ def timeline(f: Firing) -> list[dict[str, str]]:
         step("scheduled", f.scheduled_for),
         step("enqueued", f.enqueued_at, epoch),
         step("due (jitter)", f.due_at) if f.due_at != f.scheduled_for else None,
+        step("claimed", f.claimed_at, f.worker_id or ""),
         step("started", f.started_at, f"attempt {f.attempt}" if f.started_at else ""),
         step("cancel requested", f.cancel_requested_at),
         step("finished", f.finished_at, f.state.value if f.finished_at else ""),
     ]
-    if f.state is FiringState.RUNNING and f.lease_until is not None:
+    if f.state in (FiringState.CLAIMED, FiringState.RUNNING) and f.lease_until is not None:
         steps.append(step("claim lease until", f.lease_until, f.worker_id or ""))
     return [s for s in steps if s is not None]
