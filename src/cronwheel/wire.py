@@ -199,6 +199,7 @@ def firing_from_json(doc: Mapping[str, Any]) -> Firing:
         error=doc["error"],
         note=doc["note"],
         cancel_requested_at=_instant(doc.get("cancel_requested_at")),
+        reason=doc.get("reason"),
     )
 
 

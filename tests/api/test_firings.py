@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 
+from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import FiringId
 from cronwheel.store.protocol import Completion
 from tests.api.conftest import Api
@@ -112,6 +113,27 @@ def test_cancel_outcomes(api: Api) -> None:
     assert r.json()["firing"]["cancel_requested"] is True
     assert api.call("POST", f"/v1/firings/{queued}/cancel").json()["result"] == "already_final"
     assert api.call("POST", "/v1/firings/4242/cancel").status_code == 404
+
+
+def test_a_held_firing_is_shown_claimed_and_cancelled_at_once(api: Api) -> None:
+    """A firing a worker holds (claimed, not started) reads as ``claimed`` with no start
+    time, the state filter takes ``claimed``, and a cancel answers ``cancelled``
+    (the API answered 500 on such a firing: its response model lacked the state)."""
+    held = api.call("POST", "/v1/firings", json={"task": "report"}).json()["id"]
+    (claimed,) = api.store.claim("w1", tasks=["report"], limit=1, start=0)
+    assert claimed.firing.id == held and not claimed.started
+    r = api.call("GET", f"/v1/firings/{held}")
+    assert (r.status_code, r.json()["state"], r.json()["started_at"]) == (200, "claimed", None)
+    job = r.json()["job"]
+    listed = api.call("GET", f"/v1/jobs/{job}/firings", params={"state": ["claimed"]})
+    assert [f["id"] for f in listed.json()["items"]] == [held]
+    status = api.call("GET", "/v1/status").json()
+    assert (status["queue_depth"], status["claimed"], status["running"]) == (0, 1, 0)
+    every = [s.value for s in FiringState]
+    assert api.call("GET", f"/v1/jobs/{job}/firings", params={"state": every}).status_code == 200
+    r = api.call("POST", f"/v1/firings/{held}/cancel")
+    assert (r.json()["result"], r.json()["firing"]["state"]) == ("cancelled", "cancelled")
+    assert api.store.start("w1", [(claimed.firing.id, claimed.claim_token)]) == set()
 
 
 def test_retry_only_dead_firings(api: Api) -> None:

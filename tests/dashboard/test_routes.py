@@ -98,6 +98,28 @@ def test_firings_filter_by_state(client: TestClient, store: SqliteStore) -> None
     assert client.get("/ui/f/firings?job=1'").status_code == 400
 
 
+def test_held_firings_are_shown_claimed_not_finished(
+    client: TestClient, store: SqliteStore
+) -> None:
+    """A firing a worker holds (CLAIMED) is filtered as ``claimed``, is not counted among
+    the last hour's outcomes, and its page polls as a queued or running one does."""
+    queue(store, "held")
+    (held,) = store.claim("w1", tasks=["t"], limit=1, start=0)
+    assert not held.started
+    r = client.get("/ui/f/firings?state=claimed")
+    assert r.status_code == 200
+    assert set(re.findall(r'class="firing-row" data-state="(\w+)"', r.text)) == {"claimed"}
+    page = client.get("/").text
+    assert 'badge st-claimed">claimed 1' not in page  # not a last-hour outcome
+    every = client.get("/ui/f/firings").text
+    assert set(re.findall(r'class="firing-row" data-state="(\w+)"', every)) == {"claimed"}
+    timeline = client.get(f"/ui/firings/{held.firing.id}").text.split('id="timeline"')[1]
+    assert 'hx-trigger="every 2s"' in timeline.split(">")[0]  # not final: the page polls
+    for label in ("claimed", "claim lease until"):  # when and by whom it is held
+        assert f'<span class="label">{label}</span>' in timeline
+    assert '<span class="label">started</span>' not in timeline
+
+
 def test_fragments_answer_and_poll(client: TestClient, store: SqliteStore) -> None:
     queue(store, "x")
     finish(store, claim_all(store)[0], late_ms=250)

@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from cronwheel import Client
 from tests.conftest import require_service
 from tests.faults.harness import ADMIN_URL, SIZES, Cluster, ensure_postgres_up
 
@@ -41,7 +42,8 @@ def cluster(
             conn.execute("SELECT 1")
     except (psycopg.Error, AssertionError, OSError) as exc:
         require_service("PostgreSQL", exc)
-    c = Cluster(tmp_path)
+    # parametrize with indirect=True to choose the store: "postgres" (default) or "sqlite"
+    c = Cluster(tmp_path, engine=getattr(request, "param", "postgres"))
     try:
         yield c
     finally:
@@ -52,3 +54,12 @@ def cluster(
                 print(f"\n[faults] {request.node.name}: {json.dumps(c.figures, default=str)}")
         finally:
             c.close()
+
+
+@pytest.fixture
+def closing() -> Iterator[list[Client]]:
+    """API clients a scenario opened, closed at its end."""
+    clients: list[Client] = []
+    yield clients
+    for c in clients:
+        c.close()

@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -270,11 +271,21 @@ class JobHandle:
 
 
 class Cluster:
-    """One scenario: its database, its processes, its ledger."""
+    """One scenario: its database, its processes, its ledger.
 
-    def __init__(self, tmp_path: Path, sizes: Sizes = SIZES) -> None:
+    ``engine`` is the store the processes share: ``postgres`` (the scenario's database)
+    or ``sqlite`` (a file in the scenario's directory; the effect table of the ledger
+    stays in the scenario's PostgreSQL database, and there is no lease sampler). With
+    ``sqlite``, read the store through :attr:`client` (``counts`` and ``wait_drained``
+    do): :meth:`sql`, :meth:`lease` and :meth:`check` see the PostgreSQL database only.
+    """
+
+    def __init__(self, tmp_path: Path, sizes: Sizes = SIZES, *, engine: str = "postgres") -> None:
+        if engine not in {"postgres", "sqlite"}:
+            raise ValueError(f"engine must be postgres or sqlite, not {engine!r}")
         self.tmp = tmp_path
         self.sizes = sizes
+        self.engine = engine
         self.db_name = f"cw_fault_{uuid.uuid4().hex[:10]}"
         self.db_url = f"{PG_HOST}/{self.db_name}"
         self.ledger_path = tmp_path / "executions.jsonl"
@@ -291,11 +302,17 @@ class Cluster:
             conn.execute(EFFECTS_DDL)
         # migrate once, up front (processes would race to do it; that is tested elsewhere)
         self.client.store.migrate()
-        self.sampler = LeaseSampler(self.url("fault-sampler"))
+        self.sampler = LeaseSampler(self.url("fault-sampler")) if engine == "postgres" else None
 
     # -- urls and sql ---------------------------------------------------------------
     def url(self, app_name: str) -> str:
         return f"{self.db_url}?application_name={app_name}"
+
+    def store_url(self, app_name: str) -> str:
+        """The store of the scenario's processes (and of :attr:`client`)."""
+        if self.engine == "sqlite":
+            return f"sqlite:///{self.tmp / 'store.db'}"
+        return self.url(app_name)
 
     @property
     def conn(self) -> psycopg.Connection[Any]:
@@ -325,7 +342,7 @@ class Cluster:
     def client(self) -> App:
         """The test's own App on the scenario database (it creates and pauses jobs)."""
         if self._client is None:
-            self._client = App(self.url("fault-client"))
+            self._client = App(self.store_url("fault-client"))
         return self._client
 
     # -- processes --------------------------------------------------------------------
@@ -356,9 +373,9 @@ class Cluster:
             "-m",
             "cronwheel",
             role,
-            APP_REF,
+            *([] if role == "api" else [APP_REF]),
             "--store",
-            self.url(app_name),
+            self.store_url(app_name),
             *args,
         ]
         popen = subprocess.Popen(
@@ -386,6 +403,11 @@ class Cluster:
     ) -> Proc:
         name = name or f"w{self._seq + 1}"
         return self._start("worker", name, ["--concurrency", str(concurrency)], failpoints)
+
+    def start_api(self, port: int, name: str = "api") -> Proc:
+        """``cronwheel api`` on 127.0.0.1:``port`` (no auth: loopback); wait for
+        ``Client(...).ready()`` before using it."""
+        return self._start("api", name, ["--port", str(port)], None)
 
     def schedulers(self) -> list[Proc]:
         return [p for p in self.procs if p.role == "scheduler"]
@@ -501,6 +523,9 @@ class Cluster:
         self.wait_drained(drain_timeout)
 
     def counts(self) -> dict[str, int]:
+        if self.engine == "sqlite":
+            firings = self.client.store.list_firings(limit=1_000_000)
+            return dict(Counter(f.state.value for f in firings))
         rows = self.sql("SELECT state, count(*) AS n FROM firings GROUP BY state")
         return {r["state"]: int(r["n"]) for r in rows}
 
@@ -526,7 +551,7 @@ class Cluster:
             self.ledger_path,
             [h.expectation for h in self.jobs],
             disrupted_pids=self.disrupted,
-            lease_samples=self.sampler.history() if epochs else None,
+            lease_samples=self.sampler.history() if epochs and self.sampler else None,
             acquired=self.acquired_events() if epochs else None,
         )
 
@@ -542,7 +567,8 @@ class Cluster:
 
     # -- teardown -----------------------------------------------------------------------
     def close(self) -> None:
-        self.sampler.stop()
+        if self.sampler is not None:
+            self.sampler.stop()
         for p in self.procs:
             if p.alive():
                 p.signal(signal.SIGKILL)

@@ -15,8 +15,10 @@ Each execution of a task leaves two independent traces:
    absent even when the process is SIGKILLed right after.
 
 The effect is committed before the ``done`` line is written, so ``done`` lines
-never outnumber effect runs. Handlers ignore ``ctx.cancel_requested`` on purpose:
-a zombie must run to its end so the test sees its completion rejected.
+never outnumber effect runs. ``record`` and ``slow`` ignore ``ctx.cancel_requested``
+on purpose: a zombie must run to its end so the test sees its completion rejected.
+``cooperative`` stops on a cancellation request (a ``cancelled`` line, then
+``raise Cancel``), so a test can tell which way the handler itself ended.
 
 No job is declared here: tests create their jobs by name (``record``, ``slow``)
 through their own App on the scenario's database. The store URL below is a
@@ -32,7 +34,7 @@ from typing import Any
 
 import psycopg
 
-from cronwheel import App, Context
+from cronwheel import App, Cancel, Context
 
 LEDGER_ENV = "FAULT_LEDGER_PATH"
 EFFECTS_URL_ENV = "FAULT_EFFECTS_URL"
@@ -109,5 +111,19 @@ def slow(ctx: Context, seconds: float | None = None) -> None:
     start = time.time()
     append_line(_entry(ctx, "start", start, None))
     time.sleep(float(seconds if seconds is not None else os.environ.get(SLOW_ENV, "3")))
+    write_effect(ctx)
+    append_line(_entry(ctx, "done", start, time.time()))
+
+
+@app.task
+def cooperative(ctx: Context, seconds: float = 0.0) -> None:
+    """``start`` line; wait up to ``seconds`` for a cancellation request: on one, a
+    ``cancelled`` line and ``raise Cancel`` (the firing ends CANCELLED); otherwise the
+    effect and the ``done`` line (it ends SUCCEEDED)."""
+    start = time.time()
+    append_line(_entry(ctx, "start", start, None))
+    if ctx.wait_cancelled(seconds) if seconds > 0 else ctx.cancel_requested:
+        append_line(_entry(ctx, "cancelled", start, time.time()))
+        raise Cancel("the handler saw the request")
     write_effect(ctx)
     append_line(_entry(ctx, "done", start, time.time()))

@@ -105,6 +105,20 @@ def test_stuck_claims_are_running_firings_past_their_lease(
     assert value(scrape(collector), "cronwheel_stuck_claims") == 1
 
 
+def test_a_held_claim_past_its_lease_is_stuck_too(store: SqliteStore, clock: FakeClock) -> None:
+    """A held (CLAIMED) firing is counted in the queue depth, and when the worker that
+    holds it died it is stuck once its lease has expired, as a running one is, until the
+    reaper takes it back (the collector scanned QUEUED and RUNNING only)."""
+    queue(store, "held")
+    (held,) = store.claim("w1", tasks=["t"], limit=1, start=0)
+    assert not held.started
+    collector = ClusterCollector(store)
+    assert value(scrape(collector), "cronwheel_stuck_claims") == 0
+    assert value(scrape(collector), "cronwheel_queue_depth", state="claimed") == 1
+    clock.advance(timedelta(seconds=31))  # default visibility timeout 30 s, no heartbeat
+    assert value(scrape(collector), "cronwheel_stuck_claims") == 1
+
+
 def test_outcome_counters_and_lateness_histogram_are_cumulative(
     store: SqliteStore, clock: FakeClock
 ) -> None:

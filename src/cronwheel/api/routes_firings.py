@@ -94,7 +94,7 @@ def list_job_firings(
     name: JobName,
     principal: Reader,
     request: Request,
-    state: Annotated[list[FiringStateName] | None, Query(max_length=8)] = None,
+    state: Annotated[list[FiringStateName] | None, Query(max_length=9)] = None,
     scheduled_from: Annotated[str | None, Query(max_length=40)] = None,
     scheduled_to: Annotated[str | None, Query(max_length=40)] = None,
     cursor: Annotated[str | None, Query(max_length=512)] = None,

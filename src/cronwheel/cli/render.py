@@ -191,6 +191,10 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[index]
 
 
+# the status counts of what is waiting or running now; the others finished in the last hour
+_NOW_COUNTS = ("queued", "claimed", "running")
+
+
 def status_dict(s: StoreStatus) -> dict[str, Any]:
     lease = s.lease
     leader_alive = lease is not None and lease.expires_at > s.now
@@ -205,9 +209,7 @@ def status_dict(s: StoreStatus) -> dict[str, Any]:
         "queue_depth": s.counts.get("queued", 0),
         "claimed": s.counts.get("claimed", 0),
         "running": s.counts.get("running", 0),
-        "last_hour": {
-            k: v for k, v in s.counts.items() if k not in ("queued", "claimed", "running")
-        },
+        "last_hour": {k: v for k, v in s.counts.items() if k not in _NOW_COUNTS},
         "oldest_queued_due_at": _ts(s.oldest_queued_due_at),
         "lateness_ms": {
             "count": len(s.lateness_ms),

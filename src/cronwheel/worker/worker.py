@@ -102,6 +102,9 @@ class Worker:
         self._renewed: dict[FiringId, float] = {}
         self._claim_added: asyncio.Event | None = None
         self._run_slots: Slots | None = None  # set by run(): `concurrency`
+        # held claims (firing, token) not started yet: a cancel takes such a claim back,
+        # which is the user's cancel, not a lost claim
+        self._held: set[tuple[FiringId, str]] = set()
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -147,15 +150,19 @@ class Worker:
                 finally:
                     if slot_taken and self._run_slots is not None:
                         self._run_slots.give()
+            self._held.add((firing.id, claim.claim_token))
             delay = (firing.due_at - self.clock.now()).total_seconds()
             if delay > 0:
                 await asyncio.sleep(delay)
             # at most `concurrency` handlers at once (no limit when driven by drain_once)
             async with self._run_slots or contextlib.nullcontext():
-                if ctx.cancel_requested or not await self._starter.start(claim):
+                started = not ctx.cancel_requested and await self._starter.start(claim)
+                self._held.discard((firing.id, claim.claim_token))
+                if not started:
                     return None  # cancelled (or lost) while held: it never starts
                 return await self._run_started(claim, ctx)
         finally:
+            self._held.discard((firing.id, claim.claim_token))
             # only this attempt's entry: a stale attempt of the same firing that is still
             # winding down must not evict the newer attempt (which would stop its heartbeat)
             entry = self._active.get(firing.id)
@@ -477,7 +484,8 @@ class Worker:
                         entry = self._active.get(fid)
                         if entry is not None and not entry[1].cancel_requested:
                             entry[1].request_cancel()
-                            if fid in lost:
+                            held = (fid, entry[0].claim_token) in self._held
+                            if fid in lost and not (held and fid in cancelled):
                                 self.stats.lost_claims += 1
                                 self.events.claim_lost(fid)
                 mono = self.clock.monotonic()
