@@ -183,3 +183,13 @@ def test_the_layer_check_catches_crossings(tmp_path: Path) -> None:
     assert "store/protocol.py" not in problems  # store may import the domain
     assert "imports cronwheel.dashboard.data" not in problems  # its own package
     assert len(problems.splitlines()) == 9, problems
+
+
+def test_no_module_of_the_package_is_over_500_lines() -> None:
+    """A module that grows past this is split along a seam, not left to sprawl."""
+    too_long = {
+        str(p.relative_to(ROOT)): n
+        for p in (ROOT / "src" / "cronwheel").rglob("*.py")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500
+    }
+    assert not too_long, too_long

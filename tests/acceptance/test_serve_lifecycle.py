@@ -127,18 +127,17 @@ def test_serve_restarts_a_crashed_worker_and_loses_no_firing(cluster: Cluster) -
     workers = [e for e in serve.events("process_started") if e["process"] == "worker-1"]
     assert [w["pid"] for w in workers] == [first["pid"]]
 
-    def running() -> set[str]:
+    def held() -> set[str]:
         with cluster.store() as store:
-            return {
-                f.idempotency_key
-                for f in store.list_firings(states=[FiringState.RUNNING], limit=100)
-            }
+            states = [FiringState.CLAIMED, FiringState.RUNNING]
+            return {f.idempotency_key for f in store.list_firings(states=states, limit=100)}
 
-    # Kill it while it holds a claim (a tick is claimed ~0.7 s ahead of its instant).
-    wait_until(running, 10, interval=0.02, message="the worker to claim a tick")
+    # Kill it while it holds a claim (a tick is claimed ~0.7 s ahead of its instant:
+    # CLAIMED until then, RUNNING while its handler runs).
+    wait_until(held, 10, interval=0.02, message="the worker to claim a tick")
     os.kill(first["pid"], signal.SIGKILL)  # the worker child only; serve must notice
     killed = time.time()
-    in_flight = running()
+    in_flight = held()
 
     def restarted() -> list[dict]:
         return [

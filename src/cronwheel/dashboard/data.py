@@ -27,16 +27,7 @@ from cronwheel.wire import job_state
 
 from .words import cron_words
 
-FILTER_STATES = (
-    "queued",
-    "claimed",
-    "running",
-    "succeeded",
-    "dead",
-    "cancelled",
-    "skipped",
-    "missed",
-)
+FILTER_STATES = tuple(s.value for s in FiringState if s is not FiringState.SCHEDULED)
 # not finished: a firing waiting for a claim, held by a worker, or running
 _OPEN_STATES = ("queued", "claimed", "running")
 JOBS_SHOWN = 100

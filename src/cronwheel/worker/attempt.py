@@ -77,6 +77,20 @@ class Attempts:
             return "process"
         return "loop" if task.is_async else "thread"
 
+    def cancelled_before_call(self, claim: ClaimedFiring) -> Completion:
+        """The outcome of a started firing whose cancel came before its handler was
+        called: CANCELLED, the handler never called."""
+        at = self.clock.now()
+        return Completion(
+            firing_id=claim.firing.id,
+            claim_token=claim.claim_token,
+            succeeded=False,
+            started_at=at,
+            finished_at=at,
+            error="cancelled before its handler was called",
+            cancelled=True,
+        )
+
     async def run(self, claim: ClaimedFiring, ctx: Context) -> Completion:
         """Run the handler of one claimed firing; its outcome as a completion."""
         firing = claim.firing

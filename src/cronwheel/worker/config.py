@@ -55,3 +55,13 @@ class WorkerStats:
 
 def make_worker_id() -> str:
     return f"worker:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def finished_within(finished: deque[float], since: float) -> int:
+    """How many of the finish instants (oldest first) are at or after ``since``."""
+    n = 0
+    for t in reversed(finished):
+        if t < since:
+            break
+        n += 1
+    return n

@@ -42,7 +42,7 @@ from cronwheel.domain.models import ClaimedFiring, FiringId, NodeInfo
 from cronwheel.errors import StoreUnavailableError
 from cronwheel.store.protocol import Completion, WorkerPort
 from cronwheel.worker.attempt import Attempts
-from cronwheel.worker.config import WorkerConfig, WorkerStats, make_worker_id
+from cronwheel.worker.config import WorkerConfig, WorkerStats, finished_within, make_worker_id
 from cronwheel.worker.context import Context, make_context
 from cronwheel.worker.events import QuietWorkerEvents, WorkerEvents
 from cronwheel.worker.executing import Executing
@@ -176,16 +176,7 @@ class Worker:
         revoked handlers of its job to stop executing (worker/executing.py)."""
         await self._executing.wait_turn(claim, ctx)
         if ctx.cancel_requested:
-            at = self.clock.now()
-            return Completion(
-                firing_id=claim.firing.id,
-                claim_token=claim.claim_token,
-                succeeded=False,
-                started_at=at,
-                finished_at=at,
-                error="cancelled before its handler was called",
-                cancelled=True,
-            )
+            return self._attempts.cancelled_before_call(claim)
         return await self._attempts.run(claim, ctx)
 
     async def _execute_and_report(self, claim: ClaimedFiring, *, slot_taken: bool = False) -> None:
@@ -399,15 +390,9 @@ class Worker:
         the next batch is claimed while this one runs, and a worker whose handlers
         are slow holds none that another worker could start now."""
         window = self.config.claim_ahead_window.total_seconds()
-        if window <= 0 or not self._finished:
+        if window <= 0:
             return 0
-        since = self.clock.monotonic() - window
-        n = 0
-        for t in reversed(self._finished):
-            if t < since:
-                break
-            n += 1
-        return n
+        return finished_within(self._finished, self.clock.monotonic() - window)
 
     async def _idle_timeout(self, free: int) -> float:
         """Sleep until the poll interval, or until the next queued firing falls due
@@ -478,8 +463,6 @@ class Worker:
                             self._renewed[fid] = beat_at
                     self.events.claims_renewed(len(claims) - len(lost))
                     cancelled = await self._call(self.store.cancel_requested, claims)
-                    for fid in lost:  # revoked: a process-isolated handler is stopped now
-                        self._executing.revoke(fid, None, "its claim was revoked or lost")
                     for fid in lost | cancelled:
                         entry = self._active.get(fid)
                         if entry is not None and not entry[1].cancel_requested:
@@ -488,6 +471,8 @@ class Worker:
                             if fid in lost and not (held and fid in cancelled):
                                 self.stats.lost_claims += 1
                                 self.events.claim_lost(fid)
+                    for fid in lost:  # revoked: a process-isolated handler is stopped now
+                        self._executing.revoke(fid, None, "its claim was revoked or lost")
                 mono = self.clock.monotonic()
                 if mono >= next_node_beat:
                     next_node_beat = mono + self.config.node_heartbeat.total_seconds()
