@@ -311,11 +311,14 @@ class Worker:
                 done = self._take_done()
                 if done:
                     failpoints.hit("worker.before_complete")
-                # the slots free now go to the claim's firings that are due: the claim
-                # starts those in its own transaction (RUNNING); the rest it holds
-                # (CLAIMED), to be started when their instant and a slot come
+                # the slots no held claim waits for go to the claim's firings that are
+                # due: the claim starts those in its own transaction (RUNNING); the rest
+                # it holds (CLAIMED), to be started when their instant and a slot come.
+                # (Slots a held claim will need are not taken: while a crowd is held
+                # ahead of its instant, they are its at the instant.)
                 assert self._run_slots is not None
-                taken = self._run_slots.take(free)
+                spare = self.config.concurrency - len(self._active)
+                taken = self._run_slots.take(min(free, spare))
                 try:
                     with self._claiming():
                         accepted, claims = await self._call(

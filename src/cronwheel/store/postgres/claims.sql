@@ -156,9 +156,17 @@ WHERE id = ANY (%(ids)s::bigint[]) AND state = 'queued'
 
 -- name: heartbeat
 -- By primary key, the state test kept off the partial indexes (see complete_batch).
+-- The rows are locked in id order first (`lk`), the order every writer of a worker's
+-- claims takes them in (start, completions): an UPDATE over a join takes its rows in
+-- the join's order, and a heartbeat of a crowd's thousands of held claims deadlocked
+-- with the starts of the same claims (PostgreSQL's 1 s deadlock timeout, then a retry).
+WITH lk AS MATERIALIZED (
+    SELECT f.id FROM firings f WHERE f.id = ANY (%(ids)s::bigint[])
+    ORDER BY f.id FOR NO KEY UPDATE
+)
 UPDATE firings f SET lease_until = :now + f.visibility_us * interval '1 microsecond'
 FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS c (id, token)
-WHERE f.id = ANY (%(ids)s::bigint[])
+WHERE f.id = ANY (ARRAY(SELECT id FROM lk))
   AND f.id = c.id AND f.claim_token = c.token
   AND (f.state IN ('claimed', 'running')) IS NOT FALSE
 RETURNING f.id

@@ -191,15 +191,20 @@ SELECT * FROM firings WHERE /*where*/ ORDER BY id DESC LIMIT %(limit)s
 -- cancel since the claim makes it fail, and the handler is never called. %(batch)s is
 -- a JSON array of [id, token]; rows by primary key, the state test kept off the
 -- partial indexes (see complete_batch).
+-- The rows are locked in id order first, as the heartbeat takes them (see heartbeat).
 WITH c AS (
     SELECT (e ->> 0)::bigint AS id, e ->> 1 AS token
     FROM json_array_elements(%(batch)s::json) AS e
+),
+lk AS MATERIALIZED (
+    SELECT f.id FROM firings f WHERE f.id = ANY (ARRAY(SELECT id FROM c))
+    ORDER BY f.id FOR NO KEY UPDATE
 )
 UPDATE firings f
 SET state = 'running', started_at = :now,
     lease_until = :now + f.visibility_us * interval '1 microsecond'
 FROM c
-WHERE f.id = ANY (ARRAY(SELECT id FROM c)) AND f.id = c.id AND f.claim_token = c.token
+WHERE f.id = ANY (ARRAY(SELECT id FROM lk)) AND f.id = c.id AND f.claim_token = c.token
   AND (f.state = 'claimed') IS NOT FALSE
 RETURNING f.id
 
