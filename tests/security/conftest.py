@@ -56,7 +56,7 @@ def fingerprint(store: Any) -> dict[str, list[str]]:
     changed nothing leaves this equal."""
     out: dict[str, list[str]] = {}
     for table in _tables(store):
-        sql = f"SELECT * FROM {table}"  # noqa: S608 - names come from the catalog
+        sql = f"SELECT * FROM {table}"  # table names come from the catalog
         if hasattr(store, "schema"):
             rows = _pg_rows(store, sql)
         else:
