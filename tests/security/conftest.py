@@ -107,7 +107,7 @@ class Sec:
 def sec(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Sec]:
     """The server with auth on, over a fresh store of each kind."""
     for harness in STORE_KINDS[request.param](tmp_path):
-        store = harness.store
+        store: Any = harness.store
         tokens = {}
         for role in ROLES:
             tokens[role] = issue_token(store, namespace=NS, role=role, label=role)[1]
