@@ -22,6 +22,7 @@ from cronwheel.api.errors import HttpError
 from cronwheel.api.routes_jobs import JobName
 from cronwheel.api.schemas import CancelOut, EnqueueIn, FiringList, FiringOut, FiringStateName
 from cronwheel.domain.attempts import Attempt
+from cronwheel.domain.error_text import error_summary
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.jobs import require_served_task
 from cronwheel.domain.models import Firing, FiringId, JobSpec
@@ -53,8 +54,20 @@ def _retried(store: ApiStore, firing: Firing) -> list[Attempt] | None:
     return store.list_attempts(firing.id) if firing.attempt > 1 else None
 
 
-def _firing_docs(store: ApiStore, firings: list[Firing]) -> list[dict[str, Any]]:
-    return [firing_to_json(f, attempts=_retried(store, f)) for f in firings]
+def _shown(principal: Principal, doc: dict[str, Any]) -> dict[str, Any]:
+    """A read token sees each error's summary line only; the details (remote responses,
+    command output, tracebacks) are for the write and admin roles (domain/error_text.py)."""
+    if not principal.can("write"):
+        doc["error"] = error_summary(doc["error"])
+        for attempt in doc.get("attempts", ()):
+            attempt["error"] = error_summary(attempt["error"])
+    return doc
+
+
+def _firing_docs(
+    store: ApiStore, principal: Principal, firings: list[Firing]
+) -> list[dict[str, Any]]:
+    return [_shown(principal, firing_to_json(f, attempts=_retried(store, f))) for f in firings]
 
 
 @router.get("/v1/firings", response_model=FiringList, summary="List firings")
@@ -86,7 +99,7 @@ def list_firings(
     more = len(firings) > limit
     firings = firings[:limit]
     next_cursor = encode_cursor(principal.namespace, "firings", firings[-1].id) if more else None
-    return {"items": _firing_docs(store, firings), "next_cursor": next_cursor}
+    return {"items": _firing_docs(store, principal, firings), "next_cursor": next_cursor}
 
 
 @router.get("/v1/jobs/{name}/firings", response_model=FiringList, summary="A job's firings")
@@ -116,7 +129,7 @@ def list_job_firings(
     more = len(firings) > limit
     firings = firings[:limit]
     next_cursor = encode_cursor(principal.namespace, kind, firings[-1].id) if more else None
-    return {"items": _firing_docs(store, firings), "next_cursor": next_cursor}
+    return {"items": _firing_docs(store, principal, firings), "next_cursor": next_cursor}
 
 
 @router.get("/v1/firings/{firing_id}", response_model=FiringOut, summary="Get a firing")
@@ -125,7 +138,8 @@ def get_firing(firing_id: FiringIdPath, principal: Reader, request: Request) -> 
     first attempt's."""
     store = store_of(request)
     firing = _firing(store, principal, firing_id)
-    return firing_to_json(firing, attempts=store.list_attempts(firing.id), with_attempts=True)
+    doc = firing_to_json(firing, attempts=store.list_attempts(firing.id), with_attempts=True)
+    return _shown(principal, doc)
 
 
 @router.post("/v1/firings/{firing_id}/cancel", response_model=CancelOut, summary="Cancel")

@@ -14,6 +14,7 @@ from cronwheel.domain.fates import explain
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import Firing, Job, JobId
 from cronwheel.domain.schedules import CronSchedule
+from cronwheel.domain.error_text import error_summary
 from cronwheel.errors import NotFoundError
 from cronwheel.observability.lateness import (
     STARTED_STATES,
@@ -301,10 +302,8 @@ def firing_row(f: Firing, goal_ms: float, late: timedelta | None = None) -> Firi
     """``late``: the firing's lateness where its row cannot tell (a retried one's)."""
     late = f.lateness if late is None else late
     ms = None if late is None else late.total_seconds() * 1000
-    error = None
-    if f.error:
-        lines = [line for line in f.error.strip().splitlines() if line.strip()]
-        error = lines[-1][:160] if lines else None
+    error = error_summary(f.error)
+    error = error[:160] if error else None
     return FiringRow(
         id=f.id,
         job=f.job_name,
@@ -422,9 +421,10 @@ def timeline(f: Firing) -> list[dict[str, str]]:
     return [s for s in steps if s is not None]
 
 
-def attempts(store: ApiStore, f: Firing) -> list[dict[str, Any]]:
+def attempts(store: ApiStore, f: Firing, *, full: bool) -> list[dict[str, Any]]:
     """The firing's attempts in order (worker, claimed/started/finished in UTC, outcome,
-    error) for its timeline; none when it was deleted since it was read."""
+    error) for its timeline; none when it was deleted since it was read. Errors are
+    summaries unless ``full`` (a write or admin viewer: domain/error_text.py)."""
     try:
         found = store.list_attempts(f.id)
     except NotFoundError:
@@ -437,7 +437,7 @@ def attempts(store: ApiStore, f: Firing) -> list[dict[str, Any]]:
             "started_at": None if a.started_at is None else fmt_utc(a.started_at),
             "finished_at": None if a.finished_at is None else fmt_utc(a.finished_at),
             "outcome": a.outcome.value,
-            "error": a.error,
+            "error": a.error if full else error_summary(a.error),
         }
         for a in found
     ]

@@ -27,6 +27,7 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from cronwheel.domain.error_text import error_summary
 from cronwheel.domain.models import FiringId, JobId
 from cronwheel.domain.skips import occurrences_to_skip, skip_reason
 from cronwheel.errors import NotFoundError, ValidationError
@@ -266,9 +267,13 @@ def firing_page(request: Request, firing_id: str) -> Response:
     firing = _own_firing(request, who, firing_id)
     if firing is None:
         return _not_found(request, who, "firing")
-    attempts = data.attempts(store_of(request), firing)
+    full = who.can("write")  # a read token sees errors' summaries (domain/error_text.py)
+    attempts = data.attempts(store_of(request), firing, full=full)
+    error = firing.error if full else error_summary(firing.error)
     steps = data.timeline(firing)
-    return render("firing.html", f=firing, steps=steps, attempts=attempts, **_base(request, who))
+    return render(
+        "firing.html", f=firing, f_error=error, steps=steps, attempts=attempts, **_base(request, who)
+    )
 
 
 # -- fragments (htmx polls these) ----------------------------------------------------------------
@@ -330,8 +335,11 @@ def firing_fragment(request: Request, firing_id: str) -> Response:
     firing = _own_firing(request, who, firing_id)
     if firing is None:
         return _not_found(request, who, "firing")
-    attempts = data.attempts(store_of(request), firing)
-    return render("timeline.html", f=firing, steps=data.timeline(firing), attempts=attempts)
+    full = who.can("write")
+    attempts = data.attempts(store_of(request), firing, full=full)
+    error = firing.error if full else error_summary(firing.error)
+    steps = data.timeline(firing)
+    return render("timeline.html", f=firing, f_error=error, steps=steps, attempts=attempts)
 
 
 # -- login --------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ new job first fires and on what ``retries=3`` or ``timeout=30`` mean.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -49,10 +50,30 @@ def first_fire_at(
     return first
 
 
+def require_substitutable_name(name: str) -> None:
+    """Refuse a new job's name that no task template could carry safely: a ``.`` or
+    ``..`` step between slashes (``..``, ``a/../b``: a URL path step that moves the path)
+    and a name beginning with ``-`` (an option of a command). Checked when a job is
+    registered; the worker refuses such values again where they land (names stored
+    before this rule)."""
+    if any(step in {".", ".."} for step in re.split(r"[/\\]", name)):
+        raise ValidationError(
+            "must not have a '.' or '..' step between slashes: a task's URL would read it as"
+            " a path step",
+            field="name",
+        )
+    if name.startswith("-"):
+        raise ValidationError(
+            "must not begin with '-': a task's command would read it as an option", field="name"
+        )
+
+
 def spec_first_fire_at(
     spec: JobSpec, now: datetime, *, allow_past: bool = False
 ) -> datetime | None:
-    """``first_fire_at`` of a job spec, within its ``start_at``/``end_at`` bounds."""
+    """``first_fire_at`` of a job spec being registered, within its ``start_at``/``end_at``
+    bounds; its name must be one templates can carry (:func:`require_substitutable_name`)."""
+    require_substitutable_name(spec.name)
     return first_fire_at(
         spec.schedule, now, allow_past=allow_past, start_at=spec.start_at, end_at=spec.end_at
     )

@@ -19,6 +19,7 @@ from functools import partial
 from typing import Any, Literal
 
 from cronwheel.domain.clock import Clock
+from cronwheel.domain.error_text import ERROR_MAX, bound_error, error_summary
 from cronwheel.domain.models import ClaimedFiring, Firing
 from cronwheel.domain.policies import retry_backoff
 from cronwheel.errors import CronwheelError
@@ -31,8 +32,6 @@ from cronwheel.worker.executing import Executing, Handler
 from cronwheel.worker.processes import HandlerError, ProcessRunner
 from cronwheel.worker.registry import Isolation, TaskDef, TaskRegistry
 from cronwheel.worker.threads import HandlerThreads
-
-_ERROR_MAX = 8000
 
 
 class Attempts:
@@ -121,7 +120,9 @@ class Attempts:
         except CronwheelError as exc:
             error = f"{type(exc).__name__}: {exc}"
         except Exception:
-            error = traceback.format_exc()[-_ERROR_MAX:]
+            error = traceback.format_exc()[-ERROR_MAX:]
+        if error is not None:  # secrets out before it is written (or logged), then bounded
+            error = bound_error(self.registry.redact(error))
         finished = self.clock.now()
         if cancelled:
             self.events.firing_cancelled(firing)
@@ -158,9 +159,7 @@ class Attempts:
                     firing.attempt, base=p.retry_backoff, maximum=p.retry_backoff_max, rng=self.rng
                 )
             )
-        self.events.firing_failed(
-            firing, retry_at, error.strip().splitlines()[-1] if error.strip() else error
-        )
+        self.events.firing_failed(firing, retry_at, error_summary(error) or error)
         return Completion(
             firing_id=firing.id,
             claim_token=claim.claim_token,

@@ -7,13 +7,15 @@ Security boundary: URL, method, headers, argv, environment and working directory
 from the worker's configuration. API callers refer to a task by name and pass JSON
 arguments, which reach an HTTP task as the default JSON body and a shell task as the
 ``CRONWHEEL_ARGS`` variable: never on a command line, never through a shell (argv only).
-Templates substitute only ``FIELDS``, with a tiny parser, not ``str.format``
-(``{job.__class__}`` is a load-time error); ``${VAR}`` is read from the worker's env then.
+Templates substitute only firing fields, encoded per context (worker/templates.py).
+Secrets (``redact = [...]`` names, ``${VAR}`` values in headers and env, credential
+headers) are redacted from the errors a task records (worker/redact.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import email.utils
 import json
 import math
@@ -25,103 +27,64 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any, Literal
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import urlsplit
 
 import httpx
 
-from cronwheel.domain.firing import format_instant
 from cronwheel.domain.models import TASK_RE
-from cronwheel.errors import CronwheelError, ValidationError
 from cronwheel.signals import Retry
 from cronwheel.worker.context import Context
 from cronwheel.worker.procgroup import stop_group
+from cronwheel.worker.redact import MIN_SECRET, Redactor
+from cronwheel.worker.templates import (
+    ENV_NAME_RE,
+    FIELDS,
+    BodyMode,
+    TaskKindError,
+    Template,
+    body_mode,
+    check_json_body,
+    check_url_template,
+    compile_template,
+    context_fields,
+    render_argv,
+    render_body,
+    render_env,
+    render_header,
+    render_url,
+)
+from cronwheel.worker.templates import bad as _bad
 
 if TYPE_CHECKING:
     from cronwheel.worker.registry import TaskRegistry
 
-FIELDS = ("job", "job_id", "firing_id", "attempt", "idempotency_key", "scheduled_for", "namespace")
-# ${VAR} (worker environment, at load time) or {word} (a firing field, at run time).
-# A brace pair holding whitespace or a quote is literal text (JSON objects stay intact).
-_TOKEN_RE = re.compile(r"\$\{([^{}]*)\}|\{([^\s{}\"']+)\}")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+__all__ = [
+    "HttpTaskSpec",
+    "ShellTaskSpec",
+    "TaskKindError",
+    "TaskKinds",
+    "TaskSpec",
+    "compile_template",
+    "load_tasks",
+    "parse_tasks",
+    "register_tasks",
+    "shell_env",
+]
+
 _HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _BODYLESS = frozenset({"GET", "HEAD", "OPTIONS"})
 _HTTP_KEYS = frozenset({"kind", "method", "url", "headers", "body", "timeout", "success"})
 _SHELL_KEYS = frozenset({"kind", "argv", "env", "timeout", "kill_grace", "cwd"})
+# headers whose values are credentials: redacted from errors whatever the file says
+_SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "x-api-key"})
+_SECRET_HEADER_WORDS = ("token", "secret", "password", "auth", "api-key", "apikey")
 _BODY_SNIPPET = 500
 _OUTPUT_TAIL = 4096
 _RETRY_AFTER_MAX = 86400.0
 
 
-class TaskKindError(CronwheelError):
-    """A configured HTTP or shell task failed (the worker records it and retries)."""
-
-    code = "task_failed"
-
-
-def _bad(where: str, message: str) -> ValidationError:
-    return ValidationError(message, field=where)
-
-
-# -- templates -----------------------------------------------------------------------------
-class _Field(str):
-    """A placeholder's field name (a plain ``str`` part is literal text)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Template:
-    """Literal text and whitelisted ``{field}`` placeholders, parsed once at load time."""
-
-    parts: tuple[str, ...]
-
-    @property
-    def fields(self) -> frozenset[str]:
-        return frozenset(p for p in self.parts if isinstance(p, _Field))
-
-    def render(self, values: Mapping[str, str], escape: Callable[[str], str] | None = None) -> str:
-        esc = escape or str
-        return "".join(esc(values[p]) if isinstance(p, _Field) else p for p in self.parts)
-
-
-def compile_template(text: str, where: str, environ: Mapping[str, str]) -> Template:
-    """Parse ``text``; ``${VAR}`` is resolved now, ``{name}`` must be one of ``FIELDS``."""
-    parts: list[str] = []
-    pos = 0
-    for m in _TOKEN_RE.finditer(text):
-        parts.append(text[pos : m.start()])
-        pos = m.end()
-        var, name = m.group(1), m.group(2)
-        if var is not None:
-            if not _ENV_NAME_RE.match(var):
-                raise _bad(where, f"${{{var}}} is not an environment variable name")
-            if var not in environ:
-                raise _bad(where, f"${{{var}}} is not set in the worker's environment")
-            parts.append(environ[var])
-        elif name in FIELDS:
-            parts.append(_Field(name))
-        else:
-            allowed = ", ".join("{" + f + "}" for f in FIELDS)
-            raise _bad(where, f"unknown template field {{{name}}} (allowed: {allowed})")
-    parts.append(text[pos:])
-    return Template(tuple(p for p in parts if p != ""))
-
-
-def context_fields(ctx: Context) -> dict[str, str]:
-    values = {f: str(getattr(ctx, f)) for f in FIELDS}  # Context has a property per field
-    values["scheduled_for"] = format_instant(ctx.scheduled_for)
-    return values
-
-
-_ESCAPES: dict[str, Callable[[str], str] | None] = {
-    "json": lambda v: json.dumps(v, ensure_ascii=False)[1:-1],
-    "form": lambda v: urlencode({"": v})[1:],
-    "text": None,
-}
-
-
 # -- specs ---------------------------------------------------------------------------------
-BodyMode = Literal["json", "form", "text"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,6 +97,7 @@ class HttpTaskSpec:
     body_mode: BodyMode = "json"
     timeout: float = 30.0
     success: frozenset[int] = frozenset(range(200, 300))
+    secrets: frozenset[str] = field(default=frozenset(), repr=False)  # redacted from errors
     kind: Literal["http"] = "http"
 
 
@@ -145,6 +109,7 @@ class ShellTaskSpec:
     timeout: float | None = None
     kill_grace: float = 10.0
     cwd: str | None = None
+    secrets: frozenset[str] = field(default=frozenset(), repr=False)  # redacted from errors
     kind: Literal["shell"] = "shell"
 
 
@@ -166,7 +131,8 @@ def load_tasks(path: str | os.PathLike[str]) -> list[TaskSpec]:
 def parse_tasks(data: Mapping[str, Any], env: Mapping[str, str] | None = None) -> list[TaskSpec]:
     """Validate parsed TOML; ``${VAR}`` is looked up in ``env`` (default: ``os.environ``)."""
     env = os.environ if env is None else env
-    _check_keys(data, frozenset({"tasks"}), "")
+    _check_keys(data, frozenset({"tasks", "redact"}), "")
+    shared = _redact_values(data.get("redact", []), env)
     tasks = data.get("tasks")
     if not isinstance(tasks, dict) or not tasks:
         raise _bad("tasks", "must define at least one [tasks.NAME] table")
@@ -180,8 +146,47 @@ def parse_tasks(data: Mapping[str, Any], env: Mapping[str, str] | None = None) -
         parse = _PARSERS.get(str(table.get("kind")))
         if parse is None:
             raise _bad(f"{where}.kind", 'must be "http" or "shell"')
-        specs.append(parse(name, table, where, env))
+        spec = parse(name, table, where, env)
+        specs.append(dataclasses.replace(spec, secrets=spec.secrets | shared))
     return specs
+
+
+def _redact_values(names: Any, env: Mapping[str, str]) -> frozenset[str]:
+    """The values of the ``redact`` list's variables: redacted from every task's errors."""
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise _bad("redact", "must be a list of environment variable names")
+    values: set[str] = set()
+    for i, name in enumerate(names):
+        where = f"redact[{i}]"
+        if not ENV_NAME_RE.match(name):
+            raise _bad(where, f"{name!r} is not an environment variable name")
+        if name not in env:
+            raise _bad(where, f"{name} is not set in the worker's environment")
+        if len(env[name]) < MIN_SECRET:
+            raise _bad(
+                where,
+                f"{name} is shorter than {MIN_SECRET} characters: too short to redact"
+                " without garbling errors",
+            )
+        values.add(env[name])
+    return frozenset(values)
+
+
+def _secrets(templates: list[tuple[str, Template]], credential: Callable[[str], bool]) -> set[str]:
+    """The ``${VAR}`` values of these header or env templates, and for credential headers
+    their whole value and its last word (``Bearer <token>``) when they hold no field."""
+    found: set[str] = set()
+    for key, template in templates:
+        found.update(template.env_values)
+        if credential(key) and not template.fields:
+            value = template.render({})
+            found.update({value, value.split()[-1]} if value.split() else set())
+    return {v for v in found if len(v) >= MIN_SECRET}
+
+
+def _credential_header(key: str) -> bool:
+    key = key.lower()
+    return key in _SECRET_HEADERS or any(word in key for word in _SECRET_HEADER_WORDS)
 
 
 def _check_keys(table: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
@@ -218,6 +223,7 @@ def _parse_http(
     host = r"^https?://[^/?#@\s]+" + (r"[/?]" if url.fields else r"([/?#]|$)")
     if not re.match(host, prefix, re.IGNORECASE):
         raise _bad(f"{where}.url", "must be http(s)://HOST/..., with template fields after HOST/")
+    check_url_template(url, f"{where}.url")
     headers: list[tuple[str, Template]] = []
     for key, value in _str_table(table.get("headers", {}), f"{where}.headers").items():
         hwhere = f"{where}.headers.{key}"
@@ -228,9 +234,11 @@ def _parse_http(
         template = compile_template(value, hwhere, env)
         if re.search(r"[\r\n\0]", template.render(dict.fromkeys(FIELDS, ""))):
             raise _bad(hwhere, "must not contain CR, LF or NUL")
+        if key.lower() == "content-type" and template.fields:
+            raise _bad(hwhere, "must not contain template fields (it decides the body's format)")
         headers.append((key, template))
     content_type = next((t for k, t in headers if k.lower() == "content-type"), None)
-    ctype = content_type.render(dict.fromkeys(FIELDS, "x")).lower() if content_type else ""
+    ctype = content_type.render({}).lower() if content_type else ""
     body: Template | None = None
     mode: BodyMode = "json"
     raw_body = table.get("body")
@@ -238,17 +246,9 @@ def _parse_http(
         if not isinstance(raw_body, str):
             raise _bad(f"{where}.body", "must be a string (a template)")
         body = compile_template(raw_body, f"{where}.body", env)
-        if "json" in ctype or (not ctype and raw_body.lstrip()[:1] in {"{", "["}):
-            # JSON stays JSON whatever the values: text fields only inside JSON strings
-            probe = {f: ("0" if f in {"job_id", "firing_id", "attempt"} else "x") for f in FIELDS}
-            try:
-                json.loads(body.render(probe))
-            except ValueError:
-                raise _bad(
-                    f"{where}.body", "must be JSON, with fields like {job} in strings"
-                ) from None
-        else:
-            mode = "form" if "x-www-form-urlencoded" in ctype else "text"
+        mode = body_mode(ctype, raw_body, bool(body.fields), f"{where}.body")
+        if mode == "json":
+            check_json_body(body, f"{where}.body")
     codes = table.get("success", list(range(200, 300)))
     if not isinstance(codes, list) or not codes or not all(c in range(100, 600) for c in codes):
         raise _bad(f"{where}.success", "must be a non-empty list of status codes 100-599")
@@ -261,6 +261,7 @@ def _parse_http(
         body_mode=mode,
         timeout=_seconds(table.get("timeout", 30.0), f"{where}.timeout"),
         success=frozenset(int(c) for c in codes),
+        secrets=frozenset(_secrets(headers, _credential_header)),
     )
 
 
@@ -279,7 +280,7 @@ def _parse_shell(
     envs: list[tuple[str, Template]] = []
     for key, value in _str_table(table.get("env", {}), f"{where}.env").items():
         ewhere = f"{where}.env.{key}"
-        if not _ENV_NAME_RE.match(key):
+        if not ENV_NAME_RE.match(key):
             raise _bad(ewhere, "not a valid environment variable name")
         if key.upper().startswith("CRONWHEEL_"):
             raise _bad(ewhere, "CRONWHEEL_* variables are set by cronwheel")
@@ -295,6 +296,7 @@ def _parse_shell(
         timeout=timeout,
         kill_grace=_seconds(table.get("kill_grace", 10.0), f"{where}.kill_grace", allow_zero=True),
         cwd=cwd,
+        secrets=frozenset(_secrets(envs, lambda _: False)),
     )
 
 
@@ -328,11 +330,18 @@ class TaskKinds:
             await client.aclose()
 
     def handler(self, spec: TaskSpec) -> Callable[..., Awaitable[None]]:
+        redact = Redactor(spec.secrets)
+
         async def run(ctx: Context, *args: Any, **kwargs: Any) -> None:
-            if isinstance(spec, HttpTaskSpec):
-                await run_http(self.client(), spec, ctx, args, kwargs)
-            else:
-                await run_shell(spec, ctx, args, kwargs)
+            try:
+                if isinstance(spec, HttpTaskSpec):
+                    await run_http(self.client(), spec, ctx, args, kwargs, redact)
+                else:
+                    await run_shell(spec, ctx, args, kwargs, redact)
+            except TaskKindError as exc:  # its secrets never leave the worker
+                raise TaskKindError(redact(str(exc))) from None
+            except Retry as exc:
+                raise Retry(after=exc.after, reason=redact(exc.reason)) from None
 
         run.__name__ = run.__qualname__ = f"{spec.kind}_task_{spec.name}"
         return run
@@ -342,35 +351,45 @@ def register_tasks(
     registry: TaskRegistry, specs: list[TaskSpec], *, kinds: TaskKinds | None = None
 ) -> TaskKinds:
     """Add a handler per spec to ``registry`` (an ``App``'s); a name taken by Python code is
-    an error."""
+    an error. The specs' secrets are redacted from every error the registry's worker
+    records (Python tasks' too)."""
     kinds = kinds or TaskKinds()
     for spec in specs:
         if spec.name in registry:
             raise _bad(f"tasks.{spec.name}", "already registered (by Python code, or twice)")
+    for spec in specs:
         # on the worker's loop whatever its default isolation: a shell task runs in a
         # process group of its own, which it kills itself
         registry.add(spec.name, kinds.handler(spec), isolation="loop")
+        registry.redact = registry.redact.union(Redactor(spec.secrets))
     return kinds
 
 
 async def run_http(
-    client: httpx.AsyncClient, spec: HttpTaskSpec, ctx: Context, args: Args, kwargs: Kwargs
+    client: httpx.AsyncClient,
+    spec: HttpTaskSpec,
+    ctx: Context,
+    args: Args,
+    kwargs: Kwargs,
+    redact: Redactor | None = None,
 ) -> None:
+    redact = redact or Redactor(spec.secrets)
     values = context_fields(ctx)
-    url = spec.url.render(values, lambda v: quote(v, safe=""))
+    url = render_url(spec.url, values)
     split = urlsplit(url)
     shown = f"{spec.method} {split.scheme}://{split.netloc}{split.path}"  # no query: secrets
-    headers = {k: t.render(values) for k, t in spec.headers}
+    headers = {k: render_header(k, t, values) for k, t in spec.headers}
     headers["Idempotency-Key"] = ctx.idempotency_key
     content: bytes | None = None
     if spec.body is not None:
-        content = spec.body.render(values, _ESCAPES[spec.body_mode]).encode()
+        content = render_body(spec.body, spec.body_mode, values).encode()
         if spec.body_mode == "json":
             headers.setdefault("Content-Type", "application/json")
     elif spec.method not in _BODYLESS:
         payload = {"args": list(args), "kwargs": kwargs, "idempotency_key": ctx.idempotency_key}
         content = json.dumps(payload, separators=(",", ":")).encode()
         headers.setdefault("Content-Type", "application/json")
+    limit = _BODY_SNIPPET + redact.margin  # a secret cut at the excerpt's end is read whole
     try:
         async with (
             asyncio.timeout(spec.timeout),
@@ -384,14 +403,17 @@ async def run_http(
             snippet = bytearray()
             async for chunk in response.aiter_bytes():
                 snippet += chunk
-                if len(snippet) >= _BODY_SNIPPET:
+                if len(snippet) >= limit:
                     break
     except (TimeoutError, httpx.TimeoutException):
         raise TaskKindError(f"{shown}: timed out after {spec.timeout:g} s") from None
     except (httpx.HTTPError, httpx.InvalidURL, UnicodeError, ValueError) as exc:
         raise TaskKindError(f"{shown}: {type(exc).__name__}: {exc}") from None
-    text = bytes(snippet[:_BODY_SNIPPET]).decode("utf-8", "replace")
-    reason = f"HTTP {status} from {shown}: {text}"
+    cut = len(snippet) >= limit  # the response goes on: a secret may be cut at the end
+    text = redact.excerpt(bytes(snippet[:limit]), size=_BODY_SNIPPET, head=True, cut=cut)
+    reason = f"HTTP {status} from {shown}"
+    if text:
+        reason += f"\n--- response (first {_BODY_SNIPPET} bytes) ---\n{text}"
     if status in {429, 503}:
         after = _retry_after(response.headers.get("Retry-After"))
         if after is not None:
@@ -417,15 +439,20 @@ def shell_env(spec: ShellTaskSpec, ctx: Context, args: Args, kwargs: Kwargs) -> 
     values = context_fields(ctx)
     env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG") if k in os.environ}
     env.setdefault("PATH", os.defpath)
-    env.update({k: t.render(values) for k, t in spec.env})
-    env.update({f"CRONWHEEL_{k.upper()}": v for k, v in values.items()})
+    env.update({k: render_env(k, t, values) for k, t in spec.env})
+    for k, v in values.items():
+        if "\0" in v:  # no variable can carry it
+            raise TaskKindError(f"env: CRONWHEEL_{k.upper()} would hold NUL; refused")
+        env[f"CRONWHEEL_{k.upper()}"] = v
     env["CRONWHEEL_ARGS"] = json.dumps({"args": list(args), "kwargs": kwargs})
     return env
 
 
-async def run_shell(spec: ShellTaskSpec, ctx: Context, args: Args, kwargs: Kwargs) -> None:
-    values = context_fields(ctx)
-    argv = [t.render(values) for t in spec.argv]
+async def run_shell(
+    spec: ShellTaskSpec, ctx: Context, args: Args, kwargs: Kwargs, redact: Redactor | None = None
+) -> None:
+    redact = redact or Redactor(spec.secrets)
+    argv = render_argv(spec.argv, context_fields(ctx))
     env = shell_env(spec, ctx, args, kwargs)
     with tempfile.TemporaryFile() as out:  # bounded memory; no pipe for leftovers to hold
         try:
@@ -447,15 +474,17 @@ async def run_shell(spec: ShellTaskSpec, ctx: Context, args: Args, kwargs: Kwarg
             await stop_group(proc, spec.kill_grace)
             if isinstance(exc, TimeoutError):
                 stopped = f"{argv[0]}: timed out after {spec.timeout:g} s; process group stopped"
-                raise TaskKindError(stopped + _tail(out)) from None
+                raise TaskKindError(stopped + _tail(out, redact)) from None
             raise
         await stop_group(proc, spec.kill_grace)  # processes it left behind end with it
         if code != 0:
             how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-            raise TaskKindError(f"{argv[0]}: {how}" + _tail(out))
+            raise TaskKindError(f"{argv[0]}: {how}" + _tail(out, redact))
 
 
-def _tail(out: IO[bytes]) -> str:
-    out.seek(max(0, out.seek(0, os.SEEK_END) - _OUTPUT_TAIL))  # the child wrote to the fd
-    text = out.read().decode("utf-8", "replace")
+def _tail(out: IO[bytes], redact: Redactor) -> str:
+    """The output's last bytes, redacted (read ``margin`` more: a secret cut there is whole)."""
+    start = max(0, out.seek(0, os.SEEK_END) - _OUTPUT_TAIL - redact.margin)
+    out.seek(start)  # the child wrote to the fd
+    text = redact.excerpt(out.read(), size=_OUTPUT_TAIL, head=False, cut=start > 0)
     return f"\n--- output (last {_OUTPUT_TAIL} bytes) ---\n{text}" if text else ""

@@ -15,6 +15,7 @@ from typing import Any, Literal, cast
 
 from cronwheel.domain.models import validate_task
 from cronwheel.errors import ConflictError, TaskNotFoundError, ValidationError
+from cronwheel.worker.redact import Redactor
 
 Isolation = Literal["thread", "loop", "process"]
 ISOLATIONS: tuple[Isolation, ...] = ("thread", "loop", "process")
@@ -47,6 +48,8 @@ class TaskRegistry:
         # MODULE:APP`` sets it): where a process-isolated child looks for a task that its
         # own module does not register
         self.app_module: str | None = None
+        # secrets redacted from every error its worker records (tasks files add theirs)
+        self.redact = Redactor()
 
     def add(self, name: str, fn: Callable[..., Any], *, isolation: str | None = None) -> TaskDef:
         validate_task(name)
