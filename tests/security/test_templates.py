@@ -77,9 +77,10 @@ ENCODED: dict[str, str | None] = {
     "very-long": "x" * 200,
     "unicode": "%C3%A9%2F%E6%97%A5",
 }
-FORM = ENCODED | {"dotdot": "..", "dot": ".", "dot-steps": "a%2F..%2Fb"}  # a form value is no path: dots are plain
+# a form value is no path: its dots are plain text
+FORM = ENCODED | {"dotdot": "..", "dot": ".", "dot-steps": "a%2F..%2Fb"}
 # inside a JSON string
-JSON_TEXT = {k: v for k, v in HOSTILE.items()} | {"newline": "a\\nb", "nul": "a\\u0000b"}
+JSON_TEXT = dict(HOSTILE) | {"newline": "a\\nb", "nul": "a\\u0000b"}
 # in HTML/XML text (None: refused, XML cannot carry NUL)
 MARKUP: dict[str, str | None] = dict(HOSTILE) | {
     "markup": "&lt;script&gt;alert(1)&lt;/script&gt;",
@@ -337,7 +338,9 @@ def test_a_bad_template_stops_the_worker_with_exit_2(
 def test_bad_redact_lists(value: str, field: str, message: str) -> None:
     toml = f'redact = ["OK", {value[1:]}' if value.startswith("[") else f"redact = {value}"
     with pytest.raises(ValidationError) as info:
-        tasks(f'{toml}\n[tasks.t]\nkind = "shell"\nargv = ["true"]\n', {"SHORT": "abc", "OK": "okay"})
+        tasks(
+            f'{toml}\n[tasks.t]\nkind = "shell"\nargv = ["true"]\n', {"SHORT": "abc", "OK": "okay"}
+        )
     assert info.value.field == field and message in info.value.message
 
 

@@ -490,7 +490,9 @@ def test_http_failure_status_and_body_snippet(server: tuple[str, list[dict[str, 
         asyncio.run(call(http(base, "/500?token=secret"), ctx_for()))
     message = str(info.value)
     # the summary line, then the excerpt (shown to write and admin tokens only)
-    assert message.startswith(f"HTTP 500 from POST {base}/500\n--- response (first 500 bytes) ---\n")
+    assert message.startswith(
+        f"HTTP 500 from POST {base}/500\n--- response (first 500 bytes) ---\n"
+    )
     assert "secret" not in message  # the query string stays out of errors
     assert message.endswith("E" * 500) and "E" * 501 not in message
 

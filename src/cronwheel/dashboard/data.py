@@ -10,11 +10,11 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from cronwheel.domain.attempts import lateness_of as firing_lateness
+from cronwheel.domain.error_text import error_summary
 from cronwheel.domain.fates import explain
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import Firing, Job, JobId
 from cronwheel.domain.schedules import CronSchedule
-from cronwheel.domain.error_text import error_summary
 from cronwheel.errors import NotFoundError
 from cronwheel.observability.lateness import (
     STARTED_STATES,

@@ -272,7 +272,12 @@ def firing_page(request: Request, firing_id: str) -> Response:
     error = firing.error if full else error_summary(firing.error)
     steps = data.timeline(firing)
     return render(
-        "firing.html", f=firing, f_error=error, steps=steps, attempts=attempts, **_base(request, who)
+        "firing.html",
+        f=firing,
+        f_error=error,
+        steps=steps,
+        attempts=attempts,
+        **_base(request, who),
     )
 
 

@@ -378,7 +378,7 @@ async def run_http(
     url = render_url(spec.url, values)
     split = urlsplit(url)
     shown = f"{spec.method} {split.scheme}://{split.netloc}{split.path}"  # no query: secrets
-    headers = {k: render_header(k, t, values) for k, t in spec.headers}
+    headers = {k: render_header(t, values) for k, t in spec.headers}
     headers["Idempotency-Key"] = ctx.idempotency_key
     content: bytes | None = None
     if spec.body is not None:

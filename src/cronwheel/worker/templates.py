@@ -168,7 +168,8 @@ def render_url(url: Template, values: Mapping[str, str]) -> str:
     return rendered
 
 
-def render_header(key: str, template: Template, values: Mapping[str, str]) -> str:
+def render_header(template: Template, values: Mapping[str, str]) -> str:
+    """A header value: fields percent-encoded outside visible ASCII (no CR, LF or NUL)."""
     return template.render(values, lambda v: quote(v, safe=_HEADER_SAFE))
 
 
