@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from cronwheel.domain.clock import FakeClock
 from cronwheel.domain.models import FiringId
-from cronwheel.worker.starts import MAX_LEAD_S, Starter
+from cronwheel.worker.starts import FIRST_LEAD_S, MAX_LEAD_S, Starter
 
 
 class _Store:
@@ -39,7 +39,7 @@ def test_the_lead_covers_recent_round_trips_and_is_capped() -> None:
     clock = FakeClock(datetime(2026, 3, 1, tzinfo=UTC))
     store = _Store(clock, round_trip=0.004, refused={3})
     starter = Starter(store, clock.monotonic)
-    assert starter.lead_s == 0.0  # nothing measured yet: no start is asked ahead
+    assert starter.lead_s == FIRST_LEAD_S  # nothing measured yet: a commit's usual time
 
     async def go() -> list[bool]:
         return list(

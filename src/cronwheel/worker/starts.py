@@ -7,7 +7,8 @@ together (a crowd at its instant, slots freed by one batch of completions) go to
 store as one call; a request made while a call is in flight rides with the next.
 
 A held firing's start is asked for a little ahead of its instant — by ``lead_s``, the
-recent round trips of these calls (never more than ``MAX_LEAD_S``) — so that the
+recent round trips of these calls (``FIRST_LEAD_S`` before the first; never more
+than ``MAX_LEAD_S``) — so that the
 store's answer is in hand at the instant and the handler is called on time, not a round
 trip late. The store records such a start at the firing's instant (``started_at`` is
 never before it), and the worker calls the handler at that instant; a cancel that
@@ -28,6 +29,7 @@ StartCall = Callable[[Sequence[tuple[FiringId, str]]], Awaitable[set[FiringId]]]
 
 _RETRY_S = (0.05, 0.1, 0.25, 0.5, 1.0)
 MAX_LEAD_S = 0.02  # a start is never asked for more than 20 ms before its instant
+FIRST_LEAD_S = 0.005  # before any round trip is measured (a store commit is ~1-3 ms here)
 _LEAD_SAMPLES = 16  # the lead covers the slowest of the last 16 round trips ...
 _LEAD_MARGIN = 1.5  # ... with this margin
 
@@ -49,7 +51,7 @@ class Starter:
     def lead_s(self) -> float:
         """How long before a held firing's instant to ask for its start."""
         if not self._round_trips:
-            return 0.0
+            return FIRST_LEAD_S
         return min(MAX_LEAD_S, max(self._round_trips) * _LEAD_MARGIN)
 
     async def start(self, claim: ClaimedFiring) -> bool:
