@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import re
 import warnings
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.routing import iter_route_contexts
 
 from cronwheel.cli.main import main
 from cronwheel.errors import ValidationError
@@ -52,10 +54,10 @@ TOKEN_IN_PAGE = re.compile(r"""hx-headers='\{"X-CSRF-Token": "([0-9a-f]{64})"\}'
 def routes(sec: Sec) -> list[tuple[str, str]]:
     """Every (method, path template) the app serves, the static files' mount as one GET."""
     out: list[tuple[str, str]] = []
-    for route in sec.client.app.routes:
-        methods = getattr(route, "methods", None)
-        if methods:
-            out += [(m, route.path) for m in sorted(methods)]
+    for route in iter_route_contexts(sec.client.app.routes):
+        assert route.path is not None
+        if route.methods:
+            out += [(m, route.path) for m in sorted(route.methods)]
         else:
             out.append(("GET", route.path + "/htmx.min.js"))
     return out
@@ -76,17 +78,22 @@ def concrete(template: str, params: dict[str, str]) -> str:
 def assert_refused(r: Any, status: int, field: str) -> None:
     assert r.status_code == status, (r.status_code, r.text)
     assert r.headers["content-type"] == "application/json"
+    if r.request.method == "HEAD":
+        return
     error = r.json()["error"]
     assert error["field"] == field and error["message"], error
 
 
 # -- DNS rebinding: the Host check ---------------------------------------------------------------
-@pytest.mark.parametrize("mode", ["open", "auth"])
-def test_a_rebound_host_is_refused_on_every_route(
-    mode: str, request: pytest.FixtureRequest
-) -> None:
-    sec: Sec = request.getfixturevalue("open_sec" if mode == "open" else "bound_sec")
-    who = None if mode == "open" else "admin"
+def test_rebound_host_is_refused_on_every_route_without_auth(open_sec: Sec) -> None:
+    rebound_host_is_refused_on_every_route(open_sec, None)
+
+
+def test_rebound_host_is_refused_on_every_route_with_auth(bound_sec: Sec) -> None:
+    rebound_host_is_refused_on_every_route(bound_sec, "admin")
+
+
+def rebound_host_is_refused_on_every_route(sec: Sec, who: str | None) -> None:
     params = world(sec, who)
     served = routes(sec)
     assert {("DELETE", "/v1/jobs/{name}"), ("GET", "/v1/jobs"), ("GET", "/")} <= set(served)
@@ -95,7 +102,7 @@ def test_a_rebound_host_is_refused_on_every_route(
         for host in REBOUND:
             r = sec.call(method, concrete(template, params), who, headers={"Host": host})
             assert_refused(r, 421, "Host")
-            assert r.json()["error"]["code"] == "misdirected_request"
+            assert method == "HEAD" or r.json()["error"]["code"] == "misdirected_request"
         assert sec.fingerprint() == before, (method, template)
 
 
@@ -124,12 +131,15 @@ def test_allowed_hosts_follow_the_bind_address() -> None:
 
 
 # -- cross-site state changes --------------------------------------------------------------------
-@pytest.mark.parametrize("mode", ["open", "auth"])
-def test_cross_site_state_changes_are_refused_on_every_route(
-    mode: str, request: pytest.FixtureRequest
-) -> None:
-    sec: Sec = request.getfixturevalue("open_sec" if mode == "open" else "bound_sec")
-    who = None if mode == "open" else "admin"
+def test_cross_site_state_changes_are_refused_on_every_route_without_auth(open_sec: Sec) -> None:
+    cross_site_state_changes_are_refused_on_every_route(open_sec, None)
+
+
+def test_cross_site_state_changes_are_refused_on_every_route_with_auth(bound_sec: Sec) -> None:
+    cross_site_state_changes_are_refused_on_every_route(bound_sec, "admin")
+
+
+def cross_site_state_changes_are_refused_on_every_route(sec: Sec, who: str | None) -> None:
     params = world(sec, who)
     changing = [(m, t) for m, t in routes(sec) if m in UNSAFE]
     assert {("POST", "/v1/jobs/{name}/trigger"), ("POST", "/ui/logout")} <= set(changing)
@@ -151,12 +161,21 @@ def test_cross_site_state_changes_are_refused_on_every_route(
         assert sec.fingerprint() == before, (method, template)
 
 
-@pytest.mark.parametrize("mode", ["open", "auth"])
-def test_same_origin_browsers_and_clients_without_origin_change_things(
-    mode: str, request: pytest.FixtureRequest
+def test_same_origin_browsers_and_clients_without_origin_change_things_without_auth(
+    open_sec: Sec,
 ) -> None:
-    sec: Sec = request.getfixturevalue("open_sec" if mode == "open" else "bound_sec")
-    who = None if mode == "open" else "write"
+    same_origin_browsers_and_clients_without_origin_change_things(open_sec, None)
+
+
+def test_same_origin_browsers_and_clients_without_origin_change_things_with_auth(
+    bound_sec: Sec,
+) -> None:
+    same_origin_browsers_and_clients_without_origin_change_things(bound_sec, "write")
+
+
+def same_origin_browsers_and_clients_without_origin_change_things(
+    sec: Sec, who: str | None
+) -> None:
     world(sec, who)
     friendly: list[dict[str, str]] = [
         {},  # curl, cronwheel.Client
@@ -165,6 +184,7 @@ def test_same_origin_browsers_and_clients_without_origin_change_things(
         {"Sec-Fetch-Site": "none"},  # typed by the user
     ]
     for headers in friendly:
+        sec.advance(timedelta(seconds=1))  # a trigger per instant
         before = sec.fingerprint()
         r = sec.call("POST", "/v1/jobs/nightly/trigger", who, headers=headers)
         assert r.status_code == 201, (headers, r.text)
@@ -208,9 +228,7 @@ def test_every_dashboard_post_of_a_cookie_session_needs_its_csrf_token(bound_sec
     assert page_token(sec.client, f"/ui/jobs/{job_id}") == mine
     new_page = sec.client.get("/ui/jobs/new").text
     assert f'<input type="hidden" name="csrf_token" value="{mine}">' in new_page
-    posts = [
-        t for m, t in routes(sec) if m == "POST" and t.startswith("/ui/") and t != "/ui/login"
-    ]
+    posts = [t for m, t in routes(sec) if m == "POST" and t.startswith("/ui/") and t != "/ui/login"]
     assert {"/ui/logout", "/ui/jobs/new", "/ui/jobs/{job_id}/skip-next"} <= set(posts)
     page = {"Origin": BOUND, "Sec-Fetch-Site": "same-origin", "HX-Request": "true"}
     wrong = [{}, {"X-CSRF-Token": ""}, {"X-CSRF-Token": "0" * 64}, {"X-CSRF-Token": theirs}]
@@ -258,7 +276,7 @@ def test_the_login_form_is_refused_cross_site(bound_sec: Sec) -> None:
     assert bound_sec.fingerprint() == before
 
 
-# -- the cookie's flags ------------------------------------------------------------------------------
+# -- the cookie's flags --------------------------------------------------------------------------
 def session_cookie(client: TestClient, headers: dict[str, str], token: str) -> str:
     r = client.post("/ui/login", json={"token": token}, headers=headers)
     assert r.status_code == 200, r.text
@@ -286,14 +304,12 @@ def test_the_cookie_is_secure_over_https_directly_or_by_a_trusted_proxy_only(
     stranger = TestClient(app, base_url=BOUND, client=("203.0.113.9", 40000))
     assert "Secure" not in session_cookie(stranger, https, token)
     # ... and its claim of https does not make an https Origin its own
-    r = stranger.post(
-        "/ui/login", json={"token": token}, headers=https | {"Origin": SECURE_ORIGIN}
-    )
+    r = stranger.post("/ui/login", json={"token": token}, headers=https | {"Origin": SECURE_ORIGIN})
     assert_refused(r, 403, "Origin")
     assert "--trusted-proxy" in r.json()["error"]["message"]
 
 
-# -- the command line ---------------------------------------------------------------------------------
+# -- the command line -----------------------------------------------------------------------------
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     try:
         main(argv)

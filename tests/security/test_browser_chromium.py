@@ -17,8 +17,8 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,8 +31,12 @@ import pytest
 from cronwheel.domain.clock import SystemClock
 from cronwheel.store.sqlite import SqliteStore
 from cronwheel.web.tokens import issue_token
-from tests.dashboard.test_browser import CHROMIUM_ARGS, _free_port, _watch
-from tests.dashboard.test_browser import chromium as chromium  # the fixture
+from tests.dashboard.test_browser import (
+    CHROMIUM_ARGS,
+    _free_port,
+    _watch,
+    chromium,  # noqa: F401 (the fixture)
+)
 
 pytestmark = pytest.mark.slow
 
@@ -49,8 +53,17 @@ def api_process(tmp_path: Path, *args: str) -> Iterator[str]:
     store = f"sqlite:///{tmp_path / 'b.db'}"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cronwheel", "api", "--store", store, "--port", str(port)]
-            + list(args),
+            [
+                sys.executable,
+                "-m",
+                "cronwheel",
+                "api",
+                "--store",
+                store,
+                "--port",
+                f"{port}",
+                *args,
+            ],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -86,7 +99,9 @@ def store_path(tmp_path: Path) -> Path:
 
 
 def test_the_dashboard_works_with_its_csrf_token(
-    tmp_path: Path, store_path: Path, chromium: str
+    tmp_path: Path,
+    store_path: Path,
+    chromium: str,  # noqa: F811 (the imported fixture)
 ) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -135,7 +150,7 @@ def test_the_dashboard_works_with_its_csrf_token(
 
 EVIL_PAGE = """<!doctype html><html><body>
 <form id="f" method="post" action="{target}/v1/jobs" enctype="text/plain" target="sink">
-<input name='{{"name": "evil", "task": "x", "schedule": {{"kind": "every", "interval": "1m"}}, "y": "' value='"}}'>
+<input name='{{"name": "evil", "task": "x", "y": "' value='"}}'>
 </form><iframe name="sink"></iframe>
 <script>
 var calls = [
@@ -143,7 +158,7 @@ var calls = [
   fetch("{target}/v1/jobs/nightly/pause", {{method: "POST", mode: "no-cors"}}),
   fetch("{target}/v1/jobs", {{method: "POST", mode: "no-cors",
     headers: {{"Content-Type": "text/plain"}},
-    body: JSON.stringify({{name: "evil2", task: "x", schedule: {{kind: "every", interval: "1m"}}}})}})
+    body: JSON.stringify({{name: "evil2", task: "x", schedule: {{kind: "every"}}}})}})
 ];
 document.getElementById("f").submit();
 Promise.all(calls.map(function (p) {{ return p.then(function () {{}}, function () {{}}); }}))
@@ -196,7 +211,8 @@ def evil_site(html: str) -> Iterator[str]:
 
 
 def test_a_hostile_page_changes_nothing_on_a_no_auth_server(
-    tmp_path: Path, chromium: str
+    tmp_path: Path,
+    chromium: str,  # noqa: F811 (the imported fixture)
 ) -> None:
     from playwright.sync_api import sync_playwright
 

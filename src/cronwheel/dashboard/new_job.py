@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
@@ -25,9 +26,8 @@ from cronwheel.domain.models import JobSpec
 from cronwheel.domain.policy_table import POLICY_TABLE, Policy, policies_from_text
 from cronwheel.errors import ConflictError, CronwheelError, ValidationError
 from cronwheel.web.auth import Principal, store_of
-from cronwheel.web.errors import error_body
-
 from cronwheel.web.csrf import page_token
+from cronwheel.web.errors import error_body
 
 from .views import SECURITY_HEADERS, csrf_refused, render, viewer
 
