@@ -392,3 +392,19 @@ NEW_JOB = {
     "schedule": "5m",
     "allow_unknown_task": "on",
 }
+
+
+def test_serve_hands_the_hosts_and_proxies_to_its_api_process(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import cronwheel.node
+
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(cronwheel.node, "serve", lambda *a, **kw: calls.append(kw) or 0)
+    argv = ["serve", "--store", f"sqlite:///{tmp_path}/s.db", "--allowed-host", "Cron.Example"]
+    code, err = run([*argv, "--trusted-proxy", "10.0.0.1"], capsys)
+    assert code == 0, err
+    (kw,) = calls
+    assert kw["api_args"] == ["--allowed-host", "cron.example", "--trusted-proxy", "10.0.0.1/32"]
+    code, err = run([*argv, "--trusted-proxy", "somewhere"], capsys)
+    assert code == 2 and "--trusted-proxy" in err and err.count("\n") == 1, err

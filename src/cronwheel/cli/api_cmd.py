@@ -11,20 +11,12 @@ addresses only (uvicorn's own proxy-header handling is off): see ``web.browser``
 
 from __future__ import annotations
 
-import ipaddress
-
 import click
 
 from cronwheel.cli.common import F, log_options, setup_logs, store_option
+from cronwheel.web.browser import is_loopback
 
-
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+__all__ = ["api_command", "browser_options", "is_loopback"]
 
 
 def _hosts(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[str]:
