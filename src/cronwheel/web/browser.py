@@ -155,7 +155,8 @@ def _origin_of(url: str) -> tuple[str, str, int] | None:
         return None
     scheme = parts.scheme.lower()
     name = normalize_host(parts.hostname or "")
-    if scheme not in _DEFAULT_PORTS or name is None or parts.path not in ("", "/"):
+    extra = parts.username or parts.password or parts.query or parts.fragment
+    if scheme not in _DEFAULT_PORTS or name is None or parts.path not in ("", "/") or extra:
         return None
     return scheme, name, port if port is not None else _DEFAULT_PORTS[scheme]
 
