@@ -207,6 +207,7 @@ def serve(
     isolation: str = "auto",
     api_host: str | None = "127.0.0.1",
     api_port: int = 8080,
+    api_args: list[str] | None = None,
     metrics_port: int | None = None,
 ) -> int:
     """Supervise one scheduler, ``workers`` worker processes and (unless ``api_host`` is
@@ -245,7 +246,7 @@ def serve(
         for i in range(workers)
     ]
     if api_host is not None:
-        api = ["api", *common, "--host", api_host, "--port", str(api_port)]
+        api = ["api", *common, "--host", api_host, "--port", str(api_port), *(api_args or [])]
         children.append(_Child("api", [*base, *api]))
     stopping = threading.Event()
     _install_stop_handlers(stopping.set)

@@ -3,23 +3,50 @@
 ``cronwheel api`` serves ``create_app(store, ...)``. The API (``cronwheel.api``) and
 the dashboard (``cronwheel.dashboard``) do not know each other: they are put
 together here, and share only ``cronwheel.web``.
+
+In front of both (outermost first): uvicorn's proxy-headers middleware for the
+``trusted_proxies`` only (the scheme and client address they report), the browser
+guard (``web.browser``: the Host check, cross-site state changes) and the API's body
+guard (``api.guard``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from fastapi import FastAPI
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from cronwheel.api import create_api
 from cronwheel.api.guard import DEFAULT_MAX_BODY
 from cronwheel.dashboard import mount
 from cronwheel.store.protocol import ApiStore
+from cronwheel.web.browser import BrowserGuard, parse_allowed_hosts, parse_trusted_proxies
 
 
 def create_app(
-    store: ApiStore, *, auth_required: bool = True, max_body: int = DEFAULT_MAX_BODY
+    store: ApiStore,
+    *,
+    auth_required: bool = True,
+    max_body: int = DEFAULT_MAX_BODY,
+    allowed_hosts: Iterable[str] | None = None,
+    trusted_proxies: Iterable[str] = (),
 ) -> FastAPI:
     """The API over ``store`` (which the caller opens, migrates and closes), with the
-    dashboard at ``/`` and ``/ui/...`` and Prometheus at ``/metrics``."""
+    dashboard at ``/`` and ``/ui/...`` and Prometheus at ``/metrics``.
+
+    ``allowed_hosts``: the Host names answered (``web.browser.allowed_hosts_for`` derives
+    them from the bind address, as ``cronwheel api`` does); None answers any Host, for a
+    caller that checks it elsewhere. ``trusted_proxies``: IP addresses or networks whose
+    ``X-Forwarded-Proto``/``X-Forwarded-For`` are believed (none by default). Serving the
+    app with uvicorn, pass ``proxy_headers=False``: the app does this itself.
+    """
+    hosts = None if allowed_hosts is None else parse_allowed_hosts(allowed_hosts)
+    proxies = parse_trusted_proxies(trusted_proxies)
     app = create_api(store, auth_required=auth_required, max_body=max_body)
     mount(app)
+    app.add_middleware(BrowserGuard, allowed_hosts=hosts)
+    if proxies:
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=proxies)
+    app.state.trusted_proxies = tuple(proxies)
     return app

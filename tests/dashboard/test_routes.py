@@ -229,7 +229,10 @@ def test_login_sets_a_strict_http_only_cookie_scoped_to_the_namespace(
     assert secured.get(f"/ui/firings/{other.id}").status_code == 404
     assert secured.get(f"/ui/jobs/{other.job_id}").status_code == 404
     assert "theirs" not in secured.get(f"/ui/f/firings?job={other.job_id}").text
-    r = secured.post("/ui/logout")
+    assert secured.post("/ui/logout").status_code == 403  # without the page's CSRF token
+    csrf = re.search(r'"X-CSRF-Token": "([0-9a-f]{64})"', html)
+    assert csrf is not None
+    r = secured.post("/ui/logout", headers={"X-CSRF-Token": csrf.group(1)})
     assert r.status_code == 204 and r.headers["hx-redirect"] == "/ui/login"
 
 

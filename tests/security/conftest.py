@@ -115,3 +115,41 @@ def sec(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Sec]:
         app = create_app(store, auth_required=True, max_body=64 * 1024)
         with TestClient(app) as client:
             yield Sec(kind=request.param, harness=harness, client=client, tokens=tokens)
+
+
+# -- the server as a browser reaches it (tests/security/test_browser.py) ----------------------
+BOUND = "http://127.0.0.1:8080"  # the address the browser-facing servers are "bound" to
+PROXIES = ("10.0.0.0/8",)  # their trusted reverse proxies
+
+
+def _bound_sec(kind: str, tmp_path: Any, *, auth: bool) -> Iterator[Sec]:
+    """The server as ``cronwheel api --host 127.0.0.1 --trusted-proxy 10.0.0.0/8`` builds
+    it (Host names derived from the bind address), reached at ``BOUND``."""
+    from cronwheel.web.browser import allowed_hosts_for
+
+    for harness in STORE_KINDS[kind](tmp_path):
+        store: Any = harness.store
+        tokens = {}
+        for role in ROLES:
+            tokens[role] = issue_token(store, namespace=NS, role=role, label=role)[1]
+            tokens[f"other-{role}"] = issue_token(store, namespace=OTHER, role=role)[1]
+        app = create_app(
+            store,
+            auth_required=auth,
+            allowed_hosts=allowed_hosts_for("127.0.0.1"),
+            trusted_proxies=PROXIES,
+        )
+        with TestClient(app, base_url=BOUND) as client:
+            yield Sec(kind=kind, harness=harness, client=client, tokens=tokens)
+
+
+@pytest.fixture(params=SECURITY_STORES)
+def bound_sec(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Sec]:
+    """Auth on, Host names of a loopback bind, a trusted proxy network."""
+    yield from _bound_sec(request.param, tmp_path, auth=True)
+
+
+@pytest.fixture(params=SECURITY_STORES)
+def open_sec(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Sec]:
+    """Auth off (``cronwheel api`` on loopback): every request is namespace ``default``."""
+    yield from _bound_sec(request.param, tmp_path, auth=False)

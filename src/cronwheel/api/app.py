@@ -17,11 +17,13 @@ _ERROR = {"model": ErrorOut}
 _RESPONSES: dict[int | str, dict[str, Any]] = {
     400: _ERROR | {"description": "malformed request (JSON, query, cursor, header)"},
     401: _ERROR | {"description": "missing or invalid bearer token"},
-    403: _ERROR | {"description": "the token's role may not do this"},
+    403: _ERROR
+    | {"description": "the token's role may not do this, or a cross-site browser request"},
     404: _ERROR | {"description": "no such resource in the token's namespace"},
     409: _ERROR | {"description": "conflict (name taken, key reused, state)"},
     413: _ERROR | {"description": "body over the size limit"},
     415: _ERROR | {"description": "body is not application/json"},
+    421: _ERROR | {"description": "a Host header this server does not answer for"},
     422: _ERROR | {"description": "invalid input; `field` names it"},
     503: _ERROR | {"description": "store unavailable; retry later"},
 }

@@ -3,24 +3,62 @@
 Without tokens (``--no-auth``, the default) it binds loopback addresses only:
 ``--host 0.0.0.0`` without ``--auth`` refuses to start (exit 2). The access log
 is off: request lines could carry credentials someone put in a query string.
+
+It answers only the Host names it is bound to (``--allowed-host`` adds more) and
+believes ``X-Forwarded-Proto``/``X-Forwarded-For`` from the ``--trusted-proxy``
+addresses only (uvicorn's own proxy-header handling is off): see ``web.browser``.
 """
 
 from __future__ import annotations
 
-import ipaddress
-
 import click
 
-from cronwheel.cli.common import log_options, setup_logs, store_option
+from cronwheel.cli.common import F, log_options, setup_logs, store_option
+from cronwheel.web.browser import is_loopback
+
+__all__ = ["api_command", "browser_options", "is_loopback"]
 
 
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
+def _hosts(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[str]:
+    from cronwheel.errors import ValidationError
+    from cronwheel.web.browser import parse_allowed_hosts
+
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+        return parse_allowed_hosts(values)
+    except ValidationError as exc:
+        raise click.BadParameter(exc.message) from None
+
+
+def _proxies(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[str]:
+    from cronwheel.errors import ValidationError
+    from cronwheel.web.browser import parse_trusted_proxies
+
+    try:
+        return parse_trusted_proxies(values)
+    except ValidationError as exc:
+        raise click.BadParameter(exc.message) from None
+
+
+def browser_options(f: F) -> F:
+    """``--allowed-host`` and ``--trusted-proxy`` (``cronwheel api`` and ``serve``)."""
+    f = click.option(
+        "--trusted-proxy",
+        "trusted_proxies",
+        multiple=True,
+        envvar="CRONWHEEL_TRUSTED_PROXIES",
+        callback=_proxies,
+        help="IP or CIDR of a reverse proxy whose X-Forwarded-Proto/-For are believed "
+        "(repeatable; env CRONWHEEL_TRUSTED_PROXIES, comma-separated). Default: none.",
+    )(f)
+    return click.option(
+        "--allowed-host",
+        "allowed_hosts",
+        multiple=True,
+        envvar="CRONWHEEL_ALLOWED_HOSTS",
+        callback=_hosts,
+        help="Another Host name to answer besides the bound address's (repeatable; env "
+        "CRONWHEEL_ALLOWED_HOSTS, comma-separated). Other Host headers get 421.",
+    )(f)
 
 
 @click.command("api")
@@ -39,6 +77,7 @@ def is_loopback(host: str) -> bool:
     show_default=True,
     help="Largest request body in bytes (413 beyond).",
 )
+@browser_options
 @log_options
 def api_command(
     store_url: str,
@@ -46,6 +85,8 @@ def api_command(
     port: int,
     auth: bool | None,
     max_body: int,
+    allowed_hosts: list[str],
+    trusted_proxies: list[str],
     log_level: str | None,
     log_format: str | None,
 ) -> None:
@@ -54,6 +95,13 @@ def api_command(
         raise click.UsageError(
             f"--host {host} is not a loopback address: serving it requires --auth (tokens)"
         )
+    from cronwheel.errors import ValidationError
+    from cronwheel.web.browser import allowed_hosts_for
+
+    try:
+        hosts = allowed_hosts_for(host, allowed_hosts)
+    except ValidationError as exc:
+        raise click.BadParameter(exc.message, param_hint="--host") from None
     setup_logs(log_level, log_format, "api")
     import uvicorn
 
@@ -68,16 +116,29 @@ def api_command(
                 "`cronwheel tokens create --namespace NS --role write`",
                 err=True,
             )
-        app = create_app(store, auth_required=bool(auth), max_body=max_body)
+        app = create_app(
+            store,
+            auth_required=bool(auth),
+            max_body=max_body,
+            allowed_hosts=hosts,
+            trusted_proxies=trusted_proxies,
+        )
         click.echo(
             f"cronwheel api on http://{host}:{port} (auth {'on' if auth else 'off'})", err=True
         )
+        if hosts is None:
+            click.echo(
+                "cronwheel api: answering any Host header; name this server's host names "
+                "with --allowed-host to refuse the others",
+                err=True,
+            )
         config = uvicorn.Config(
             app,
             host=host,
             port=port,
             access_log=False,
             server_header=False,
+            proxy_headers=False,  # the app believes --trusted-proxy peers only
             log_level=(log_level or "warning"),
         )
         uvicorn.Server(config).run()

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import click
 
+from cronwheel.cli.api_cmd import browser_options
 from cronwheel.cli.common import F, log_args, log_options, open_cli_store, setup_logs, store_option
 
 _APP_HELP = "MODULE:APP of your cronwheel.App (default: the built-in example app)."
@@ -91,6 +92,7 @@ def tasks_option(f: F) -> F:
     help="Port of the API and dashboard (env CRONWHEEL_API_PORT).",
 )
 @click.option("--api/--no-api", "with_api", default=True, help="Start the API + dashboard.")
+@browser_options
 @click.option(
     "--metrics-port",
     type=click.IntRange(1, 65000),
@@ -108,6 +110,8 @@ def serve_command(
     host: str,
     port: int,
     with_api: bool,
+    allowed_hosts: list[str],
+    trusted_proxies: list[str],
     metrics_port: int | None,
     log_level: str | None,
     log_format: str | None,
@@ -151,6 +155,10 @@ def serve_command(
             isolation=isolation,
             api_host=host if with_api else None,
             api_port=port,
+            api_args=[
+                *(a for h in allowed_hosts for a in ("--allowed-host", h)),
+                *(a for p in trusted_proxies for a in ("--trusted-proxy", p)),
+            ],
             metrics_port=metrics_port,
         )
     )

@@ -8,15 +8,14 @@ no worker has ever served is refused unless "allow unknown task" is ticked, as t
 and the CLI do.
 
 The page's script posts the fields as JSON (as the login form does), to this origin
-only: the session cookie is ``SameSite=Strict``, and a request whose ``Origin`` is
-another site is refused.
+only: the browser guard refuses a cross-site ``Origin``/``Sec-Fetch-Site``, and a cookie
+session must send its CSRF token (the form's hidden field, sent as ``X-CSRF-Token``).
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
@@ -27,9 +26,10 @@ from cronwheel.domain.models import JobSpec
 from cronwheel.domain.policy_table import POLICY_TABLE, Policy, policies_from_text
 from cronwheel.errors import ConflictError, CronwheelError, ValidationError
 from cronwheel.web.auth import Principal, store_of
+from cronwheel.web.csrf import page_token
 from cronwheel.web.errors import error_body
 
-from .views import SECURITY_HEADERS, render, viewer
+from .views import SECURITY_HEADERS, csrf_refused, render, viewer
 
 router = APIRouter(include_in_schema=False)
 
@@ -78,6 +78,7 @@ def new_job_page(request: Request) -> Response:
         kinds=SCHEDULE_KINDS,
         namespace=who.namespace,
         auth=bool(request.app.state.auth_required),
+        csrf=page_token(request),
     )
 
 
@@ -89,11 +90,10 @@ async def create_from_form(request: Request) -> Response:
     who = viewer(request)
     if who is None:
         return JSONResponse(error_body("unauthorized", "log in first", "token"), 401)
+    if (refused := csrf_refused(request)) is not None:
+        return refused
     if not who.can("write"):
         return JSONResponse(error_body("forbidden", "adding a job needs a write token"), 403)
-    origin = request.headers.get("origin")
-    if origin and urlsplit(origin).netloc != request.headers.get("host"):
-        return JSONResponse(error_body("forbidden", "cross-site form refused", "Origin"), 403)
     try:
         body = json.loads(await request.body() or b"{}")
     except ValueError:

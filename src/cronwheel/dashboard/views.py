@@ -43,6 +43,7 @@ from cronwheel.web.auth import (
     store_of,
 )
 from cronwheel.web.auth import who as signer
+from cronwheel.web.csrf import HEADER, csrf_refusal, page_token
 from cronwheel.web.errors import error_body
 
 from . import charts, data
@@ -112,7 +113,19 @@ def render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
 
 
 def _base(request: Request, who: Principal) -> dict[str, Any]:
-    return {"namespace": who.namespace, "auth": bool(request.app.state.auth_required)}
+    return {
+        "namespace": who.namespace,
+        "auth": bool(request.app.state.auth_required),
+        "csrf": page_token(request),
+    }
+
+
+def csrf_refused(request: Request) -> Response | None:
+    """403 when a cookie-session request lacks its CSRF token (``web.csrf``), else None."""
+    reason = csrf_refusal(request)
+    if reason is None:
+        return None
+    return JSONResponse(error_body("forbidden", reason, HEADER), 403, headers=SECURITY_HEADERS)
 
 
 def _not_found(request: Request, who: Principal, what: str) -> HTMLResponse:
@@ -207,15 +220,13 @@ def job_page(request: Request, job_id: str) -> Response:
     )
 
 
-def _same_origin(request: Request) -> bool:
+def _from_page(request: Request) -> bool:
     """A state-changing request came from this dashboard's own page: htmx's
     ``HX-Request`` header (a cross-site form cannot send one, and a cross-site script
-    would need a CORS preflight that is never granted) and, when the browser names an
-    origin, this host's. The session cookie is ``SameSite=Strict`` besides."""
-    if request.headers.get("hx-request") != "true":
-        return False
-    origin = request.headers.get("origin")
-    return origin is None or origin.split("://", 1)[-1] == request.headers.get("host")
+    would need a CORS preflight that is never granted). Besides, the browser guard
+    refuses a cross-site ``Origin``/``Sec-Fetch-Site`` and a cookie session needs its
+    CSRF token (``web.csrf``)."""
+    return request.headers.get("hx-request") == "true"
 
 
 @router.post("/ui/jobs/{job_id}/skip-next")
@@ -225,7 +236,9 @@ def skip_next(request: Request, job_id: str) -> Response:
     who = viewer(request)
     if who is None:
         return _login_needed(request)
-    if not _same_origin(request):
+    if (refused := csrf_refused(request)) is not None:
+        return refused
+    if not _from_page(request):
         return JSONResponse(
             error_body("forbidden", "send it from the dashboard's own page", "HX-Request"), 403
         )
@@ -352,7 +365,7 @@ def firing_fragment(request: Request, firing_id: str) -> Response:
 def login_page(request: Request) -> Response:
     if not request.app.state.auth_required:
         return RedirectResponse("/", status_code=303)
-    return render("login.html", namespace=None, auth=True)
+    return render("login.html", namespace=None, auth=True, csrf="")
 
 
 @router.post("/ui/login")
@@ -374,9 +387,13 @@ async def login(request: Request) -> Response:
 
 
 @router.post("/ui/logout")
-def logout() -> Response:
+def logout(request: Request) -> Response:
+    """Ends the cookie session; like every action of a cookie session it needs the
+    session's CSRF token (a hostile page must not log the viewer out)."""
+    if (refused := csrf_refused(request)) is not None:
+        return refused
     response = Response(status_code=204, headers={"HX-Redirect": "/ui/login", **SECURITY_HEADERS})
-    end_session(response)
+    end_session(response, request)
     return response
 
 

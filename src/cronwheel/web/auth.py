@@ -70,7 +70,9 @@ def session_text(request: Request) -> str | None:
 
 
 def start_session(response: Response, request: Request, text: str) -> None:
-    """Keep a verified token in the session cookie (``Secure`` over https)."""
+    """Keep a verified token in the session cookie, ``Secure`` when the request came
+    over https: directly, or as a trusted proxy reports it (see ``server.create_app``;
+    an ``X-Forwarded-Proto`` from any other peer is ignored)."""
     response.set_cookie(
         COOKIE,
         text,
@@ -82,8 +84,10 @@ def start_session(response: Response, request: Request, text: str) -> None:
     )
 
 
-def end_session(response: Response) -> None:
-    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+def end_session(response: Response, request: Request) -> None:
+    response.delete_cookie(
+        COOKIE, path="/", httponly=True, samesite="strict", secure=request.url.scheme == "https"
+    )
 
 
 def who(store: ApiStore, principal: Principal) -> str:

@@ -49,15 +49,18 @@
       ev.preventDefault();
       var out = document.getElementById("new-job-error");
       var body = {};
+      var headers = { "Content-Type": "application/json" };
       Array.prototype.forEach.call(form.elements, function (el) {
         if (!el.name) { return; }
+        // the session's CSRF token travels as a header, never among the job's fields
+        if (el.name === "csrf_token") { if (el.value) { headers["X-CSRF-Token"] = el.value; } return; }
         if (el.type === "checkbox") { if (el.checked) { body[el.name] = "on"; } return; }
         if (el.value !== "") { body[el.name] = el.value; }
       });
       out.textContent = "";
       fetch("/ui/jobs/new", {
         method: "POST",
-        headers: { "Content-Type": "application/json" },
+        headers: headers,
         credentials: "same-origin",
         body: JSON.stringify(body)
       }).then(function (r) {
