@@ -16,6 +16,7 @@ that names it (``schedule.cron``, ``tz``, ``args`` ...)::
     │   └── TaskNotFoundError
     ├── ConflictError                      a unique name or idempotency key is taken
     ├── QuotaExceededError                 a namespace quota refuses the write (422 or 429)
+    ├── PermissionDeniedError              the caller may not do this (403)
     ├── InvalidTransitionError             a firing state change the state machine forbids
     ├── StoreError                         the store failed in a way that is not transient
     │   └── StoreUnavailableError          transient: retry later (locked, connection lost)
@@ -102,12 +103,20 @@ class QuotaExceededError(CronwheelError):
         message: str,
         *,
         quota: str,
+        namespace: str | None = None,
         field: str | None = None,
         retry_after: int | None = None,
     ) -> None:
         super().__init__(message, field=field or f"quota.{quota}")
         self.quota = quota
+        self.namespace = namespace
         self.retry_after = retry_after
+
+
+class PermissionDeniedError(CronwheelError):
+    """The caller's role does not allow this (a namespace raising its own quota)."""
+
+    code = "forbidden"
 
 
 class InvalidTransitionError(CronwheelError):

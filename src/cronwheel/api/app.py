@@ -20,6 +20,7 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     403: _ERROR | {"description": "the token's role may not do this"},
     404: _ERROR | {"description": "no such resource in the token's namespace"},
     409: _ERROR | {"description": "conflict (name taken, key reused, state)"},
+    429: _ERROR | {"description": "a namespace rate quota is used up; see Retry-After"},
     413: _ERROR | {"description": "body over the size limit"},
     415: _ERROR | {"description": "body is not application/json"},
     422: _ERROR | {"description": "invalid input; `field` names it"},
@@ -37,7 +38,7 @@ def create_api(
     """
     from importlib.metadata import version
 
-    from cronwheel.api import routes_firings, routes_jobs, routes_misc, routes_skip
+    from cronwheel.api import routes_firings, routes_jobs, routes_misc, routes_quota, routes_skip
 
     app = FastAPI(
         title="cronwheel",
@@ -55,5 +56,6 @@ def create_api(
     app.include_router(routes_skip.router)
     app.include_router(routes_firings.router)
     app.include_router(routes_misc.router)
+    app.include_router(routes_quota.router)
     app.add_middleware(BodyGuard, max_body=max_body)
     return app

@@ -21,14 +21,20 @@ quotas.py), so that two API servers cannot both pass one check:
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
 from cronwheel.domain.instants import format_duration, parse_duration
-from cronwheel.domain.schedules import Schedule
-from cronwheel.errors import CronwheelError, QuotaExceededError, ValidationError
+from cronwheel.domain.schedules import CronSchedule, Schedule
+from cronwheel.errors import (
+    CronwheelError,
+    PermissionDeniedError,
+    QuotaExceededError,
+    ValidationError,
+)
 
 # the instants of a schedule looked at for its shortest gap (see min_gap)
 GAP_SCAN = 200
@@ -71,6 +77,9 @@ DEFAULT_QUOTA = Quota(
 )
 
 QUOTA_NAMES = tuple(f.name for f in fields(Quota))
+# the counter of scheduled firings the leader stored SKIPPED over firings_per_minute
+SKIPPED = "quota_skipped"
+SKIP_REASON = "quota: firings_per_minute"
 COUNT_QUOTAS = tuple(n for n in QUOTA_NAMES if n != "min_interval")
 
 
@@ -86,23 +95,35 @@ def quota_with(base: Quota, changes: dict[str, Any]) -> Quota:
         if value is None:
             continue
         if name == "min_interval":
-            if isinstance(value, str):
-                value = parse_duration(value, field=name)
-            if not isinstance(value, timedelta) or value <= timedelta(0):
+            interval = parse_duration(value, field=name) if isinstance(value, str) else value
+            if not isinstance(interval, timedelta) or interval <= timedelta(0):
                 raise ValidationError("expected a positive duration such as '1s'", field=name)
-        elif isinstance(value, bool) or not isinstance(value, int):
+            values[name] = interval
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
             raise ValidationError(f"expected an integer, got {value!r}", field=name)
-        elif not 0 <= value <= _MAX_COUNT:
+        if not 0 <= value <= _MAX_COUNT:
             raise ValidationError(f"must be between 0 and {_MAX_COUNT}", field=name)
         values[name] = value
     return replace(base, **values)
+
+
+def raised(base: Quota, new: Quota) -> str | None:
+    """The first limit ``new`` loosens against ``base`` (a count up, ``min_interval``
+    down), or None when it only keeps or tightens them."""
+    for name in QUOTA_NAMES:
+        before, after = getattr(base, name), getattr(new, name)
+        if (after < before) if name == "min_interval" else (after > before):
+            return name
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QuotaUse:
     """A namespace's quota and what it uses of it now: ``used`` has a number per
     count quota (``firings_per_minute``: this minute's; ``backfill_per_day``:
-    today's; ``backfill``: 0, a per-call bound) and ``custom`` says whether the
+    today's; ``backfill``: 0, a per-call bound; and :data:`SKIPPED`, the scheduled
+    firings stored SKIPPED over the quota so far) and ``custom`` says whether the
     namespace has a record of its own (else it has the defaults)."""
 
     namespace: str
@@ -116,6 +137,7 @@ class QuotaUse:
             "custom": self.custom,
             "limits": self.quota.to_dict(),
             "used": {n: self.used.get(n, 0) for n in COUNT_QUOTAS},
+            "skipped_firings": self.used.get(SKIPPED, 0),
         }
 
 
@@ -134,7 +156,8 @@ def min_gap(schedule: Schedule, start: datetime | None) -> timedelta | None:
 
 
 @lru_cache(maxsize=4096)
-def _cron_gap(schedule: Schedule, start: datetime) -> timedelta | None:
+def _cron_gap(schedule: Hashable, start: datetime) -> timedelta | None:
+    assert isinstance(schedule, CronSchedule)
     best: timedelta | None = None
     try:
         previous = schedule.next_after(start - timedelta(microseconds=1))
@@ -152,28 +175,46 @@ def _cron_gap(schedule: Schedule, start: datetime) -> timedelta | None:
     return best
 
 
-def check_interval(quota: Quota, schedule: Schedule, gap: timedelta | None) -> None:
+def only_tightened(base: Quota, new: Quota) -> Quota:
+    """``new``, unless it raises a limit of ``base``: PermissionDeniedError naming it
+    (a namespace may lower its own quota; only the cluster's operator raises one)."""
+    loosened = raised(base, new)
+    if loosened is not None:
+        raise PermissionDeniedError(
+            f"a namespace token may only lower its quota; {loosened} is raised by the "
+            "cluster's operator (cronwheel quota set)",
+            field=loosened,
+        )
+    return new
+
+
+def check_interval(quota: Quota, namespace: str, gap: timedelta | None) -> None:
     """422 (field ``schedule``) when the schedule's shortest gap is under the quota."""
     if gap is not None and gap < quota.min_interval:
         raise QuotaExceededError(
             f"the schedule fires {format_duration(gap)} apart; this namespace's quota "
             f"min_interval is {format_duration(quota.min_interval)}",
             quota="min_interval",
+            namespace=namespace,
             field="schedule",
         )
 
 
-def refuse_count(quota: str, limit: int, *, what: str) -> QuotaExceededError:
+def refuse_count(quota: str, limit: int, *, namespace: str, what: str) -> QuotaExceededError:
     """The 422 of a count quota (jobs, backfill per call) that waiting will not free."""
     return QuotaExceededError(
-        f"{what} would exceed this namespace's quota {quota} of {limit}", quota=quota
+        f"{what} would exceed this namespace's quota {quota} of {limit}",
+        quota=quota,
+        namespace=namespace,
     )
 
 
-def refuse_rate(quota: str, limit: int, *, retry_after: int) -> QuotaExceededError:
+def refuse_rate(quota: str, limit: int, *, namespace: str, retry_after: int) -> QuotaExceededError:
     """The 429 of a rate quota: the window frees up in ``retry_after`` seconds."""
+    retry_after = max(1, retry_after)
     return QuotaExceededError(
         f"this namespace's quota {quota} of {limit} is used up; retry in {retry_after} s",
         quota=quota,
-        retry_after=max(1, retry_after),
+        namespace=namespace,
+        retry_after=retry_after,
     )

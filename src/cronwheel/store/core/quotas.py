@@ -12,7 +12,7 @@ one primary-key read of ``quotas`` and one primary-key upsert of ``quota_usage``
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
@@ -21,10 +21,13 @@ from cronwheel.domain.quotas import (
     DAY,
     DEFAULT_QUOTA,
     MINUTE,
+    SKIP_REASON,
+    SKIPPED,
     Quota,
     QuotaUse,
     check_interval,
     min_gap,
+    only_tightened,
     quota_with,
     refuse_count,
     refuse_rate,
@@ -36,7 +39,6 @@ D = TypeVar("D", bound=Dialect)
 
 _MINUTE_US = MINUTE // timedelta(microseconds=1)
 _DAY_US = DAY // timedelta(microseconds=1)
-QUOTA_SKIP_REASON = "quota: firings_per_minute"
 
 
 def quota_from_row(row: Row | None) -> Quota:
@@ -65,14 +67,22 @@ class QuotaFlows(Generic[D]):
     # -- records ------------------------------------------------------------------------
     def get_quota(self, namespace: str) -> Quota:
         """The namespace's quota: its own record, else the defaults."""
-        return quota_from_row(self.db.read(lambda tx: tx.one("quota_get", {"namespace": namespace})))
+        return quota_from_row(
+            self.db.read(lambda tx: tx.one("quota_get", {"namespace": namespace}))
+        )
 
-    def set_quota(self, namespace: str, changes: Mapping[str, Any]) -> Quota:
+    def set_quota(
+        self, namespace: str, changes: Mapping[str, Any], *, only_lower: bool = False
+    ) -> Quota:
         """Change some of a namespace's limits (the others keep their current values,
-        the defaults if it had no record). ValidationError names a bad one."""
+        the defaults if it had no record). ValidationError names a bad one;
+        ``only_lower``: PermissionDeniedError names one that would be raised."""
 
         def body(tx: Tx) -> Row:
-            quota = quota_with(quota_from_row(tx.one("quota_get", {"namespace": namespace})), dict(changes))
+            base = quota_from_row(tx.one("quota_get", {"namespace": namespace}))
+            quota = quota_with(base, dict(changes))
+            if only_lower:
+                only_tightened(base, quota)
             params = quota.to_dict() | {
                 "namespace": namespace,
                 "min_interval_us": quota.min_interval // timedelta(microseconds=1),
@@ -135,7 +145,7 @@ class QuotaFlows(Generic[D]):
             limit = self._quota_in(tx, namespace).jobs
             if int(self._charge(tx, namespace, "jobs", 0, n)["used"]) > limit:
                 what = "this job" if n == 1 else f"these {n} jobs"
-                raise refuse_count("jobs", limit, what=what)
+                raise refuse_count("jobs", limit, namespace=namespace, what=what)
 
     def _uncharge_job(self, tx: Tx, namespace: str) -> None:
         self._charge(tx, namespace, "jobs", 0, -1)
@@ -144,7 +154,7 @@ class QuotaFlows(Generic[D]):
         """The schedule's shortest gap against the namespace's ``min_interval`` (422)."""
         gap = min_gap(spec.schedule, first)
         if gap is not None:
-            check_interval(self._quota_in(tx, spec.namespace), spec.schedule, gap)
+            check_interval(self._quota_in(tx, spec.namespace), spec.namespace, gap)
 
     def _charge_rate(self, tx: Tx, namespace: str, quota: str, limit: int, n: int) -> None:
         """Count ``n`` firings against a rate quota (``firings_per_minute``,
@@ -153,7 +163,8 @@ class QuotaFlows(Generic[D]):
         row = self._charge(tx, namespace, quota, window_us, n)
         if int(row["used"]) > limit:
             left_us = int(row["window_start"]) + window_us - int(row["now_us"])
-            raise refuse_rate(quota, limit, retry_after=-(-left_us // 1_000_000))
+            retry_after = -(-left_us // 1_000_000)
+            raise refuse_rate(quota, limit, namespace=namespace, retry_after=retry_after)
 
     def _charge_firings(self, tx: Tx, namespace: str, n: int) -> None:
         """Firings a caller creates (an immediate enqueue, a trigger, a backfill)."""
@@ -166,7 +177,8 @@ class QuotaFlows(Generic[D]):
         ``backfill_per_day`` firings added per day (429), within firings_per_minute."""
         quota = self._quota_in(tx, namespace)
         if requested > quota.backfill:
-            raise refuse_count("backfill", quota.backfill, what=f"a call of {requested} instants")
+            what = f"a call of {requested} instants"
+            raise refuse_count("backfill", quota.backfill, namespace=namespace, what=what)
         if added > 0:
             self._charge_rate(tx, namespace, "backfill_per_day", quota.backfill_per_day, added)
             self._charge_rate(tx, namespace, "firings_per_minute", quota.firings_per_minute, added)
@@ -184,12 +196,30 @@ class QuotaFlows(Generic[D]):
             allowed = max(0, min(len(ids), limit - used))
             if allowed:
                 self._charge(tx, namespace, "firings_per_minute", _MINUTE_US, allowed)
+            if allowed < len(ids):
+                self._charge(tx, namespace, SKIPPED, 0, len(ids) - allowed)
             over.extend(ids[allowed:])
         return over
+
+    def _running_room(self, tx: Tx, *, extra: int = 0) -> Callable[[str], int]:
+        """For a claim: how many more firings a namespace may hold (its running quota
+        less its CLAIMED and RUNNING firings, counted up to the quota plus ``extra``),
+        read once per namespace per claim."""
+        rooms: dict[str, int] = {}
+
+        def room(namespace: str) -> int:
+            if namespace not in rooms:
+                cap = self._quota_in(tx, namespace).running
+                params = {"namespace": namespace, "cap": cap + extra}
+                row = tx.one("quota_held_of", params)
+                rooms[namespace] = cap - (0 if row is None else int(row["n"]))
+            return rooms[namespace]
+
+        return room
 
     def _skip_over_rate(self, tx: Tx, inserted: Mapping[str, Sequence[int]]) -> set[int]:
         """``_over_rate`` applied: the over-quota firings stored SKIPPED; their ids."""
         over = self._over_rate(tx, inserted)
         if over:
-            tx.run("quota_skip", {"ids": self.db.id_list(over), "reason": QUOTA_SKIP_REASON})
+            tx.run("quota_skip", {"ids": self.db.id_list(over), "reason": SKIP_REASON})
         return set(over)

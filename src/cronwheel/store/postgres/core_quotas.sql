@@ -50,14 +50,15 @@ WHERE namespace = %(namespace)s AND quota = %(quota)s
                      * %(window_us)s::bigint
 
 -- name: quota_usage
--- The counters of the current windows (for ever, this minute, today), of one namespace
+-- The counters of the current windows (for ever: jobs and the leader's quota skips;
+-- this minute, today), of one namespace
 -- or (namespace NULL) every one. [quota_usage primary key]
 WITH clock AS (
     SELECT (extract(epoch FROM :now) * 1000000)::bigint AS now_us
 )
 SELECT u.namespace, u.quota, u.used FROM quota_usage u, clock
 WHERE (%(namespace)s::text IS NULL OR u.namespace = %(namespace)s::text)
-  AND ((u.quota = 'jobs' AND u.window_start = 0)
+  AND ((u.quota IN ('jobs', 'quota_skipped') AND u.window_start = 0)
        OR (u.quota = 'firings_per_minute'
            AND u.window_start = (clock.now_us / %(minute_us)s::bigint) * %(minute_us)s::bigint)
        OR (u.quota = 'backfill_per_day'
@@ -76,3 +77,12 @@ GROUP BY namespace
 -- stored SKIPPED with the reason, never silently dropped. [firings primary key]
 UPDATE firings SET state = 'skipped', reason = %(reason)s, finished_at = :now
 WHERE id = ANY (%(ids)s::bigint[]) AND state = 'queued'
+
+-- name: quota_held_of
+-- One namespace's held firings (claimed or running), counted up to %(cap)s (its running
+-- quota): a claim's check costs at most the quota's index entries.
+-- [firings_held_namespace]
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM firings
+    WHERE namespace = %(namespace)s AND state IN ('claimed', 'running') LIMIT %(cap)s
+) held

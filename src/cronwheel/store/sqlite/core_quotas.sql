@@ -41,11 +41,12 @@ WHERE namespace = :namespace AND quota = :quota
   AND window_start < (:now / :window_us) * :window_us
 
 -- name: quota_usage
--- The counters of the current windows (for ever, this minute, today), of one namespace
+-- The counters of the current windows (for ever: jobs and the leader's quota skips;
+-- this minute, today), of one namespace
 -- or (:namespace NULL) every one. [quota_usage primary key]
 SELECT namespace, quota, used FROM quota_usage
 WHERE (:namespace IS NULL OR namespace = :namespace)
-  AND ((quota = 'jobs' AND window_start = 0)
+  AND ((quota IN ('jobs', 'quota_skipped') AND window_start = 0)
        OR (quota = 'firings_per_minute' AND window_start = (:now / :minute_us) * :minute_us)
        OR (quota = 'backfill_per_day' AND window_start = (:now / :day_us) * :day_us))
 
@@ -61,3 +62,12 @@ GROUP BY namespace
 -- stored SKIPPED with the reason, never silently dropped. [firings primary key]
 UPDATE firings SET state = 'skipped', reason = :reason, finished_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'queued'
+
+-- name: quota_held_of
+-- One namespace's held firings (claimed or running), counted up to :cap (its running
+-- quota): a claim's check costs at most the quota's index entries.
+-- [firings_held_namespace]
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM firings
+    WHERE namespace = :namespace AND state IN ('claimed', 'running') LIMIT :cap
+)
