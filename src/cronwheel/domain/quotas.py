@@ -21,14 +21,13 @@ quotas.py), so that two API servers cannot both pass one check:
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
 from cronwheel.domain.instants import format_duration, parse_duration
-from cronwheel.domain.schedules import CronSchedule, Schedule
+from cronwheel.domain.schedules import CronSchedule, EverySchedule, Schedule
 from cronwheel.errors import (
     CronwheelError,
     PermissionDeniedError,
@@ -147,17 +146,15 @@ def min_gap(schedule: Schedule, start: datetime | None) -> timedelta | None:
     Exact for ``every`` (its interval); for cron a bounded look with the schedule's
     own next-instant function (a rare shorter gap beyond the look is left to the
     firings-per-minute quota)."""
-    if schedule.kind == "every":
-        interval = getattr(schedule, "interval", None)
-        return interval if isinstance(interval, timedelta) else None
-    if schedule.kind != "cron" or start is None:
+    if isinstance(schedule, EverySchedule):
+        return schedule.interval
+    if not isinstance(schedule, CronSchedule) or start is None:
         return None
     return _cron_gap(schedule, start)
 
 
 @lru_cache(maxsize=4096)
-def _cron_gap(schedule: Hashable, start: datetime) -> timedelta | None:
-    assert isinstance(schedule, CronSchedule)
+def _cron_gap(schedule: CronSchedule, start: datetime) -> timedelta | None:
     best: timedelta | None = None
     try:
         previous = schedule.next_after(start - timedelta(microseconds=1))
