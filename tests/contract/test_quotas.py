@@ -101,15 +101,15 @@ def test_min_interval_checks_the_schedule_at_registration_and_update(harness: Ha
     store = harness.store
     t = harness.now()
     with pytest.raises(QuotaExceededError) as err:
-        store.create_job(spec("fast", namespace=NS, schedule=every("500ms")), first_fire_at=t)
+        store.create_job(spec("fast", namespace=NS, schedule=every("50ms")), first_fire_at=t)
     assert (err.value.quota, err.value.field) == ("min_interval", "schedule")
-    store.create_job(spec("ok", namespace=NS, schedule=every("1s")), first_fire_at=t)
+    store.create_job(spec("ok", namespace=NS, schedule=every("100ms")), first_fire_at=t)
     store.set_quota(NS, {"min_interval": "2m"})
     with pytest.raises(QuotaExceededError):
         store.create_job(spec("c", namespace=NS, schedule=cron("* * * * *")), first_fire_at=t)
     with pytest.raises(QuotaExceededError):  # a changed schedule is checked too
         store.upsert_job(spec("ok", namespace=NS, schedule=every("1m")), first_fire_at=t)
-    assert store.get_job(NS, "ok").spec.schedule == every("1s")
+    assert store.get_job(NS, "ok").spec.schedule == every("100ms")
     store.create_job(spec("c", namespace=NS, schedule=cron("*/5 * * * *")), first_fire_at=t)
 
 
