@@ -239,8 +239,11 @@ class CoreStore(SkipFlows[D], TaskFlows[D], QuotaFlows[D]):
         """Within the namespace's firings_per_minute (429 QuotaExceededError)."""
 
         def body(tx: Tx) -> Row:
+            # charged after the insert (which locks the namespace's fair clock), as the
+            # leader's enqueue does: one lock order, no deadlock between the two
+            row = self._enqueue_now_in(tx, spec)
             self._charge_firings(tx, spec.namespace, 1)
-            return self._enqueue_now_in(tx, spec)
+            return row
 
         return codec.firing_from_row(self.db.write(body))
 
@@ -262,8 +265,8 @@ class CoreStore(SkipFlows[D], TaskFlows[D], QuotaFlows[D]):
                         field="Idempotency-Key",
                     )
                 return seen, False
-            self._charge_firings(tx, spec.namespace, 1)
             row = self._enqueue_now_in(tx, spec)
+            self._charge_firings(tx, spec.namespace, 1)  # after, as in enqueue_now
             ref = key | {"request_hash": request_hash, "firing_id": row["id"]}
             tx.run("insert_idempotency_key", ref)
             return row, True
