@@ -238,3 +238,27 @@ def test_cli_quota_set_and_show(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert code == 0
     (row,) = [q for q in json.loads(out)["quotas"] if q["namespace"] == NS]
     assert row["limits"]["jobs"] == 7
+
+
+def test_two_handles_claiming_at_once_never_hold_past_the_running_quota(sec: Sec) -> None:
+    sec.store.set_quota(NS, {"running": 5})
+    for _ in range(20):
+        assert _enqueue(sec).status_code == 201
+    stores = [sec.store, sec.harness.open_another()]
+    held: list[int] = []
+    start = threading.Barrier(len(stores))
+
+    def claim(k: int) -> None:
+        start.wait()
+        for _ in range(4):
+            held.extend(c.firing.id for c in stores[k].claim(f"w{k}", tasks=["report"], limit=3))
+
+    threads = [threading.Thread(target=claim, args=(k,)) for k in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(held) == len(set(held)) == 5
+    held_states = [FiringState.CLAIMED, FiringState.RUNNING]
+    assert len(sec.store.list_firings(namespace=NS, states=held_states)) == 5
+    assert len(sec.store.list_firings(namespace=NS, states=[FiringState.QUEUED])) == 15
