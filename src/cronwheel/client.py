@@ -37,6 +37,7 @@ from cronwheel.errors import (
     InvalidTransitionError,
     JobNotFoundError,
     NotFoundError,
+    QuotaExceededError,
     StoreUnavailableError,
     UnknownTimezoneError,
     ValidationError,
@@ -85,6 +86,15 @@ def _error(response: httpx.Response) -> CronwheelError:
         code, message, field = str(doc["code"]), str(doc["message"]), doc.get("field")
     except (ValueError, KeyError, TypeError):
         code, message, field = f"http_{status}", response.text[:200] or f"HTTP {status}", None
+    if code == "quota_exceeded" and status in (422, 429):
+        retry = response.headers.get("retry-after", "")
+        quota = "min_interval" if field == "schedule" else str(field or "").removeprefix("quota.")
+        return QuotaExceededError(
+            message,
+            quota=quota,
+            field=field,
+            retry_after=int(retry) if status == 429 and retry.isdigit() else None,
+        )
     if status == 401:
         return UnauthorizedError(message, status=status, field=field, code=code)
     if status == 403:

@@ -15,6 +15,8 @@ that names it (``schedule.cron``, ``tz``, ``args`` ...)::
     │   ├── FiringNotFoundError
     │   └── TaskNotFoundError
     ├── ConflictError                      a unique name or idempotency key is taken
+    ├── QuotaExceededError                 a namespace quota refuses the write (422 or 429)
+    ├── PermissionDeniedError              the caller may not do this (403)
     ├── InvalidTransitionError             a firing state change the state machine forbids
     ├── StoreError                         the store failed in a way that is not transient
     │   └── StoreUnavailableError          transient: retry later (locked, connection lost)
@@ -84,6 +86,37 @@ class TaskNotFoundError(NotFoundError):
 
 class ConflictError(CronwheelError):
     code = "conflict"
+
+
+class QuotaExceededError(CronwheelError):
+    """A write its namespace's quota refuses; nothing was written.
+
+    ``quota`` names the quota (``jobs``, ``firings_per_minute``, ``min_interval``,
+    ``backfill``, ``backfill_per_day``); ``retry_after`` is the number of seconds until
+    the quota's window frees up (a rate), or None when waiting will not help (a
+    count or a per-request bound: 422 rather than 429 over HTTP)."""
+
+    code = "quota_exceeded"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        quota: str,
+        namespace: str | None = None,
+        field: str | None = None,
+        retry_after: int | None = None,
+    ) -> None:
+        super().__init__(message, field=field or f"quota.{quota}")
+        self.quota = quota
+        self.namespace = namespace
+        self.retry_after = retry_after
+
+
+class PermissionDeniedError(CronwheelError):
+    """The caller's role does not allow this (a namespace raising its own quota)."""
+
+    code = "forbidden"
 
 
 class InvalidTransitionError(CronwheelError):

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.api.conftest import Api
+from tests.api.conftest import NS, Api
 
 
 def _err(r: object) -> dict[str, object]:
@@ -280,6 +280,7 @@ def test_backfill_errors(api: Api, body: dict[str, object], field: str) -> None:
 
 
 def test_backfill_of_an_every_schedule_from_year_one_is_bounded(api: Api) -> None:
+    api.store.set_quota(NS, {"min_interval": "1ms"})  # the default quota refuses 1 ms
     r = api.call(
         "POST",
         "/v1/jobs",

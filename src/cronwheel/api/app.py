@@ -21,6 +21,7 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     | {"description": "the token's role may not do this, or a cross-site browser request"},
     404: _ERROR | {"description": "no such resource in the token's namespace"},
     409: _ERROR | {"description": "conflict (name taken, key reused, state)"},
+    429: _ERROR | {"description": "a namespace rate quota is used up; see Retry-After"},
     413: _ERROR | {"description": "body over the size limit"},
     415: _ERROR | {"description": "body is not application/json"},
     421: _ERROR | {"description": "a Host header this server does not answer for"},
@@ -39,7 +40,7 @@ def create_api(
     """
     from importlib.metadata import version
 
-    from cronwheel.api import routes_firings, routes_jobs, routes_misc, routes_skip
+    from cronwheel.api import routes_firings, routes_jobs, routes_misc, routes_quota, routes_skip
 
     app = FastAPI(
         title="cronwheel",
@@ -57,5 +58,6 @@ def create_api(
     app.include_router(routes_skip.router)
     app.include_router(routes_firings.router)
     app.include_router(routes_misc.router)
+    app.include_router(routes_quota.router)
     app.add_middleware(BodyGuard, max_body=max_body)
     return app

@@ -25,11 +25,14 @@ from cronwheel.errors import (
     InvalidScheduleError,
     InvalidTransitionError,
     NotFoundError,
+    PermissionDeniedError,
+    QuotaExceededError,
     StoreError,
     StoreUnavailableError,
     UnknownTimezoneError,
     ValidationError,
 )
+from cronwheel.observability.quotas import record_refusal
 from cronwheel.web.errors import error_body
 
 
@@ -70,6 +73,11 @@ def status_and_code(exc: CronwheelError) -> tuple[int, str]:
     if isinstance(exc, InvalidScheduleError):
         cron_field = exc.field is not None and exc.field.split(".")[-1] == "cron"
         return 422, "invalid_cron" if cron_field else exc.code
+    if isinstance(exc, PermissionDeniedError):
+        return 403, exc.code
+    if isinstance(exc, QuotaExceededError):
+        # a rate frees up (429, Retry-After); a count or a per-call bound does not (422)
+        return (422 if exc.retry_after is None else 429), exc.code
     if isinstance(exc, ValidationError):
         return 422, exc.code
     if isinstance(exc, NotFoundError):
@@ -120,6 +128,10 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, CronwheelError)
         status, code = status_and_code(exc)
         headers = {"Retry-After": "1"} if status == 503 else None
+        if isinstance(exc, QuotaExceededError):
+            record_refusal(exc.namespace or "", exc.quota)
+            if exc.retry_after is not None:
+                headers = {"Retry-After": str(exc.retry_after)}
         return error_response(status, code, exc.message, exc.field, headers)
 
     async def on_http_error(_request: Request, exc: Exception) -> JSONResponse:

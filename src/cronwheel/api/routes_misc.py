@@ -30,8 +30,8 @@ def status(principal: Reader, request: Request) -> dict[str, Any]:
     """Leader, epoch, nodes, workers and the cluster's firings by phase: `queue_depth`
     (queued: waiting for a worker's claim), `claimed` (held by a worker, not started)
     and `running`; the backlog (queued + claimed + running firings per job) of the
-    caller's namespace, and its queued firings per task no live worker serves
-    (`unserved`)."""
+    caller's namespace, its queued firings per task no live worker serves
+    (`unserved`), and its quota with what it uses of it (`quota`)."""
     store = store_of(request)
     s = store.status()
     lease = s.lease
@@ -63,6 +63,7 @@ def status(principal: Reader, request: Request) -> dict[str, Any]:
         "unserved": store.unserved_queued(
             alive_within=WORKER_ALIVE_WITHIN, namespace=principal.namespace
         ),
+        "quota": store.quota_usage(principal.namespace)[0].to_dict(),
     }
 
 

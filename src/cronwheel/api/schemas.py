@@ -337,6 +337,45 @@ class NodeOut(_Out):
     heartbeat_age_s: float
 
 
+class QuotaLimits(_Out):
+    jobs: int = Field(description="registered jobs (not counting immediate one-shots)")
+    firings_per_minute: int = Field(description="firings created per minute")
+    min_interval: str = Field(description="shortest gap between two firings of a schedule")
+    running: int = Field(description="firings held by workers (claimed or running)")
+    backfill: int = Field(description="instants of one trigger or backfill call")
+    backfill_per_day: int = Field(description="firings added by trigger/backfill per UTC day")
+
+
+class QuotaCounts(_Out):
+    jobs: int
+    firings_per_minute: int = Field(description="this minute's")
+    running: int
+    backfill: int = Field(description="a per-call bound: always 0")
+    backfill_per_day: int = Field(description="today's (UTC)")
+
+
+class QuotaOut(_Out):
+    namespace: str
+    custom: bool = Field(description="false: the cluster's default quota")
+    limits: QuotaLimits
+    used: QuotaCounts
+    skipped_firings: int = Field(
+        description="scheduled firings stored SKIPPED over firings_per_minute (so far)"
+    )
+
+
+class QuotaIn(_In):
+    """Limits to lower (an omitted one is kept). Only the cluster's operator raises
+    them (`cronwheel quota set`)."""
+
+    jobs: int | None = Field(None, ge=0)
+    firings_per_minute: int | None = Field(None, ge=0)
+    min_interval: str | None = Field(None, max_length=64, examples=["1s", "5m"])
+    running: int | None = Field(None, ge=0)
+    backfill: int | None = Field(None, ge=0)
+    backfill_per_day: int | None = Field(None, ge=0)
+
+
 class StatusOut(_Out):
     now: str
     namespace: str
@@ -354,6 +393,7 @@ class StatusOut(_Out):
     unserved: dict[str, int] = Field(
         description="queued firings per task no worker that heartbeated within 30 s serves"
     )
+    quota: QuotaOut = Field(description="the namespace's quota and what it uses of it")
 
 
 class HealthOut(_Out):

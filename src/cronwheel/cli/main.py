@@ -31,6 +31,7 @@ _COMMANDS: dict[str, str] = {
     "firings": "cronwheel.cli.firings_cmd:firings_group",
     "api": "cronwheel.cli.api_cmd:api_command",
     "tokens": "cronwheel.cli.tokens_cmd:tokens_group",
+    "quota": "cronwheel.cli.quota_cmd:quota_group",
 }
 
 

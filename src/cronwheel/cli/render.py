@@ -261,11 +261,30 @@ def status_view(doc: dict[str, Any]) -> None:
     objective = doc.get("lateness_objective")
     if objective:
         objective_view(console, objective)
+    quotas_view(console, doc.get("quotas", []))
     table = Table(title="nodes", title_justify="left")
     for col in ("kind", "id", "pid", "last heartbeat"):
         table.add_column(col)
     for n in doc["nodes"]:
         table.add_row(n["kind"], n["id"], str(n["pid"]), f"{n['heartbeat_age_s']} s ago")
+    console.print(table)
+
+
+def quotas_view(console: Any, quotas: list[dict[str, Any]]) -> None:
+    """Each namespace's use of its quotas (used / limit)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    if not quotas:
+        return
+    table = Table(title="quotas (used / limit)", title_justify="left")
+    names = ("jobs", "firings_per_minute", "running", "backfill_per_day")
+    for col in ("namespace", *names, "min_interval", "skipped"):
+        table.add_column(col)
+    for q in quotas:
+        cells = [f"{q['used'][n]} / {q['limits'][n]}" for n in names]
+        ns = escape(q["namespace"]) + ("" if q["custom"] else " (defaults)")
+        table.add_row(ns, *cells, q["limits"]["min_interval"], str(q["skipped_firings"]))
     console.print(table)
 
 

@@ -24,7 +24,8 @@ def status_command(as_json: bool, namespace: str, store_url: str) -> None:
     jobs have a backlog (firings scheduled but not finished: a handler slower than
     its interval shows here first), and which jobs breach the lateness objective
     (p99 of their recent first attempts over CRONWHEEL_LATENESS_OBJECTIVE_MS, 200 ms
-    by default), and which queued firings wait on a task no live worker serves."""
+    by default), which queued firings wait on a task no live worker serves, and
+    each namespace's use of its quotas."""
     from cronwheel.cli import render
 
     store = open_cli_store(store_url)
@@ -34,6 +35,7 @@ def status_command(as_json: bool, namespace: str, store_url: str) -> None:
         doc["unserved"] = store.unserved_queued(alive_within=WORKER_ALIVE_WITHIN)
         doc["backlog"] = store.job_backlog(namespace, limit=10)
         doc["lateness_objective"] = render.objective_dict(store, namespace)
+        doc["quotas"] = [use.to_dict() for use in store.quota_usage()]
     finally:
         store.close()
     if as_json:

@@ -31,6 +31,7 @@ from cronwheel.observability.lateness import (
     lateness_of,
     objective_ms,
 )
+from cronwheel.observability.quotas import quota_metrics
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -267,6 +268,7 @@ class ClusterCollector(Collector):
         yield unserved
         yield from self._active(now)
         yield from self._per_job(s.jobs)
+        yield from quota_metrics(store)
 
     def _active(self, now: datetime) -> Iterable[Metric]:
         """Backlog per namespace (and per job, when bounded) and stuck claims, from one

@@ -81,6 +81,8 @@ class DispatcherSink:
             self.log.debug("firings_enqueued", count=len(result.inserted), epoch=epoch)
         if result.duplicates:
             self.log.warning("firings_deduplicated", count=result.duplicates)
+        if result.over_quota:  # stored SKIPPED, reason "quota: firings_per_minute"
+            self.log.warning("firings_over_quota", count=len(result.over_quota))
 
     def reaped(self, count: int) -> None:
         self.m.reaped.inc(count)

@@ -16,6 +16,7 @@ from cronwheel.domain.overlap import OverlapPolicy, decide_overlap
 from cronwheel.store.codec import Row
 
 K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
 J = TypeVar("J", bound=Hashable)
 
 
@@ -174,3 +175,22 @@ class ClaimAsk:
     @property
     def wants(self) -> bool:
         return self.limit > 0 and bool(self.tasks)
+
+
+def within_room(
+    found: Sequence[T], room: Callable[[str], int], namespace_of: Callable[[T], str]
+) -> list[T]:
+    """The running quota: of the candidates ``found`` (in claim order), those their
+    namespace has room for (``room(namespace)``: its running quota less the firings it
+    holds); the others are left QUEUED, to be claimed when the namespace's held
+    firings finish."""
+    left: dict[str, int] = {}
+    kept: list[T] = []
+    for item in found:
+        namespace = namespace_of(item)
+        if namespace not in left:
+            left[namespace] = room(namespace)
+        if left[namespace] > 0:
+            left[namespace] -= 1
+            kept.append(item)
+    return kept

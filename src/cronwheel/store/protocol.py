@@ -26,9 +26,9 @@ in ``tests/contract/test_transitions.py``). Contracts every implementation keeps
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from cronwheel.domain.attempts import Attempt
 from cronwheel.domain.firing import FiringState
@@ -43,6 +43,7 @@ from cronwheel.domain.models import (
     Lease,
     NodeInfo,
 )
+from cronwheel.domain.quotas import Quota, QuotaUse
 from cronwheel.domain.results import (  # re-exported: the stores import it from here
     CancelResult as CancelResult,  # noqa: PLC0414
 )
@@ -84,6 +85,7 @@ __all__ = [
     "JobAdvance",
     "JobsPort",
     "PlannedFiring",
+    "QuotaPort",
     "ServedTask",
     "Store",
     "StoreStatus",
@@ -367,7 +369,26 @@ class AdminPort(Protocol):
     def status(self) -> StoreStatus: ...
 
 
-class Store(DispatchPort, WorkerPort, JobsPort, AdminPort, Protocol):
+class QuotaPort(Protocol):
+    """Per-namespace quotas (domain/quotas.py), enforced by the store in each write."""
+
+    def get_quota(self, namespace: str) -> Quota:
+        """The namespace's own quota, else DEFAULT_QUOTA."""
+        ...
+
+    def set_quota(
+        self, namespace: str, changes: Mapping[str, Any], *, only_lower: bool = False
+    ) -> Quota:
+        """Change some limits (``quota_with``), the others kept; ``only_lower``: a
+        raised one is PermissionDeniedError (a namespace token's change)."""
+        ...
+
+    def quota_usage(self, namespace: str | None = None) -> list[QuotaUse]:
+        """Quota and use of one namespace, or of every namespace in use, by name."""
+        ...
+
+
+class Store(DispatchPort, WorkerPort, JobsPort, AdminPort, QuotaPort, Protocol):
     """Every port at once: what one store implementation provides."""
 
 

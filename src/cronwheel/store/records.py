@@ -44,6 +44,9 @@ class EnqueueResult:
     inserted: list[FiringId] = field(default_factory=list)
     duplicates: int = 0  # (job_id, scheduled_for) already existed: the unique key held
     stale: list[JobId] = field(default_factory=list)  # cursor CAS failed: job changed meanwhile
+    # inserted over the namespace's firings_per_minute quota: stored SKIPPED (reason
+    # "quota: firings_per_minute"), never run; not in ``inserted``
+    over_quota: list[FiringId] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

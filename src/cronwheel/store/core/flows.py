@@ -37,6 +37,7 @@ from cronwheel.store.claiming import ClaimAsk
 from cronwheel.store.codec import Row
 from cronwheel.store.core import filters
 from cronwheel.store.core.dialect import Dialect, Tx
+from cronwheel.store.core.quotas import QuotaFlows
 from cronwheel.store.core.skips import SkipFlows
 from cronwheel.store.core.tasks import TaskFlows
 from cronwheel.store.protocol import (
@@ -59,10 +60,10 @@ def job_exists(spec: JobSpec, *, naming_namespace: bool = False) -> ConflictErro
     )
 
 
-class CoreStore(SkipFlows[D], TaskFlows[D]):
+class CoreStore(SkipFlows[D], TaskFlows[D], QuotaFlows[D]):
     """The engine-independent flows of the Store and ApiStore protocols (the admin
     half, and the plumbing, in core/admin.py; skipping occurrences in core/skips.py;
-    served tasks in core/tasks.py)."""
+    served tasks in core/tasks.py; quotas in core/quotas.py)."""
 
     # -- engine hooks -------------------------------------------------------------------
     @abstractmethod
@@ -94,9 +95,11 @@ class CoreStore(SkipFlows[D], TaskFlows[D]):
         params = codec.job_params(spec) | {"next_fire_at": self._opt(first_fire_at)}
 
         def body(tx: Tx) -> Row:
+            self._check_schedule(tx, spec, first_fire_at)
             row = tx.one("insert_job", params)
             if row is None:
                 raise job_exists(spec, naming_namespace=True)
+            self._charge_jobs(tx, [spec])
             tx.run("bump_jobs_version")
             return row
 
@@ -111,14 +114,18 @@ class CoreStore(SkipFlows[D], TaskFlows[D]):
         def body(tx: Tx) -> tuple[Row, bool]:
             row = tx.one("job_for_update", key)
             if row is None:
+                self._check_schedule(tx, spec, first_fire_at)
                 row = tx.one("insert_job", params)
                 if row is not None:
+                    self._charge_jobs(tx, [spec])
                     tx.run("bump_jobs_version")
                     return row, True
                 row = tx.one("job_for_update", key)  # lost a race with a create
                 assert row is not None
             if row["spec_hash"] == params["spec_hash"]:
                 return row, False
+            if codec.job_from_row(row).spec.schedule != spec.schedule:
+                self._check_schedule(tx, spec, first_fire_at)
             updated = tx.one("update_job_spec", params | {"id": row["id"]})
             assert updated is not None
             tx.run("bump_jobs_version")
@@ -194,8 +201,11 @@ class CoreStore(SkipFlows[D], TaskFlows[D]):
 
     def delete_job(self, namespace: str, name: str) -> None:
         def body(tx: Tx) -> None:
-            if tx.run("delete_job", {"namespace": namespace, "name": name}) == 0:
+            row = tx.one("delete_job", {"namespace": namespace, "name": name})
+            if row is None:
                 raise JobNotFoundError(f"no job named {name!r}", field="name")
+            if row["kind"] != "now":
+                self._uncharge_job(tx, namespace)
             tx.run("bump_jobs_version")
 
         self.db.write(body)
@@ -226,7 +236,16 @@ class CoreStore(SkipFlows[D], TaskFlows[D]):
 
     # -- immediate work -----------------------------------------------------------------
     def enqueue_now(self, spec: JobSpec) -> Firing:
-        return codec.firing_from_row(self.db.write(lambda tx: self._enqueue_now_in(tx, spec)))
+        """Within the namespace's firings_per_minute (429 QuotaExceededError)."""
+
+        def body(tx: Tx) -> Row:
+            # charged after the insert (which locks the namespace's fair clock), as the
+            # leader's enqueue does: one lock order, no deadlock between the two
+            row = self._enqueue_now_in(tx, spec)
+            self._charge_firings(tx, spec.namespace, 1)
+            return row
+
+        return codec.firing_from_row(self.db.write(body))
 
     def enqueue_now_once(
         self, spec: JobSpec, *, key_hash: str, request_hash: str
@@ -247,6 +266,7 @@ class CoreStore(SkipFlows[D], TaskFlows[D]):
                     )
                 return seen, False
             row = self._enqueue_now_in(tx, spec)
+            self._charge_firings(tx, spec.namespace, 1)  # after, as in enqueue_now
             ref = key | {"request_hash": request_hash, "firing_id": row["id"]}
             tx.run("insert_idempotency_key", ref)
             return row, True
@@ -265,7 +285,13 @@ class CoreStore(SkipFlows[D], TaskFlows[D]):
     ) -> AddedFirings:
         instants = list(scheduled_for)
         extra = {"note": note, "overlap": overlap}
-        rows = self.db.write(lambda tx: self._add_firings_in(tx, namespace, name, instants, extra))
+
+        def body(tx: Tx) -> Sequence[Row]:
+            rows = self._add_firings_in(tx, namespace, name, instants, extra)
+            self._charge_backfill(tx, namespace, len(instants), len(rows))
+            return rows
+
+        rows = self.db.write(body)
         inserted = [codec.firing_from_row(r) for r in sorted(rows, key=lambda r: r["id"])]
         return AddedFirings(inserted=inserted, duplicates=len(instants) - len(inserted))
 

@@ -130,6 +130,9 @@ class ApiMethods(JobMethods):
         with self._tx() as data:
             job = self._job(data, namespace, name)
             now = self._now_us()
+            instants = {to_us(i) for i in scheduled_for}
+            adds = sum(1 for at in instants if (job.id, at) not in data.firing_keys)
+            self._backfill_room(data, namespace, len(scheduled_for), adds)
             for instant in scheduled_for:
                 at = to_us(instant)
                 row = work.insert_firing(
@@ -146,6 +149,7 @@ class ApiMethods(JobMethods):
                     duplicates += 1
                 else:
                     inserted.append(codec.firing_from_row(row))
+            self._charge_backfill_in(data, namespace, len(inserted))
         if inserted:
             self._wake()
         return AddedFirings(inserted=inserted, duplicates=duplicates)
@@ -163,7 +167,9 @@ class ApiMethods(JobMethods):
                         field="Idempotency-Key",
                     )
                 return codec.firing_from_row(data.firings[seen.firing_id]), False
+            self._firings_room(data, spec.namespace, 1)
             row = self._enqueue_now_in(data, spec)
+            self._add(data, spec.namespace, "firings_per_minute", 1)
             data.idempotency[key] = IdempotencyRow(request_hash=request_hash, firing_id=row.id)
             firing = codec.firing_from_row(row)
         self._wake()

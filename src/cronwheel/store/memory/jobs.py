@@ -12,7 +12,7 @@ from cronwheel.errors import ConflictError, JobNotFoundError
 from cronwheel.store import codec
 from cronwheel.store.codec import opt_us, to_us
 from cronwheel.store.memory import work
-from cronwheel.store.memory.base import MemoryBase
+from cronwheel.store.memory.quotas import QuotaMethods
 
 _SPEC_COLUMNS = (
     "task",
@@ -32,10 +32,15 @@ _SPEC_COLUMNS = (
 )
 
 
-class JobMethods(MemoryBase):
+class JobMethods(QuotaMethods):
     def create_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> Job:
         with self._tx() as data:
+            charge: dict[str, int] = {}
+            if (spec.namespace, spec.name) not in data.job_names:  # else: job_exists
+                self._check_schedules(data, [(spec, first_fire_at)])
+                charge = self._jobs_room(data, [spec])
             row = self._new_job(data, spec, first_fire_at, self._now_us())
+            self._charge_jobs_in(data, charge)
             data.jobs_version += 1
             return codec.job_from_row(row)
 
@@ -50,9 +55,12 @@ class JobMethods(MemoryBase):
                     field="name",
                     code="job_exists",
                 )
+            self._check_schedules(data, items)
+            charge = self._jobs_room(data, [spec for spec, _ in items])
             now = self._now_us()
             for spec, first in items:
                 self._new_job(data, spec, first, now)
+            self._charge_jobs_in(data, charge)
             data.jobs_version += 1
         return len(items)
 
@@ -62,12 +70,16 @@ class JobMethods(MemoryBase):
             now = self._now_us()
             job_id = data.job_names.get((spec.namespace, spec.name))
             if job_id is None:
+                self._check_schedules(data, [(spec, first_fire_at)])
+                charge = self._jobs_room(data, [spec])
                 row = self._new_job(data, spec, first_fire_at, now)
+                self._charge_jobs_in(data, charge)
             else:
                 row = data.jobs[job_id]
                 if row.spec_hash == params["spec_hash"]:
                     return codec.job_from_row(row), False
                 if row.schedule != params["schedule"]:
+                    self._check_schedules(data, [(spec, first_fire_at)])
                     row.next_fire_at = opt_us(first_fire_at)
                 if row.bounds != params["bounds"]:
                     row.remaining_runs = params["remaining_runs"]
@@ -120,7 +132,10 @@ class JobMethods(MemoryBase):
 
     def delete_job(self, namespace: str, name: str) -> None:
         with self._tx() as data:
-            data.delete_job(self._job(data, namespace, name))
+            job = self._job(data, namespace, name)
+            data.delete_job(job)
+            if codec.job_from_row(job).spec.schedule.kind != "now":
+                self._add(data, namespace, "jobs", -1)
             data.jobs_version += 1
 
     def due_jobs(

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cronwheel.domain.quotas import Quota
 from cronwheel.store.protocol import ApiToken
 
 
@@ -169,6 +170,9 @@ class MemoryData:
     # read these and drop the ones that have ended); a firing enters on insert and redrive
     maybe_active: set[int] = field(default_factory=set)
     fair_clocks: dict[str, int] = field(default_factory=dict)  # µs, per namespace
+    quotas: dict[str, Quota] = field(default_factory=dict)  # a namespace's own quota
+    # quota counters: (namespace, quota, window start µs; 0 for ever) -> count
+    quota_usage: dict[tuple[str, str, int], int] = field(default_factory=dict)
     jobs_version: int = 0
     wakeups: list[Callable[[], None]] = field(default_factory=list)
     _ids: dict[str, int] = field(default_factory=dict)

@@ -48,7 +48,7 @@ from cronwheel.store.claiming import ClaimAsk
 from cronwheel.store.codec import duration_us, from_us, opt_us, to_us
 from cronwheel.store.memory import work
 from cronwheel.store.memory.api import ApiMethods
-from cronwheel.store.memory.rows import LeaseRow, MemoryData, NodeRow
+from cronwheel.store.memory.rows import FiringRow, LeaseRow, MemoryData, NodeRow
 from cronwheel.store.protocol import (
     DISPATCHER_LEASE,
     SERVED_TASKS_REFRESH,
@@ -118,6 +118,7 @@ class MemoryStore(ApiMethods):
     # -- dispatch ---------------------------------------------------------------------------
     def enqueue(self, lease: Lease, advances: Sequence[JobAdvance]) -> EnqueueResult:
         result = EnqueueResult()
+        rows: list[FiringRow] = []
         with self._tx() as data:
             now = self._now_us()
             held = data.leases.get(lease.name)
@@ -159,7 +160,7 @@ class MemoryStore(ApiMethods):
                     if row is None:
                         result.duplicates += 1
                     else:
-                        result.inserted.append(FiringId(row.id))
+                        rows.append(row)
                 for m in adv.missed:
                     work.add_event(
                         data,
@@ -172,6 +173,9 @@ class MemoryStore(ApiMethods):
                         exact=m.exact,
                         detail=m.reason,
                     )
+            over = self._skip_over_rate(data, rows)
+            result.inserted.extend(FiringId(r.id) for r in rows if r.id not in over)
+            result.over_quota.extend(FiringId(r.id) for r in rows if r.id in over)
         if result.inserted:
             self._wake()
         return result
@@ -182,7 +186,9 @@ class MemoryStore(ApiMethods):
 
     def enqueue_now(self, spec: JobSpec) -> Firing:
         with self._tx() as data:
+            self._firings_room(data, spec.namespace, 1)
             row = self._enqueue_now_in(data, spec)
+            self._add(data, spec.namespace, "firings_per_minute", 1)
             firing = codec.firing_from_row(row)
         self._wake()
         return firing
@@ -206,7 +212,8 @@ class MemoryStore(ApiMethods):
     def _claim_in(self, data: MemoryData, ask: ClaimAsk) -> list[ClaimedFiring]:
         now = self._now_us()
         until = now + duration_us(ask.prefetch)
-        rows = work.claim(data, ask.worker_id, ask.tasks, ask.limit, now, until, ask.starts)
+        room = self._running_room(data)
+        rows = work.claim(data, ask.worker_id, ask.tasks, ask.limit, now, until, ask.starts, room)
         return codec.claimed_from_rows(rows, lambda r: data.jobs[r["job_id"]].policies)
 
     def complete_and_claim(

@@ -10,10 +10,10 @@ changes anything, so a refused call leaves no partial write behind.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from cronwheel.domain.policies import fair_deadline
-from cronwheel.store.claiming import Candidate, capped, plan_claim
+from cronwheel.store.claiming import Candidate, capped, plan_claim, within_room
 from cronwheel.store.codec import to_us
 from cronwheel.store.memory.rows import (
     HELD,
@@ -127,9 +127,11 @@ def claim(
     now: int,
     until: int,
     start: int,
+    room: Callable[[str], int],
 ) -> list[FiringRow]:
     """Plan with the overlap policies, apply the fates, claim the chosen firings (the
-    first ``start`` of them, if due, started at once)."""
+    first ``start`` of them, if due, started at once). ``room``: how many more firings
+    a namespace may hold (its running quota): the others wait in the queue."""
     wanted = set(tasks)
     active = data.active()
     running: dict[int, int] = {}  # held (CLAIMED + RUNNING) firings per job, before this claim
@@ -148,7 +150,7 @@ def claim(
             continue  # kept waiting by its job's cap: passed over while the job is at it
         found.append(f)
     found.sort(key=lambda f: (f.vdeadline, f.id))
-    found = found[: limit + SCAN_EXTRA]
+    found = within_room(found, room, lambda f: f.namespace)[: limit + SCAN_EXTRA]
     if all(_unpolicied(f, data.jobs[f.job_id], now) for f in found[:limit]):
         # the common case: nothing to decide before the claim is full (as SQLite)
         return _take(found[:limit], worker_id, now, start)

@@ -35,14 +35,45 @@ class PgClaims(CoreStore[Database]):
         key = frozenset(ask.tasks)
         if key not in self._planned_tasks:
             params = _claim_params(ask)
-            fast = self.db.write(lambda tx: tx.all("claim_fast", params), atomic=False)
+            fast = self.db.write(lambda tx: self._within_quota(tx, tx.all("claim_fast", params)))
             if not fast or fast[0]["simple"]:
                 return _claimed(fast)
             self._remember_planned(key, True)
         params = _claim_params(ask, planned=True)
-        rows, planned = self.db.write(lambda tx: self._claim_planned(tx, params))
+
+        def planned_claim(tx: PgTx) -> tuple[Sequence[Row], bool]:
+            rows, planned = self._claim_planned(tx, params)
+            return self._within_quota(tx, rows), planned
+
+        rows, planned = self.db.write(planned_claim)
         self._remember_planned(key, planned)
         return _claimed(rows)
+
+    def _within_quota(self, tx: PgTx, rows: Sequence[Row]) -> Sequence[Row]:
+        """The running quota, after the claim in its transaction: per namespace of the
+        claimed rows (in name order), the namespace lock, then its held firings counted;
+        those over its quota are given back QUEUED (the last in claim order first). A
+        claim that took nothing takes no lock."""
+        taken: dict[str, list[Row]] = {}
+        for r in rows:
+            if r["id"] is not None:
+                taken.setdefault(r["namespace"], []).append(r)
+        if not taken:
+            return rows
+        room = self._running_room(tx, extra=len(rows))
+        back: list[int] = []
+        for namespace in sorted(taken):
+            tx.run("quota_lock_namespace", {"namespace": namespace})
+            over = -room(namespace)  # the count includes this claim's own rows
+            if over > 0:
+                ordered = sorted(taken[namespace], key=lambda r: (r["vdeadline"], r["id"]))
+                back += [r["id"] for r in ordered[-over:]]
+        if not back:
+            return rows
+        worker_id = next(iter(taken.values()))[0]["worker_id"]
+        tx.run("quota_unclaim", {"ids": back, "worker_id": worker_id})
+        given = set(back)
+        return [r for r in rows if r["id"] not in given]
 
     def _complete_and_claim(
         self, completions: Sequence[Completion], ask: ClaimAsk
@@ -64,7 +95,7 @@ class PgClaims(CoreStore[Database]):
 
         def body(tx: PgTx) -> tuple[list[bool], Sequence[Row]]:
             accepted = self._complete_in(tx, completions, batches)
-            return accepted, tx.all("claim_fast", params)
+            return accepted, self._within_quota(tx, tx.all("claim_fast", params))
 
         accepted, fast = self.db.write(body)
         if not fast or fast[0]["simple"]:

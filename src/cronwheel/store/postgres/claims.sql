@@ -232,3 +232,19 @@ att AS (
         finished_at = excluded.finished_at, outcome = excluded.outcome, error = excluded.error
 )
 SELECT id FROM upd
+
+-- name: quota_lock_namespace
+-- The running quota's check after a claim: claimers of one namespace take this
+-- transaction-level lock in namespace order, then count (a new statement: its snapshot
+-- includes what the claimers waited for committed), so they cannot both pass.
+SELECT pg_advisory_xact_lock(hashtextextended('cronwheel.running:' || %(namespace)s, 0))
+
+-- name: quota_unclaim
+-- Firings this claim took over their namespace's running quota, given back as they
+-- were (QUEUED, the attempt not counted) in the claim's own transaction: they wait for
+-- the namespace's held firings to finish. [firings primary key]
+UPDATE firings
+SET state = 'queued', attempt = attempt - 1, claim_token = NULL, worker_id = NULL,
+    lease_until = NULL, claimed_at = NULL, started_at = NULL
+WHERE id = ANY (%(ids)s::bigint[]) AND worker_id = %(worker_id)s
+  AND state IN ('claimed', 'running')

@@ -97,8 +97,10 @@ INSERT INTO job_events (job_id, at, kind, first_at, last_at, count, exact, detai
 VALUES (%(job_id)s, :now, %(kind)s, NULL, NULL, 0, true, NULL)
 
 -- name: delete_job
--- The job and, by foreign key cascade, its firings and events.
+-- The job and, by foreign key cascade, its firings and events; its schedule's kind
+-- (the jobs quota counts every job but `now` one-shots).
 DELETE FROM jobs WHERE namespace = %(namespace)s AND name = %(name)s
+RETURNING schedule->>'kind' AS kind
 
 -- name: due_jobs
 -- Keyset paging on (next_fire_at, id): a page boundary never splits a herd. Schedule,

@@ -45,6 +45,8 @@ class PgDispatch(CoreStore[Database]):
         rows = [codec.job_params(spec) | {"next_fire_at": first} for spec, first in items]
 
         def body(tx: PgTx) -> int:
+            for spec, first in items:
+                self._check_schedule(tx, spec, first)
             clock = tx.one("now")
             assert clock is not None
             now = clock["now"]
@@ -64,6 +66,7 @@ class PgDispatch(CoreStore[Database]):
                     field="name",
                     code="job_exists",
                 ) from None
+            self._charge_jobs(tx, [spec for spec, _ in items])
             tx.run("bump_jobs_version")
             return len(rows)
 
@@ -127,6 +130,7 @@ class PgDispatch(CoreStore[Database]):
                     f"lease {lease.name!r} epoch {lease.epoch} is no longer held by {lease.holder}"
                 )
             fair = FairClocks()
+            per_namespace: dict[str, list[int]] = {}
             for batch in batches:
                 moved: dict[int, tuple[str, float]] = {}
                 for r in tx.all("enqueue_advance", advance_params(batch)):
@@ -138,9 +142,14 @@ class PgDispatch(CoreStore[Database]):
                 if planned == 0 and not any(a.missed for a in batch if a.job_id in moved):
                     continue
                 params = insert_params(batch, moved, fair, lease.epoch)
-                inserted = sorted(r["id"] for r in tx.all("enqueue_insert", params))
-                result.inserted.extend(FiringId(i) for i in inserted)
-                result.duplicates += planned - len(inserted)
+                rows = tx.all("enqueue_insert", params)
+                for r in sorted(rows, key=lambda r: r["id"]):
+                    per_namespace.setdefault(r["namespace"], []).append(r["id"])
+                result.duplicates += planned - len(rows)
+            over = self._skip_over_rate(tx, per_namespace)
+            inserted = sorted(i for ids in per_namespace.values() for i in ids)
+            result.inserted.extend(FiringId(i) for i in inserted if i not in over)
+            result.over_quota.extend(FiringId(i) for i in sorted(over))
             failpoints.hit("store.enqueue.before_commit")
             return result
 

@@ -77,7 +77,7 @@ ins AS (
     FROM f JOIN jobs j ON j.id = f.job_id
     ORDER BY f.ord
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
-    RETURNING id
+    RETURNING id, namespace
 ),
 ev AS (
     INSERT INTO job_events (job_id, at, kind, first_at, last_at, count, exact, detail)
@@ -92,7 +92,7 @@ clk AS (
     FROM unnest(%(c_ns)s::text[], %(c_clock)s::bigint[]) AS x (namespace, vclock)
     WHERE c.namespace = x.namespace
 )
-SELECT i.id, (SELECT pg_notify('cronwheel_work', '')::text) AS notified FROM ins i
+SELECT i.id, i.namespace, (SELECT pg_notify('cronwheel_work', '')::text) AS notified FROM ins i
 
 -- name: insert_now_job
 -- enqueue_now step 1: the one-shot job (fired now) and its namespace's fair clock,

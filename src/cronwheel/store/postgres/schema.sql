@@ -306,3 +306,34 @@ CREATE TABLE served_tasks (
     first_seen timestamptz NOT NULL,
     last_seen  timestamptz NOT NULL
 );
+
+-- name: migration_10
+-- Per-namespace quotas (domain/quotas.py): a namespace's own limits (none: the
+-- defaults), and the counters the store charges in the transaction of each write
+-- it guards: `jobs` (window 0: for ever), `firings_per_minute` (a minute's window),
+-- `backfill_per_day` (a UTC day's). window_start is µs since the epoch. A charge is an
+-- upsert of the counter row: its row lock serializes two API servers charging one
+-- namespace, so they cannot both pass a check. The counter of registered jobs starts
+-- from the jobs there are (`now` one-shots are not counted); held firings per
+-- namespace are counted by the index below (claims, status).
+CREATE TABLE quotas (
+    namespace          text        PRIMARY KEY,
+    jobs               bigint      NOT NULL,
+    firings_per_minute bigint      NOT NULL,
+    min_interval_us    bigint      NOT NULL,
+    running            bigint      NOT NULL,
+    backfill           bigint      NOT NULL,
+    backfill_per_day   bigint      NOT NULL,
+    updated_at         timestamptz NOT NULL
+);
+CREATE TABLE quota_usage (
+    namespace    text   NOT NULL,
+    quota        text   NOT NULL,
+    window_start bigint NOT NULL,
+    used         bigint NOT NULL,
+    PRIMARY KEY (namespace, quota, window_start)
+);
+INSERT INTO quota_usage (namespace, quota, window_start, used)
+SELECT namespace, 'jobs', 0, count(*) FROM jobs
+WHERE schedule->>'kind' <> 'now' GROUP BY namespace;
+CREATE INDEX firings_held_namespace ON firings (namespace) WHERE state IN ('claimed', 'running');

@@ -10,7 +10,13 @@ from collections.abc import Sequence
 
 from cronwheel.domain.models import ClaimedFiring, FiringId
 from cronwheel.store import codec
-from cronwheel.store.claiming import ClaimAsk, candidates_from_rows, capped, plan_claim
+from cronwheel.store.claiming import (
+    ClaimAsk,
+    candidates_from_rows,
+    capped,
+    plan_claim,
+    within_room,
+)
 from cronwheel.store.codec import duration_us, opt_us, to_us
 from cronwheel.store.core import CoreStore
 from cronwheel.store.protocol import Completion
@@ -51,11 +57,7 @@ class SqliteClaims(CoreStore[SqliteDb]):
         """Inside the claim transaction (SQLite's writer lock makes it atomic): plan with
         the overlap policies, apply the fates, claim the chosen firings."""
         now = tx.now_us
-        found = tx.all(
-            "claim_candidates",
-            # a few more than the claim may take: some may be skipped or held by a cap
-            {"until": until, "tasks": json.dumps(list(ask.tasks)), "scan": ask.limit + 32},
-        )
+        found = self._candidates(tx, ask, until)
         limit = ask.limit
         if all(r["unpolicied"] and not r["deadline_passed"] for r in found[:limit]):
             # the common case: nothing to decide before the claim is full
@@ -85,6 +87,35 @@ class SqliteClaims(CoreStore[SqliteDb]):
                 {"job_id": job_id, "reason": "terminated by overlap policy terminate_other"},
             )
         return self._claim_ids(tx, plan.claim, ask)
+
+    def _candidates(self, tx: SqliteTx, ask: ClaimAsk, until: int) -> list[codec.Row]:
+        """The claim's candidates within their namespaces' running quotas. A namespace
+        found at its quota is left out of a new scan (at most a few), so that its queue
+        does not fill the scan window of the others."""
+        room = self._running_room(tx)
+        full: list[str] = []
+        held_over: list[codec.Row] = []  # kept from the namespaces left out of a rescan
+        while True:
+            found = tx.all(
+                "claim_candidates",
+                # a few more than the claim may take: some may be skipped or held by a cap
+                {
+                    "until": until,
+                    "tasks": json.dumps(list(ask.tasks)),
+                    "scan": ask.limit + 32,
+                    "full": json.dumps(full),
+                },
+            )
+            kept = within_room(found, room, lambda r: r["namespace"])
+            seen: dict[str, int] = {}
+            for r in found:
+                seen[r["namespace"]] = seen.get(r["namespace"], 0) + 1
+            exhausted = sorted(ns for ns, n in seen.items() if n > room(ns))
+            if not exhausted or len(kept) + len(held_over) >= ask.limit or len(full) >= 8:
+                rows = [*held_over, *kept]
+                return sorted(rows, key=lambda r: (r["vdeadline"], r["id"]))
+            held_over += [r for r in kept if r["namespace"] in exhausted]
+            full.extend(exhausted)
 
     def _claim_ids(self, tx: SqliteTx, ids: list[int], ask: ClaimAsk) -> Sequence[codec.Row]:
         if not ids:

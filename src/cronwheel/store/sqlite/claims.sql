@@ -5,8 +5,9 @@
 -- name: claim_candidates
 -- Claim candidates in virtual deadline order with what store/claiming.py needs
 -- to decide each; firings a cap holds back (buffered while the job is at its cap) are
--- passed over. [firings_claim]
-SELECT f.id, f.job_id, f.due_at, f.overlap_override,
+-- passed over, and so are the namespaces at their running quota (:full, a JSON array).
+-- [firings_claim]
+SELECT f.id, f.job_id, f.namespace, f.vdeadline, f.due_at, f.overlap_override,
        j.max_concurrency, j.overlap, j.max_buffer,
        (j.start_deadline_us IS NOT NULL AND f.due_at + j.start_deadline_us < :now) AS deadline_passed,
        -- no overlap policy to apply (store/claiming.py `capped`, and no override)
@@ -14,6 +15,7 @@ SELECT f.id, f.job_id, f.due_at, f.overlap_override,
 FROM firings f JOIN jobs j ON j.id = f.job_id
 WHERE f.state = 'queued' AND f.due_at <= :until
   AND f.task IN (SELECT value FROM json_each(:tasks))
+  AND f.namespace NOT IN (SELECT value FROM json_each(:full))
   AND NOT (f.buffered_at IS NOT NULL AND j.max_concurrency IS NOT NULL
            AND (SELECT count(*) FROM firings r
                 WHERE r.job_id = f.job_id AND r.state IN ('claimed', 'running'))

@@ -90,8 +90,10 @@ INSERT INTO job_events (job_id, at, kind, first_at, last_at, count, exact, detai
 VALUES (:job_id, :now, :kind, NULL, NULL, 0, 1, NULL)
 
 -- name: delete_job
--- The job and, by foreign key cascade, its firings and events.
+-- The job and, by foreign key cascade, its firings and events; its schedule's kind
+-- (the jobs quota counts every job but `now` one-shots).
 DELETE FROM jobs WHERE namespace = :namespace AND name = :name
+RETURNING json_extract(schedule, '$.kind') AS kind
 
 -- name: due_jobs
 -- Keyset paging on (next_fire_at, id): a page boundary never splits a herd. [jobs_due]

@@ -37,6 +37,9 @@ class _JobClocks:
         namespace, priority = self._jobs[job_id]
         return self.fair.deadline(namespace, priority, due_us)
 
+    def namespace(self, job_id: int) -> str:
+        return self._jobs[job_id][0]
+
     def save(self) -> None:
         for namespace, vclock in self.fair.clocks.items():
             self.tx.run("save_fair_clock", {"namespace": namespace, "vclock": vclock})
@@ -46,6 +49,8 @@ class SqliteDispatch(CoreStore[SqliteDb]):
     def create_jobs(self, items: Sequence[tuple[JobSpec, datetime | None]]) -> int:
         rows = [codec.job_params(spec) | {"next_fire_at": opt_us(first)} for spec, first in items]
         with self.db.transaction() as tx:
+            for spec, first in items:
+                self._check_schedule(tx, spec, first)
             before = tx.conn.total_changes
             tx.many("insert_job", rows)  # ON CONFLICT DO NOTHING: count what was inserted
             if tx.conn.total_changes - before != len(rows):
@@ -54,6 +59,7 @@ class SqliteDispatch(CoreStore[SqliteDb]):
                     field="name",
                     code="job_exists",
                 )
+            self._charge_jobs(tx, [spec for spec, _ in items])
             tx.run("bump_jobs_version")
         return len(rows)
 
@@ -108,6 +114,7 @@ class SqliteDispatch(CoreStore[SqliteDb]):
                     f"lease {lease.name!r} epoch {lease.epoch} is no longer held by {lease.holder}"
                 )
             clocks = _JobClocks(tx)
+            per_namespace: dict[str, list[int]] = {}
             for adv in advances:
                 moved = tx.run(
                     "advance_job",
@@ -140,7 +147,8 @@ class SqliteDispatch(CoreStore[SqliteDb]):
                         },
                     )
                     if cur.rowcount:
-                        result.inserted.append(FiringId(cur.lastrowid or 0))
+                        ids = per_namespace.setdefault(clocks.namespace(adv.job_id), [])
+                        ids.append(cur.lastrowid or 0)
                     else:
                         result.duplicates += 1
                 for m in adv.missed:
@@ -156,6 +164,10 @@ class SqliteDispatch(CoreStore[SqliteDb]):
                         },
                     )
             clocks.save()
+            over = self._skip_over_rate(tx, per_namespace)
+            inserted = sorted(i for ids in per_namespace.values() for i in ids)
+            result.inserted.extend(FiringId(i) for i in inserted if i not in over)
+            result.over_quota.extend(FiringId(i) for i in sorted(over))
             failpoints.hit("store.enqueue.before_commit")
             if result.inserted:
                 tx.wake_workers()

@@ -204,3 +204,32 @@ CREATE TABLE served_tasks (
     first_seen INTEGER NOT NULL,
     last_seen  INTEGER NOT NULL
 );
+
+-- name: migration_10
+-- Per-namespace quotas (domain/quotas.py): a namespace's own limits (none: the
+-- defaults), and the counters the store charges in the transaction of each write
+-- it guards: `jobs` (window 0: for ever), `firings_per_minute` (a minute's window),
+-- `backfill_per_day` (a UTC day's). window_start is µs since the epoch. The counter of
+-- registered jobs starts from the jobs there are (`now` one-shots are not counted);
+-- held firings per namespace are counted by the index below (claims, status).
+CREATE TABLE quotas (
+    namespace          TEXT    PRIMARY KEY,
+    jobs               INTEGER NOT NULL,
+    firings_per_minute INTEGER NOT NULL,
+    min_interval_us    INTEGER NOT NULL,
+    running            INTEGER NOT NULL,
+    backfill           INTEGER NOT NULL,
+    backfill_per_day   INTEGER NOT NULL,
+    updated_at         INTEGER NOT NULL
+);
+CREATE TABLE quota_usage (
+    namespace    TEXT    NOT NULL,
+    quota        TEXT    NOT NULL,
+    window_start INTEGER NOT NULL,
+    used         INTEGER NOT NULL,
+    PRIMARY KEY (namespace, quota, window_start)
+);
+INSERT INTO quota_usage (namespace, quota, window_start, used)
+SELECT namespace, 'jobs', 0, count(*) FROM jobs
+WHERE json_extract(schedule, '$.kind') <> 'now' GROUP BY namespace;
+CREATE INDEX firings_held_namespace ON firings (namespace) WHERE state IN ('claimed', 'running');
