@@ -17,6 +17,7 @@ explain``), while the other jobs keep firing.
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -50,6 +51,7 @@ from cronwheel.errors import (
     InvalidScheduleError,
     NoFiringInHorizonError,
     ScheduleBudgetError,
+    ValidationError,
 )
 from cronwheel.store.sqlite import SqliteStore
 from tests.security.conftest import NS, Sec
@@ -95,8 +97,9 @@ INSTANTS = st.one_of(
         min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31), timezones=st.just(UTC)
     ),
     st.builds(
-        lambda year, day, seconds: datetime(year, 1, 1, tzinfo=UTC)
-        + timedelta(days=day, seconds=seconds),
+        lambda year, day, seconds: (
+            datetime(year, 1, 1, tzinfo=UTC) + timedelta(days=day, seconds=seconds)
+        ),
         st.integers(1900, 2100),
         st.integers(0, 364),
         st.integers(0, 86399),
@@ -131,13 +134,15 @@ class Work:
 def bounded_run(compute: Callable[[], Any], limit: int) -> Any:
     """``compute()``'s answer, or its bounded error; either way within ``limit`` calls."""
     work = Work()
+    answer: Any
     with work.counting():
         try:
-            answer: Any = compute()
+            answer = compute()
         except BOUNDED as exc:
-            assert exc.field == "schedule"
             answer = exc
     assert work.calls <= limit, work.calls
+    if isinstance(answer, BOUNDED):
+        assert answer.field == "schedule"
     return answer
 
 
@@ -178,7 +183,7 @@ def test_next_instant_and_preview_work_is_bounded(
         assert got.utc > t
     rows = bounded_run(lambda: next_firings(schedule, t, 1000), ONE_LISTING)
     if isinstance(rows, list):
-        assert all(a.utc < b.utc for a, b in zip(rows, rows[1:], strict=False))
+        assert all(a.utc < b.utc for a, b in itertools.pairwise(rows))
 
 
 @WORK
@@ -205,11 +210,10 @@ def test_listing_backfill_and_explain_work_is_bounded(
         next_after = next_after_within(schedule, StepBudget(LISTING_STEPS))
         try:
             return instants_between(next_after, t, end)
-        except InvalidScheduleError as exc:  # more than 1000 instants: "backfill in parts"
-            if isinstance(exc, BOUNDED):
+        except ValidationError as exc:  # more than 1000 instants: "backfill in parts"
+            if isinstance(exc, BOUNDED) or exc.field != "end":
                 raise
-            assert exc.field == "end"
-            return []
+        return []
 
     bounded_run(backfill, ONE_LISTING)
     job = _job(schedule, created=t, cursor=None)
@@ -253,13 +257,21 @@ def test_explain_of_a_dense_schedule_stays_within_its_budget() -> None:
     t = datetime(2011, 12, 29, 9, tzinfo=UTC)  # Samoa skipped 2011-12-30 (a whole day)
     job = _job(schedule, created=t, cursor=None)
     budget = StepBudget(10**9)
-    got = explain(job, since=t, until=t + timedelta(days=3), now=t, firings=[], events=[],
-                  budget=budget)
+    got = explain(
+        job, since=t, until=t + timedelta(days=3), now=t, firings=[], events=[], budget=budget
+    )
     assert len(got) == 2000  # MAX_OCCURRENCES
     assert budget.used <= MAX_STEPS
     with pytest.raises(ScheduleBudgetError):
-        explain(job, since=t, until=t + timedelta(days=3), now=t, firings=[], events=[],
-                budget=StepBudget(100))
+        explain(
+            job,
+            since=t,
+            until=t + timedelta(days=3),
+            now=t,
+            firings=[],
+            events=[],
+            budget=StepBudget(100),
+        )
 
 
 # --- the API, on both stores ----------------------------------------------------------
@@ -309,8 +321,7 @@ def test_hostile_schedules_are_refused_with_bounded_work(sec: Sec, steps: Steps)
         r = sec.call("POST", "/v1/schedules/preview", "read", json=body)
         if after == "0001-01-01T00:00:00Z":  # before Berlin's DST: it fires every year
             assert r.status_code == 200, r.text
-        elif after == "9999-06-01T00:00:00Z":  # too late for another March: nothing left
-            assert (r.status_code, r.json()["items"]) == (200, []), r.text
+            assert len(r.json()["items"]) == 1000
         else:
             _refused(r)
         assert steps.total <= LISTING_STEPS
@@ -403,9 +414,7 @@ def test_a_job_whose_schedule_cannot_be_computed_ends_alone(tmp_path: Any) -> No
 
                 return record
 
-        d = Dispatcher(
-            store, clock, holder="a", config=DispatcherConfig(), events=Events()
-        )  # type: ignore[arg-type]
+        d = Dispatcher(store, clock, holder="a", config=DispatcherConfig(), events=Events())  # type: ignore[arg-type]
         for _ in range(300):  # 30 s in steps of 100 ms
             clock.advance(timedelta(milliseconds=100))
             d.step()

@@ -45,7 +45,6 @@ SLASH_STAND_IN = "\x1f"
 _QUERY_CREDENTIALS = frozenset({"token", "access_token", "api_key", "apikey"})
 
 
-
 class Refusal(Exception):
     def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
         super().__init__(message)

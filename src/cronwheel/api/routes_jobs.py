@@ -146,7 +146,9 @@ def get_job(
     name: JobName,
     principal: Reader,
     request: Request,
-    upcoming: Annotated[AsciiInt, Query(ge=0, le=100, description="next firing instants")] = UPCOMING,
+    upcoming: Annotated[
+        AsciiInt, Query(ge=0, le=100, description="next firing instants")
+    ] = UPCOMING,
 ) -> dict[str, Any]:
     """Includes `next_fire_times`: the next instants in UTC and in the job's zone."""
     return job_out(store_of(request).get_job(principal.namespace, name), upcoming=upcoming)

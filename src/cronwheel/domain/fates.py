@@ -86,7 +86,8 @@ def _wall_bounds(
                 continue
         return out
 
-    low, high = min(offsets(since)), max(offsets(until))
+    low = min(offsets(since) or [-MAX_JUMP])
+    high = max(offsets(until) or [MAX_JUMP])
     tiny = timedelta(microseconds=1)
     try:
         start = (since + low).replace(tzinfo=None) - tiny
@@ -116,14 +117,17 @@ def _nominal(job: Job, since: datetime, until: datetime, budget: StepBudget) -> 
                 return
             wall = nxt
             label = f"{wall.isoformat(sep=' ')} {schedule.tz}"
-            resolved = resolve_wall(wall, zone, schedule.gap, schedule.overlap)
+            try:
+                resolved = resolve_wall(wall, zone, schedule.gap, schedule.overlap)
+                both = resolve_wall(wall, zone, schedule.gap, "twice")
+            except OverflowError:  # a wall time of year 1 or 9999 that is no instant
+                continue
             if not resolved:
                 if since <= wall.replace(tzinfo=zone) <= until:
                     yield _Nominal(
                         label, None, "dst_skipped", "does not exist that day (gap: skip)"
                     )
                 continue
-            both = resolve_wall(wall, zone, schedule.gap, "twice")
             for r in resolved:
                 if not since <= r.utc <= until:
                     continue
@@ -141,7 +145,10 @@ def _nominal(job: Job, since: datetime, until: datetime, budget: StepBudget) -> 
                 yield _Nominal(label, r.utc, dst, r.note)
         return
     budget.spend()
-    t = schedule.next_after(since - timedelta(microseconds=1))
+    try:
+        t = schedule.next_after(since - timedelta(microseconds=1))
+    except OverflowError:  # since is the first representable instant
+        t = schedule.next_after(since)
     while t is not None and t <= until:
         yield _Nominal(format_instant(t), t, None, None)
         budget.spend()

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
-from cronwheel.domain.numbers import MAX_ID, parse_decimal, parse_number
 from cronwheel.domain.models import JobPolicies
+from cronwheel.domain.numbers import MAX_ID, parse_decimal, parse_number
 from cronwheel.domain.overlap import OverlapPolicy
 from cronwheel.domain.policies import MisfirePolicy
 from cronwheel.errors import ValidationError

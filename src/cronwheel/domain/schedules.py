@@ -63,10 +63,10 @@ __all__ = [
     "next_after_within",
     "next_firings",
     "now",
-    "upcoming_instants",
     "parse_duration",
     "parse_instant",
     "schedule_from_dict",
+    "upcoming_instants",
 ]
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from cronwheel.domain.numbers import parse_number
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import FiringId
+from cronwheel.domain.numbers import parse_number
 from cronwheel.errors import CronwheelError, FiringNotFoundError, ValidationError
 from cronwheel.observability.lateness import (
     BUCKETS_S,

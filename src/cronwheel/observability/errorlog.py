@@ -146,24 +146,23 @@ class ErrorLog:
                 self._running = False
 
 
-_default: ErrorLog | None = None
+_default: list[ErrorLog] = []  # the process's error log, once made
 _default_lock = threading.Lock()
 
 
 def configure_default(*, json_lines: bool | None = None, role: str | None = None) -> ErrorLog:
     """The process's error log, in the format of its other logs (``logs.configure``)."""
-    global _default
     if json_lines is None:
         json_lines = os.environ.get("CRONWHEEL_LOG_FORMAT", "").lower() == "json"
     with _default_lock:
-        if _default is not None:
-            _default.close()
-        _default = ErrorLog(json_lines=json_lines, role=role)
-        return _default
+        for old in _default:
+            old.close()
+        _default[:] = [ErrorLog(json_lines=json_lines, role=role)]
+        return _default[0]
 
 
 def default_error_log() -> ErrorLog:
     """The process's error log (standard error; see :func:`configure_default`)."""
     with _default_lock:
-        current = _default
-    return current if current is not None else configure_default()
+        current = list(_default)
+    return current[0] if current else configure_default()
