@@ -79,9 +79,9 @@ def _wall_bounds(
 
     def offsets(t: datetime) -> list[timedelta]:
         out = []
-        for probe in (t - MAX_JUMP, t, t + MAX_JUMP):
+        for shift in (-MAX_JUMP, timedelta(0), MAX_JUMP):
             try:
-                out.append(offset_at(zone, probe))
+                out.append(offset_at(zone, t + shift))
             except OverflowError:  # next to datetime's bounds
                 continue
         return out
