@@ -64,7 +64,7 @@ BOUNDED = (ScheduleBudgetError, NoFiringInHorizonError)
 # Python calls per budget step, at most: a step is a cron field jump, a segment
 # between two offset changes, or one year's table of a zone's changes (built once
 # per zone and year: ~180 offset probes and a bisection per change, each a handful
-# of calls). Measured at most ~60 on the hostile cases below; the bound is generous
+# of calls). Measured at most ~100 on the hostile cases below; the bound is generous
 # so that it states the order of the work, not this machine's exact count.
 CALLS_PER_STEP = 400
 ONE_SEARCH = MAX_STEPS * CALLS_PER_STEP
@@ -249,6 +249,14 @@ def test_a_listing_shares_one_budget() -> None:
     assert budget.used <= LISTING_STEPS // 4
     with pytest.raises(ScheduleBudgetError):
         next_firings(schedule, t, 1000, budget=StepBudget(100))
+    # 1000 yearly instants in a zone with DST (two changes a year) fit too
+    yearly = cron("0 0 1 1 *", "Europe/Berlin")
+    assert len(next_firings(yearly, datetime(2026, 3, 1, tzinfo=UTC), 1000)) == 1000
+    # 1000 of 29 February on a Monday would reach year 9999 first: refused, saying why
+    with pytest.raises(ScheduleBudgetError) as info:
+        next_firings(cron("0 0 ? 2 1#5", "America/New_York"), t, 1000)
+    assert "of the 1000 instants asked for" in info.value.message
+    assert info.value.message.endswith("ask for fewer")
 
 
 def test_explain_of_a_dense_schedule_stays_within_its_budget() -> None:

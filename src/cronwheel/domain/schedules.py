@@ -46,7 +46,12 @@ from cronwheel.domain.tz import (
     load_zone,
     next_instant,
 )
-from cronwheel.errors import CronwheelError, InvalidScheduleError, ValidationError
+from cronwheel.errors import (
+    CronwheelError,
+    InvalidScheduleError,
+    ScheduleBudgetError,
+    ValidationError,
+)
 
 __all__ = [
     "LISTING_STEPS",
@@ -291,8 +296,10 @@ class CronSchedule:
 # The work budget of a whole listing of instants (a preview, a job's upcoming ones):
 # one budget for the listing, not one per instant, so its work is bounded whatever
 # the count asked for. Listing 1000 instants of an every-second schedule in a zone
-# with DST spends about 4,000 steps (test_schedule_work.py).
-LISTING_STEPS = 20_000
+# with DST spends 4,000 steps, of a daily one 6,000, of a yearly one 20,000 (two
+# offset changes a year); the sparsest expressions (29 February on a given weekday)
+# reach year 9999 first: so long a listing of them is refused, "ask for fewer".
+LISTING_STEPS = 25_000
 
 
 def next_firings(
@@ -312,7 +319,14 @@ def next_firings(
     rows: list[Resolved] = []
     cursor = after
     for _ in range(count):
-        resolved = schedule.next_after_with_note(cursor, budget=budget)
+        try:
+            resolved = schedule.next_after_with_note(cursor, budget=budget)
+        except ScheduleBudgetError as exc:
+            raise ScheduleBudgetError(
+                f"{exc.message} after {len(rows)} of the {count} instants asked for "
+                f"(the last {format_instant(cursor)}): ask for fewer",
+                field=exc.field,
+            ) from None
         if resolved is None:
             break
         try:
