@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cronwheel.dispatch.dispatcher import Dispatcher, DispatcherConfig
-from cronwheel.domain import transitions
+from cronwheel.domain import schedules, transitions
 from cronwheel.domain.clock import FakeClock
 from cronwheel.domain.fates import explain
 from cronwheel.domain.models import Job, JobId, JobSpec
@@ -390,10 +390,27 @@ def test_the_dashboard_fates_of_a_hostile_job_are_bounded(sec: Sec, steps: Steps
 # --- the dispatcher -------------------------------------------------------------------
 
 
-def test_a_job_whose_schedule_cannot_be_computed_ends_alone(tmp_path: Any) -> None:
-    """The hostile job's cursor is due; the instant after it is past the horizon. It
+@pytest.mark.parametrize(
+    ("why", "said"),
+    [
+        ("horizon", "does not fire within 50 years"),
+        ("budget", "exceeded its budget of 50 steps"),
+    ],
+)
+def test_a_job_whose_schedule_cannot_be_computed_ends_alone(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, why: str, said: str
+) -> None:
+    """The hostile job's cursor is due; the instant after it cannot be computed: past
+    the horizon, or (its search given a budget of 50 steps) past its work budget. It
     fires its due instant and ends (a schedule error recorded for `jobs explain`, the
     event reported); the dispatcher keeps stepping and the other job keeps firing."""
+    if why == "budget":
+        search = schedules.next_instant
+
+        def small_budget(*args: Any, budget: StepBudget | None = None) -> Any:
+            return search(*args, budget=StepBudget(50))
+
+        monkeypatch.setattr(schedules, "next_instant", small_budget)
     t0 = datetime(2026, 12, 31, 23, 59, 50, tzinfo=UTC)
     clock = FakeClock(t0)
     store = SqliteStore(str(tmp_path / "d.db"), clock=clock)
@@ -434,7 +451,7 @@ def test_a_job_whose_schedule_cannot_be_computed_ends_alone(tmp_path: Any) -> No
         assert [(job, after) for job, after, _ in reported] == [
             ("hostile", datetime(2027, 1, 1, tzinfo=UTC))
         ]
-        assert "does not fire within 50 years" in reported[0][2]
+        assert said in reported[0][2]
         assert d.stats.schedule_errors == 1
         # the other job fired every second throughout
         fired = store.list_job_firings(steady.id, limit=100)
