@@ -293,3 +293,28 @@ def test_content_length_takes_ascii_digits_only(value: bytes) -> None:
     )
     assert status == 400
     assert body["error"]["field"] == "Content-Length"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("retries", "١"),
+        ("retries", "+1"),
+        ("max_concurrency", "1_0"),
+        ("priority", "١.٥"),
+        ("priority", "1e2"),
+        ("timeout", "١٠"),
+        ("misfire_grace", "9" * 40),
+    ],
+)
+def test_dashboard_form_numbers_take_ascii_digits_only(sec: Sec, field: str, value: str) -> None:
+    r = sec.call("POST", "/ui/login", None, json={"token": sec.tokens["write"]})
+    assert r.status_code == 200, r.text
+    before = sec.fingerprint()
+    form = {"name": "formed", "task": "report", "kind": "every", "schedule": "1h"}
+    r = sec.call("POST", "/ui/jobs/new", None, json=form | {field: value})
+    assert r.status_code == 422, r.text
+    assert _err(r)["field"] == field
+    assert sec.fingerprint() == before
+    r = sec.call("POST", "/ui/jobs/new", None, json=form | {"allow_unknown_task": "on"})
+    assert r.status_code == 201, r.text  # the same form with plain digits is stored
