@@ -13,6 +13,8 @@ is counted in ``dropped``, never waited for.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import logging
 import logging.handlers
@@ -142,8 +144,11 @@ class ErrorLog:
     def close(self) -> None:
         with self._lock:
             if self._running:
-                self.listener.stop()
                 self._running = False
+                # writes what is queued, then ends the thread; a full queue has no room
+                # for its stop mark: the (daemon) thread then ends with the process
+                with contextlib.suppress(queue.Full):
+                    self.listener.stop()
 
 
 _default: list[ErrorLog] = []  # the process's error log, once made
@@ -157,8 +162,10 @@ def configure_default(*, json_lines: bool | None = None, role: str | None = None
     with _default_lock:
         for old in _default:
             old.close()
-        _default[:] = [ErrorLog(json_lines=json_lines, role=role)]
-        return _default[0]
+        log = ErrorLog(json_lines=json_lines, role=role)
+        atexit.register(log.close)  # write what is queued before the process ends
+        _default[:] = [log]
+        return log
 
 
 def default_error_log() -> ErrorLog:
