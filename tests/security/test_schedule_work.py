@@ -17,6 +17,7 @@ explain``), while the other jobs keep firing.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
 from collections.abc import Callable, Iterator
@@ -34,7 +35,7 @@ from cronwheel.dispatch.dispatcher import Dispatcher, DispatcherConfig
 from cronwheel.domain import schedules, transitions
 from cronwheel.domain.clock import FakeClock
 from cronwheel.domain.fates import explain
-from cronwheel.domain.models import Job, JobId, JobSpec
+from cronwheel.domain.models import Job, JobEvent, JobId, JobSpec
 from cronwheel.domain.policies import SCHEDULE_ERROR, instants_between
 from cronwheel.domain.schedules import (
     LISTING_STEPS,
@@ -475,3 +476,38 @@ def test_a_job_whose_schedule_cannot_be_computed_ends_alone(
         assert len(every_dropped) == 30  # 2027..2056: each year's 02:30 is in the gap
     finally:
         store.close()
+
+
+def test_explain_says_a_job_ended_on_a_schedule_error() -> None:
+    """After the dispatcher's record of a schedule error, the occurrences it could not
+    reach say so (until the job is changed: a later update clears it)."""
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    failed_after = t0 + timedelta(hours=2)
+    job = _job(every("1h"), created=t0, cursor=None)
+    event = JobEvent(
+        id=1,
+        job_id=job.id,
+        at=failed_after,
+        kind="missed",
+        first_at=failed_after,
+        last_at=failed_after,
+        count=0,
+        exact=True,
+        detail=f"{SCHEDULE_ERROR}the schedule computation exceeded its budget",
+    )
+    now = t0 + timedelta(hours=4)
+    got = explain(job, since=t0, until=t0 + timedelta(hours=6), now=now, firings=[], events=[event])
+    fates = [(o.instant, o.fate) for o in got]
+    assert fates[:4] == [
+        (t0, "not_due"),  # the job's creation instant
+        (t0 + timedelta(hours=1), "not_due"),
+        (t0 + timedelta(hours=2), "not_due"),  # no "missed": the record missed nothing
+        (t0 + timedelta(hours=3), "schedule_error"),
+    ]
+    assert {fate for _, fate in fates[3:]} == {"schedule_error"}
+    assert "exceeded its budget" in got[-1].detail and "fix its schedule" in got[-1].detail
+    changed = dataclasses.replace(job, updated_at=failed_after + timedelta(minutes=1))
+    got = explain(
+        changed, since=t0, until=t0 + timedelta(hours=6), now=now, firings=[], events=[event]
+    )
+    assert "schedule_error" not in {o.fate for o in got}

@@ -184,6 +184,7 @@ def explain(
     missed = [e for e in events if e.kind == "missed" and e.first_at and e.last_at]
     pauses = _pause_intervals(events, now)
     ended = _schedule_error(job, missed)
+    missed = [e for e in missed if not (e.detail or "").startswith(SCHEDULE_ERROR)]
     out: list[Occurrence] = []
     for n in _nominal(job, since, until, StepBudget() if budget is None else budget):
         if len(out) >= MAX_OCCURRENCES:
