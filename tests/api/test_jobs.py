@@ -382,7 +382,7 @@ def test_an_unexpected_exception_is_a_logged_500_in_the_error_shape(
 
     monkeypatch.setattr(api.store, "search_jobs", boom)  # type: ignore[attr-defined]
     r = api.call("GET", "/v1/jobs")
-    assert (r.status_code, _err(r)["code"]) == (500, "internal_error")
+    assert (r.status_code, _err(r)["code"]) == (500, "internal")
 
 
 def test_unknown_route_and_method(api: Api) -> None:

@@ -8,15 +8,16 @@ import dataclasses
 import json
 import math
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 from zoneinfo import ZoneInfo
 
-from fastapi import Request
+from pydantic import BeforeValidator
 
 from cronwheel.api.errors import HttpError
 from cronwheel.api.schemas import PoliciesIn, ScheduleIn
 from cronwheel.domain.firing import format_instant
 from cronwheel.domain.models import DURATION_POLICIES, Job, JobPolicies
+from cronwheel.domain.numbers import parse_number
 from cronwheel.domain.schedules import (
     Schedule,
     every,
@@ -24,6 +25,7 @@ from cronwheel.domain.schedules import (
     parse_duration,
     parse_instant,
     schedule_from_dict,
+    upcoming_instants,
 )
 from cronwheel.errors import CronwheelError, ValidationError
 from cronwheel.wire import job_to_json
@@ -104,27 +106,28 @@ def query_instant(text: str | None, field: str) -> datetime | None:
         raise HttpError(400, "invalid_input", exc.message, field=field) from None
 
 
-def ascii_digits_only(request: Request, *names: str) -> None:
-    """Numbers in the query are ASCII digits only: ``1_000``, `` 5``, ``+5`` and ``5.0``
-    (which the framework's int parsing takes) are refused, naming the parameter."""
-    for name in names:
-        for value in request.query_params.getlist(name):
-            if not (value.isascii() and value.isdigit()):
-                raise HttpError(400, "invalid_input", "must be ASCII digits only", field=name)
+def _ascii_int(value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):  # a parameter's default
+        return value
+    try:
+        return parse_number(value, "value")
+    except ValidationError as exc:
+        raise ValueError(exc.message) from None  # pydantic names the parameter
+
+
+# Every integer of a path, query or header: ASCII digits only, at most 19 of them
+# (domain.numbers.parse_number), before the framework's int parsing (which takes
+# '١٢', '+1', ' 1' and '1_000'); a refusal is a 400 naming the parameter.
+AsciiInt = Annotated[int, BeforeValidator(_ascii_int)]
 
 
 def next_fire_times(job: Job, count: int) -> list[dict[str, str]]:
     """The next ``count`` instants from the job's cursor, in UTC and the job's zone."""
     zone = ZoneInfo(str(job.spec.schedule.to_dict().get("tz") or "UTC"))
-    out: list[dict[str, str]] = []
-    t = job.next_fire_at
-    while t is not None and len(out) < count:
-        out.append({"utc": format_instant(t), "local": t.astimezone(zone).isoformat()})
-        try:
-            t = job.spec.schedule.next_after(t)
-        except OverflowError:
-            break
-    return out
+    return [
+        {"utc": format_instant(t), "local": t.astimezone(zone).isoformat()}
+        for t in upcoming_instants(job.spec.schedule, job.next_fire_at, count)
+    ]
 
 
 def job_out(job: Job, *, upcoming: int = 0, changed: bool | None = None) -> dict[str, Any]:

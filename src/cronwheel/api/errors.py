@@ -118,6 +118,9 @@ def _validation_response(exc: RequestValidationError) -> JSONResponse:
     # path or header is a malformed request: 400
     status = 422 if where == "body" else 400
     message = str(first.get("msg", "invalid value"))
+    cause = (first.get("ctx") or {}).get("error")
+    if first.get("type") == "value_error" and cause is not None:
+        message = str(cause)  # our validators' own words, without pydantic's prefix
     if first.get("type") == "missing" and where == "body" and len(loc) == 1:
         message = "a JSON object body is required"
     return error_response(status, "invalid_input", message, field_path(loc[1:]))

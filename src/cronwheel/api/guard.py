@@ -13,8 +13,11 @@ with the one error shape and nothing stored:
 - a credential in the query string (``?token=``, ``?access_token=``): 400 — it
   would end up in proxies' and servers' logs.
 
-It is also the last-resort catch-all: an unexpected exception is logged (event
-``api_internal_error``, no headers) and answered 500 in the error shape, once.
+It is also the last-resort catch-all: an unexpected exception is answered 500 in
+the error shape (code ``internal``, no details), once, and logged as one short line
+(event ``unhandled_error``: method, path, error, a plain traceback of file:line
+frames; no headers, no query, no local variables) by
+:mod:`cronwheel.observability.errorlog`, off the event loop.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-import structlog
-
+from cronwheel.domain.numbers import parse_number
+from cronwheel.errors import ValidationError
+from cronwheel.observability.errorlog import ErrorLog, default_error_log
 from cronwheel.web.errors import error_body
 
 Scope = MutableMapping[str, Any]
@@ -39,8 +43,6 @@ DEFAULT_MAX_BODY = 256 * 1024
 DEFAULT_MAX_DEPTH = 32
 SLASH_STAND_IN = "\x1f"
 _QUERY_CREDENTIALS = frozenset({"token", "access_token", "api_key", "apikey"})
-
-log = structlog.get_logger("cronwheel.api")
 
 
 class Refusal(Exception):
@@ -135,6 +137,12 @@ def _json_media_type(content_type: str | None) -> bool:
     return True
 
 
+def _error_log(scope: Scope) -> ErrorLog:
+    """The app's error log (``app.state.error_log``), else the process's."""
+    found = getattr(getattr(scope.get("app"), "state", None), "error_log", None)
+    return found if isinstance(found, ErrorLog) else default_error_log()
+
+
 class BodyGuard:
     def __init__(
         self, app: ASGIApp, *, max_body: int = DEFAULT_MAX_BODY, max_depth: int = DEFAULT_MAX_DEPTH
@@ -164,15 +172,11 @@ class BodyGuard:
                     send, refusal.status, refusal.code, refusal.message, refusal.field
                 )
         except Exception as exc:
-            log.error(
-                "api_internal_error",
-                method=scope.get("method"),
-                path=scope.get("path"),
-                error=type(exc).__name__,
-                exc_info=True,
-            )
+            # One short line, formatted and written by the error log's thread: the
+            # event loop only queues it (a rich traceback rendered here stalled it).
+            _error_log(scope).report(exc, method=scope.get("method"), path=scope.get("path"))
             if not started:
-                await _send_error(send, 500, "internal_error", "internal error")
+                await _send_error(send, 500, "internal", "internal error")
 
     async def _guard(self, scope: Scope, receive: Receive) -> Receive:
         raw_path = scope.get("raw_path")
@@ -198,9 +202,10 @@ class BodyGuard:
         length_text = headers.get("content-length")
         declared: int | None = None
         if length_text is not None:
-            if not length_text.strip().isdigit() or len(length_text) > 18:
-                raise Refusal(400, "invalid_input", "bad Content-Length", "Content-Length")
-            declared = int(length_text)
+            try:  # ASCII digits only: isdigit() is true for '²', which int() refuses
+                declared = parse_number(length_text.strip(" \t"), "Content-Length")
+            except ValidationError as exc:
+                raise Refusal(400, "invalid_input", exc.message, "Content-Length") from None
             if declared > self.max_body:
                 raise Refusal(413, "payload_too_large", f"the body limit is {self.max_body} bytes")
         chunked = "chunked" in headers.get("transfer-encoding", "").lower()

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from cronwheel.api.auth import Principal, Reader, Writer, store_of
 from cronwheel.api.convert import (
-    ascii_digits_only,
+    AsciiInt,
     decode_cursor,
     encode_cursor,
     query_instant,
@@ -32,7 +32,7 @@ from cronwheel.store.protocol import ApiStore
 from cronwheel.wire import cancel_to_json, firing_to_json
 
 router = APIRouter(tags=["firings"])
-FiringIdPath = Annotated[int, Path(ge=1, le=2**63 - 1, description="the firing's id")]
+FiringIdPath = Annotated[AsciiInt, Path(ge=1, le=2**63 - 1, description="the firing's id")]
 _KEY_RE = re.compile(r"[\x21-\x7e]{1,255}")
 
 
@@ -79,12 +79,11 @@ def list_firings(
     scheduled_from: Annotated[str | None, Query(max_length=40)] = None,
     scheduled_to: Annotated[str | None, Query(max_length=40)] = None,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: Annotated[AsciiInt, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
     """The namespace's firings, newest first (by id): `state` repeatable, `job` a job's
     exact name, `scheduled_from <= scheduled_for < scheduled_to` (RFC 3339); pass
     `next_cursor` back as `cursor` for the next page (null: the last one)."""
-    ascii_digits_only(request, "limit")
     store = store_of(request)
     before = None if cursor is None else decode_cursor(cursor, principal.namespace, "firings")
     firings = store.list_firings(
@@ -111,7 +110,7 @@ def list_job_firings(
     scheduled_from: Annotated[str | None, Query(max_length=40)] = None,
     scheduled_to: Annotated[str | None, Query(max_length=40)] = None,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    limit: Annotated[AsciiInt, Query(ge=1, le=500)] = 100,
 ) -> dict[str, Any]:
     """Newest first; `state` repeatable; `scheduled_from <= scheduled_for < scheduled_to`."""
     store = store_of(request)

@@ -9,6 +9,7 @@ from pydantic import AfterValidator
 
 from cronwheel.api.auth import Principal, Reader, Writer, store_of
 from cronwheel.api.convert import (
+    AsciiInt,
     decode_cursor,
     encode_cursor,
     instant,
@@ -32,6 +33,8 @@ from cronwheel.api.schemas import (
 from cronwheel.domain.jobs import require_served_task, spec_first_fire_at
 from cronwheel.domain.models import Job, JobSpec
 from cronwheel.domain.policies import instants_between
+from cronwheel.domain.schedules import LISTING_STEPS, next_after_within
+from cronwheel.domain.transitions import StepBudget
 from cronwheel.errors import ConflictError, JobNotFoundError, ValidationError
 from cronwheel.store.protocol import ApiStore
 from cronwheel.wire import firing_to_json
@@ -120,7 +123,7 @@ def list_jobs(
         str | None, Query(max_length=200, description="literal prefix: % and _ match themselves")
     ] = None,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    limit: Annotated[AsciiInt, Query(ge=1, le=500)] = 100,
 ) -> dict[str, Any]:
     """Ordered by id; pass `next_cursor` back as `cursor` for the next page."""
     after = 0 if cursor is None else decode_cursor(cursor, principal.namespace, "jobs")
@@ -143,7 +146,9 @@ def get_job(
     name: JobName,
     principal: Reader,
     request: Request,
-    upcoming: Annotated[int, Query(ge=0, le=100, description="next firing instants")] = UPCOMING,
+    upcoming: Annotated[
+        AsciiInt, Query(ge=0, le=100, description="next firing instants")
+    ] = UPCOMING,
 ) -> dict[str, Any]:
     """Includes `next_fire_times`: the next instants in UTC and in the job's zone."""
     return job_out(store_of(request).get_job(principal.namespace, name), upcoming=upcoming)
@@ -221,7 +226,8 @@ def backfill_job(
         raise ValidationError(
             "backfill covers past instants only: end is in the future", field="end"
         )
-    instants = instants_between(job.spec.schedule.next_after, start, end)
+    budget = StepBudget(LISTING_STEPS)  # the whole range's work, whatever its length
+    instants = instants_between(next_after_within(job.spec.schedule, budget), start, end)
     added = store.add_firings(
         principal.namespace, name, instants, note="backfill", overlap=body.overlap
     )

@@ -261,7 +261,8 @@ def backfill_command(
 ) -> None:
     """Fire every instant of NAME's schedule in a past range (at most 1000)."""
     from cronwheel.domain.policies import instants_between
-    from cronwheel.domain.schedules import parse_instant
+    from cronwheel.domain.schedules import LISTING_STEPS, next_after_within, parse_instant
+    from cronwheel.domain.transitions import StepBudget
 
     start, end = parse_instant(start_text, "start"), parse_instant(end_text, "end")
     if url is not None:
@@ -274,7 +275,9 @@ def backfill_command(
             if end > store.now():
                 raise ValidationError("backfill covers past instants only", field="end")
             job = store.get_job(namespace, name)
-            instants = instants_between(job.spec.schedule.next_after, start, end)
+            instants = instants_between(
+                next_after_within(job.spec.schedule, StepBudget(LISTING_STEPS)), start, end
+            )
             inserted, duplicates = _backfill_with_progress(
                 store, namespace, name, instants, overlap
             )

@@ -61,13 +61,13 @@ def upcoming(job: Job, count: int) -> list[dict[str, Any]]:
     """The next ``count`` instants from the job's cursor, in UTC and the job's zone."""
     from zoneinfo import ZoneInfo
 
+    from cronwheel.domain.schedules import upcoming_instants
+
     zone = ZoneInfo(_tz_of(job))
-    out: list[dict[str, Any]] = []
-    t = job.next_fire_at
-    while t is not None and len(out) < count:
-        out.append({"utc": format_instant(t), "local": t.astimezone(zone).isoformat()})
-        t = job.spec.schedule.next_after(t)
-    return out
+    return [
+        {"utc": format_instant(t), "local": t.astimezone(zone).isoformat()}
+        for t in upcoming_instants(job.spec.schedule, job.next_fire_at, count)
+    ]
 
 
 def jobs_table(jobs: list[Job]) -> None:

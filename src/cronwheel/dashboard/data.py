@@ -14,8 +14,9 @@ from cronwheel.domain.error_text import error_summary
 from cronwheel.domain.fates import explain
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import Firing, Job, JobId
-from cronwheel.domain.schedules import CronSchedule
-from cronwheel.errors import NotFoundError
+from cronwheel.domain.schedules import LISTING_STEPS, CronSchedule, upcoming_instants
+from cronwheel.domain.transitions import StepBudget
+from cronwheel.errors import InvalidScheduleError, NotFoundError
 from cronwheel.observability.lateness import (
     STARTED_STATES,
     first_attempt_lateness_s,
@@ -121,25 +122,22 @@ def upcoming(job: Job, now: datetime, count: int) -> list[Upcoming]:
     zone = ZoneInfo(zone_of(job))
     schedule = job.spec.schedule
     out: list[Upcoming] = []
-    t = job.next_fire_at
-    if t is None or job.paused:
+    if job.next_fire_at is None or job.paused:
         return out
-    note: str | None = None
-    if isinstance(schedule, CronSchedule):
-        first = schedule.next_after_with_note(t - timedelta(microseconds=1))
-        note = first.note if first is not None and first.utc == t else None
-    while t is not None and len(out) < count:
+    instants = upcoming_instants(schedule, job.next_fire_at, count, end_at=job.spec.end_at)
+    budget = StepBudget(LISTING_STEPS)
+    for t in instants:
+        note = None
+        if isinstance(schedule, CronSchedule):
+            try:  # the DST note of an instant: the search that finds it, from just before
+                found = schedule.next_after_with_note(t - timedelta(microseconds=1), budget=budget)
+            except InvalidScheduleError:
+                found = None
+            note = found.note if found is not None and found.utc == t else None
         short = t.astimezone(zone).strftime("%a %d %b %H:%M:%S %Z")
         if t.astimezone(zone).date() == now.astimezone(zone).date():
             short = t.astimezone(zone).strftime("%H:%M:%S %Z")
         out.append(Upcoming(fmt_local(t, zone), fmt_utc(t), fmt_relative(t, now), note, short))
-        if isinstance(schedule, CronSchedule):
-            nxt = schedule.next_after_with_note(t)
-            t, note = (None, None) if nxt is None else (nxt.utc, nxt.note)
-        else:
-            t = schedule.next_after(t)
-        if job.spec.end_at is not None and t is not None and t > job.spec.end_at:
-            break
     return out
 
 
@@ -338,7 +336,11 @@ def job_detail(store: ApiStore, job: Job, *, hours: int) -> dict[str, Any]:
         job.id, scheduled_from=since, scheduled_to=now + timedelta(microseconds=1), limit=5000
     )
     events = store.job_events(job.id, limit=5000)
-    occurrences = explain(job, since=since, until=now, now=now, firings=history, events=events)
+    fates_error = None
+    try:
+        occurrences = explain(job, since=since, until=now, now=now, firings=history, events=events)
+    except InvalidScheduleError as exc:  # its work budget: say so instead of listing
+        occurrences, fates_error = [], exc.message
     summary: dict[str, int] = {}
     for o in occurrences:
         summary[o.fate] = summary.get(o.fate, 0) + 1
@@ -371,6 +373,7 @@ def job_detail(store: ApiStore, job: Job, *, hours: int) -> dict[str, Any]:
         "fate_summary": sorted(summary.items()),
         "fates_total": len(occurrences),
         "fates_hidden": len(before),
+        "fates_error": fates_error,
         "hours": hours,
         "lateness": lat,
         "p50": fmt_ms(lat.p50_ms),

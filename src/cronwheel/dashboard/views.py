@@ -29,6 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from cronwheel.domain.error_text import error_summary
 from cronwheel.domain.models import FiringId, JobId
+from cronwheel.domain.numbers import parse_number
 from cronwheel.domain.skips import occurrences_to_skip, skip_reason
 from cronwheel.errors import NotFoundError, ValidationError
 from cronwheel.observability.cluster import ClusterCollector
@@ -132,14 +133,23 @@ def _not_found(request: Request, who: Principal, what: str) -> HTMLResponse:
     return render("message.html", 404, message=f"No such {what}.", **_base(request, who))
 
 
+def _id(text: str, field: str) -> int | None:
+    """An id from a path or query (ASCII digits only, domain.numbers), else None."""
+    try:
+        return parse_number(text, field, low=1)
+    except ValidationError:
+        return None
+
+
 def _filters(request: Request) -> tuple[str | None, int | None] | None:
     state = request.query_params.get("state") or None
     job_text = request.query_params.get("job") or None
     if state is not None and state not in data.FILTER_STATES:
         return None
-    if job_text is not None and not (job_text.isdigit() and len(job_text) < 19):
+    job_id = None if job_text is None else _id(job_text, "job")
+    if job_text is not None and job_id is None:
         return None
-    return state, None if job_text is None else int(job_text)
+    return state, job_id
 
 
 def _bad_filter(request: Request, who: Principal) -> HTMLResponse:
@@ -197,11 +207,12 @@ def job_page(request: Request, job_id: str) -> Response:
     if who is None:
         return _login_needed(request)
     hours_text = request.query_params.get("hours", "1")
-    if not job_id.isdigit() or len(job_id) > 18 or hours_text not in ("1", "6", "24", "168"):
+    number = _id(job_id, "job_id")
+    if number is None or hours_text not in ("1", "6", "24", "168"):
         return _not_found(request, who, "job")
     store = store_of(request)
     try:
-        job = store.get_job_by_id(JobId(int(job_id)))
+        job = store.get_job_by_id(JobId(number))
     except NotFoundError:
         return _not_found(request, who, "job")
     if job.namespace != who.namespace:
@@ -246,9 +257,10 @@ def skip_next(request: Request, job_id: str) -> Response:
         return JSONResponse(error_body("forbidden", "skipping needs a write token", "role"), 403)
     store = store_of(request)
     job = None
-    if job_id.isdigit() and len(job_id) <= 18:
+    number = _id(job_id, "job_id")
+    if number is not None:
         try:
-            job = store.get_job_by_id(JobId(int(job_id)))
+            job = store.get_job_by_id(JobId(number))
         except NotFoundError:
             job = None
     if job is None or job.namespace != who.namespace:
@@ -263,10 +275,11 @@ def skip_next(request: Request, job_id: str) -> Response:
 
 
 def _own_firing(request: Request, who: Principal, firing_id: str) -> Any:
-    if not firing_id.isdigit() or len(firing_id) > 18:
+    number = _id(firing_id, "firing_id")
+    if number is None:
         return None
     try:
-        firing = store_of(request).get_firing(FiringId(int(firing_id)))
+        firing = store_of(request).get_firing(FiringId(number))
     except NotFoundError:
         return None
     return firing if firing.namespace == who.namespace else None

@@ -39,8 +39,16 @@ from cronwheel.dispatch.wheel import TimingWheel
 from cronwheel.domain.clock import Clock
 from cronwheel.domain.models import Job, JobId, Lease
 from cronwheel.domain.overlap import due_room
-from cronwheel.domain.policies import bounded, coalesce_catchups, jitter_offset, plan_firings
-from cronwheel.errors import LeaseLostError, StoreUnavailableError
+from cronwheel.domain.policies import (
+    SCHEDULE_ERROR,
+    MissedRange,
+    NextAfter,
+    bounded,
+    coalesce_catchups,
+    jitter_offset,
+    plan_firings,
+)
+from cronwheel.errors import InvalidScheduleError, LeaseLostError, StoreUnavailableError
 from cronwheel.store.protocol import DISPATCHER_LEASE, DispatchPort, JobAdvance, PlannedFiring
 
 
@@ -76,7 +84,32 @@ class DispatcherStats:
     terms: int = 0
     reaped: int = 0
     store_errors: int = 0
+    schedule_errors: int = 0  # jobs ended because their next instant could not be computed
     batches: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Failure:
+    """The first instant after which a job's schedule could not be computed, and why."""
+
+    after: datetime | None = None
+    message: str = ""
+
+
+def _guarded(next_after: NextAfter, failure: _Failure) -> NextAfter:
+    """``next_after`` that ends the schedule (None) where it cannot be computed (its work
+    budget exhausted, no instant within the horizon), noting the first such failure: one
+    job's schedule never stops the dispatcher."""
+
+    def inner(t: datetime) -> datetime | None:
+        try:
+            return next_after(t)
+        except InvalidScheduleError as exc:
+            if failure.after is None:
+                failure.after, failure.message = t, exc.message
+            return None
+
+    return inner
 
 
 def make_holder_id() -> str:
@@ -295,8 +328,9 @@ class Dispatcher:
             assert job.next_fire_at is not None
             p = job.spec.policies
             horizon = max(lead_horizon, job.next_fire_at) if early else lead_horizon
+            failure = _Failure()
             plan = plan_firings(
-                bounded(job.spec.schedule.next_after, end_at=job.spec.end_at),
+                _guarded(bounded(job.spec.schedule.next_after, end_at=job.spec.end_at), failure),
                 job.next_fire_at,
                 now=now,
                 horizon=horizon,
@@ -315,7 +349,20 @@ class Dispatcher:
             if not plan.fire and not plan.missed and plan.next_cursor == job.next_fire_at:
                 self._schedule(job)  # woke early (tick rounding): wait for its instant
                 continue
-            fire, cursor = plan.fire, plan.next_cursor
+            fire, cursor, missed = plan.fire, plan.next_cursor, plan.missed
+            if failure.after is not None:
+                # recorded for `jobs explain` like a missed range (none missed: count 0)
+                self.stats.schedule_errors += 1
+                self.events.schedule_failed(job.name, failure.after, failure.message)
+                missed = [
+                    *missed,
+                    MissedRange(
+                        first=failure.after,
+                        last=failure.after,
+                        count=0,
+                        reason=f"{SCHEDULE_ERROR}{failure.message}",
+                    ),
+                ]
             if job.remaining_runs is not None and len(fire) >= job.remaining_runs:
                 fire, cursor = fire[: job.remaining_runs], None  # the run limit is reached
             advances.append(
@@ -331,7 +378,7 @@ class Dispatcher:
                         )
                         for t in fire
                     ],
-                    missed=plan.missed,
+                    missed=missed,
                 )
             )
             planned[job.id] = replace(

@@ -47,6 +47,10 @@ class DispatchEvents(Protocol):
         ``now - (scheduled_for - lead)`` (firings of stale jobs were not written)."""
         ...
 
+    def schedule_failed(self, job: str, after: datetime, error: str) -> None:
+        """``job``'s instant after ``after`` could not be computed (``error``): it ended."""
+        ...
+
     def reaped(self, count: int) -> None:
         """The reaper changed ``count`` firings (expired claims re-queued, ...)."""
         ...
@@ -84,6 +88,9 @@ class QuietDispatchEvents:
         lead: timedelta,
         epoch: int,
     ) -> None:
+        pass
+
+    def schedule_failed(self, job: str, after: datetime, error: str) -> None:
         pass
 
     def reaped(self, count: int) -> None:

@@ -20,6 +20,8 @@ gives each one its disposition from what the store recorded:
     dst_once     the wall time occurred twice and fired at the first only (``once``)
     deduplicated several wall times mapped to one instant (e.g. 02:00 and 02:30 both
                  to 03:00 under ``next_valid``): one firing served them all
+    schedule_error the dispatcher could not compute the job's instants past an earlier
+                 one (work budget exhausted, or none within the horizon): the job ended
     upcoming     in the future
     not_due      before the job existed, or no record at all (reported, never hidden)
 """
@@ -32,10 +34,11 @@ from datetime import datetime, timedelta
 
 from cronwheel.domain.firing import FiringState, format_instant
 from cronwheel.domain.models import Firing, Job, JobEvent
-from cronwheel.domain.policies import COALESCED
+from cronwheel.domain.policies import COALESCED, SCHEDULE_ERROR
 from cronwheel.domain.schedules import CronSchedule
 from cronwheel.domain.skips import OPERATOR_SKIP
-from cronwheel.domain.tz import resolve_wall
+from cronwheel.domain.transitions import MAX_JUMP, StepBudget
+from cronwheel.domain.tz import offset_at, resolve_wall
 
 MAX_OCCURRENCES = 2000
 
@@ -66,28 +69,65 @@ class _Nominal:
     note: str | None
 
 
-def _nominal(job: Job, since: datetime, until: datetime) -> Iterator[_Nominal]:
+def _wall_bounds(
+    schedule: CronSchedule, since: datetime, until: datetime
+) -> tuple[datetime, datetime]:
+    """The wall times whose instants can fall in ``[since, until]``: an instant is its
+    wall time minus the offset then, and within a day of ``since`` (or ``until``) the
+    offset is one of the two around it (changes are days apart)."""
+    zone = schedule.zone
+
+    def offsets(t: datetime) -> list[timedelta]:
+        out = []
+        for shift in (-MAX_JUMP, timedelta(0), MAX_JUMP):
+            try:
+                out.append(offset_at(zone, t + shift))
+            except OverflowError:  # next to datetime's bounds
+                continue
+        return out
+
+    low = min(offsets(since) or [-MAX_JUMP])
+    high = max(offsets(until) or [MAX_JUMP])
+    tiny = timedelta(microseconds=1)
+    try:
+        start = (since + low).replace(tzinfo=None) - tiny
+    except OverflowError:
+        start = datetime.min
+    try:
+        end = (until + high).replace(tzinfo=None)
+    except OverflowError:
+        end = datetime.max
+    return start, end
+
+
+def _nominal(job: Job, since: datetime, until: datetime, budget: StepBudget) -> Iterator[_Nominal]:
+    """The schedule's occurrences in ``[since, until]``; every step of the walk spends
+    ``budget`` (a ScheduleBudgetError past it), so a listing's work is bounded whatever
+    the expression, zone and range."""
     schedule = job.spec.schedule
     if isinstance(schedule, CronSchedule):
         zone = schedule.zone
         expr = schedule.expr_obj
-        wall = since.astimezone(zone).replace(tzinfo=None) - timedelta(hours=3)
-        end_wall = until.astimezone(zone).replace(tzinfo=None) + timedelta(hours=3)
+        wall, end_wall = _wall_bounds(schedule, since, until)
         seen: set[datetime] = set()
         while True:
-            nxt = expr.next_wall(wall)
+            budget.spend()
+            nxt = expr.next_wall(wall, until=end_wall, budget=budget)
             if nxt is None or nxt > end_wall:
                 return
             wall = nxt
             label = f"{wall.isoformat(sep=' ')} {schedule.tz}"
-            resolved = resolve_wall(wall, zone, schedule.gap, schedule.overlap)
+            try:
+                resolved = resolve_wall(wall, zone, schedule.gap, schedule.overlap)
+                both = resolve_wall(wall, zone, schedule.gap, "twice")
+            except OverflowError:  # a wall time of year 1 or 9999 that is no instant
+                continue
             if not resolved:
                 if since <= wall.replace(tzinfo=zone) <= until:
                     yield _Nominal(
                         label, None, "dst_skipped", "does not exist that day (gap: skip)"
                     )
                 continue
-            both = resolve_wall(wall, zone, schedule.gap, "twice")
             for r in resolved:
                 if not since <= r.utc <= until:
                     continue
@@ -104,9 +144,14 @@ def _nominal(job: Job, since: datetime, until: datetime) -> Iterator[_Nominal]:
                     dst = "dst_once"
                 yield _Nominal(label, r.utc, dst, r.note)
         return
-    t = schedule.next_after(since - timedelta(microseconds=1))
+    budget.spend()
+    try:
+        t = schedule.next_after(since - timedelta(microseconds=1))
+    except OverflowError:  # since is the first representable instant
+        t = schedule.next_after(since)
     while t is not None and t <= until:
         yield _Nominal(format_instant(t), t, None, None)
+        budget.spend()
         t = schedule.next_after(t)
 
 
@@ -130,17 +175,46 @@ def explain(
     now: datetime,
     firings: Sequence[Firing],
     events: Sequence[JobEvent],
+    budget: StepBudget | None = None,
 ) -> list[Occurrence]:
-    """The fate of every nominal occurrence of ``job`` in ``[since, until]``."""
+    """The fate of every nominal occurrence of ``job`` in ``[since, until]`` (at most
+    MAX_OCCURRENCES). The walk's work is bounded by ``budget`` (default: a fresh
+    :class:`StepBudget`): past it, :class:`~cronwheel.errors.ScheduleBudgetError`."""
     by_instant = {f.scheduled_for: f for f in firings}
     missed = [e for e in events if e.kind == "missed" and e.first_at and e.last_at]
     pauses = _pause_intervals(events, now)
+    ended = _schedule_error(job, missed)
+    missed = [e for e in missed if not (e.detail or "").startswith(SCHEDULE_ERROR)]
     out: list[Occurrence] = []
-    for n in _nominal(job, since, until):
+    for n in _nominal(job, since, until, StepBudget() if budget is None else budget):
         if len(out) >= MAX_OCCURRENCES:
             break
-        out.append(_fate(job, n, now, by_instant, missed, pauses))
+        occurrence = _fate(job, n, now, by_instant, missed, pauses)
+        if ended is not None and occurrence.fate in ("upcoming", "not_due"):
+            occurrence = _ended(occurrence, ended)
+        out.append(occurrence)
     return out
+
+
+def _schedule_error(job: Job, missed: list[JobEvent]) -> JobEvent | None:
+    """The dispatcher's record that the job's schedule failed, since its last change."""
+    for e in missed:
+        if e.detail and e.detail.startswith(SCHEDULE_ERROR) and e.at >= job.updated_at:
+            return e
+    return None
+
+
+def _ended(o: Occurrence, event: JobEvent) -> Occurrence:
+    assert event.first_at is not None and event.detail is not None
+    if o.instant is None or o.instant <= event.first_at:
+        return o
+    return Occurrence(
+        nominal=o.nominal,
+        instant=o.instant,
+        fate="schedule_error",
+        detail=f"the job ended: its instant after {format_instant(event.first_at)} could not "
+        f"be computed ({event.detail.removeprefix(SCHEDULE_ERROR)}); fix its schedule",
+    )
 
 
 def _fate(

@@ -108,6 +108,10 @@ def plan_firings(
 
 
 COALESCED = "coalesced into "  # how a coalesced range's reason starts (jobs explain)
+# How the reason of a job's schedule failure starts: a range of no missed instant
+# (count 0) at the instant after which the dispatcher could not compute the next one
+# (its work budget exhausted, or none within the horizon); the job ended there.
+SCHEDULE_ERROR = "schedule error: "
 
 
 def coalesce_catchups(plan: FiringPlan, *, late_cutoff: datetime, room: int | None) -> FiringPlan:

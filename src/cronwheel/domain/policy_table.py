@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from cronwheel.domain.models import JobPolicies
+from cronwheel.domain.numbers import MAX_ID, parse_decimal, parse_number
 from cronwheel.domain.overlap import OverlapPolicy
 from cronwheel.domain.policies import MisfirePolicy
 from cronwheel.errors import ValidationError
@@ -88,11 +89,13 @@ class Policy:
             if text not in self.choices:
                 raise ValidationError(f"must be one of {', '.join(self.choices)}", field=self.name)
             return text
-        try:
-            value: float = int(text) if self.kind == "int" else float(text)
-        except ValueError:
-            what = "an integer" if self.kind == "int" else "a number"
-            raise ValidationError(f"must be {what}, not {text!r}", field=self.name) from None
+        # ASCII digits only (int() and float() take '١٢', '+1', ' 1', '1_000', 'nan'):
+        # the number parser of every id, limit and form number; bounds by check()
+        value: float = (
+            parse_number(text, self.name, high=MAX_ID)
+            if self.kind == "int"
+            else parse_decimal(text, self.name)
+        )
         return self.check(value)
 
     def check(self, value: float) -> float:
@@ -109,12 +112,16 @@ def parse_seconds_or_duration(text: str, field: str) -> timedelta:
     """``"90"`` / ``"1.5"`` (seconds, 0 allowed) or duration text such as ``"5m"``."""
     from cronwheel.domain.schedules import parse_duration
 
-    try:
-        seconds = float(text)
-    except ValueError:
+    if text.isascii() and text[-1:].isalpha():  # a unit: "5m", "1h30m"
         return parse_duration(text, field=field)
-    if not math.isfinite(seconds) or not 0 <= seconds <= _MAX_SECONDS:
-        raise ValidationError("must be a number of seconds from 0 to 100 years", field=field)
+    try:
+        seconds = parse_decimal(text, field, high=_MAX_SECONDS)
+    except ValidationError as exc:
+        raise ValidationError(
+            f"must be a number of seconds from 0 to 100 years or a duration such as 5m: "
+            f"{exc.message}",
+            field=field,
+        ) from None
     return timedelta(seconds=seconds)
 
 

@@ -22,7 +22,7 @@ Durations and instants as text are parsed and printed by
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Protocol, cast
@@ -46,9 +46,15 @@ from cronwheel.domain.tz import (
     load_zone,
     next_instant,
 )
-from cronwheel.errors import CronwheelError, InvalidScheduleError, ValidationError
+from cronwheel.errors import (
+    CronwheelError,
+    InvalidScheduleError,
+    ScheduleBudgetError,
+    ValidationError,
+)
 
 __all__ = [
+    "LISTING_STEPS",
     "AtSchedule",
     "CronSchedule",
     "EverySchedule",
@@ -59,11 +65,13 @@ __all__ = [
     "every",
     "format_duration",
     "format_instant",
+    "next_after_within",
     "next_firings",
     "now",
     "parse_duration",
     "parse_instant",
     "schedule_from_dict",
+    "upcoming_instants",
 ]
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -285,19 +293,40 @@ class CronSchedule:
         return f"cron '{self.expr}' in {self.tz} (dst: {self.gap}/{self.overlap})"
 
 
-def next_firings(schedule: CronSchedule, after: datetime, count: int) -> list[Resolved]:
+# The work budget of a whole listing of instants (a preview, a job's upcoming ones):
+# one budget for the listing, not one per instant, so its work is bounded whatever
+# the count asked for. Listing 1000 instants of an every-second schedule in a zone
+# with DST spends 4,000 steps, of a daily one 6,000, of a yearly one 20,000 (two
+# offset changes a year); the sparsest expressions (29 February on a given weekday)
+# reach year 9999 first: so long a listing of them is refused, "ask for fewer".
+LISTING_STEPS = 25_000
+
+
+def next_firings(
+    schedule: CronSchedule, after: datetime, count: int, *, budget: StepBudget | None = None
+) -> list[Resolved]:
     """Up to ``count`` successive firings strictly after ``after``, with DST notes.
 
     The preview of ``cronwheel next`` and ``POST /v1/schedules/preview``, which
     show each firing's local time too: fewer than ``count`` once the schedule is
     exhausted or its next local time is past year 9999 (east of UTC, 1 January
     10000 is still an instant of 9999: the schedule fires then, the preview stops).
-    Raises :class:`~cronwheel.errors.NoFiringInHorizonError` like ``next_after``.
+    Raises :class:`~cronwheel.errors.NoFiringInHorizonError` like ``next_after``, and
+    :class:`~cronwheel.errors.ScheduleBudgetError` past ``budget``, shared by the whole
+    listing (default: a fresh one of LISTING_STEPS steps).
     """
+    budget = StepBudget(LISTING_STEPS) if budget is None else budget
     rows: list[Resolved] = []
     cursor = after
     for _ in range(count):
-        resolved = schedule.next_after_with_note(cursor)
+        try:
+            resolved = schedule.next_after_with_note(cursor, budget=budget)
+        except ScheduleBudgetError as exc:
+            raise ScheduleBudgetError(
+                f"{exc.message} after {len(rows)} of the {count} instants asked for "
+                f"(the last {format_instant(cursor)}): ask for fewer",
+                field=exc.field,
+            ) from None
         if resolved is None:
             break
         try:
@@ -307,6 +336,44 @@ def next_firings(schedule: CronSchedule, after: datetime, count: int) -> list[Re
         rows.append(resolved)
         cursor = resolved.utc
     return rows
+
+
+def upcoming_instants(
+    schedule: Schedule, cursor: datetime | None, count: int, *, end_at: datetime | None = None
+) -> list[datetime]:
+    """A stored job's next ``count`` instants from its cursor (shown by the API, the
+    dashboard and the CLI), under one budget of LISTING_STEPS steps: the listing stops
+    early, never raises, where the next instant cannot be computed within it (or is
+    past the horizon, or past ``end_at``)."""
+    next_after = next_after_within(schedule, StepBudget(LISTING_STEPS))
+    out: list[datetime] = []
+    t = cursor
+    while t is not None and len(out) < count and (end_at is None or t <= end_at):
+        out.append(t)
+        try:
+            t = next_after(t)
+        except (InvalidScheduleError, OverflowError):
+            break
+    return out
+
+
+def next_after_within(schedule: Schedule, budget: StepBudget) -> Callable[[datetime], Any]:
+    """``schedule.next_after`` with every call spending the one shared ``budget``: a
+    listing of many instants (a backfill, the upcoming ones) is bounded as a whole."""
+    if isinstance(schedule, CronSchedule):
+        cron_schedule = schedule
+
+        def cron_next(t: datetime) -> datetime | None:
+            found = cron_schedule.next_after_with_note(t, budget=budget)
+            return None if found is None else found.utc
+
+        return cron_next
+
+    def other_next(t: datetime) -> datetime | None:
+        budget.spend()
+        return schedule.next_after(t)
+
+    return other_next
 
 
 # --- constructors ------------------------------------------------------------------

@@ -16,7 +16,8 @@ from datetime import UTC, datetime, timedelta
 
 from cronwheel.domain.firing import FiringState, format_instant
 from cronwheel.domain.models import JobSpec
-from cronwheel.domain.schedules import AtSchedule, NowSchedule
+from cronwheel.domain.schedules import LISTING_STEPS, AtSchedule, NowSchedule, next_after_within
+from cronwheel.domain.transitions import StepBudget
 from cronwheel.errors import ValidationError
 
 MAX_SKIP = 100  # occurrences one request may skip
@@ -100,11 +101,12 @@ def occurrences_to_skip(
     out: list[datetime] = []
     cursor = now if spec.start_at is None else max(now, spec.start_at - timedelta(microseconds=1))
     schedule = spec.schedule
+    next_after = next_after_within(schedule, StepBudget(LISTING_STEPS))  # one bound for all
     while len(out) < next_n:
         if isinstance(schedule, NowSchedule):
             break
         try:
-            nxt = schedule.next_after(cursor)
+            nxt = next_after(cursor)
         except OverflowError:  # past the last representable instant
             nxt = None
         if nxt is None or (spec.end_at is not None and nxt > spec.end_at):

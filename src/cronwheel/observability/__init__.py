@@ -9,4 +9,6 @@
 - ``lateness``: the lateness objective the dashboard, ``status`` and ``/metrics``
   share.
 - ``logs``: structlog's configuration (console or JSON lines).
+- ``errorlog``: the HTTP server's unexpected errors, one short line each, written by
+  a thread (never on the event loop).
 """

@@ -24,7 +24,8 @@ from prometheus_client.registry import Collector
 
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import FiringId
-from cronwheel.errors import CronwheelError, FiringNotFoundError
+from cronwheel.domain.numbers import parse_number
+from cronwheel.errors import CronwheelError, FiringNotFoundError, ValidationError
 from cronwheel.observability.lateness import (
     BUCKETS_S,
     first_attempt_lateness_s,
@@ -60,7 +61,10 @@ _PAGE = 1000
 
 def _env_int(name: str, default: int) -> int:
     text = os.environ.get(name, "").strip()
-    return int(text) if text.isdigit() else default
+    try:  # ASCII digits only ('²'.isdigit() is true, and int() refuses it)
+        return parse_number(text, name) if text else default
+    except ValidationError:
+        return default
 
 
 class FiringTally:

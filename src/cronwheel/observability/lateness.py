@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import Firing, Job
+from cronwheel.domain.numbers import parse_decimal
 from cronwheel.errors import ValidationError
 from cronwheel.store.protocol import ApiJobsPort
 
@@ -53,9 +54,9 @@ def objective_ms(environ: Mapping[str, str] | None = None) -> float:
     text = env.get(OBJECTIVE_ENV, "").strip()
     if not text:
         return DEFAULT_OBJECTIVE_MS
-    try:
-        value = float(text)
-    except ValueError:
+    try:  # ASCII digits (float() takes other scripts' digits, '1_0', 'inf')
+        value = parse_decimal(text, OBJECTIVE_ENV, high=math.inf)
+    except ValidationError:
         value = math.nan
     if not math.isfinite(value) or not 0 < value <= 3_600_000:
         raise ValidationError(

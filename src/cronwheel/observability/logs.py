@@ -1,7 +1,10 @@
 """Structured logs with stable event names (``firing_enqueued``, ``lease_lost`` ...).
 
 Human-readable lines by default; one JSON object per line with ``json=True``
-(``--log-format json`` or ``CRONWHEEL_LOG_FORMAT=json``).
+(``--log-format json`` or ``CRONWHEEL_LOG_FORMAT=json``). A traceback is rendered
+plain (never rich's, which prints every frame's local variables); the HTTP server's
+unexpected errors go through :mod:`cronwheel.observability.errorlog` (one short
+line each, written off the event loop), configured here in the same format.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ import os
 import sys
 
 import structlog
+
+from cronwheel.observability import errorlog
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -36,7 +41,12 @@ def configure(
     if json:
         processors += [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
     else:
-        processors.append(structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))
+        processors.append(
+            structlog.dev.ConsoleRenderer(
+                colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
+            )
+        )
+    errorlog.configure_default(json_lines=json, role=role)
     # Libraries (psycopg's pool) log through stdlib logging: show their warnings —
     # reconnect attempts matter to an operator of a long-running role.
     logging.basicConfig(

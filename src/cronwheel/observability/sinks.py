@@ -59,6 +59,9 @@ class DispatcherSink:
             policy=policy,
         )
 
+    def schedule_failed(self, job: str, after: datetime, error: str) -> None:
+        self.log.error("schedule_failed", job=job, after=after.isoformat(), error=error)
+
     def firings_enqueued(
         self,
         result: EnqueueResult,
