@@ -123,7 +123,7 @@ def test_remote_jobs_and_firings(
     assert run(["jobs", "delete", "n1"], capsys)[0] == 0
     monkeypatch.setenv("CRONWHEEL_TOKEN", server.read)
     code, _, err = run(["jobs", "add", "n2", "--task", "t", "--now"], capsys)
-    assert code == 2 and "may only read" in err and server.read not in err
+    assert code == 2 and "needs the write role" in err and server.read not in err
     monkeypatch.delenv("CRONWHEEL_TOKEN")
     code, _, err = run(["jobs", "list"], capsys)
     assert code == 2 and "Authorization" in err

@@ -3,11 +3,14 @@
 static files (htmx, vendored; CSS; one small script) at ``/ui/static``.
 
 Who may look: with authentication off (a loopback ``cronwheel api``) everyone, as
-the API's anonymous ``admin`` of namespace ``default``. With it on, a token —
-from ``Authorization: Bearer`` or from the login form, which keeps it in an
+the API's anonymous ``admin`` of namespace ``default``, who also sees the cluster
+(leader, nodes, every namespace's counts). With it on, a token — from
+``Authorization: Bearer`` or from the login form, which keeps it in an
 ``HttpOnly; SameSite=Strict`` cookie — and the pages show the token's namespace
-only (cluster health — leader, nodes, queue depth — as ``/v1/status`` does).
-``/metrics`` tells about every namespace, so it needs an ``admin`` token.
+only, every count and chart included. A cluster token sees the all-namespace
+overview, the leader and the nodes, and no job or firing. ``/metrics`` needs an
+``admin`` token of a namespace (that namespace's series, see
+``observability.scoped``) or a cluster token (every series).
 
 Every value reaches HTML through Jinja2 autoescaping; names are wrapped in
 ``<bdi>`` so right-to-left overrides cannot reorder the page around them; the
@@ -27,20 +30,23 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from cronwheel.domain.models import FiringId, JobId
+from cronwheel.domain.models import Firing, FiringId, Job, JobId
 from cronwheel.domain.skips import occurrences_to_skip, skip_reason
 from cronwheel.errors import NotFoundError, ValidationError
 from cronwheel.observability.cluster import ClusterCollector
+from cronwheel.observability.scoped import NamespaceView
 from cronwheel.web.auth import (
     ANONYMOUS,
     Principal,
     auth_required,
     end_session,
+    missing_role,
     principal_of,
     session_text,
     start_session,
     store_of,
 )
+from cronwheel.web.ids import ids_for, internal_id
 from cronwheel.web.auth import who as signer
 from cronwheel.web.errors import error_body
 
@@ -77,9 +83,11 @@ _env.globals["query"] = _query
 
 def mount(app: FastAPI) -> None:
     """Add the dashboard and ``/metrics`` to the API app (``server.create_app`` does)."""
+    collector = ClusterCollector(app.state.store)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ClusterCollector(app.state.store))
+    registry.register(collector)
     app.state.metrics_registry = registry
+    app.state.metrics_collector = collector
     from .new_job import router as new_job_router  # the new-job form (policy table)
 
     app.include_router(new_job_router)  # before /ui/jobs/{job_id}: "new" is no job id
@@ -111,7 +119,18 @@ def render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
 
 
 def _base(request: Request, who: Principal) -> dict[str, Any]:
-    return {"namespace": who.namespace, "auth": bool(request.app.state.auth_required)}
+    return {
+        "namespace": who.namespace if who.scoped else None,
+        "cluster_token": not who.scoped,
+        "auth": bool(request.app.state.auth_required),
+    }
+
+
+def _overview(request: Request, who: Principal) -> data.Overview:
+    """The viewer's overview: its namespace's, or the cluster's for a viewer who may
+    see it (every namespace's for a cluster token)."""
+    namespace = who.namespace if who.scoped else None
+    return data.overview(store_of(request), namespace, cluster=who.cluster)
 
 
 def _not_found(request: Request, who: Principal, what: str) -> HTMLResponse:
@@ -123,7 +142,9 @@ def _filters(request: Request) -> tuple[str | None, int | None] | None:
     job_text = request.query_params.get("job") or None
     if state is not None and state not in data.FILTER_STATES:
         return None
-    if job_text is not None and not (job_text.isdigit() and len(job_text) < 19):
+    if job_text is not None and not (job_text.isascii() and job_text.isdigit()):
+        return None
+    if job_text is not None and len(job_text) > 18:
         return None
     return state, None if job_text is None else int(job_text)
 
@@ -152,7 +173,7 @@ def index(request: Request) -> Response:
     rows, more = data.jobs(store, who.namespace)
     return render(
         "index.html",
-        ov=data.overview(store, who.namespace),
+        ov=_overview(request, who),
         jobs=rows,
         more_jobs=more,
         firings=data.firings(
@@ -161,20 +182,34 @@ def index(request: Request) -> Response:
         states=data.FILTER_STATES,
         state=state,
         job_filter=job_id,
-        charts=charts.charts(store, who.namespace),
+        charts=charts.charts(store, who.namespace if who.scoped else None),
         **_base(request, who),
     )
 
 
 def _own_job(request: Request, who: Principal, job_id: int | None) -> int | None:
-    """``job_id`` if that job is in the viewer's namespace; else -1 (shows nothing)."""
+    """The store's id of the job shown as ``job_id`` if that job is in the viewer's
+    namespace; else -1 (shows nothing)."""
     if job_id is None:
         return None
+    store = store_of(request)
+    internal = internal_id(store, job_id)
     try:
-        job = store_of(request).get_job_by_id(JobId(job_id))
+        job = None if internal is None else store.get_job_by_id(JobId(internal))
     except NotFoundError:
-        return -1
-    return job_id if job.namespace == who.namespace else -1
+        job = None
+    return job.id if job is not None and job.namespace == who.namespace else -1
+
+
+def _job_of(request: Request, who: Principal, job_id: str) -> Job | None:
+    """The viewer's job shown as ``job_id``; None for any other text."""
+    store = store_of(request)
+    internal = internal_id(store, job_id)
+    try:
+        job = None if internal is None else store.get_job_by_id(JobId(internal))
+    except NotFoundError:
+        return None
+    return job if job is not None and job.namespace == who.namespace else None
 
 
 @router.get("/ui/jobs/{job_id}")
@@ -183,15 +218,10 @@ def job_page(request: Request, job_id: str) -> Response:
     if who is None:
         return _login_needed(request)
     hours_text = request.query_params.get("hours", "1")
-    if not job_id.isdigit() or len(job_id) > 18 or hours_text not in ("1", "6", "24", "168"):
+    job = _job_of(request, who, job_id)
+    if job is None or hours_text not in ("1", "6", "24", "168"):
         return _not_found(request, who, "job")
     store = store_of(request)
-    try:
-        job = store.get_job_by_id(JobId(int(job_id)))
-    except NotFoundError:
-        return _not_found(request, who, "job")
-    if job.namespace != who.namespace:
-        return _not_found(request, who, "job")
     detail = data.job_detail(store, job, hours=int(hours_text))
     firings = data.firings(store, who.namespace, state=None, job_id=job.id)
     return render(
@@ -200,7 +230,7 @@ def job_page(request: Request, job_id: str) -> Response:
         firings=firings,
         states=data.FILTER_STATES,
         state=None,
-        job_filter=job.id,
+        job_filter=ids_for(store).encode(job.id),
         can_write=who.can("write"),
         **_base(request, who),
     )
@@ -229,15 +259,11 @@ def skip_next(request: Request, job_id: str) -> Response:
             error_body("forbidden", "send it from the dashboard's own page", "HX-Request"), 403
         )
     if not who.can("write"):
-        return JSONResponse(error_body("forbidden", "skipping needs a write token", "role"), 403)
+        message = f"skipping: {missing_role(who, 'write')}"
+        return JSONResponse(error_body("forbidden", message, "role"), 403)
     store = store_of(request)
-    job = None
-    if job_id.isdigit() and len(job_id) <= 18:
-        try:
-            job = store.get_job_by_id(JobId(int(job_id)))
-        except NotFoundError:
-            job = None
-    if job is None or job.namespace != who.namespace:
+    job = _job_of(request, who, job_id)
+    if job is None:
         return JSONResponse(error_body("not_found", "no such job", "job_id"), 404)
     try:
         instants = occurrences_to_skip(job.spec, now=store.now(), next_n=1)
@@ -248,14 +274,15 @@ def skip_next(request: Request, job_id: str) -> Response:
     return Response(status_code=204, headers={"HX-Refresh": "true", **SECURITY_HEADERS})
 
 
-def _own_firing(request: Request, who: Principal, firing_id: str) -> Any:
-    if not firing_id.isdigit() or len(firing_id) > 18:
-        return None
+def _own_firing(request: Request, who: Principal, firing_id: str) -> Firing | None:
+    """The viewer's firing shown as ``firing_id`` (as the store has it); else None."""
+    store = store_of(request)
+    internal = internal_id(store, firing_id)
     try:
-        firing = store_of(request).get_firing(FiringId(int(firing_id)))
+        firing = None if internal is None else store.get_firing(FiringId(internal))
     except NotFoundError:
         return None
-    return firing if firing.namespace == who.namespace else None
+    return firing if firing is not None and firing.namespace == who.namespace else None
 
 
 @router.get("/ui/firings/{firing_id}")
@@ -266,9 +293,11 @@ def firing_page(request: Request, firing_id: str) -> Response:
     firing = _own_firing(request, who, firing_id)
     if firing is None:
         return _not_found(request, who, "firing")
-    attempts = data.attempts(store_of(request), firing)
+    store = store_of(request)
+    attempts = data.attempts(store, firing)
     steps = data.timeline(firing)
-    return render("firing.html", f=firing, steps=steps, attempts=attempts, **_base(request, who))
+    shown = ids_for(store).firing(firing)
+    return render("firing.html", f=shown, steps=steps, attempts=attempts, **_base(request, who))
 
 
 # -- fragments (htmx polls these) ----------------------------------------------------------------
@@ -277,7 +306,7 @@ def overview_fragment(request: Request) -> Response:
     who = viewer(request)
     if who is None:
         return _login_needed(request)
-    return render("overview.html", ov=data.overview(store_of(request), who.namespace))
+    return render("overview.html", ov=_overview(request, who))
 
 
 @router.get("/ui/f/nodes")
@@ -285,7 +314,7 @@ def nodes_fragment(request: Request) -> Response:
     who = viewer(request)
     if who is None:
         return _login_needed(request)
-    return render("nodes.html", ov=data.overview(store_of(request), who.namespace))
+    return render("nodes.html", ov=_overview(request, who))
 
 
 @router.get("/ui/f/jobs")
@@ -319,7 +348,8 @@ def lateness_fragment(request: Request) -> Response:
     who = viewer(request)
     if who is None:
         return _login_needed(request)
-    return render("lateness.html", charts=charts.charts(store_of(request), who.namespace))
+    namespace = who.namespace if who.scoped else None
+    return render("lateness.html", charts=charts.charts(store_of(request), namespace))
 
 
 @router.get("/ui/f/firings/{firing_id}")
@@ -330,8 +360,10 @@ def firing_fragment(request: Request, firing_id: str) -> Response:
     firing = _own_firing(request, who, firing_id)
     if firing is None:
         return _not_found(request, who, "firing")
-    attempts = data.attempts(store_of(request), firing)
-    return render("timeline.html", f=firing, steps=data.timeline(firing), attempts=attempts)
+    store = store_of(request)
+    attempts = data.attempts(store, firing)
+    shown = ids_for(store).firing(firing)
+    return render("timeline.html", f=shown, steps=data.timeline(firing), attempts=attempts)
 
 
 # -- login --------------------------------------------------------------------------------------
@@ -370,14 +402,24 @@ def logout() -> Response:
 # -- Prometheus -----------------------------------------------------------------------------------
 @router.get("/metrics")
 def metrics(request: Request) -> Response:
-    """The cluster's metrics in the Prometheus text format (see observability.cluster)."""
-    if request.app.state.auth_required:
-        who = viewer(request) if request.headers.get("authorization") else None
-        if who is None or not who.can("admin"):
-            return JSONResponse(
-                error_body("unauthorized", "/metrics needs an admin bearer token", "Authorization"),
-                401 if who is None else 403,
-                headers={"WWW-Authenticate": 'Bearer realm="cronwheel"'},
-            )
+    """The metrics in the Prometheus text format (see observability.cluster): every
+    series for a cluster token (or with authentication off); for a namespace's
+    ``admin`` token its namespace's series only (observability.scoped)."""
     registry: CollectorRegistry = request.app.state.metrics_registry
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    if not request.app.state.auth_required:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    who = viewer(request) if request.headers.get("authorization") else None
+    if who is None:
+        return JSONResponse(
+            error_body("unauthorized", "/metrics needs a bearer token", "Authorization"),
+            401,
+            headers={"WWW-Authenticate": 'Bearer realm="cronwheel"'},
+        )
+    if who.cluster:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    if not who.can("admin"):
+        message = f"/metrics: {missing_role(who, 'admin')}"
+        return JSONResponse(error_body("forbidden", message, "Authorization"), 403)
+    scoped = CollectorRegistry(auto_describe=False)
+    scoped.register(NamespaceView(request.app.state.metrics_collector, who.namespace))
+    return Response(generate_latest(scoped), media_type=CONTENT_TYPE_LATEST)

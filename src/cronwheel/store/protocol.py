@@ -363,7 +363,15 @@ class AdminPort(Protocol):
         tasks, most waiting first, counted over at most UNSERVED_SCAN queued firings."""
         ...
 
-    def status(self) -> StoreStatus: ...
+    def status(self, *, namespace: str | None = None) -> StoreStatus:
+        """Counts, jobs and the oldest queued firing of the cluster, or of ``namespace``
+        only; the lease and the nodes are the cluster's either way."""
+        ...
+
+    def id_key(self) -> bytes:
+        """The cluster's secret for the ids users see (``domain/ids.py``): 32 random
+        bytes, created once by ``migrate`` and never changed."""
+        ...
 
 
 class Store(DispatchPort, WorkerPort, JobsPort, AdminPort, Protocol):
