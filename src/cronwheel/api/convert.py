@@ -16,7 +16,7 @@ from fastapi import Request
 from cronwheel.api.errors import HttpError
 from cronwheel.api.schemas import PoliciesIn, ScheduleIn
 from cronwheel.domain.firing import format_instant
-from cronwheel.domain.ids import IdCodec
+from cronwheel.domain.ids import IdCodec, Kind
 from cronwheel.domain.models import DURATION_POLICIES, Job, JobPolicies
 from cronwheel.domain.schedules import (
     Schedule,
@@ -160,9 +160,13 @@ def _bad_cursor() -> HttpError:
     return HttpError(400, "invalid_cursor", "the cursor is not valid here", field="cursor")
 
 
+def _kind_of(listing: str) -> Kind:
+    return "job" if listing == "jobs" else "firing"
+
+
 def encode_cursor(ids: IdCodec, namespace: str, kind: str, position: int) -> str:
     """The cursor after the store's id ``position``."""
-    shown = ids.encode(position)
+    shown = ids.encode(_kind_of(kind), position)
     raw = json.dumps({"ns": namespace, "k": kind, "p": shown}, separators=(",", ":"))
     return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii").rstrip("=")
 
@@ -179,7 +183,7 @@ def decode_cursor(ids: IdCodec, text: str, namespace: str, kind: str) -> int:
     if not isinstance(doc, dict) or doc.get("ns") != namespace or doc.get("k") != kind:
         raise _bad_cursor()
     position = doc.get("p")
-    internal = ids.decode(position) if type(position) is int else None
+    internal = ids.decode(_kind_of(kind), position) if type(position) is int else None
     if internal is None:
         raise _bad_cursor()
     return internal

@@ -25,13 +25,13 @@ from cronwheel.api.errors import HttpError
 from cronwheel.api.routes_jobs import JobName
 from cronwheel.api.schemas import CancelOut, EnqueueIn, FiringList, FiringOut, FiringStateName
 from cronwheel.domain.attempts import Attempt
-from cronwheel.domain.ids import IdCodec
 from cronwheel.domain.firing import FiringState
+from cronwheel.domain.ids import IdCodec
 from cronwheel.domain.jobs import require_served_task
 from cronwheel.domain.models import Firing, FiringId, JobSpec
+from cronwheel.domain.results import CancelResult
 from cronwheel.domain.schedules import NowSchedule
 from cronwheel.errors import FiringNotFoundError
-from cronwheel.domain.results import CancelResult
 from cronwheel.store.protocol import ApiStore
 from cronwheel.web.ids import internal_id
 from cronwheel.wire import cancel_to_json, firing_to_json
@@ -46,7 +46,7 @@ def _firing(store: ApiStore, principal: Principal, firing_id: int) -> Firing:
     """The firing of the shown id ``firing_id`` (as the store has it) if it belongs to
     the caller's namespace; else the same 404 as a firing that does not exist (no
     existence oracle)."""
-    internal = internal_id(store, firing_id)
+    internal = internal_id(store, "firing", firing_id)
     try:
         firing = None if internal is None else store.get_firing(FiringId(internal))
     except FiringNotFoundError:
@@ -129,7 +129,7 @@ def list_job_firings(
     """Newest first; `state` repeatable; `scheduled_from <= scheduled_for < scheduled_to`."""
     store, ids = store_of(request), ids_of(request)
     job = store.get_job(principal.namespace, name)
-    kind = f"firings:{ids.encode(job.id)}"
+    kind = f"firings:{ids.encode('job', job.id)}"
     before = None if cursor is None else decode_cursor(ids, cursor, principal.namespace, kind)
     firings = store.list_job_firings(
         job.id,

@@ -233,7 +233,7 @@ def backfill_job(
         "requested": len(instants),
         "inserted": len(added.inserted),
         "duplicates": added.duplicates,
-        "firing_ids": [ids_of(request).encode(f.id) for f in added.inserted],
+        "firing_ids": [ids_of(request).encode("firing", f.id) for f in added.inserted],
     }
 
 

@@ -76,7 +76,7 @@ def local_firing_id(store: Any, shown: int) -> Any:
     from cronwheel.errors import FiringNotFoundError
     from cronwheel.web.ids import internal_id
 
-    internal = internal_id(store, shown)
+    internal = internal_id(store, "firing", shown)
     if internal is None:
         raise FiringNotFoundError(f"no firing with id {shown}", field="firing_id")
     return FiringId(internal)

@@ -109,7 +109,7 @@ def _list_local(
         )
         late = _retried_lateness(firings, store.list_attempts)
         ids = shown_ids(store)
-        shown_late = {ids.encode(k): v for k, v in late.items()}
+        shown_late = {ids.encode("firing", k): v for k, v in late.items()}
         return [ids.firing(f) for f in firings], shown_late
     finally:
         store.close()

@@ -51,8 +51,7 @@ def create_command(
         store.close()
     scope = "the cluster" if cluster else f"namespace {namespace}"
     click.echo(
-        f"created token {record.id} ({scope}, role {role}); "
-        "store it now, it is not shown again:",
+        f"created token {record.id} ({scope}, role {role}); store it now, it is not shown again:",
         err=True,
     )
     click.echo(text)

@@ -95,6 +95,11 @@ def charts(store: ApiStore, namespace: str | None) -> Charts:
     )
     left, plot_w = 44, width - 50
     if timed:
+        ids = ids_for(store)
+
+        def shown(internal: int) -> int:
+            return ids.encode("firing", internal)
+
         t0, t1 = timed[0][0], timed[-1][0]
         total = max((t1 - t0).total_seconds(), 1e-6)
         for started, s, f in timed:
@@ -104,7 +109,7 @@ def charts(store: ApiStore, namespace: str | None) -> Charts:
                     x=round(x, 1),
                     y=round(_log_y(s, top, plot_h), 1),
                     over=s > goal_s,
-                    title=f"{f.job_name} #{ids_for(store).encode(f.id)}: {fmt_ms(s * 1000)} late",
+                    title=f"{f.job_name} #{shown(f.id)}: {fmt_ms(s * 1000)} late",
                 )
             )
         span = f"{fmt_utc(t0)[11:19]} – {fmt_utc(t1)[11:19]} UTC"

@@ -275,7 +275,7 @@ def jobs(store: ApiStore, namespace: str) -> tuple[list[JobRow], bool]:
         last = next((f for f in recent if f.state.value not in _OPEN_STATES), None)
         rows.append(
             JobRow(
-                id=ids.encode(job.id),
+                id=ids.encode("job", job.id),
                 name=job.name,
                 task=job.spec.task,
                 written=written(job),
@@ -285,7 +285,7 @@ def jobs(store: ApiStore, namespace: str) -> tuple[list[JobRow], bool]:
                 state=job_state(job),
                 next=upcoming(job, now, 2),
                 last_outcome=None if last is None else last.state.value,
-                last_firing_id=None if last is None else ids.encode(last.id),
+                last_firing_id=None if last is None else ids.encode("firing", last.id),
                 backlog=backlog.get(job.name, 0),
                 p99=fmt_ms(lat.p99_ms),
                 breached=lat.breached,
@@ -370,7 +370,7 @@ def job_detail(store: ApiStore, job: Job, *, hours: int) -> dict[str, Any]:
             "fate": o.fate,
             "kind": o.fate.split(" ")[0],
             "detail": o.detail,
-            "firing_id": None if o.firing_id is None else ids.encode(o.firing_id),
+            "firing_id": None if o.firing_id is None else ids.encode("firing", o.firing_id),
         }
         for o in reversed(shown[-200:])
     ]

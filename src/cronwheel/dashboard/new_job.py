@@ -147,4 +147,4 @@ def _create(request: Request, who: Principal, values: dict[str, str]) -> int:
     if values.get("allow_unknown_task") != "on":
         require_served_task(spec.task, [t.task for t in store.served_tasks()])
     job = store.create_job(spec, first_fire_at=spec_first_fire_at(spec, store.now()))
-    return ids_for(store).encode(job.id)  # the shown id, as in the API
+    return ids_for(store).encode("job", job.id)  # the shown id, as in the API

@@ -46,9 +46,9 @@ from cronwheel.web.auth import (
     start_session,
     store_of,
 )
-from cronwheel.web.ids import ids_for, internal_id
 from cronwheel.web.auth import who as signer
 from cronwheel.web.errors import error_body
+from cronwheel.web.ids import ids_for, internal_id
 
 from . import charts, data
 
@@ -193,7 +193,7 @@ def _own_job(request: Request, who: Principal, job_id: int | None) -> int | None
     if job_id is None:
         return None
     store = store_of(request)
-    internal = internal_id(store, job_id)
+    internal = internal_id(store, "job", job_id)
     try:
         job = None if internal is None else store.get_job_by_id(JobId(internal))
     except NotFoundError:
@@ -204,7 +204,7 @@ def _own_job(request: Request, who: Principal, job_id: int | None) -> int | None
 def _job_of(request: Request, who: Principal, job_id: str) -> Job | None:
     """The viewer's job shown as ``job_id``; None for any other text."""
     store = store_of(request)
-    internal = internal_id(store, job_id)
+    internal = internal_id(store, "job", job_id)
     try:
         job = None if internal is None else store.get_job_by_id(JobId(internal))
     except NotFoundError:
@@ -230,7 +230,7 @@ def job_page(request: Request, job_id: str) -> Response:
         firings=firings,
         states=data.FILTER_STATES,
         state=None,
-        job_filter=ids_for(store).encode(job.id),
+        job_filter=ids_for(store).encode("job", job.id),
         can_write=who.can("write"),
         **_base(request, who),
     )
@@ -277,7 +277,7 @@ def skip_next(request: Request, job_id: str) -> Response:
 def _own_firing(request: Request, who: Principal, firing_id: str) -> Firing | None:
     """The viewer's firing shown as ``firing_id`` (as the store has it); else None."""
     store = store_of(request)
-    internal = internal_id(store, firing_id)
+    internal = internal_id(store, "firing", firing_id)
     try:
         firing = None if internal is None else store.get_firing(FiringId(internal))
     except NotFoundError:

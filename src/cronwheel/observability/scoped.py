@@ -25,6 +25,7 @@ cluster collector until it is listed here (the safe default).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -82,10 +83,8 @@ class NamespaceView(Collector):
         out += [_only(f, self.namespace) for f in families if f.name in NAMESPACED]
         up = next(f for f in families if f.name == "cronwheel_store_up")
         if up.samples and up.samples[0].value == 1:
-            try:
+            with contextlib.suppress(CronwheelError):  # the store failed since: show the rest
                 out += list(self._own(self.collector.store))
-            except CronwheelError:
-                pass  # the store failed since: the scrape shows what it has
         return out
 
     def _own(self, store: ApiStore) -> Iterable[Metric]:
@@ -130,8 +129,7 @@ class NamespaceView(Collector):
         bounded = len(jobs) <= bound
         backlog = GaugeMetricFamily(
             "cronwheel_job_backlog",
-            "QUEUED + CLAIMED + RUNNING firings per job (while the namespace's jobs <= the"
-            " bound).",
+            "QUEUED + CLAIMED + RUNNING firings per job (while the namespace's jobs <= the bound).",
             labels=["namespace", "job"],
         )
         p99 = GaugeMetricFamily(

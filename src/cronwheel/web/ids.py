@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from weakref import WeakKeyDictionary
 
-from cronwheel.domain.ids import MAX_ID, IdCodec
+from cronwheel.domain.ids import MAX_ID, IdCodec, Kind
 from cronwheel.store.protocol import AdminPort
 
 __all__ = ["IdCodec", "ids_for", "internal_id"]
@@ -23,12 +23,12 @@ def ids_for(store: AdminPort) -> IdCodec:
     return codec
 
 
-def internal_id(store: AdminPort, shown: int | str) -> int | None:
-    """The store's id of a shown id (a path, query or CLI argument: ASCII digits, or an
-    int already parsed); None when it is not one (malformed or out of range), which
-    callers answer as they answer an id that does not exist."""
+def internal_id(store: AdminPort, kind: Kind, shown: int | str) -> int | None:
+    """The store's id of a shown job or firing id (a path, query or CLI argument: ASCII
+    digits, or an int already parsed); None when it is not one (malformed or out of
+    range), which callers answer as they answer an id that does not exist."""
     if isinstance(shown, str):
         if not (shown.isascii() and shown.isdigit()) or len(shown) > len(str(MAX_ID)):
             return None
         shown = int(shown)
-    return ids_for(store).decode(shown)
+    return ids_for(store).decode(kind, shown)
