@@ -171,7 +171,7 @@ def test_a_namespace_admin_reads_only_its_namespace_metrics(sec: Sec) -> None:
     assert f'cronwheel_namespace_firings{{namespace="{OTHER}",state="queued"}} 1.0' in r.text
     assert 'cronwheel_queue_depth{state="queued"} 1.0' in r.text  # team-b's one, not 2
     assert "cronwheel_jobs 1.0" in r.text and "cronwheel_store_up 1.0" in r.text
-    assert f'cronwheel_job_backlog{{namespace="{OTHER}",job="b-own"}} 1.0' in r.text
+    assert f'cronwheel_job_backlog{{job="b-own",namespace="{OTHER}"}} 1.0' in r.text
     for cluster_only in (
         "cronwheel_nodes",
         "cronwheel_node_heartbeat_age_seconds",
