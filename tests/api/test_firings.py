@@ -7,7 +7,6 @@ from datetime import timedelta
 import pytest
 
 from cronwheel.domain.firing import FiringState
-from cronwheel.domain.models import FiringId
 from cronwheel.store.protocol import Completion
 from cronwheel.web.ids import ids_for
 from tests.api.conftest import Api
@@ -31,7 +30,7 @@ def _dead(api: Api) -> int:
         api.store.complete(
             [
                 Completion(
-                    firing_id=FiringId(firing_id),
+                    firing_id=claimed.firing.id,  # the store's id (the API shows another)
                     claim_token=claimed.claim_token,
                     succeeded=False,
                     started_at=now,
