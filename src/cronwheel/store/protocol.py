@@ -138,6 +138,11 @@ class DispatchPort(Protocol):
 class WorkerPort(Protocol):
     """The worker's port: claims, heartbeats, outcomes, wake-ups, its node record."""
 
+    def id_key(self) -> bytes:
+        """The cluster's secret for the ids users see (see AdminPort.id_key): a
+        handler's context carries those ids."""
+        ...
+
     def claim(
         self,
         worker_id: str,

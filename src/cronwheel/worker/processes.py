@@ -123,7 +123,7 @@ class ChildAttempt:
         args = (
             list(dict.fromkeys(modules)),
             self.task.name,
-            self.firing,
+            self.ctx.visible,  # the child's handler sees the ids users see
             self.ctx.claim_token,
             self.ctx.worker_id,
             child,
