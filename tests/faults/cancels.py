@@ -60,10 +60,8 @@ def effects(cluster: Cluster) -> dict[str, int]:
     return {r["key"]: int(r["runs"]) for r in cluster.sql("SELECT key, runs FROM fault_effects")}
 
 
-def key_of(cluster: Cluster, f: Firing) -> str:
-    """The idempotency key a handler got for the store's firing ``f`` (it names the job
-    id users see, cronwheel.domain.ids)."""
-    return idempotency_key(cluster.shown("job", int(f.job_id)), f.scheduled_for)
+def key_of(f: Firing) -> str:
+    return idempotency_key(int(f.job_id), f.scheduled_for)
 
 
 def wait_terminal(cluster: Cluster, job_ids: set[int], count: int, timeout: float) -> None:

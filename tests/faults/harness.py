@@ -329,18 +329,6 @@ class Cluster:
 
         return ids_for(self.client.store).encode("job" if kind == "job" else "firing", internal)
 
-    def stored(self, shown_firing_id: int) -> int:
-        """The store's id of a firing shown as ``shown_firing_id`` (a handler's, the API's)."""
-        from cronwheel.web.ids import ids_for
-
-        internal = ids_for(self.client.store).decode("firing", shown_firing_id)
-        assert internal is not None, shown_firing_id
-        return internal
-
-    def key_prefix(self, job_id: int) -> str:
-        """The start of the idempotency keys of the store's job ``job_id``."""
-        return f"{self.shown('job', job_id)}:"
-
     def sql(self, text: str, params: Any = None, *, retry_s: float = 20.0) -> list[dict[str, Any]]:
         """Run one statement on the test's own session; reconnect (bounded) after a restart."""
         deadline = time.monotonic() + retry_s

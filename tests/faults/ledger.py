@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 from cronwheel.domain.firing import idempotency_key
-from cronwheel.domain.ids import IdCodec
 
 # -- inputs --------------------------------------------------------------------------
 
@@ -223,14 +222,7 @@ def check(
     for f in firings:
         by_job[f["job_id"]][f["scheduled_for"]] = f
     known = {e.job_id: e for e in expectations}
-    # a handler's key names the job id users see (cronwheel.domain.ids)
-    (secret,) = conn.execute("SELECT value FROM meta WHERE key = 'id_key'").fetchall()
-    ids = IdCodec(bytes.fromhex(secret["value"]))
-
-    def key_of(job_id: int, t: datetime) -> str:
-        return idempotency_key(ids.encode("job", job_id), t)
-
-    keys_of_rows = {key_of(f["job_id"], f["scheduled_for"]): f for f in firings}
+    keys_of_rows = {idempotency_key(f["job_id"], f["scheduled_for"]): f for f in firings}
 
     required = {e.job_id: set(e.required()) for e in expectations}
     # lost
@@ -238,7 +230,7 @@ def check(
         rows = by_job.get(exp.job_id, {})
         for t in sorted(required[exp.job_id]):
             report.expected += 1
-            key = key_of(exp.job_id, t)
+            key = idempotency_key(exp.job_id, t)
             row = rows.get(t)
             if row is None:
                 report.lost.append(f"{exp.name} {key}: never enqueued")

@@ -96,7 +96,7 @@ def test_crowd_held_before_its_instant_cancelled_half_never_runs(
         client = clients.pop()  # as many threads as clients
         try:
             t0 = time.monotonic()
-            result = client.cancel_firing(cluster.shown("firing", fid))  # the API's id
+            result = client.cancel_firing(cluster.shown("firing", fid))
             with lock:
                 answers[fid] = (result, datetime.now(UTC))
                 took.append(time.monotonic() - t0)
@@ -157,9 +157,7 @@ def test_crowd_held_before_its_instant_cancelled_half_never_runs(
     final = firings_of(cluster, job_ids)
     log, runs = log_by_key(cluster), effects(cluster)
     ran_cancelled = [
-        fid
-        for fid in cancelled
-        if key_of(cluster, final[fid]) in log or key_of(cluster, final[fid]) in runs
+        fid for fid in cancelled if key_of(final[fid]) in log or key_of(final[fid]) in runs
     ]
     assert not ran_cancelled, f"cancelled firings that ran: {ran_cancelled}"
     assert all(final[fid].state == FiringState.CANCELLED for fid in cancelled)
@@ -173,13 +171,13 @@ def test_crowd_held_before_its_instant_cancelled_half_never_runs(
     not_once = {
         fid: (
             final[fid].state.value,
-            len(log.get(key_of(cluster, final[fid]), [])),
-            runs.get(key_of(cluster, final[fid])),
+            len(log.get(key_of(final[fid]), [])),
+            runs.get(key_of(final[fid])),
         )
         for fid in keep_ids
         if final[fid].state != FiringState.SUCCEEDED
-        or len(log.get(key_of(cluster, final[fid]), [])) != 1
-        or runs.get(key_of(cluster, final[fid])) != 1
+        or len(log.get(key_of(final[fid]), [])) != 1
+        or runs.get(key_of(final[fid])) != 1
         or final[fid].attempt != 1
     }
     assert not not_once, f"kept firings that did not run exactly once: {not_once}"
@@ -187,8 +185,7 @@ def test_crowd_held_before_its_instant_cancelled_half_never_runs(
     assert not any(lost.values()), f"a cancel reported as a lost claim: {lost}"
     cluster.assert_healthy_logs()
     lateness = [
-        (min(e["start"] for e in log[key_of(cluster, final[fid])]) - when.timestamp())
-        for fid in keep_ids
+        (min(e["start"] for e in log[key_of(final[fid])]) - when.timestamp()) for fid in keep_ids
     ]
     cluster.figures.update(
         engine=cluster.engine,
@@ -234,30 +231,28 @@ def test_cancelled_running_firing_whose_worker_is_killed_ends_cancelled(
     )
     job_id = h.expectation.job_id
     first = wait_until(
-        lambda: [
-            e for e in cluster.executions_log() if e["key"].startswith(cluster.key_prefix(job_id))
-        ],
+        lambda: [e for e in cluster.executions_log() if e["key"].startswith(f"{job_id}:")],
         15,
         message="the slow firing to start",
     )[0]
     fid, key = int(first["firing_id"]), first["key"]
     victim = cluster.by_pid(first["pid"])
     assert victim in env.workers and first["attempt"] == 1
-    answer = env.api.cancel_firing(fid)
+    answer = env.api.cancel_firing(cluster.shown("firing", fid))
     assert answer.outcome == "cancel_requested", answer
     assert answer.firing.state == FiringState.RUNNING and answer.firing.cancel_requested_at
     t_kill = victim.kill()
     cluster.disrupted[victim.pid] = "worker SIGKILLed after its running firing was cancelled"
 
     def ended_yet() -> Firing | None:
-        f = env.api.get_firing(fid)
+        f = env.api.get_firing(cluster.shown("firing", fid))
         return f if f.state in TERMINAL_STATES else None
 
     ended = wait_until(
         ended_yet,
         redelivery_bound(vt) + 3,
         0.05,
-        message=lambda: f"the firing to end: {env.api.get_firing(fid)}",
+        message=lambda: f"the firing to end: {env.api.get_firing(cluster.shown('firing', fid))}",
     )
     ended_after = time.time() - t_kill
     assert ended is not None
@@ -270,7 +265,7 @@ def test_cancelled_running_firing_whose_worker_is_killed_ends_cancelled(
     probe = cluster.one_shot(
         "probe", datetime.now(UTC) + timedelta(seconds=1.0), visibility_timeout=vt
     )
-    probe_key = cluster.key_prefix(probe.expectation.job_id)
+    probe_key = f"{probe.expectation.job_id}:"
     wait_until(
         lambda: [e for e in cluster.executions_log() if e["key"].startswith(probe_key)],
         15,
@@ -279,7 +274,7 @@ def test_cancelled_running_firing_whose_worker_is_killed_ends_cancelled(
     runs = [e for e in cluster.executions_log() if e["key"] == key]
     assert [(e["phase"], e["attempt"], e["pid"]) for e in runs] == [("start", 1, victim.pid)], runs
     assert key not in effects(cluster)
-    final = env.api.get_firing(fid)
+    final = env.api.get_firing(cluster.shown("firing", fid))
     assert (final.state, final.attempt) == (FiringState.CANCELLED, 1), final
     assert survivor.alive()
     cluster.assert_healthy_logs()
@@ -351,7 +346,7 @@ def test_held_by_a_killed_worker_cancelled_half_never_runs_the_rest_runs_once(
     for fid in cancel_ids:
         f = final[fid]
         assert f.state == FiringState.CANCELLED and f.started_at is None, f
-        assert key_of(cluster, f) not in log and key_of(cluster, f) not in runs, f
+        assert key_of(f) not in log and key_of(f) not in runs, f
     survivor_id = str(survivor.events("worker_started")[0]["worker_id"])
     bad = {
         fid: (final[fid].state.value, final[fid].attempt, final[fid].worker_id)
@@ -359,8 +354,8 @@ def test_held_by_a_killed_worker_cancelled_half_never_runs_the_rest_runs_once(
         if final[fid].state != FiringState.SUCCEEDED
         or final[fid].attempt != 1  # the held attempt was given back
         or final[fid].worker_id != survivor_id
-        or runs.get(key_of(cluster, final[fid])) != 1
-        or [e["pid"] for e in log.get(key_of(cluster, final[fid]), [])] != [survivor.pid]
+        or runs.get(key_of(final[fid])) != 1
+        or [e["pid"] for e in log.get(key_of(final[fid]), [])] != [survivor.pid]
     }
     assert not bad, f"held firings not run exactly once by the survivor: {bad}"
     cluster.wait_drained(5)  # nothing else left queued, held or running
@@ -401,38 +396,34 @@ def test_cancelled_running_firing_of_a_frozen_worker_stays_cancelled_after_it_th
     )
     job_id = h.expectation.job_id
     first = wait_until(
-        lambda: [
-            e for e in cluster.executions_log() if e["key"].startswith(cluster.key_prefix(job_id))
-        ],
+        lambda: [e for e in cluster.executions_log() if e["key"].startswith(f"{job_id}:")],
         15,
         message="the slow firing to start",
     )[0]
     fid, key = int(first["firing_id"]), first["key"]
     zombie = cluster.by_pid(first["pid"])
     assert zombie in env.workers
-    assert env.api.cancel_firing(fid).outcome == "cancel_requested"
+    assert env.api.cancel_firing(cluster.shown("firing", fid)).outcome == "cancel_requested"
     zombie.signal(signal.SIGSTOP)
     cluster.disrupted[zombie.pid] = "worker SIGSTOPped after its running firing was cancelled"
     try:
         wait_until(
-            lambda: env.api.get_firing(fid).state == FiringState.CANCELLED,
+            lambda: env.api.get_firing(cluster.shown("firing", fid)).state == FiringState.CANCELLED,
             redelivery_bound(vt) + 3,
             0.05,
-            message=lambda: f"the firing to end cancelled: {env.api.get_firing(fid)}",
+            message=lambda: (
+                f"the firing to end cancelled: {env.api.get_firing(cluster.shown('firing', fid))}"
+            ),
         )
     finally:
         zombie.signal(signal.SIGCONT)
     rejected = wait_until(
-        lambda: [
-            e
-            for e in zombie.events("completion_rejected")
-            if e["firing_id"] == cluster.stored(fid)  # the worker logs the store's id
-        ],
+        lambda: [e for e in zombie.events("completion_rejected") if e["firing_id"] == fid],
         run_s + 10,
         0.1,
         message="the thawed worker's late result to be rejected",
     )
-    final = env.api.get_firing(fid)
+    final = env.api.get_firing(cluster.shown("firing", fid))
     assert (final.state, final.attempt) == (FiringState.CANCELLED, 1), final
     assert final.reason, final
     runs = [

@@ -92,7 +92,7 @@ def _round(
             client = clients.pop()
         try:
             c.sent = time.time()
-            c.result = client.cancel_firing(cluster.shown("firing", c.firing_id))  # API's id
+            c.result = client.cancel_firing(cluster.shown("firing", c.firing_id))  # the API's id
             c.answered = time.time()
         finally:
             with lock:
@@ -200,11 +200,9 @@ def test_cancel_races_claim_start_and_completion(cluster: Cluster, closing: list
     for c in cancels:
         assert c.firing_id is not None
         f = final[c.firing_id]
-        kind, problem = _verdict(
-            c, f, log.get(key_of(cluster, f), []), runs.get(key_of(cluster, f))
-        )
+        kind, problem = _verdict(c, f, log.get(key_of(f), []), runs.get(key_of(f)))
         kinds[kind] += 1
-        starts = [e["start"] for e in log.get(key_of(cluster, f), []) if e["phase"] == "start"]
+        starts = [e["start"] for e in log.get(key_of(f), []) if e["phase"] == "start"]
         if c.result and c.result.outcome == "cancel_requested" and starts:
             late_starts += starts[0] > c.answered
         if problem is not None:

@@ -67,7 +67,7 @@ def _slow_job(cluster: Cluster, name: str, seconds: float, vt: float) -> tuple[i
         10,
         message="the slow firing to be enqueued",
     )
-    key = cluster.key_prefix(h.expectation.job_id)
+    key = f"{h.expectation.job_id}:"
     start = wait_until(
         lambda: [e for e in cluster.executions_log() if e["key"].startswith(key)],
         10,
