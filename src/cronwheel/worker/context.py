@@ -138,7 +138,7 @@ def ids_of(store: Any) -> IdCodec:
 def make_context(
     firing: Firing, claim_token: str, worker_id: str, ids: IdCodec | None = None
 ) -> Context:
-    """A handler's context; with ``ids`` its ids are those users see (a child process
-    is given the shown firing already: no ``ids``)."""
+    """A handler's context; with ``ids`` its ids are those users see (a child process is
+    given the shown firing along: it sets ``shown`` itself)."""
     shown = None if ids is None else ids.firing(firing)
     return Context(firing=firing, claim_token=claim_token, worker_id=worker_id, shown=shown)

@@ -123,7 +123,8 @@ class ChildAttempt:
         args = (
             list(dict.fromkeys(modules)),
             self.task.name,
-            self.ctx.visible,  # the child's handler sees the ids users see
+            self.firing,
+            self.ctx.shown,  # the child's handler sees the ids users see
             self.ctx.claim_token,
             self.ctx.worker_id,
             child,
