@@ -23,6 +23,7 @@ from starlette.routing import Mount, Route
 from cronwheel.cli.main import main
 from cronwheel.domain.ids import MAX_ID, Kind
 from cronwheel.domain.models import NodeInfo
+from cronwheel.errors import ValidationError
 from cronwheel.web.ids import ids_for
 from cronwheel.web.tokens import CLUSTER, issue_token
 from tests.security.conftest import NS, OTHER, Sec
@@ -235,7 +236,7 @@ def test_cluster_tokens_see_every_namespace_and_no_job(sec: Sec) -> None:
 
 
 def test_a_cluster_token_has_no_write_role(sec: Sec) -> None:
-    with pytest.raises(Exception, match="role read or admin"):
+    with pytest.raises(ValidationError, match="role read or admin"):
         issue_token(sec.store, namespace=CLUSTER, role="write")
 
 
