@@ -71,14 +71,17 @@ def append_line(entry: dict[str, Any]) -> None:
 def _entry(ctx: Context, phase: str, start: float, end: float | None) -> dict[str, Any]:
     return {
         "phase": phase,
-        "key": ctx.idempotency_key,
+        # the key with the store's job id, to compare with the store's rows; "shown_key"
+        # is the handler's own (the id users see, cronwheel.domain.ids)
+        "key": ctx.firing.idempotency_key,
+        "shown_key": ctx.idempotency_key,
         "attempt": ctx.attempt,
         "pid": os.getpid(),
         "start": start,
         "end": end,
         "scheduled_for": ctx.scheduled_for.timestamp(),
         "job": ctx.job,
-        "firing_id": ctx.firing_id,
+        "firing_id": ctx.firing.id,  # the store's id
     }
 
 

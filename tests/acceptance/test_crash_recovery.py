@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cronwheel import App, FiringState, at, idempotency_key, now
+from cronwheel.web.ids import ids_for
 from tests.acceptance.conftest import Cluster, check_ledger, executions, wait_until
 
 BURST = 300
@@ -253,10 +254,12 @@ def test_worker_killed_mid_run_is_redelivered_with_the_same_key(cluster: Cluster
     assert starts_seen[1][1:] == (2, first["key"])
     assert starts_seen[0][0] != starts_seen[1][0]  # two different worker processes
 
-    shown = cluster.cli_json("firings", "show", str(final.id))
+    with cluster.store() as store:  # the CLI takes and shows the ids users see
+        shown_id = ids_for(store).encode("firing", final.id)
+    shown = cluster.cli_json("firings", "show", str(shown_id))
     assert shown["state"] == "succeeded"
     assert shown["attempt"] == 2
-    assert shown["idempotency_key"] == first["key"]
+    assert shown["idempotency_key"] == first["shown_key"]  # the handler's own key
     assert shown["worker_id"] == final.worker_id
     assert f":{worker_b.pid}:" in final.worker_id
     assert scheduler.events("claims_requeued"), "the reaper never re-queued the expired claim"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from cronwheel.cli.main import main
+from cronwheel.web.ids import ids_for
 from tests.api.conftest import Server
 
 
@@ -100,22 +101,23 @@ def test_remote_jobs_and_firings(
     assert server.store.get_job("team-a", "n1").paused
     assert run(["jobs", "resume", "n1"], capsys)[0] == 0
     firing = server.store.add_firings("team-a", "n1", [server.store.now()], note="t").inserted[0]
+    fid = ids_for(server.store).encode("firing", firing.id)  # the id the API shows
     code, out, _ = run(["firings", "list", "--job", "n1", "--json"], capsys)
-    assert [f["id"] for f in json.loads(out)] == [firing.id]
+    assert [f["id"] for f in json.loads(out)] == [fid]
     (held,) = server.store.claim("w-9", tasks=["t"], limit=1, start=0)
     assert held.firing.id == firing.id and not held.started
-    code, out, _ = run(["firings", "show", str(firing.id), "--json"], capsys)
+    code, out, _ = run(["firings", "show", str(fid), "--json"], capsys)
     shown = json.loads(out)
     assert (shown["state"], shown["worker_id"]) == ("claimed", "w-9")
     assert [(a["attempt"], a["outcome"]) for a in shown["attempts"]] == [(1, "claimed")]
-    code, out, _ = run(["firings", "show", str(firing.id)], capsys)
+    code, out, _ = run(["firings", "show", str(fid)], capsys)
     assert "1 attempt(s)" in out and "claimed" in out
-    code, out, _ = run(["firings", "cancel", str(firing.id)], capsys)
+    code, out, _ = run(["firings", "cancel", str(fid)], capsys)
     assert out.startswith("cancelled")
-    code, _, err = run(["firings", "retry", str(firing.id)], capsys)
+    code, _, err = run(["firings", "retry", str(fid)], capsys)
     assert code == 2 and "dead" in err
     code, out, _ = run(["firings", "list", "--json"], capsys)  # the namespace's firings
-    assert [f["id"] for f in json.loads(out)] == [firing.id]
+    assert [f["id"] for f in json.loads(out)] == [fid]
     code, _, err = run(["jobs", "show", "ghost"], capsys)
     assert (code, err) == (2, "cronwheel: error: name: no job named 'ghost'\n")
     code, _, err = run(["jobs", "list", "--namespace", "other"], capsys)
@@ -123,7 +125,7 @@ def test_remote_jobs_and_firings(
     assert run(["jobs", "delete", "n1"], capsys)[0] == 0
     monkeypatch.setenv("CRONWHEEL_TOKEN", server.read)
     code, _, err = run(["jobs", "add", "n2", "--task", "t", "--now"], capsys)
-    assert code == 2 and "may only read" in err and server.read not in err
+    assert code == 2 and "needs the write role" in err and server.read not in err
     monkeypatch.delenv("CRONWHEEL_TOKEN")
     code, _, err = run(["jobs", "list"], capsys)
     assert code == 2 and "Authorization" in err

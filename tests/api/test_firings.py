@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 
 from cronwheel.domain.firing import FiringState
-from cronwheel.domain.models import FiringId
 from cronwheel.store.protocol import Completion
+from cronwheel.web.ids import ids_for
 from tests.api.conftest import Api
 
 
@@ -30,7 +30,7 @@ def _dead(api: Api) -> int:
         api.store.complete(
             [
                 Completion(
-                    firing_id=FiringId(firing_id),
+                    firing_id=claimed.firing.id,  # the store's id (the API shows another)
                     claim_token=claimed.claim_token,
                     succeeded=False,
                     started_at=now,
@@ -104,7 +104,7 @@ def test_cancel_outcomes(api: Api) -> None:
     api.clock.advance(1)
     second = api.call("POST", "/v1/firings", json={"task": "report"}).json()["id"]
     (claimed,) = api.store.claim("w1", tasks=["report"], limit=1)
-    running = claimed.firing.id
+    running = ids_for(api.store).encode("firing", claimed.firing.id)
     queued = second if running == first else first
     r = api.call("POST", f"/v1/firings/{queued}/cancel")
     assert (r.json()["result"], r.json()["firing"]["state"]) == ("cancelled", "cancelled")
@@ -121,7 +121,7 @@ def test_a_held_firing_is_shown_claimed_and_cancelled_at_once(api: Api) -> None:
     (the API answered 500 on such a firing: its response model lacked the state)."""
     held = api.call("POST", "/v1/firings", json={"task": "report"}).json()["id"]
     (claimed,) = api.store.claim("w1", tasks=["report"], limit=1, start=0)
-    assert claimed.firing.id == held and not claimed.started
+    assert ids_for(api.store).encode("firing", claimed.firing.id) == held and not claimed.started
     r = api.call("GET", f"/v1/firings/{held}")
     assert (r.status_code, r.json()["state"], r.json()["started_at"]) == (200, "claimed", None)
     job = r.json()["job"]

@@ -8,6 +8,7 @@ import pytest
 
 from cronwheel.domain.fates import explain
 from cronwheel.domain.firing import FiringState
+from cronwheel.web.ids import ids_for
 from tests.api.conftest import Api, Server
 
 # "0 9 * * *" in Europe/Berlin from T0 (2026-03-01 12:00Z): 09:00 CET is 08:00Z
@@ -27,7 +28,7 @@ def test_skip_one_occurrence_names_who_and_why_and_explain_shows_it(api: Api) ->
     (res,) = r.json()["results"]
     assert r.json()["reason"] == reason
     assert (res["at"], res["outcome"], res["state"]) == (MON, "skipped", "skipped")
-    f = api.store.get_firing(res["firing_id"])
+    f = api.store.get_firing(ids_for(api.store).decode("firing", res["firing_id"]))  # the id shown
     assert f.state is FiringState.SKIPPED and f.reason == reason
     job = api.store.get_job("team-a", "nightly")
     assert job.paused is False  # the job itself goes on

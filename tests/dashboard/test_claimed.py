@@ -9,17 +9,29 @@ import warnings
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cronwheel.domain.clock import FakeClock
 from cronwheel.server import create_app
 from cronwheel.store.sqlite import SqliteStore
+from cronwheel.web.ids import ids_for
 from tests.metrics.helpers import T0, finish, queue
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette's TestClient packaging warning (httpx2)
     from starlette.testclient import TestClient
+
+
+def _fid(store: Any, internal: int) -> int:
+    """The id the dashboard shows for the store's firing ``internal``."""
+    return ids_for(store).encode("firing", internal)
+
+
+def _jid(store: Any, internal: int) -> int:
+    """The id the dashboard shows for the store's job ``internal``."""
+    return ids_for(store).encode("job", internal)
 
 
 @pytest.fixture
@@ -83,7 +95,7 @@ def test_a_firings_timeline_goes_claimed_started_finished(
 ) -> None:
     f = queue(store, "job")
     (held,) = store.claim("w-7", tasks=["t"], limit=1, start=0)
-    html = _timeline(client.get(f"/ui/firings/{f.id}").text)
+    html = _timeline(client.get(f"/ui/firings/{_fid(store, f.id)}").text)
     head = html.split(">", 1)[0]
     assert 'hx-trigger="every 2s"' in head  # polled while claimed
     labels = re.findall(r'<span class="label">([^<]+)</span>', html)
@@ -93,7 +105,7 @@ def test_a_firings_timeline_goes_claimed_started_finished(
     assert store.start("w-7", [(f.id, held.claim_token)]) == {f.id}
     clock.advance(timedelta(seconds=1))
     finish(store, held, late_ms=1000)
-    html = _timeline(client.get(f"/ui/f/firings/{f.id}").text)
+    html = _timeline(client.get(f"/ui/f/firings/{_fid(store, f.id)}").text)
     labels = re.findall(r'<span class="label">([^<]+)</span>', html)
     order = [labels.index(x) for x in ("claimed", "started", "finished")]
     assert order == sorted(order)

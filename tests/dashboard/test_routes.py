@@ -7,6 +7,7 @@ import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from cronwheel.dashboard.words import cron_words
 from cronwheel.domain.clock import FakeClock
 from cronwheel.server import create_app
 from cronwheel.store.sqlite import SqliteStore
+from cronwheel.web.ids import ids_for
 from cronwheel.web.tokens import issue_token
 from tests.metrics.helpers import claim_all, finish, queue
 
@@ -24,6 +26,16 @@ with warnings.catch_warnings():
 # the day before Berlin springs forward (2026-03-29 02:00 -> 03:00)
 T0 = datetime(2026, 3, 28, 12, 0, tzinfo=UTC)
 HOSTILE = "<script>alert('x')</script>\u202etxt.exe"
+
+
+def _fid(store: Any, internal: int) -> int:
+    """The id the dashboard shows for the store's firing ``internal``."""
+    return ids_for(store).encode("firing", internal)
+
+
+def _jid(store: Any, internal: int) -> int:
+    """The id the dashboard shows for the store's job ``internal``."""
+    return ids_for(store).encode("job", internal)
 
 
 @pytest.fixture
@@ -113,7 +125,9 @@ def test_held_firings_are_shown_claimed_not_finished(
     assert 'badge st-claimed">claimed 1' not in page  # not a last-hour outcome
     every = client.get("/ui/f/firings").text
     assert set(re.findall(r'class="firing-row" data-state="(\w+)"', every)) == {"claimed"}
-    timeline = client.get(f"/ui/firings/{held.firing.id}").text.split('id="timeline"')[1]
+    timeline = client.get(f"/ui/firings/{_fid(store, held.firing.id)}").text.split('id="timeline"')[
+        1
+    ]
     assert 'hx-trigger="every 2s"' in timeline.split(">")[0]  # not final: the page polls
     for label in ("claimed", "claim lease until"):  # when and by whom it is held
         assert f'<span class="label">{label}</span>' in timeline
@@ -156,7 +170,7 @@ def test_job_page_shows_fates_next_firings_and_lateness(
 def test_firing_page_shows_the_timeline(client: TestClient, store: SqliteStore) -> None:
     f = queue(store, "x")
     finish(store, claim_all(store)[0], late_ms=7, ok=False)
-    html = client.get(f"/ui/firings/{f.id}").text
+    html = client.get(f"/ui/firings/{_fid(store, f.id)}").text
     for label in ("scheduled", "enqueued", "started", "finished"):
         assert f'<span class="label">{label}</span>' in html
     assert "+7.0 ms" in html and "boom" in html and "dead" in html
@@ -225,10 +239,10 @@ def test_login_sets_a_strict_http_only_cookie_scoped_to_the_namespace(
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
     html = secured.get("/").text  # the cookie jar now carries it
     assert "mine" in html and "theirs" not in html
-    assert secured.get(f"/ui/firings/{mine.id}").status_code == 200
-    assert secured.get(f"/ui/firings/{other.id}").status_code == 404
-    assert secured.get(f"/ui/jobs/{other.job_id}").status_code == 404
-    assert "theirs" not in secured.get(f"/ui/f/firings?job={other.job_id}").text
+    assert secured.get(f"/ui/firings/{_fid(store, mine.id)}").status_code == 200
+    assert secured.get(f"/ui/firings/{_fid(store, other.id)}").status_code == 404
+    assert secured.get(f"/ui/jobs/{_jid(store, other.job_id)}").status_code == 404
+    assert "theirs" not in secured.get(f"/ui/f/firings?job={_jid(store, other.job_id)}").text
     assert secured.post("/ui/logout").status_code == 403  # without the page's CSRF token
     csrf = re.search(r'"X-CSRF-Token": "([0-9a-f]{64})"', html)
     assert csrf is not None

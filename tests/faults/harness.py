@@ -322,6 +322,13 @@ class Cluster:
             )
         return self._conn
 
+    def shown(self, kind: str, internal: int) -> int:
+        """The id users (and a handler's context and key) see for the store's job or
+        firing ``internal`` (cronwheel.domain.ids)."""
+        from cronwheel.web.ids import ids_for
+
+        return ids_for(self.client.store).encode("job" if kind == "job" else "firing", internal)
+
     def sql(self, text: str, params: Any = None, *, retry_s: float = 20.0) -> list[dict[str, Any]]:
         """Run one statement on the test's own session; reconnect (bounded) after a restart."""
         deadline = time.monotonic() + retry_s

@@ -78,7 +78,7 @@ def append_line(entry: dict[str, Any]) -> None:
 def write_effect(ctx: Context) -> None:
     """The side effect, keyed by the idempotency key (a fresh connection each time, so a
     database restart costs one failed attempt, never a stale pooled connection)."""
-    params = {"key": ctx.idempotency_key, "pid": os.getpid(), "attempt": ctx.attempt}
+    params = {"key": ctx.firing.idempotency_key, "pid": os.getpid(), "attempt": ctx.attempt}
     with psycopg.connect(os.environ[EFFECTS_URL_ENV], autocommit=True, connect_timeout=3) as conn:
         conn.execute(_UPSERT, params)
 
@@ -86,12 +86,12 @@ def write_effect(ctx: Context) -> None:
 def _entry(ctx: Context, phase: str, start: float, end: float | None) -> dict[str, Any]:
     return {
         "phase": phase,
-        "key": ctx.idempotency_key,
+        "key": ctx.firing.idempotency_key,  # the store's ids (checked against its rows)
         "attempt": ctx.attempt,
         "pid": os.getpid(),
         "start": start,
         "end": end,
-        "firing_id": ctx.firing_id,
+        "firing_id": ctx.firing.id,
         "job": ctx.job,
         "scheduled_for": ctx.scheduled_for.timestamp(),
     }

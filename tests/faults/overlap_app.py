@@ -22,8 +22,8 @@ app = App("sqlite:///overlap-placeholder.db")
 @app.task(isolation="process")
 def busy(ctx: Context, seconds: float = 2.5) -> None:
     entry = {
-        "key": ctx.idempotency_key,
-        "firing_id": ctx.firing_id,
+        "key": ctx.firing.idempotency_key,  # the store's ids (checked against its rows)
+        "firing_id": ctx.firing.id,
         "attempt": ctx.attempt,
         "pid": os.getpid(),
         "job": ctx.job,

@@ -96,7 +96,7 @@ def test_crowd_held_before_its_instant_cancelled_half_never_runs(
         client = clients.pop()  # as many threads as clients
         try:
             t0 = time.monotonic()
-            result = client.cancel_firing(fid)
+            result = client.cancel_firing(cluster.shown("firing", fid))
             with lock:
                 answers[fid] = (result, datetime.now(UTC))
                 took.append(time.monotonic() - t0)
@@ -106,7 +106,7 @@ def test_crowd_held_before_its_instant_cancelled_half_never_runs(
     def show(fid: int) -> tuple[Firing, datetime]:
         client = clients.pop()
         try:
-            return client.get_firing(fid), datetime.now(UTC)
+            return client.get_firing(cluster.shown("firing", fid)), datetime.now(UTC)
         finally:
             clients.append(client)
 
@@ -238,21 +238,21 @@ def test_cancelled_running_firing_whose_worker_is_killed_ends_cancelled(
     fid, key = int(first["firing_id"]), first["key"]
     victim = cluster.by_pid(first["pid"])
     assert victim in env.workers and first["attempt"] == 1
-    answer = env.api.cancel_firing(fid)
+    answer = env.api.cancel_firing(cluster.shown("firing", fid))
     assert answer.outcome == "cancel_requested", answer
     assert answer.firing.state == FiringState.RUNNING and answer.firing.cancel_requested_at
     t_kill = victim.kill()
     cluster.disrupted[victim.pid] = "worker SIGKILLed after its running firing was cancelled"
 
     def ended_yet() -> Firing | None:
-        f = env.api.get_firing(fid)
+        f = env.api.get_firing(cluster.shown("firing", fid))
         return f if f.state in TERMINAL_STATES else None
 
     ended = wait_until(
         ended_yet,
         redelivery_bound(vt) + 3,
         0.05,
-        message=lambda: f"the firing to end: {env.api.get_firing(fid)}",
+        message=lambda: f"the firing to end: {env.api.get_firing(cluster.shown('firing', fid))}",
     )
     ended_after = time.time() - t_kill
     assert ended is not None
@@ -274,7 +274,7 @@ def test_cancelled_running_firing_whose_worker_is_killed_ends_cancelled(
     runs = [e for e in cluster.executions_log() if e["key"] == key]
     assert [(e["phase"], e["attempt"], e["pid"]) for e in runs] == [("start", 1, victim.pid)], runs
     assert key not in effects(cluster)
-    final = env.api.get_firing(fid)
+    final = env.api.get_firing(cluster.shown("firing", fid))
     assert (final.state, final.attempt) == (FiringState.CANCELLED, 1), final
     assert survivor.alive()
     cluster.assert_healthy_logs()
@@ -332,7 +332,9 @@ def test_held_by_a_killed_worker_cancelled_half_never_runs_the_rest_runs_once(
     survivor = cluster.start_worker("w2")
     ids = sorted(held)
     cancel_ids, keep_ids = set(ids[::2]), ids[1::2]
-    answers = {fid: env.api.cancel_firing(fid) for fid in sorted(cancel_ids)}
+    answers = {
+        fid: env.api.cancel_firing(cluster.shown("firing", fid)) for fid in sorted(cancel_ids)
+    }
     wrong = {fid: r.outcome for fid, r in answers.items() if r.outcome != "cancelled"}
     assert not wrong, f"firings held by a dead worker not cancelled at once: {wrong}"
     cluster.wait_started([survivor])
@@ -401,15 +403,17 @@ def test_cancelled_running_firing_of_a_frozen_worker_stays_cancelled_after_it_th
     fid, key = int(first["firing_id"]), first["key"]
     zombie = cluster.by_pid(first["pid"])
     assert zombie in env.workers
-    assert env.api.cancel_firing(fid).outcome == "cancel_requested"
+    assert env.api.cancel_firing(cluster.shown("firing", fid)).outcome == "cancel_requested"
     zombie.signal(signal.SIGSTOP)
     cluster.disrupted[zombie.pid] = "worker SIGSTOPped after its running firing was cancelled"
     try:
         wait_until(
-            lambda: env.api.get_firing(fid).state == FiringState.CANCELLED,
+            lambda: env.api.get_firing(cluster.shown("firing", fid)).state == FiringState.CANCELLED,
             redelivery_bound(vt) + 3,
             0.05,
-            message=lambda: f"the firing to end cancelled: {env.api.get_firing(fid)}",
+            message=lambda: (
+                f"the firing to end cancelled: {env.api.get_firing(cluster.shown('firing', fid))}"
+            ),
         )
     finally:
         zombie.signal(signal.SIGCONT)
@@ -419,7 +423,7 @@ def test_cancelled_running_firing_of_a_frozen_worker_stays_cancelled_after_it_th
         0.1,
         message="the thawed worker's late result to be rejected",
     )
-    final = env.api.get_firing(fid)
+    final = env.api.get_firing(cluster.shown("firing", fid))
     assert (final.state, final.attempt) == (FiringState.CANCELLED, 1), final
     assert final.reason, final
     runs = [

@@ -92,7 +92,7 @@ def _round(
             client = clients.pop()
         try:
             c.sent = time.time()
-            c.result = client.cancel_firing(c.firing_id)
+            c.result = client.cancel_firing(cluster.shown("firing", c.firing_id))  # the API's id
             c.answered = time.time()
         finally:
             with lock:

@@ -10,6 +10,7 @@ import structlog
 
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.schedules import cron
+from cronwheel.web.ids import ids_for
 from tests.integration.conftest import Rig
 
 S = timedelta(seconds=1)
@@ -85,5 +86,6 @@ def test_a_handler_logs_through_its_context_bound_to_the_firing(rig: Rig) -> Non
         assert asyncio.run(rig.worker().drain_once()) == 1
     [line] = [entry for entry in logs if entry["event"] == "said"]
     assert line["word"] == "hi" and line["job"] == firing.job_name
-    assert line["firing_id"] == firing.id and line["attempt"] == 1
-    assert line["idempotency_key"] == firing.idempotency_key
+    shown = ids_for(rig.store).firing(firing)  # the ids users see, as the API's
+    assert line["firing_id"] == shown.id and line["attempt"] == 1
+    assert line["idempotency_key"] == shown.idempotency_key

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from cronwheel.cli.main import cli, main
 from cronwheel.domain.clock import FakeClock
+from cronwheel.web.ids import ids_for
 
 from .helpers import T0, claim_all, finish, make_store, queue
 
@@ -27,8 +28,9 @@ def test_show_lists_attempts_and_the_first_attempts_lateness(tmp_path: Path) -> 
         clock.advance(2)  # the retry (at the failed start) is due
         (claim,) = claim_all(store, worker=worker)
         finish(store, claim, late_ms=late, ok=ok, retry=not ok)
+    fid = ids_for(store).encode("firing", firing.id)  # the id the CLI shows and takes
     store.close()
-    run = CliRunner().invoke(cli, ["firings", "show", str(firing.id), "--store", _url(tmp_path)])
+    run = CliRunner().invoke(cli, ["firings", "show", str(fid), "--store", _url(tmp_path)])
     assert run.exit_code == 0, run.output
     assert "3 attempt(s)" in run.output
     lines = [line for line in run.output.splitlines() if line.strip().startswith("│ ")]
@@ -40,7 +42,7 @@ def test_show_lists_attempts_and_the_first_attempts_lateness(tmp_path: Path) -> 
         ("3", "w3", "succeeded"),
     ]
     run = CliRunner().invoke(
-        cli, ["firings", "show", str(firing.id), "--json", "--store", _url(tmp_path)]
+        cli, ["firings", "show", str(fid), "--json", "--store", _url(tmp_path)]
     )
     doc = json.loads(run.output)
     assert [a["outcome"] for a in doc["attempts"]] == ["failed", "failed", "succeeded"]
@@ -58,6 +60,7 @@ def test_list_filters_claimed_and_bad_instants_exit_2(
     store = make_store(tmp_path)
     a, b, c = (queue(store, name) for name in ("a", "b", "c"))
     store.claim("w1", tasks=["t"], limit=2, start=1)
+    shown = sorted(ids_for(store).encode("firing", f.id) for f in (a, b, c))  # the CLI's ids
     store.close()
     url = _url(tmp_path)
     run = CliRunner().invoke(
@@ -75,7 +78,7 @@ def test_list_filters_claimed_and_bad_instants_exit_2(
         cli,
         ["firings", "list", "--scheduled-from", "2026-03-01T12:00:00Z", "--json", "--store", url],
     )
-    assert sorted(f["id"] for f in json.loads(run.output)) == [a.id, b.id, c.id]
+    assert sorted(f["id"] for f in json.loads(run.output)) == shown
     with pytest.raises(SystemExit) as exit_:
         main(["firings", "list", "--scheduled-from", "noon", "--store", url])
     err = capsys.readouterr().err
@@ -109,10 +112,11 @@ def test_jobs_explain_tells_a_held_firing(tmp_path: Path) -> None:
     clock.advance(1)
     (held,) = store.claim("w1", tasks=["t"], limit=1, start=0)
     assert held.firing.id == fid and job.id == held.firing.job_id
+    shown = ids_for(store).encode("firing", fid)  # the id the CLI shows
     store.close()
     args = ["jobs", "explain", "tick", "--since", "2026-03-01T12:00:00Z"]
     args += ["--until", "2026-03-01T12:00:30Z", "--json", "--store", _url(tmp_path)]
     run = CliRunner().invoke(cli, args)
     (occurrence,) = json.loads(run.output)
-    assert occurrence["firing_id"] == fid and occurrence["fate"] == "fired"
+    assert occurrence["firing_id"] == shown and occurrence["fate"] == "fired"
     assert occurrence["detail"].endswith("held by a worker, not started yet")

@@ -1,7 +1,9 @@
 """The API's authentication: FastAPI dependencies over ``cronwheel.web.auth``.
 
 The namespace of every request is its token's; a resource of another namespace
-is answered exactly like one that does not exist (roles: see ``web.auth``).
+is answered exactly like one that does not exist (roles: see ``web.auth``). A
+missing or invalid token is 401 ``unauthorized``; a token whose role may not do
+this, or a cluster token on a namespace's route, is 403 ``forbidden``.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from cronwheel.api.errors import HttpError
-from cronwheel.web.auth import ANONYMOUS, Principal, principal_of, store_of
+from cronwheel.web.auth import ANONYMOUS, Principal, missing_role, principal_of, store_of
 
-__all__ = ["Principal", "Reader", "Writer", "store_of"]
+__all__ = ["Anyone", "Principal", "Reader", "Writer", "store_of"]
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="cronwheel"'}
 
@@ -52,14 +54,22 @@ def _principal(
 
 
 async def _reader(principal: Annotated[Principal, Depends(_principal)]) -> Principal:
+    if not principal.scoped:
+        raise HttpError(
+            403,
+            "forbidden",
+            "a cluster token sees no jobs or firings: this needs a namespace token",
+            field="Authorization",
+        )
     return principal
 
 
-async def _writer(principal: Annotated[Principal, Depends(_principal)]) -> Principal:
+async def _writer(principal: Annotated[Principal, Depends(_reader)]) -> Principal:
     if not principal.can("write"):
-        raise HttpError(403, "forbidden", "this token may only read")
+        raise HttpError(403, "forbidden", missing_role(principal, "write"))
     return principal
 
 
-Reader = Annotated[Principal, Depends(_reader)]
-Writer = Annotated[Principal, Depends(_writer)]
+Anyone = Annotated[Principal, Depends(_principal)]  # a namespace's token or a cluster token
+Reader = Annotated[Principal, Depends(_reader)]  # a namespace's token
+Writer = Annotated[Principal, Depends(_writer)]  # a namespace's write or admin token

@@ -16,6 +16,7 @@ from pydantic import BeforeValidator
 from cronwheel.api.errors import HttpError
 from cronwheel.api.schemas import PoliciesIn, ScheduleIn
 from cronwheel.domain.firing import format_instant
+from cronwheel.domain.ids import IdCodec, Kind
 from cronwheel.domain.models import DURATION_POLICIES, Job, JobPolicies
 from cronwheel.domain.numbers import parse_number
 from cronwheel.domain.schedules import (
@@ -28,6 +29,8 @@ from cronwheel.domain.schedules import (
     upcoming_instants,
 )
 from cronwheel.errors import CronwheelError, ValidationError
+from cronwheel.web.auth import store_of
+from cronwheel.web.ids import ids_for
 from cronwheel.wire import job_to_json
 
 _SCHEDULE_KEYS = {
@@ -130,9 +133,17 @@ def next_fire_times(job: Job, count: int) -> list[dict[str, str]]:
     ]
 
 
-def job_out(job: Job, *, upcoming: int = 0, changed: bool | None = None) -> dict[str, Any]:
-    """The job's wire shape, plus its next instants (``upcoming``) and ``changed``."""
-    doc = job_to_json(job)
+def ids_of(request: Request) -> IdCodec:
+    """The codec of the ids users see (``domain/ids.py``), for this app's store."""
+    return ids_for(store_of(request))
+
+
+def job_out(
+    ids: IdCodec, job: Job, *, upcoming: int = 0, changed: bool | None = None
+) -> dict[str, Any]:
+    """The job's wire shape (its shown id), plus its next instants (``upcoming``) and
+    ``changed``."""
+    doc = job_to_json(ids.job(job))
     if upcoming:
         doc["next_fire_times"] = next_fire_times(job, upcoming)
     if changed is not None:
@@ -141,22 +152,30 @@ def job_out(job: Job, *, upcoming: int = 0, changed: bool | None = None) -> dict
 
 
 # -- cursors ------------------------------------------------------------------------
-# Opaque to clients: base64url of {"ns", "k", "p"}. The namespace and listing kind
-# inside must match the request's, so a cursor never crosses namespaces; every
-# query is filtered by the token's namespace anyway, so editing the position only
-# moves within what the token may see. Every failure answers the same 400.
+# Opaque to clients: base64url of {"ns", "k", "p"}, the position a shown id (never
+# the store's). The namespace and listing kind inside must match the request's, so
+# a cursor never crosses namespaces; every query is filtered by the token's
+# namespace anyway, so editing the position only moves within what the token may
+# see. Every failure answers the same 400.
 
 
 def _bad_cursor() -> HttpError:
     return HttpError(400, "invalid_cursor", "the cursor is not valid here", field="cursor")
 
 
-def encode_cursor(namespace: str, kind: str, position: int) -> str:
-    raw = json.dumps({"ns": namespace, "k": kind, "p": position}, separators=(",", ":"))
+def _kind_of(listing: str) -> Kind:
+    return "job" if listing == "jobs" else "firing"
+
+
+def encode_cursor(ids: IdCodec, namespace: str, kind: str, position: int) -> str:
+    """The cursor after the store's id ``position``."""
+    shown = ids.encode(_kind_of(kind), position)
+    raw = json.dumps({"ns": namespace, "k": kind, "p": shown}, separators=(",", ":"))
     return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii").rstrip("=")
 
 
-def decode_cursor(text: str, namespace: str, kind: str) -> int:
+def decode_cursor(ids: IdCodec, text: str, namespace: str, kind: str) -> int:
+    """The store's id a cursor holds (400 ``invalid_cursor`` when it is no cursor here)."""
     if len(text) > 512:
         raise _bad_cursor()
     try:
@@ -167,6 +186,7 @@ def decode_cursor(text: str, namespace: str, kind: str) -> int:
     if not isinstance(doc, dict) or doc.get("ns") != namespace or doc.get("k") != kind:
         raise _bad_cursor()
     position = doc.get("p")
-    if type(position) is not int or not 0 <= position < 2**63:
+    internal = ids.decode(_kind_of(kind), position) if type(position) is int else None
+    if internal is None:
         raise _bad_cursor()
-    return position
+    return internal

@@ -7,6 +7,8 @@ import hashlib
 import json
 import re
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
@@ -16,6 +18,7 @@ from cronwheel.api.convert import (
     AsciiInt,
     decode_cursor,
     encode_cursor,
+    ids_of,
     query_instant,
 )
 from cronwheel.api.errors import HttpError
@@ -24,28 +27,44 @@ from cronwheel.api.schemas import CancelOut, EnqueueIn, FiringList, FiringOut, F
 from cronwheel.domain.attempts import Attempt
 from cronwheel.domain.error_text import error_summary
 from cronwheel.domain.firing import FiringState
+from cronwheel.domain.ids import IdCodec
 from cronwheel.domain.jobs import require_served_task
 from cronwheel.domain.models import Firing, FiringId, JobSpec
+from cronwheel.domain.results import CancelResult
 from cronwheel.domain.schedules import NowSchedule
 from cronwheel.errors import FiringNotFoundError
 from cronwheel.store.protocol import ApiStore
+from cronwheel.web.ids import internal_id
 from cronwheel.wire import cancel_to_json, firing_to_json
 
 router = APIRouter(tags=["firings"])
 FiringIdPath = Annotated[AsciiInt, Path(ge=1, le=2**63 - 1, description="the firing's id")]
+# FiringIdPath is the shown id (domain/ids.py): _firing turns it into the store's.
 _KEY_RE = re.compile(r"[\x21-\x7e]{1,255}")
 
 
 def _firing(store: ApiStore, principal: Principal, firing_id: int) -> Firing:
-    """The firing if it belongs to the caller's namespace; else the same 404 as a
-    firing that does not exist (no existence oracle)."""
+    """The firing of the shown id ``firing_id`` (as the store has it) if it belongs to
+    the caller's namespace; else the same 404 as a firing that does not exist (no
+    existence oracle)."""
+    internal = internal_id(store, "firing", firing_id)
     try:
-        firing = store.get_firing(FiringId(firing_id))
+        firing = None if internal is None else store.get_firing(FiringId(internal))
     except FiringNotFoundError:
         firing = None
     if firing is None or firing.namespace != principal.namespace:
         raise FiringNotFoundError(f"no firing with id {firing_id}", field="firing_id")
     return firing
+
+
+@contextmanager
+def _gone_as(firing_id: int) -> Iterator[None]:
+    """A firing deleted between the check and the change: the 404 names the shown id
+    (the store's message names its own)."""
+    try:
+        yield
+    except FiringNotFoundError:
+        raise FiringNotFoundError(f"no firing with id {firing_id}", field="firing_id") from None
 
 
 def _retried(store: ApiStore, firing: Firing) -> list[Attempt] | None:
@@ -65,9 +84,17 @@ def _shown(principal: Principal, doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _firing_docs(
-    store: ApiStore, principal: Principal, firings: list[Firing]
+    store: ApiStore, principal: Principal, ids: IdCodec, firings: list[Firing]
 ) -> list[dict[str, Any]]:
-    return [_shown(principal, firing_to_json(f, attempts=_retried(store, f))) for f in firings]
+    return [
+        _shown(principal, firing_to_json(ids.firing(f), attempts=_retried(store, f)))
+        for f in firings
+    ]
+
+
+def _cancel_doc(store: ApiStore, ids: IdCodec, result: CancelResult) -> dict[str, Any]:
+    shown = CancelResult(outcome=result.outcome, firing=ids.firing(result.firing))
+    return cancel_to_json(shown, attempts=_retried(store, result.firing))
 
 
 @router.get("/v1/firings", response_model=FiringList, summary="List firings")
@@ -84,8 +111,8 @@ def list_firings(
     """The namespace's firings, newest first (by id): `state` repeatable, `job` a job's
     exact name, `scheduled_from <= scheduled_for < scheduled_to` (RFC 3339); pass
     `next_cursor` back as `cursor` for the next page (null: the last one)."""
-    store = store_of(request)
-    before = None if cursor is None else decode_cursor(cursor, principal.namespace, "firings")
+    store, ids = store_of(request), ids_of(request)
+    before = None if cursor is None else decode_cursor(ids, cursor, principal.namespace, "firings")
     firings = store.list_firings(
         namespace=principal.namespace,
         job_name=job,
@@ -97,8 +124,10 @@ def list_firings(
     )
     more = len(firings) > limit
     firings = firings[:limit]
-    next_cursor = encode_cursor(principal.namespace, "firings", firings[-1].id) if more else None
-    return {"items": _firing_docs(store, principal, firings), "next_cursor": next_cursor}
+    next_cursor = (
+        encode_cursor(ids, principal.namespace, "firings", firings[-1].id) if more else None
+    )
+    return {"items": _firing_docs(store, principal, ids, firings), "next_cursor": next_cursor}
 
 
 @router.get("/v1/jobs/{name}/firings", response_model=FiringList, summary="A job's firings")
@@ -113,10 +142,10 @@ def list_job_firings(
     limit: Annotated[AsciiInt, Query(ge=1, le=500)] = 100,
 ) -> dict[str, Any]:
     """Newest first; `state` repeatable; `scheduled_from <= scheduled_for < scheduled_to`."""
-    store = store_of(request)
+    store, ids = store_of(request), ids_of(request)
     job = store.get_job(principal.namespace, name)
-    kind = f"firings:{job.id}"
-    before = None if cursor is None else decode_cursor(cursor, principal.namespace, kind)
+    kind = f"firings:{ids.encode('job', job.id)}"
+    before = None if cursor is None else decode_cursor(ids, cursor, principal.namespace, kind)
     firings = store.list_job_firings(
         job.id,
         states=[FiringState(s) for s in state] if state else None,
@@ -127,8 +156,8 @@ def list_job_firings(
     )
     more = len(firings) > limit
     firings = firings[:limit]
-    next_cursor = encode_cursor(principal.namespace, kind, firings[-1].id) if more else None
-    return {"items": _firing_docs(store, principal, firings), "next_cursor": next_cursor}
+    next_cursor = encode_cursor(ids, principal.namespace, kind, firings[-1].id) if more else None
+    return {"items": _firing_docs(store, principal, ids, firings), "next_cursor": next_cursor}
 
 
 @router.get("/v1/firings/{firing_id}", response_model=FiringOut, summary="Get a firing")
@@ -137,7 +166,8 @@ def get_firing(firing_id: FiringIdPath, principal: Reader, request: Request) -> 
     first attempt's."""
     store = store_of(request)
     firing = _firing(store, principal, firing_id)
-    doc = firing_to_json(firing, attempts=store.list_attempts(firing.id), with_attempts=True)
+    attempts = store.list_attempts(firing.id)
+    doc = firing_to_json(ids_of(request).firing(firing), attempts=attempts, with_attempts=True)
     return _shown(principal, doc)
 
 
@@ -146,9 +176,10 @@ def cancel_firing(firing_id: FiringIdPath, principal: Writer, request: Request) 
     """`cancelled` (it was not running), `cancel_requested` (running: the handler is
     asked to stop) or `already_final`."""
     store = store_of(request)
-    _firing(store, principal, firing_id)
-    result = store.cancel_firing(FiringId(firing_id))
-    return cancel_to_json(result, attempts=_retried(store, result.firing))
+    firing = _firing(store, principal, firing_id)
+    with _gone_as(firing_id):
+        result = store.cancel_firing(firing.id)
+    return _cancel_doc(store, ids_of(request), result)
 
 
 @router.post("/v1/firings/{firing_id}/retry", response_model=FiringOut, summary="Re-drive")
@@ -156,9 +187,10 @@ def retry_firing(firing_id: FiringIdPath, principal: Writer, request: Request) -
     """Queue a DEAD firing again with a fresh attempt budget; 409 `invalid_transition`
     for any other state."""
     store = store_of(request)
-    _firing(store, principal, firing_id)
-    firing = store.redrive_firing(FiringId(firing_id))
-    return firing_to_json(firing, attempts=_retried(store, firing))
+    internal = _firing(store, principal, firing_id).id
+    with _gone_as(firing_id):
+        firing = store.redrive_firing(internal)
+    return firing_to_json(ids_of(request).firing(firing), attempts=_retried(store, firing))
 
 
 @router.post("/v1/firings", status_code=201, response_model=FiringOut, summary="Run a task now")
@@ -188,8 +220,9 @@ def enqueue(
     )
     if not body.allow_unknown_task:  # as App.enqueue: a task no worker has served
         require_served_task(spec.task, [t.task for t in store.served_tasks()])
+    ids = ids_of(request)
     if idempotency_key is None:
-        return firing_to_json(store.enqueue_now(spec))
+        return firing_to_json(ids.firing(store.enqueue_now(spec)))
     if not _KEY_RE.fullmatch(idempotency_key):
         raise HttpError(
             400,
@@ -205,4 +238,4 @@ def enqueue(
     )
     if not created:
         response.status_code = 200
-    return firing_to_json(firing)
+    return firing_to_json(ids.firing(firing))

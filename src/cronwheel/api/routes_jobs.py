@@ -12,6 +12,7 @@ from cronwheel.api.convert import (
     AsciiInt,
     decode_cursor,
     encode_cursor,
+    ids_of,
     instant,
     job_out,
     to_policies,
@@ -72,7 +73,7 @@ def create_job(body: JobCreate, principal: Writer, request: Request) -> dict[str
     spec = _spec(principal, body.name, body, bool(body.paused))
     _require_served(store, spec.task, body.allow_unknown_task)
     first = spec_first_fire_at(spec, store.now(), allow_past=body.allow_past)
-    return job_out(store.create_job(spec, first_fire_at=first), upcoming=UPCOMING)
+    return job_out(ids_of(request), store.create_job(spec, first_fire_at=first), upcoming=UPCOMING)
 
 
 @router.put("/{name}", response_model=JobOut, summary="Create or update a job by name")
@@ -96,7 +97,7 @@ def put_job(
     if body.paused is not None and job.paused != body.paused:
         job, changed = store.set_paused(principal.namespace, name, body.paused), True
     response.status_code = 201 if existing is None else 200
-    return job_out(job, upcoming=UPCOMING, changed=changed)
+    return job_out(ids_of(request), job, upcoming=UPCOMING, changed=changed)
 
 
 def _require_served(store: ApiStore, task: str, allow: bool) -> None:
@@ -126,7 +127,8 @@ def list_jobs(
     limit: Annotated[AsciiInt, Query(ge=1, le=500)] = 100,
 ) -> dict[str, Any]:
     """Ordered by id; pass `next_cursor` back as `cursor` for the next page."""
-    after = 0 if cursor is None else decode_cursor(cursor, principal.namespace, "jobs")
+    ids = ids_of(request)
+    after = 0 if cursor is None else decode_cursor(ids, cursor, principal.namespace, "jobs")
     jobs = store_of(request).search_jobs(
         principal.namespace,
         state=state,
@@ -137,8 +139,8 @@ def list_jobs(
     )
     more = len(jobs) > limit
     jobs = jobs[:limit]
-    next_cursor = encode_cursor(principal.namespace, "jobs", jobs[-1].id) if more else None
-    return {"items": [job_out(j) for j in jobs], "next_cursor": next_cursor}
+    next_cursor = encode_cursor(ids, principal.namespace, "jobs", jobs[-1].id) if more else None
+    return {"items": [job_out(ids, j) for j in jobs], "next_cursor": next_cursor}
 
 
 @router.get("/{name}", response_model=JobOut, summary="Get a job")
@@ -151,7 +153,8 @@ def get_job(
     ] = UPCOMING,
 ) -> dict[str, Any]:
     """Includes `next_fire_times`: the next instants in UTC and in the job's zone."""
-    return job_out(store_of(request).get_job(principal.namespace, name), upcoming=upcoming)
+    job = store_of(request).get_job(principal.namespace, name)
+    return job_out(ids_of(request), job, upcoming=upcoming)
 
 
 @router.patch("/{name}", response_model=JobOut, summary="Update some fields of a job")
@@ -181,18 +184,19 @@ def patch_job(name: JobName, body: JobPatch, principal: Writer, request: Request
     job, changed = store.upsert_job(spec, first_fire_at=first)
     if body.paused is not None and body.paused != job.paused:
         job, changed = store.set_paused(principal.namespace, name, body.paused), True
-    return job_out(job, upcoming=UPCOMING, changed=changed)
+    return job_out(ids_of(request), job, upcoming=UPCOMING, changed=changed)
 
 
 @router.post("/{name}/pause", response_model=JobOut, summary="Pause a job")
 def pause_job(name: JobName, principal: Writer, request: Request) -> dict[str, Any]:
-    return job_out(store_of(request).set_paused(principal.namespace, name, True))
+    return job_out(ids_of(request), store_of(request).set_paused(principal.namespace, name, True))
 
 
 @router.post("/{name}/resume", response_model=JobOut, summary="Resume a job")
 def resume_job(name: JobName, principal: Writer, request: Request) -> dict[str, Any]:
     """Missed instants follow the job's misfire policy."""
-    return job_out(store_of(request).set_paused(principal.namespace, name, False))
+    job = store_of(request).set_paused(principal.namespace, name, False)
+    return job_out(ids_of(request), job)
 
 
 @router.post("/{name}/trigger", status_code=201, response_model=FiringOut, summary="Fire now")
@@ -209,7 +213,7 @@ def trigger_job(
     )
     if not added.inserted:
         raise ConflictError("the job already has a firing at this instant", field="name")
-    return firing_to_json(added.inserted[0])
+    return firing_to_json(ids_of(request).firing(added.inserted[0]))
 
 
 @router.post("/{name}/backfill", response_model=BackfillOut, summary="Fire a past range")
@@ -235,7 +239,7 @@ def backfill_job(
         "requested": len(instants),
         "inserted": len(added.inserted),
         "duplicates": added.duplicates,
-        "firing_ids": [f.id for f in added.inserted],
+        "firing_ids": [ids_of(request).encode("firing", f.id) for f in added.inserted],
     }
 
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from fastapi.routing import APIRoute
 
-from cronwheel.api.auth import Reader, store_of
+from cronwheel.api.auth import Anyone, store_of
 from cronwheel.api.convert import instant
 from cronwheel.api.errors import error_response
 from cronwheel.api.schemas import HealthOut, PreviewIn, PreviewOut, StatusOut
@@ -25,25 +25,31 @@ def _ts(value: Any) -> str | None:
     return None if value is None else format_instant(value)
 
 
-@router.get("/v1/status", response_model=StatusOut, summary="Cluster status")
-def status(principal: Reader, request: Request) -> dict[str, Any]:
-    """Leader, epoch, nodes, workers and the cluster's firings by phase: `queue_depth`
-    (queued: waiting for a worker's claim), `claimed` (held by a worker, not started)
-    and `running`; the backlog (queued + claimed + running firings per job) of the
-    caller's namespace, its queued firings per task no live worker serves
-    (`unserved`), and its quota with what it uses of it (`quota`)."""
+@router.get("/v1/status", response_model=StatusOut, summary="Status")
+def status(principal: Anyone, request: Request) -> dict[str, Any]:
+    """Firings by phase: `queue_depth` (queued: waiting for a worker's claim), `claimed`
+    (held by a worker, not started) and `running`; the backlog (queued + claimed +
+    running firings per job) of the caller's namespace, its queued firings per task
+    no live worker serves (`unserved`), and its quota with what it uses of it (`quota`;
+    null for a cluster token). A namespace's token sees its namespace's counts only,
+    and no leader or nodes (`cluster` false); a cluster token (or authentication off)
+    sees the cluster: every namespace's counts, the leader, epoch and nodes."""
     store = store_of(request)
-    s = store.status()
-    lease = s.lease
+    cluster = principal.cluster
+    s = store.status() if cluster else store.status(namespace=principal.namespace)
+    lease = s.lease if cluster else None
+    nodes = s.nodes
     alive = lease is not None and lease.expires_at > s.now
+    scoped = principal.namespace if principal.scoped else None
     return {
         "now": format_instant(s.now),
         "namespace": principal.namespace,
+        "cluster": cluster,
         "leader": lease.holder if alive and lease else None,
         "epoch": lease.epoch if lease else None,
         "lease_expires_at": _ts(lease.expires_at) if lease else None,
-        "schedulers": sum(1 for n in s.nodes if n.kind == "scheduler"),
-        "workers": sum(1 for n in s.nodes if n.kind == "worker"),
+        "schedulers": sum(1 for n in nodes if n.kind == "scheduler") if cluster else None,
+        "workers": sum(1 for n in nodes if n.kind == "worker") if cluster else None,
         "nodes": [
             {
                 "id": n.id,
@@ -53,22 +59,22 @@ def status(principal: Reader, request: Request) -> dict[str, Any]:
                 "heartbeat_at": format_instant(n.heartbeat_at),
                 "heartbeat_age_s": round((s.now - n.heartbeat_at).total_seconds(), 1),
             }
-            for n in s.nodes
-        ],
+            for n in nodes
+        ]
+        if cluster
+        else None,
         "queue_depth": s.counts.get("queued", 0),
         "claimed": s.counts.get("claimed", 0),
         "running": s.counts.get("running", 0),
         "oldest_queued_due_at": _ts(s.oldest_queued_due_at),
-        "backlog": store.job_backlog(principal.namespace, limit=50),
-        "unserved": store.unserved_queued(
-            alive_within=WORKER_ALIVE_WITHIN, namespace=principal.namespace
-        ),
-        "quota": store.quota_usage(principal.namespace)[0].to_dict(),
+        "backlog": {} if scoped is None else store.job_backlog(scoped, limit=50),
+        "unserved": store.unserved_queued(alive_within=WORKER_ALIVE_WITHIN, namespace=scoped),
+        "quota": None if scoped is None else store.quota_usage(scoped)[0].to_dict(),
     }
 
 
 @router.post("/v1/schedules/preview", response_model=PreviewOut, tags=["schedules"])
-def preview(body: PreviewIn, _principal: Reader, request: Request) -> dict[str, Any]:
+def preview(body: PreviewIn, _principal: Anyone, request: Request) -> dict[str, Any]:
     """The next `count` instants of a cron schedule, UTC and local, with DST notes
     (the computation of `cronwheel next`)."""
     schedule = CronSchedule(

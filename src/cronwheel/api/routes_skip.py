@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from cronwheel.api.auth import Writer, store_of
-from cronwheel.api.convert import instant
+from cronwheel.api.convert import ids_of, instant
 from cronwheel.api.routes_jobs import JobName
 from cronwheel.api.schemas import SkipIn, SkipOut
 from cronwheel.domain.firing import format_instant
@@ -38,4 +38,6 @@ def skip_job(name: JobName, body: SkipIn, principal: Writer, request: Request) -
             "or future occurrence can be skipped",
             field="at",
         )
-    return {"job": name, "reason": reason, "results": [r.to_dict() for r in results]}
+    ids = ids_of(request)
+    shown = [ids.skip(r).to_dict() for r in results]
+    return {"job": name, "reason": reason, "results": shown}

@@ -379,12 +379,17 @@ class QuotaIn(_In):
 class StatusOut(_Out):
     now: str
     namespace: str
+    cluster: bool = Field(
+        description="true: the cluster's view (a cluster token, or authentication off) with"
+        " the leader and nodes and every namespace's counts; false: the token's namespace"
+        " only, the leader and nodes null"
+    )
     leader: str | None
     epoch: int | None
     lease_expires_at: str | None
-    schedulers: int
-    workers: int
-    nodes: list[NodeOut]
+    schedulers: int | None
+    workers: int | None
+    nodes: list[NodeOut] | None
     queue_depth: int = Field(description="queued firings: waiting for a worker's claim")
     claimed: int = Field(description="firings a worker holds (claimed) but has not started")
     running: int
@@ -393,7 +398,9 @@ class StatusOut(_Out):
     unserved: dict[str, int] = Field(
         description="queued firings per task no worker that heartbeated within 30 s serves"
     )
-    quota: QuotaOut = Field(description="the namespace's quota and what it uses of it")
+    quota: QuotaOut | None = Field(
+        description="the namespace's quota and what it uses of it (null: a cluster token)"
+    )
 
 
 class HealthOut(_Out):

@@ -67,3 +67,23 @@ def open_cli_store(store_url: str) -> Any:
     from cronwheel.store.url import open_store
 
     return open_store(store_url)
+
+
+def local_firing_id(store: Any, shown: int) -> Any:
+    """The store's id of the firing shown as ``shown`` (the API's and the dashboard's
+    id, ``domain/ids.py``); the same error as a firing that does not exist otherwise."""
+    from cronwheel.domain.models import FiringId
+    from cronwheel.errors import FiringNotFoundError
+    from cronwheel.web.ids import internal_id
+
+    internal = internal_id(store, "firing", shown)
+    if internal is None:
+        raise FiringNotFoundError(f"no firing with id {shown}", field="firing_id")
+    return FiringId(internal)
+
+
+def shown_ids(store: Any) -> Any:
+    """The codec of the ids users see, for ``store`` (``web.ids.ids_for``)."""
+    from cronwheel.web.ids import ids_for
+
+    return ids_for(store)

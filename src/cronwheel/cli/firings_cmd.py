@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 import click
 
-from cronwheel.cli.common import open_cli_store, store_option
+from cronwheel.cli.common import local_firing_id, open_cli_store, shown_ids, store_option
 from cronwheel.cli.remote import client, url_option
 from cronwheel.domain.attempts import Attempt, lateness_of
 from cronwheel.domain.firing import FiringState
@@ -107,7 +107,10 @@ def _list_local(
             scheduled_to=scheduled[1],
             limit=limit,
         )
-        return firings, _retried_lateness(firings, store.list_attempts)
+        late = _retried_lateness(firings, store.list_attempts)
+        ids = shown_ids(store)
+        shown_late = {ids.encode("firing", k): v for k, v in late.items()}
+        return [ids.firing(f) for f in firings], shown_late
     finally:
         store.close()
 
@@ -122,7 +125,6 @@ def show_command(firing_id: int, as_json: bool, store_url: str, url: str | None)
     started, finished, outcome, error); its lateness is its first attempt's."""
     from cronwheel.cli import render
     from cronwheel.domain.attempts import first_lateness
-    from cronwheel.domain.models import FiringId
 
     if url is not None:
         with client(url) as api:
@@ -131,8 +133,9 @@ def show_command(firing_id: int, as_json: bool, store_url: str, url: str | None)
     else:
         store = open_cli_store(store_url)
         try:
-            firing = store.get_firing(FiringId(firing_id))
-            attempts = store.list_attempts(FiringId(firing_id))
+            internal = local_firing_id(store, firing_id)
+            firing = shown_ids(store).firing(store.get_firing(internal))
+            attempts = store.list_attempts(internal)
         finally:
             store.close()
     doc = firing.to_dict() | {
@@ -151,15 +154,13 @@ def show_command(firing_id: int, as_json: bool, store_url: str, url: str | None)
 @url_option
 def cancel_command(firing_id: int, store_url: str, url: str | None) -> None:
     """Cancel a firing: at once if queued, cooperatively if running."""
-    from cronwheel.domain.models import FiringId
-
     if url is not None:
         with client(url) as api:
             result = api.cancel_firing(firing_id)
     else:
         store = open_cli_store(store_url)
         try:
-            result = store.cancel_firing(FiringId(firing_id))
+            result = store.cancel_firing(local_firing_id(store, firing_id))
         finally:
             store.close()
     click.echo(f"{result.outcome}: firing {firing_id} is {result.firing.state.value}")
@@ -171,15 +172,13 @@ def cancel_command(firing_id: int, store_url: str, url: str | None) -> None:
 @url_option
 def retry_command(firing_id: int, store_url: str, url: str | None) -> None:
     """Re-drive a DEAD firing: queue it again with a fresh attempt budget."""
-    from cronwheel.domain.models import FiringId
-
     if url is not None:
         with client(url) as api:
             firing = api.retry_firing(firing_id)
     else:
         store = open_cli_store(store_url)
         try:
-            firing = store.redrive_firing(FiringId(firing_id))
+            firing = store.redrive_firing(local_firing_id(store, firing_id))
         finally:
             store.close()
     click.echo(f"queued: firing {firing_id} will run again (attempt {firing.attempt + 1})")

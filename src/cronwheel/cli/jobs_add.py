@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from cronwheel.cli.common import open_cli_store, store_option
+from cronwheel.cli.common import open_cli_store, shown_ids, store_option
 from cronwheel.cli.remote import client, url_option
 from cronwheel.domain.policy_table import POLICY_TABLE, policies_from_text
 from cronwheel.errors import JobNotFoundError, ValidationError
@@ -178,6 +178,7 @@ def _add_local(
             verb = "updated" if changed else "unchanged"
         else:
             job, verb = store.create_job(spec, first_fire_at=first), "created"
+        job = shown_ids(store).job(job)  # the API's id
     finally:
         store.close()
     return job, verb

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from cronwheel.cli.common import open_cli_store, store_option
+from cronwheel.cli.common import open_cli_store, shown_ids, store_option
 from cronwheel.cli.remote import client, url_option
 from cronwheel.errors import ValidationError
 
@@ -59,6 +59,7 @@ def list_command(
         store = open_cli_store(store_url)
         try:
             jobs = store.list_jobs(namespace=namespace, name_prefix=prefix, task=task, limit=limit)
+            jobs = [shown_ids(store).job(j) for j in jobs]  # the API's ids
         finally:
             store.close()
     if as_json:
@@ -116,6 +117,8 @@ def show_command(
             job = store.get_job(namespace, name)
             firings = store.list_firings(job_id=job.id, limit=10)
             events = store.job_events(job.id, limit=10)
+            ids = shown_ids(store)  # the API's ids
+            job, firings = ids.job(job), [ids.firing(f) for f in firings]
         finally:
             store.close()
     if as_json:
@@ -195,6 +198,7 @@ def explain_command(
             limit=5000,
         )
         events = store.job_events(job.id, limit=5000)
+        firings = [shown_ids(store).firing(f) for f in firings]  # the API's ids
     finally:
         store.close()
     occurrences = explain(job, since=start, until=until, now=now, firings=firings, events=events)
@@ -230,11 +234,11 @@ def trigger_command(
             added = store.add_firings(
                 namespace, name, [store.now()], note="trigger", overlap=overlap
             )
+            if not added.inserted:
+                raise ValidationError("the job already has a firing at this instant", field="name")
+            firing = shown_ids(store).firing(added.inserted[0])  # the API's ids
         finally:
             store.close()
-        if not added.inserted:
-            raise ValidationError("the job already has a firing at this instant", field="name")
-        firing = added.inserted[0]
     click.echo(f"triggered job {name!r}: firing {firing.id} ({firing.idempotency_key})")
 
 

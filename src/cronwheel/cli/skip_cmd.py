@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from cronwheel.cli.common import open_cli_store, store_option
+from cronwheel.cli.common import open_cli_store, shown_ids, store_option
 from cronwheel.cli.remote import client, url_option
 from cronwheel.domain.firing import format_instant
 from cronwheel.domain.skips import MAX_SKIP, SkipResult
@@ -69,6 +69,7 @@ def skip_command(
             except ValidationError as exc:  # name the flag, not the API's field
                 raise ValidationError(exc.message, field=f"--{exc.field}") from None
             results = store.skip_occurrences(namespace, name, instants, text)
+            results = [shown_ids(store).skip(r) for r in results]  # the API's ids
         finally:
             store.close()
         _refuse_if_all_refused(results)

@@ -13,31 +13,45 @@ from cronwheel.domain.firing import format_instant
 
 @click.group("tokens")
 def tokens_group() -> None:
-    """Create, list and revoke API tokens (each scoped to one namespace and role)."""
+    """Create, list and revoke API tokens (each scoped to one namespace and role, or a
+    cluster token for the cluster-wide views)."""
 
 
 @tokens_group.command("create")
-@click.option("--namespace", required=True, help="The namespace the token acts in.")
+@click.option("--namespace", help="The namespace the token acts in (sees only it).")
+@click.option(
+    "--cluster",
+    is_flag=True,
+    help="A cluster token instead (role read or admin): /metrics of every namespace, the"
+    " dashboard's all-namespace overview, the cluster status; no jobs or firings.",
+)
 @click.option(
     "--role",
     required=True,
     type=click.Choice(["read", "write", "admin"]),
-    help="read: only reads; write/admin: also changes jobs and firings.",
+    help="read: only reads; write/admin: also changes jobs and firings; admin: /metrics.",
 )
 @click.option("--name", "label", help="A label to recognise the token by.")
 @store_option
-def create_command(namespace: str, role: str, label: str | None, store_url: str) -> None:
+def create_command(
+    namespace: str | None, cluster: bool, role: str, label: str | None, store_url: str
+) -> None:
     """Create a token and print it ONCE on stdout (only its hash is stored)."""
-    from cronwheel.web.tokens import issue_token
+    from cronwheel.errors import ValidationError
+    from cronwheel.web.tokens import CLUSTER, issue_token
 
+    if cluster == (namespace is not None):
+        raise ValidationError("give --namespace NAME or --cluster (one of them)", field="namespace")
+    namespace = CLUSTER if cluster else namespace
+    assert namespace is not None
     store = open_cli_store(store_url)
     try:
         record, text = issue_token(store, namespace=namespace, role=role, label=label)
     finally:
         store.close()
+    scope = "the cluster" if cluster else f"namespace {namespace}"
     click.echo(
-        f"created token {record.id} (namespace {namespace}, role {role}); "
-        "store it now, it is not shown again:",
+        f"created token {record.id} ({scope}, role {role}); store it now, it is not shown again:",
         err=True,
     )
     click.echo(text)

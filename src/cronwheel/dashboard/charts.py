@@ -13,6 +13,7 @@ from cronwheel.observability.lateness import (
     objective_ms,
 )
 from cronwheel.store.protocol import ApiStore
+from cronwheel.web.ids import ids_for
 
 from .data import CHART_SAMPLE, fmt_ms, fmt_utc
 
@@ -58,7 +59,9 @@ def _log_y(seconds: float, top: float, height: float) -> float:
     return top + height - (v - _LOG_MIN) / (_LOG_MAX - _LOG_MIN) * height
 
 
-def charts(store: ApiStore, namespace: str) -> Charts:
+def charts(store: ApiStore, namespace: str | None) -> Charts:
+    """The lateness charts of ``namespace``'s firings (None: every namespace's, for a
+    cluster token)."""
     recent = store.list_firings(namespace=namespace, states=STARTED_STATES, limit=CHART_SAMPLE)
     samples = [(f, max(0.0, s)) for f in recent if (s := first_attempt_lateness_s(f)) is not None]
     goal_s = objective_ms() / 1000
@@ -92,6 +95,11 @@ def charts(store: ApiStore, namespace: str) -> Charts:
     )
     left, plot_w = 44, width - 50
     if timed:
+        ids = ids_for(store)
+
+        def shown(internal: int) -> int:
+            return ids.encode("firing", internal)
+
         t0, t1 = timed[0][0], timed[-1][0]
         total = max((t1 - t0).total_seconds(), 1e-6)
         for started, s, f in timed:
@@ -101,7 +109,7 @@ def charts(store: ApiStore, namespace: str) -> Charts:
                     x=round(x, 1),
                     y=round(_log_y(s, top, plot_h), 1),
                     over=s > goal_s,
-                    title=f"{f.job_name} #{f.id}: {fmt_ms(s * 1000)} late",
+                    title=f"{f.job_name} #{shown(f.id)}: {fmt_ms(s * 1000)} late",
                 )
             )
         span = f"{fmt_utc(t0)[11:19]} – {fmt_utc(t1)[11:19]} UTC"

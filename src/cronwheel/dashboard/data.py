@@ -1,6 +1,8 @@
 """View models: what each dashboard view shows, read from the same store methods as
-the HTTP API (namespace-scoped ones for jobs and firings; the cluster view of
-``/v1/status`` for leader, nodes and queue depth). Templates only lay it out."""
+the HTTP API (namespace-scoped ones for jobs, firings and every count; the cluster
+view of ``/v1/status`` — leader, nodes, every namespace's counts — for a viewer who
+may see the cluster). Ids are the shown ones (``domain/ids.py``), as the API's.
+Templates only lay it out."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from cronwheel.observability.lateness import (
     percentile,
 )
 from cronwheel.store.protocol import ApiStore, StoreStatus
+from cronwheel.web.ids import ids_for
 from cronwheel.wire import job_state
 
 from .words import cron_words
@@ -174,15 +177,23 @@ class Overview:
     breached: bool
     nodes: list[NodeRow] = field(default_factory=list)
     unserved: dict[str, int] = field(default_factory=dict)  # queued per task nobody serves
+    cluster: bool = False  # the cluster's view: leader, nodes, every namespace's counts
 
 
-def overview(store: ApiStore, namespace: str) -> Overview:
-    s: StoreStatus = store.status()
+def overview(store: ApiStore, namespace: str | None, *, cluster: bool) -> Overview:
+    """``namespace``'s overview (None: every namespace's). ``cluster``: counts of every
+    namespace, with the leader and the nodes (a cluster token, or authentication off);
+    otherwise every count is the namespace's and no leader or node is shown."""
+    s: StoreStatus = store.status() if cluster else store.status(namespace=namespace)
     now = s.now
-    lease = s.lease
+    lease = s.lease if cluster else None
     alive = lease is not None and lease.expires_at > now
     # a held (claimed) or running firing whose claim lease ran out and no reaper handled
-    held = store.list_firings(states=[FiringState.CLAIMED, FiringState.RUNNING], limit=1000)
+    held = store.list_firings(
+        namespace=None if cluster else namespace,
+        states=[FiringState.CLAIMED, FiringState.RUNNING],
+        limit=1000,
+    )
     stuck = sum(1 for f in held if f.lease_until is not None and f.lease_until < now)
     oldest = None
     if s.oldest_queued_due_at is not None and s.oldest_queued_due_at < now:
@@ -201,7 +212,7 @@ def overview(store: ApiStore, namespace: str) -> Overview:
             alive=(now - n.heartbeat_at).total_seconds() <= NODE_STALE_S,
             leader=alive and lease is not None and lease.holder == n.id,
         )
-        for n in s.nodes
+        for n in (s.nodes if cluster else [])
     ]
     return Overview(
         now=fmt_utc(now),
@@ -225,6 +236,7 @@ def overview(store: ApiStore, namespace: str) -> Overview:
         unserved=store.unserved_queued(
             alive_within=timedelta(seconds=NODE_STALE_S), namespace=namespace
         ),
+        cluster=cluster,
     )
 
 
@@ -250,6 +262,7 @@ class JobRow:
 
 def jobs(store: ApiStore, namespace: str) -> tuple[list[JobRow], bool]:
     now = store.now()
+    ids = ids_for(store)
     found = store.search_jobs(namespace, limit=JOBS_SHOWN + 1)
     backlog = store.job_backlog(namespace, limit=10_000)
     goal = objective_ms()
@@ -261,7 +274,7 @@ def jobs(store: ApiStore, namespace: str) -> tuple[list[JobRow], bool]:
         last = next((f for f in recent if f.state.value not in _OPEN_STATES), None)
         rows.append(
             JobRow(
-                id=job.id,
+                id=ids.encode("job", job.id),
                 name=job.name,
                 task=job.spec.task,
                 written=written(job),
@@ -271,7 +284,7 @@ def jobs(store: ApiStore, namespace: str) -> tuple[list[JobRow], bool]:
                 state=job_state(job),
                 next=upcoming(job, now, 2),
                 last_outcome=None if last is None else last.state.value,
-                last_firing_id=None if last is None else last.id,
+                last_firing_id=None if last is None else ids.encode("firing", last.id),
                 backlog=backlog.get(job.name, 0),
                 p99=fmt_ms(lat.p99_ms),
                 breached=lat.breached,
@@ -319,13 +332,15 @@ def firing_row(f: Firing, goal_ms: float, late: timedelta | None = None) -> Firi
 def firings(
     store: ApiStore, namespace: str, *, state: str | None, job_id: int | None
 ) -> list[FiringRow]:
+    """The namespace's firings (of the job with the store's id ``job_id`` if given)."""
     states = [FiringState(state)] if state else None
     goal = objective_ms()
+    ids = ids_for(store)
     if job_id is not None:
         found = store.list_job_firings(JobId(job_id), states=states, limit=FIRINGS_SHOWN)
     else:
         found = store.list_firings(namespace=namespace, states=states, limit=FIRINGS_SHOWN)
-    return [firing_row(f, goal, firing_lateness(f, store.list_attempts)) for f in found]
+    return [firing_row(ids.firing(f), goal, firing_lateness(f, store.list_attempts)) for f in found]
 
 
 # -- one job, one firing ---------------------------------------------------------------------------
@@ -345,6 +360,7 @@ def job_detail(store: ApiStore, job: Job, *, hours: int) -> dict[str, Any]:
     for o in occurrences:
         summary[o.fate] = summary.get(o.fate, 0) + 1
     zone = ZoneInfo(zone_of(job))
+    ids = ids_for(store)
     before = [o for o in occurrences if o.fate == "not_due" and "existed" in o.detail]
     shown = [o for o in occurrences if not (o.fate == "not_due" and "existed" in o.detail)]
     fates = [
@@ -355,7 +371,7 @@ def job_detail(store: ApiStore, job: Job, *, hours: int) -> dict[str, Any]:
             "fate": o.fate,
             "kind": o.fate.split(" ")[0],
             "detail": o.detail,
-            "firing_id": o.firing_id,
+            "firing_id": None if o.firing_id is None else ids.encode("firing", o.firing_id),
         }
         for o in reversed(shown[-200:])
     ]
@@ -363,7 +379,7 @@ def job_detail(store: ApiStore, job: Job, *, hours: int) -> dict[str, Any]:
     lat = lateness_of(job, final, objective_ms())
     p = job.spec.policies
     return {
-        "job": job,
+        "job": ids.job(job),
         "written": written(job),
         "words": in_words(job),
         "zone": zone_of(job),

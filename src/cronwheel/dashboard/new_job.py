@@ -25,9 +25,10 @@ from cronwheel.domain.jobs import build_policies, require_served_task, spec_firs
 from cronwheel.domain.models import JobSpec
 from cronwheel.domain.policy_table import POLICY_TABLE, Policy, policies_from_text
 from cronwheel.errors import ConflictError, CronwheelError, ValidationError
-from cronwheel.web.auth import Principal, store_of
+from cronwheel.web.auth import Principal, missing_role, store_of
 from cronwheel.web.csrf import page_token
 from cronwheel.web.errors import error_body
+from cronwheel.web.ids import ids_for
 
 from .views import SECURITY_HEADERS, csrf_refused, render, viewer
 
@@ -76,7 +77,7 @@ def new_job_page(request: Request) -> Response:
         "new_job.html",
         fields=form_fields(),
         kinds=SCHEDULE_KINDS,
-        namespace=who.namespace,
+        namespace=who.namespace if who.scoped else None,
         auth=bool(request.app.state.auth_required),
         csrf=page_token(request),
     )
@@ -92,8 +93,12 @@ async def create_from_form(request: Request) -> Response:
         return JSONResponse(error_body("unauthorized", "log in first", "token"), 401)
     if (refused := csrf_refused(request)) is not None:
         return refused
+    if not who.scoped:
+        message = "a cluster token adds no jobs: this needs a namespace token"
+        return JSONResponse(error_body("forbidden", message, "token"), 403)
     if not who.can("write"):
-        return JSONResponse(error_body("forbidden", "adding a job needs a write token"), 403)
+        message = f"adding a job: {missing_role(who, 'write')}"
+        return JSONResponse(error_body("forbidden", message, "role"), 403)
     try:
         body = json.loads(await request.body() or b"{}")
     except ValueError:
@@ -142,4 +147,4 @@ def _create(request: Request, who: Principal, values: dict[str, str]) -> int:
     if values.get("allow_unknown_task") != "on":
         require_served_task(spec.task, [t.task for t in store.served_tasks()])
     job = store.create_job(spec, first_fire_at=spec_first_fire_at(spec, store.now()))
-    return job.id
+    return ids_for(store).encode("job", job.id)  # the shown id, as in the API

@@ -3,11 +3,14 @@
 static files (htmx, vendored; CSS; one small script) at ``/ui/static``.
 
 Who may look: with authentication off (a loopback ``cronwheel api``) everyone, as
-the API's anonymous ``admin`` of namespace ``default``. With it on, a token —
-from ``Authorization: Bearer`` or from the login form, which keeps it in an
+the API's anonymous ``admin`` of namespace ``default``, who also sees the cluster
+(leader, nodes, every namespace's counts). With it on, a token — from
+``Authorization: Bearer`` or from the login form, which keeps it in an
 ``HttpOnly; SameSite=Strict`` cookie — and the pages show the token's namespace
-only (cluster health — leader, nodes, queue depth — as ``/v1/status`` does).
-``/metrics`` tells about every namespace, so it needs an ``admin`` token.
+only, every count and chart included. A cluster token sees the all-namespace
+overview, the leader and the nodes, and no job or firing. ``/metrics`` needs an
+``admin`` token of a namespace (that namespace's series, see
+``observability.scoped``) or a cluster token (every series).
 
 Every value reaches HTML through Jinja2 autoescaping; names are wrapped in
 ``<bdi>`` so right-to-left overrides cannot reorder the page around them; the
@@ -28,16 +31,18 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from cronwheel.domain.error_text import error_summary
-from cronwheel.domain.models import FiringId, JobId
+from cronwheel.domain.models import Firing, FiringId, Job, JobId
 from cronwheel.domain.numbers import parse_number
 from cronwheel.domain.skips import occurrences_to_skip, skip_reason
 from cronwheel.errors import NotFoundError, ValidationError
 from cronwheel.observability.cluster import ClusterCollector
+from cronwheel.observability.scoped import NamespaceView
 from cronwheel.web.auth import (
     ANONYMOUS,
     Principal,
     auth_required,
     end_session,
+    missing_role,
     principal_of,
     session_text,
     start_session,
@@ -46,6 +51,7 @@ from cronwheel.web.auth import (
 from cronwheel.web.auth import who as signer
 from cronwheel.web.csrf import HEADER, csrf_refusal, page_token
 from cronwheel.web.errors import error_body
+from cronwheel.web.ids import ids_for, internal_id
 
 from . import charts, data
 
@@ -80,9 +86,11 @@ _env.globals["query"] = _query
 
 def mount(app: FastAPI) -> None:
     """Add the dashboard and ``/metrics`` to the API app (``server.create_app`` does)."""
+    collector = ClusterCollector(app.state.store)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ClusterCollector(app.state.store))
+    registry.register(collector)
     app.state.metrics_registry = registry
+    app.state.metrics_collector = collector
     from .new_job import router as new_job_router  # the new-job form (policy table)
 
     app.include_router(new_job_router)  # before /ui/jobs/{job_id}: "new" is no job id
@@ -115,7 +123,8 @@ def render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
 
 def _base(request: Request, who: Principal) -> dict[str, Any]:
     return {
-        "namespace": who.namespace,
+        "namespace": who.namespace if who.scoped else None,
+        "cluster_token": not who.scoped,
         "auth": bool(request.app.state.auth_required),
         "csrf": page_token(request),
     }
@@ -127,6 +136,13 @@ def csrf_refused(request: Request) -> Response | None:
     if reason is None:
         return None
     return JSONResponse(error_body("forbidden", reason, HEADER), 403, headers=SECURITY_HEADERS)
+
+
+def _overview(request: Request, who: Principal) -> data.Overview:
+    """The viewer's overview: its namespace's, or the cluster's for a viewer who may
+    see it (every namespace's for a cluster token)."""
+    namespace = who.namespace if who.scoped else None
+    return data.overview(store_of(request), namespace, cluster=who.cluster)
 
 
 def _not_found(request: Request, who: Principal, what: str) -> HTMLResponse:
@@ -176,7 +192,7 @@ def index(request: Request) -> Response:
     rows, more = data.jobs(store, who.namespace)
     return render(
         "index.html",
-        ov=data.overview(store, who.namespace),
+        ov=_overview(request, who),
         jobs=rows,
         more_jobs=more,
         firings=data.firings(
@@ -185,20 +201,34 @@ def index(request: Request) -> Response:
         states=data.FILTER_STATES,
         state=state,
         job_filter=job_id,
-        charts=charts.charts(store, who.namespace),
+        charts=charts.charts(store, who.namespace if who.scoped else None),
         **_base(request, who),
     )
 
 
 def _own_job(request: Request, who: Principal, job_id: int | None) -> int | None:
-    """``job_id`` if that job is in the viewer's namespace; else -1 (shows nothing)."""
+    """The store's id of the job shown as ``job_id`` if that job is in the viewer's
+    namespace; else -1 (shows nothing)."""
     if job_id is None:
         return None
+    store = store_of(request)
+    internal = internal_id(store, "job", job_id)
     try:
-        job = store_of(request).get_job_by_id(JobId(job_id))
+        job = None if internal is None else store.get_job_by_id(JobId(internal))
     except NotFoundError:
-        return -1
-    return job_id if job.namespace == who.namespace else -1
+        job = None
+    return job.id if job is not None and job.namespace == who.namespace else -1
+
+
+def _job_of(request: Request, who: Principal, job_id: str) -> Job | None:
+    """The viewer's job shown as ``job_id``; None for any other text."""
+    store = store_of(request)
+    internal = internal_id(store, "job", job_id)
+    try:
+        job = None if internal is None else store.get_job_by_id(JobId(internal))
+    except NotFoundError:
+        return None
+    return job if job is not None and job.namespace == who.namespace else None
 
 
 @router.get("/ui/jobs/{job_id}")
@@ -207,16 +237,10 @@ def job_page(request: Request, job_id: str) -> Response:
     if who is None:
         return _login_needed(request)
     hours_text = request.query_params.get("hours", "1")
-    number = _id(job_id, "job_id")
-    if number is None or hours_text not in ("1", "6", "24", "168"):
+    job = _job_of(request, who, job_id)
+    if job is None or hours_text not in ("1", "6", "24", "168"):
         return _not_found(request, who, "job")
     store = store_of(request)
-    try:
-        job = store.get_job_by_id(JobId(number))
-    except NotFoundError:
-        return _not_found(request, who, "job")
-    if job.namespace != who.namespace:
-        return _not_found(request, who, "job")
     detail = data.job_detail(store, job, hours=int(hours_text))
     firings = data.firings(store, who.namespace, state=None, job_id=job.id)
     return render(
@@ -225,7 +249,7 @@ def job_page(request: Request, job_id: str) -> Response:
         firings=firings,
         states=data.FILTER_STATES,
         state=None,
-        job_filter=job.id,
+        job_filter=ids_for(store).encode("job", job.id),
         can_write=who.can("write"),
         **_base(request, who),
     )
@@ -254,16 +278,11 @@ def skip_next(request: Request, job_id: str) -> Response:
             error_body("forbidden", "send it from the dashboard's own page", "HX-Request"), 403
         )
     if not who.can("write"):
-        return JSONResponse(error_body("forbidden", "skipping needs a write token", "role"), 403)
+        message = f"skipping: {missing_role(who, 'write')}"
+        return JSONResponse(error_body("forbidden", message, "role"), 403)
     store = store_of(request)
-    job = None
-    number = _id(job_id, "job_id")
-    if number is not None:
-        try:
-            job = store.get_job_by_id(JobId(number))
-        except NotFoundError:
-            job = None
-    if job is None or job.namespace != who.namespace:
+    job = _job_of(request, who, job_id)
+    if job is None:
         return JSONResponse(error_body("not_found", "no such job", "job_id"), 404)
     try:
         instants = occurrences_to_skip(job.spec, now=store.now(), next_n=1)
@@ -274,15 +293,15 @@ def skip_next(request: Request, job_id: str) -> Response:
     return Response(status_code=204, headers={"HX-Refresh": "true", **SECURITY_HEADERS})
 
 
-def _own_firing(request: Request, who: Principal, firing_id: str) -> Any:
-    number = _id(firing_id, "firing_id")
-    if number is None:
-        return None
+def _own_firing(request: Request, who: Principal, firing_id: str) -> Firing | None:
+    """The viewer's firing shown as ``firing_id`` (as the store has it); else None."""
+    store = store_of(request)
+    internal = internal_id(store, "firing", firing_id)
     try:
-        firing = store_of(request).get_firing(FiringId(number))
+        firing = None if internal is None else store.get_firing(FiringId(internal))
     except NotFoundError:
         return None
-    return firing if firing.namespace == who.namespace else None
+    return firing if firing is not None and firing.namespace == who.namespace else None
 
 
 @router.get("/ui/firings/{firing_id}")
@@ -293,13 +312,15 @@ def firing_page(request: Request, firing_id: str) -> Response:
     firing = _own_firing(request, who, firing_id)
     if firing is None:
         return _not_found(request, who, "firing")
+    store = store_of(request)
     full = who.can("write")  # a read token sees errors' summaries (domain/error_text.py)
-    attempts = data.attempts(store_of(request), firing, full=full)
+    attempts = data.attempts(store, firing, full=full)
     error = firing.error if full else error_summary(firing.error)
     steps = data.timeline(firing)
+    shown = ids_for(store).firing(firing)
     return render(
         "firing.html",
-        f=firing,
+        f=shown,
         f_error=error,
         steps=steps,
         attempts=attempts,
@@ -313,7 +334,7 @@ def overview_fragment(request: Request) -> Response:
     who = viewer(request)
     if who is None:
         return _login_needed(request)
-    return render("overview.html", ov=data.overview(store_of(request), who.namespace))
+    return render("overview.html", ov=_overview(request, who))
 
 
 @router.get("/ui/f/nodes")
@@ -321,7 +342,7 @@ def nodes_fragment(request: Request) -> Response:
     who = viewer(request)
     if who is None:
         return _login_needed(request)
-    return render("nodes.html", ov=data.overview(store_of(request), who.namespace))
+    return render("nodes.html", ov=_overview(request, who))
 
 
 @router.get("/ui/f/jobs")
@@ -355,7 +376,8 @@ def lateness_fragment(request: Request) -> Response:
     who = viewer(request)
     if who is None:
         return _login_needed(request)
-    return render("lateness.html", charts=charts.charts(store_of(request), who.namespace))
+    namespace = who.namespace if who.scoped else None
+    return render("lateness.html", charts=charts.charts(store_of(request), namespace))
 
 
 @router.get("/ui/f/firings/{firing_id}")
@@ -366,11 +388,14 @@ def firing_fragment(request: Request, firing_id: str) -> Response:
     firing = _own_firing(request, who, firing_id)
     if firing is None:
         return _not_found(request, who, "firing")
+    store = store_of(request)
     full = who.can("write")
-    attempts = data.attempts(store_of(request), firing, full=full)
+    attempts = data.attempts(store, firing, full=full)
     error = firing.error if full else error_summary(firing.error)
-    steps = data.timeline(firing)
-    return render("timeline.html", f=firing, f_error=error, steps=steps, attempts=attempts)
+    shown = ids_for(store).firing(firing)
+    return render(
+        "timeline.html", f=shown, f_error=error, steps=data.timeline(firing), attempts=attempts
+    )
 
 
 # -- login --------------------------------------------------------------------------------------
@@ -413,14 +438,24 @@ def logout(request: Request) -> Response:
 # -- Prometheus -----------------------------------------------------------------------------------
 @router.get("/metrics")
 def metrics(request: Request) -> Response:
-    """The cluster's metrics in the Prometheus text format (see observability.cluster)."""
-    if request.app.state.auth_required:
-        who = viewer(request) if request.headers.get("authorization") else None
-        if who is None or not who.can("admin"):
-            return JSONResponse(
-                error_body("unauthorized", "/metrics needs an admin bearer token", "Authorization"),
-                401 if who is None else 403,
-                headers={"WWW-Authenticate": 'Bearer realm="cronwheel"'},
-            )
+    """The metrics in the Prometheus text format (see observability.cluster): every
+    series for a cluster token (or with authentication off); for a namespace's
+    ``admin`` token its namespace's series only (observability.scoped)."""
     registry: CollectorRegistry = request.app.state.metrics_registry
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    if not request.app.state.auth_required:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    who = viewer(request) if request.headers.get("authorization") else None
+    if who is None:
+        return JSONResponse(
+            error_body("unauthorized", "/metrics needs a bearer token", "Authorization"),
+            401,
+            headers={"WWW-Authenticate": 'Bearer realm="cronwheel"'},
+        )
+    if who.cluster:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    if not who.can("admin"):
+        message = f"/metrics: {missing_role(who, 'admin')}"
+        return JSONResponse(error_body("forbidden", message, "Authorization"), 403)
+    scoped = CollectorRegistry(auto_describe=False)
+    scoped.register(NamespaceView(request.app.state.metrics_collector, who.namespace))
+    return Response(generate_latest(scoped), media_type=CONTENT_TYPE_LATEST)

@@ -140,6 +140,11 @@ class DispatchPort(Protocol):
 class WorkerPort(Protocol):
     """The worker's port: claims, heartbeats, outcomes, wake-ups, its node record."""
 
+    def id_key(self) -> bytes:
+        """The cluster's secret for the ids users see (see AdminPort.id_key): a
+        handler's context carries those ids."""
+        ...
+
     def claim(
         self,
         worker_id: str,
@@ -366,7 +371,15 @@ class AdminPort(Protocol):
         tasks, most waiting first, counted over at most UNSERVED_SCAN queued firings."""
         ...
 
-    def status(self) -> StoreStatus: ...
+    def status(self, *, namespace: str | None = None) -> StoreStatus:
+        """Counts, jobs and the oldest queued firing of the cluster, or of ``namespace``
+        only; the lease and the nodes are the cluster's either way."""
+        ...
+
+    def id_key(self) -> bytes:
+        """The cluster's secret for the ids users see (``domain/ids.py``): 32 random
+        bytes, created once by ``migrate`` and never changed."""
+        ...
 
 
 class QuotaPort(Protocol):

@@ -4,9 +4,14 @@ A request carries a bearer token (``Authorization: Bearer cw_<id>_<secret>``) or
 on the dashboard, the same token in the ``HttpOnly; SameSite=Strict`` session
 cookie set by its login form. The token gives the request its namespace and role:
 ``read`` may only read; ``write`` and ``admin`` may also change jobs and firings
-(``admin`` is reserved for operations on tokens and the cluster). With
+(``admin`` also reads the namespace's ``/metrics``). A token sees its namespace
+only, everywhere. A *cluster* token (namespace ``*``, role ``read`` or ``admin``,
+``cronwheel tokens create --cluster``) belongs to no namespace: it sees the
+cluster-wide views (``/metrics`` of every namespace, the dashboard's all-namespace
+overview, the cluster status with its leader and nodes) and no job or firing. With
 authentication off (``cronwheel api`` on a loopback address only) every request
-acts as :data:`ANONYMOUS`, the ``admin`` of namespace ``default``.
+acts as :data:`ANONYMOUS`, the ``admin`` of namespace ``default`` who also sees the
+cluster-wide views (a single operator).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cronwheel.store.protocol import ApiStore
-from cronwheel.web.tokens import verify_token
+from cronwheel.web.tokens import CLUSTER, verify_token
 
 COOKIE = "cronwheel_token"
 COOKIE_MAX_AGE = 12 * 3600
@@ -26,15 +31,26 @@ _RANK = {"read": 0, "write": 1, "admin": 2}
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    namespace: str
+    namespace: str  # CLUSTER for a cluster token
     role: str
     token_id: int | None
+    cluster: bool = False  # may see the cluster-wide views
 
     def can(self, role: str) -> bool:
         return _RANK[self.role] >= _RANK[role]
 
+    @property
+    def scoped(self) -> bool:
+        """Acts in a namespace (every token but a cluster token)."""
+        return self.namespace != CLUSTER
 
-ANONYMOUS = Principal(namespace="default", role="admin", token_id=None)
+
+ANONYMOUS = Principal(namespace="default", role="admin", token_id=None, cluster=True)
+
+
+def missing_role(principal: Principal, role: str) -> str:
+    """The message of a 403: the role needed and the one the token has."""
+    return f"this needs the {role} role; the token's role is {principal.role}"
 
 
 def store_of(request: Request) -> ApiStore:
@@ -52,7 +68,12 @@ def principal_of(store: ApiStore, text: str) -> Principal | None:
     token = verify_token(store, text)
     if token is None:
         return None
-    return Principal(namespace=token.namespace, role=token.role, token_id=token.id)
+    return Principal(
+        namespace=token.namespace,
+        role=token.role,
+        token_id=token.id,
+        cluster=token.namespace == CLUSTER,
+    )
 
 
 def bearer_text(request: Request) -> str | None:

@@ -18,6 +18,8 @@ from cronwheel.domain.models import validate_name, validate_namespace
 from cronwheel.errors import ValidationError
 from cronwheel.store.protocol import TOKEN_ROLES, ApiAdminPort, ApiToken
 
+CLUSTER = "*"  # the namespace of a cluster token (no job can be in it: see validate_namespace)
+CLUSTER_ROLES = ("read", "admin")
 TOKEN_RE = re.compile(r"cw_([1-9][0-9]{0,17})_([A-Za-z0-9_-]{43})", re.ASCII)
 
 
@@ -28,10 +30,16 @@ def hash_secret(secret: str) -> str:
 def issue_token(
     store: ApiAdminPort, *, namespace: str, role: str, label: str | None = None
 ) -> tuple[ApiToken, str]:
-    """Create a token; return its record and the full token text (shown once, never stored)."""
-    validate_namespace(namespace)
+    """Create a token; return its record and the full token text (shown once, never stored).
+    ``namespace`` :data:`CLUSTER` makes a cluster token (roles ``read`` or ``admin``)."""
+    if namespace != CLUSTER:
+        validate_namespace(namespace)
     if role not in TOKEN_ROLES:
         raise ValidationError(f"must be one of {', '.join(TOKEN_ROLES)}", field="role")
+    if namespace == CLUSTER and role not in CLUSTER_ROLES:
+        raise ValidationError(
+            "a cluster token only reads the cluster: role read or admin", field="role"
+        )
     if label is not None:
         validate_name(label, "name")
     secret = secrets.token_urlsafe(32)

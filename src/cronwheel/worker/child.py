@@ -90,9 +90,16 @@ def _outcome(exc: BaseException) -> tuple[str, Any]:
 
 
 def child_main(
-    modules: list[str], task_name: str, firing: Firing, claim_token: str, worker_id: str, conn: Any
+    modules: list[str],
+    task_name: str,
+    firing: Firing,
+    shown: Firing | None,
+    claim_token: str,
+    worker_id: str,
+    conn: Any,
 ) -> None:
-    """Run one attempt's handler in this (child) process; report over ``conn``."""
+    """Run one attempt's handler in this (child) process; report over ``conn``. ``shown``:
+    the firing with the ids users see (its context's ids, as in the worker's process)."""
     # a fresh signal state: SIGTERM kills (the worker's stop), Ctrl-C in the worker's
     # terminal is the worker's business (it finishes its handlers)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
@@ -101,6 +108,7 @@ def child_main(
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
     ctx = make_context(firing, claim_token, worker_id)
+    ctx.shown = shown
     threading.Thread(target=_watch, args=(conn, ctx), name="cronwheel-cancel", daemon=True).start()
     outcome: tuple[str, Any] = ("ok", None)
     try:

@@ -7,7 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from weakref import WeakKeyDictionary
 
+from cronwheel.domain.ids import IdCodec
 from cronwheel.domain.models import Firing
 
 
@@ -16,7 +18,9 @@ class Context:
     """Passed as the first argument to every task handler.
 
     ``idempotency_key`` (``<job_id>:<scheduled_for RFC 3339 UTC>``) is stable
-    across retries and redeliveries: use it to make side effects idempotent.
+    across retries and redeliveries: use it to make side effects idempotent. Its
+    ``job_id``, ``firing_id`` and key carry the ids users see everywhere else (the
+    API, the dashboard, the CLI: ``domain/ids.py``), never the store's.
     ``cancel_requested`` turns true when the firing was cancelled or its claim
     was lost; a long handler should check it and stop.
     """
@@ -24,6 +28,7 @@ class Context:
     firing: Firing
     claim_token: str
     worker_id: str
+    shown: Firing | None = None  # the firing with the ids users see (None: as stored)
     _logger: Any = None
     _cancelled: bool = False
     # created by the first wait_cancelled(): most handlers never wait, and an Event (a
@@ -40,11 +45,16 @@ class Context:
 
             self._logger = structlog.get_logger("cronwheel.task").bind(
                 job=self.firing.job_name,
-                firing_id=self.firing.id,
+                firing_id=self.visible.id,
                 attempt=self.firing.attempt,
-                idempotency_key=self.firing.idempotency_key,
+                idempotency_key=self.visible.idempotency_key,
             )
         return self._logger
+
+    @property
+    def visible(self) -> Firing:
+        """The firing as users see it (its ids and key those of the API)."""
+        return self.firing if self.shown is None else self.shown
 
     @property
     def job(self) -> str:
@@ -52,11 +62,11 @@ class Context:
 
     @property
     def job_id(self) -> int:
-        return self.firing.job_id
+        return self.visible.job_id
 
     @property
     def firing_id(self) -> int:
-        return self.firing.id
+        return self.visible.id
 
     @property
     def namespace(self) -> str:
@@ -72,7 +82,7 @@ class Context:
 
     @property
     def idempotency_key(self) -> str:
-        return self.firing.idempotency_key
+        return self.visible.idempotency_key
 
     @property
     def cancel_requested(self) -> bool:
@@ -114,5 +124,21 @@ class Context:
 _LOCK = threading.Lock()
 
 
-def make_context(firing: Firing, claim_token: str, worker_id: str) -> Context:
-    return Context(firing=firing, claim_token=claim_token, worker_id=worker_id)
+_CODECS: WeakKeyDictionary[Any, IdCodec] = WeakKeyDictionary()
+
+
+def ids_of(store: Any) -> IdCodec:
+    """The codec of the ids users see, for a worker's store (its key read once)."""
+    codec = _CODECS.get(store)
+    if codec is None:
+        codec = _CODECS[store] = IdCodec(store.id_key())
+    return codec
+
+
+def make_context(
+    firing: Firing, claim_token: str, worker_id: str, ids: IdCodec | None = None
+) -> Context:
+    """A handler's context; with ``ids`` its ids are those users see (a child process is
+    given the shown firing along: it sets ``shown`` itself)."""
+    shown = None if ids is None else ids.firing(firing)
+    return Context(firing=firing, claim_token=claim_token, worker_id=worker_id, shown=shown)

@@ -43,7 +43,7 @@ from cronwheel.errors import StoreUnavailableError
 from cronwheel.store.protocol import Completion, WorkerPort
 from cronwheel.worker.attempt import Attempts
 from cronwheel.worker.config import WorkerConfig, WorkerStats, finished_within, make_worker_id
-from cronwheel.worker.context import Context, make_context
+from cronwheel.worker.context import Context, ids_of, make_context
 from cronwheel.worker.events import QuietWorkerEvents, WorkerEvents
 from cronwheel.worker.executing import Executing
 from cronwheel.worker.registry import TaskRegistry
@@ -138,7 +138,7 @@ class Worker:
         and a free slot, then asks the store to start it; only if that compare-and-swap
         succeeds is its handler called."""
         firing = claim.firing
-        ctx = make_context(firing, claim.claim_token, self.worker_id)
+        ctx = make_context(firing, claim.claim_token, self.worker_id, ids_of(self.store))
         self._active[firing.id] = (claim, ctx)
         self._renewed[firing.id] = self.clock.monotonic()
         if self._claim_added is not None:

@@ -4,6 +4,7 @@ status and API tokens, written once over a Dialect (see flows.py for the rest)."
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -61,6 +62,7 @@ class AdminFlows(Generic[D]):
                 tx.script(migrations[f"migration_{n}"])
             if n != version:
                 tx.run("set_schema_version", {"version": str(n)})
+            tx.run("insert_id_key", {"key": secrets.token_hex(32)})  # kept once written
             return n
 
         return self.db.write(body)
@@ -145,16 +147,17 @@ class AdminFlows(Generic[D]):
             rows = self._all("list_nodes_alive", {"within": self.db.duration(alive_within)})
         return [codec.node_from_row(r) for r in rows]
 
-    def status(self) -> StoreStatus:
-        window = {"window": self.db.duration(_STATUS_WINDOW)}
+    def status(self, *, namespace: str | None = None) -> StoreStatus:
+        window: dict[str, Any] = {"window": self.db.duration(_STATUS_WINDOW)}
+        of, ns = ("", {}) if namespace is None else ("_of_namespace", {"namespace": namespace})
 
         def body(tx: Tx) -> StoreStatus:
             counts: dict[str, int] = {}
-            for row in tx.all("status_counts", window):
+            for row in tx.all(f"status_counts{of}", window | ns):
                 counts[row["state"]] = counts.get(row["state"], 0) + int(row["n"])
-            jobs = tx.one("status_jobs")
+            jobs = tx.one(f"status_jobs{of}", ns or None)
             assert jobs is not None
-            lateness = tx.all("recent_lateness", window | {"limit": 1000})
+            lateness = tx.all(f"recent_lateness{of}", window | ns | {"limit": 1000})
             lease = tx.one("get_lease", {"name": DISPATCHER_LEASE})
             return StoreStatus(
                 now=codec.req_instant(jobs["now"]),
@@ -168,6 +171,13 @@ class AdminFlows(Generic[D]):
             )
 
         return self.db.read(body)
+
+    # -- the ids users see -------------------------------------------------------------
+    def id_key(self) -> bytes:
+        row = self._one("id_key")
+        if row is None:
+            raise StoreError("the store has no id key: run 'cronwheel migrate'", field="store")
+        return bytes.fromhex(str(row["value"]))
 
     # -- API tokens ---------------------------------------------------------------------
     def create_token(

@@ -24,6 +24,10 @@ class ApiMethods(JobMethods):
             if self._closed:  # the port's answer for a store that does not answer
                 raise StoreUnavailableError("the memory store is closed", field="store")
 
+    def id_key(self) -> bytes:
+        with self._tx() as data:
+            return data.id_key
+
     # -- tokens ------------------------------------------------------------------------
     def create_token(
         self, *, namespace: str, role: str, label: str | None, secret_hash: str

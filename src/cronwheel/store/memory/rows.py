@@ -8,6 +8,7 @@ Every value handed out is decoded from a row: callers never hold a live row.
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -165,6 +166,7 @@ class MemoryData:
     nodes: dict[str, NodeRow] = field(default_factory=dict)
     served_tasks: dict[str, tuple[int, int]] = field(default_factory=dict)  # (first, last) µs
     tokens: dict[int, ApiToken] = field(default_factory=dict)
+    id_key: bytes = field(default_factory=lambda: secrets.token_bytes(32))  # domain/ids.py
     idempotency: dict[tuple[str, str], IdempotencyRow] = field(default_factory=dict)
     # ids of firings that may be QUEUED or RUNNING (a superset: the scans of work to do
     # read these and drop the ones that have ended); a firing enters on insert and redrive

@@ -391,11 +391,12 @@ class MemoryStore(ApiMethods):
             )
             return dict(ranked[:limit])
 
-    def status(self) -> StoreStatus:
+    def status(self, *, namespace: str | None = None) -> StoreStatus:
         with self._tx() as data:
             now = self._now_us()
             since = now - _STATUS_WINDOW_US
-            firings = list(data.firings.values())
+            firings = [f for f in data.firings.values() if namespace in (None, f.namespace)]
+            jobs = [j for j in data.jobs.values() if namespace in (None, j.namespace)]
             counts = {
                 "queued": sum(1 for f in firings if f.state == "queued"),
                 "claimed": sum(1 for f in firings if f.state == "claimed"),
@@ -422,8 +423,8 @@ class MemoryStore(ApiMethods):
                 now=from_us(now),
                 lease=None if lease is None else _lease(lease),
                 counts=counts,
-                jobs=len(data.jobs),
-                paused_jobs=sum(1 for j in data.jobs.values() if j.paused),
+                jobs=len(jobs),
+                paused_jobs=sum(1 for j in jobs if j.paused),
                 oldest_queued_due_at=None if oldest is None else from_us(oldest),
                 nodes=self.list_nodes(),
                 lateness_ms=[((f.started_at or 0) - f.scheduled_for) / 1000 for f in recent],

@@ -20,6 +20,16 @@ SELECT value FROM meta WHERE key = 'schema_version'
 INSERT INTO meta (key, value) VALUES ('schema_version', :version)
 ON CONFLICT (key) DO UPDATE SET value = excluded.value
 
+-- name: insert_id_key
+-- The cluster's secret for the ids users see, written once by migrate; a later
+-- migrate keeps it (ids shown never change). [meta primary key]
+INSERT INTO meta (key, value) VALUES ('id_key', :key)
+ON CONFLICT (key) DO NOTHING
+
+-- name: id_key
+-- The cluster's secret for the ids users see. [meta primary key]
+SELECT value FROM meta WHERE key = 'id_key'
+
 -- name: ping
 -- The cheapest round trip: is the store answering?
 SELECT 1 AS one
@@ -262,6 +272,34 @@ FROM jobs
 SELECT (started_at - scheduled_for) / 1000.0 AS lateness_ms FROM firings
 WHERE finished_at IS NOT NULL AND finished_at >= :now - :window AND state = 'succeeded'
   AND attempt = 1
+ORDER BY finished_at DESC
+LIMIT :limit
+
+-- name: status_counts_of_namespace
+-- status_counts of one namespace's firings (what a namespace token may see).
+-- [firings_claim, firings_lease, firings_finished]
+SELECT 'queued' AS state, count(*) AS n FROM firings WHERE state = 'queued' AND namespace = :namespace
+UNION ALL
+SELECT 'claimed', count(*) FROM firings WHERE state = 'claimed' AND namespace = :namespace
+UNION ALL
+SELECT 'running', count(*) FROM firings WHERE state = 'running' AND namespace = :namespace
+UNION ALL
+SELECT state, count(*) FROM firings
+WHERE finished_at IS NOT NULL AND finished_at >= :now - :window AND namespace = :namespace
+GROUP BY state
+
+-- name: status_jobs_of_namespace
+-- status_jobs of one namespace. [jobs (namespace, name) unique, firings_claim]
+SELECT count(*) AS n, coalesce(sum(paused), 0) AS p,
+       (SELECT min(due_at) FROM firings WHERE state = 'queued' AND namespace = :namespace) AS oldest,
+       :now AS now
+FROM jobs WHERE namespace = :namespace
+
+-- name: recent_lateness_of_namespace
+-- recent_lateness of one namespace's firings. [firings_finished]
+SELECT (started_at - scheduled_for) / 1000.0 AS lateness_ms FROM firings
+WHERE finished_at IS NOT NULL AND finished_at >= :now - :window
+  AND state = 'succeeded' AND attempt = 1 AND namespace = :namespace
 ORDER BY finished_at DESC
 LIMIT :limit
 
