@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any
 from zoneinfo import ZoneInfo
 
+from fastapi import Request
 from pydantic import BeforeValidator
 
 from cronwheel.api.errors import HttpError

@@ -26,9 +26,9 @@ in ``tests/contract/test_transitions.py``). Contracts every implementation keeps
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 from cronwheel.domain.attempts import Attempt
 from cronwheel.domain.firing import FiringState
@@ -43,11 +43,11 @@ from cronwheel.domain.models import (
     Lease,
     NodeInfo,
 )
-from cronwheel.domain.quotas import Quota, QuotaUse
 from cronwheel.domain.results import (  # re-exported: the stores import it from here
     CancelResult as CancelResult,  # noqa: PLC0414
 )
 from cronwheel.domain.skips import SkipResult
+from cronwheel.store.quota_port import QuotaPort  # re-exported (__all__)
 from cronwheel.store.records import (  # re-exported (__all__): callers import them here
     JOB_STATES,
     SERVED_TASKS_REFRESH,
@@ -379,25 +379,6 @@ class AdminPort(Protocol):
     def id_key(self) -> bytes:
         """The cluster's secret for the ids users see (``domain/ids.py``): 32 random
         bytes, created once by ``migrate`` and never changed."""
-        ...
-
-
-class QuotaPort(Protocol):
-    """Per-namespace quotas (domain/quotas.py), enforced by the store in each write."""
-
-    def get_quota(self, namespace: str) -> Quota:
-        """The namespace's own quota, else DEFAULT_QUOTA."""
-        ...
-
-    def set_quota(
-        self, namespace: str, changes: Mapping[str, Any], *, only_lower: bool = False
-    ) -> Quota:
-        """Change some limits (``quota_with``), the others kept; ``only_lower``: a
-        raised one is PermissionDeniedError (a namespace token's change)."""
-        ...
-
-    def quota_usage(self, namespace: str | None = None) -> list[QuotaUse]:
-        """Quota and use of one namespace, or of every namespace in use, by name."""
         ...
 
 
