@@ -9,6 +9,7 @@ and moved only by ``sec.advance``, as in the store contract suite.
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,6 +29,13 @@ with warnings.catch_warnings():
 NS, OTHER = "team-a", "team-b"
 ROLES = ("read", "write", "admin")
 SECURITY_STORES = ("sqlite", "postgres")
+
+
+def page_csrf(html: str) -> str:
+    """The CSRF token a dashboard page carries (its htmx headers)."""
+    found = re.search(r'"X-CSRF-Token": "([0-9a-f]{64})"', html)
+    assert found is not None, "the page carries no CSRF token"
+    return found.group(1)
 
 
 def _pg_rows(store: Any, sql: str) -> list[Any]:
@@ -90,6 +98,14 @@ class Sec:
 
     def fingerprint(self) -> dict[str, list[str]]:
         return fingerprint(self.store)
+
+    def login(self, who: str = "write") -> dict[str, str]:
+        """A dashboard session of ``who``'s token (the cookie stays in the client); the
+        header that carries its CSRF token, as the dashboard's pages send it."""
+        r = self.call("POST", "/ui/login", None, json={"token": self.tokens[who]})
+        assert r.status_code == 200, r.text
+        csrf = page_csrf(self.call("GET", "/", None).text)
+        return {"X-CSRF-Token": csrf}
 
     def cron_job(self, name: str = "nightly", who: str = "write", **extra: Any) -> Any:
         body = {

@@ -254,8 +254,9 @@ def test_every_integer_parameter_takes_ascii_digits_only(sec: Sec) -> None:
 @pytest.mark.parametrize("value", ["١", "１", "²", "+1", " 1", "1_0", "9" * 40])
 def test_dashboard_ids_take_ascii_digits_only(sec: Sec, value: str) -> None:
     job = sec.cron_job("nightly")
-    # the store's id of the job is 1 (which int() makes of ARABIC-INDIC DIGIT ONE), and its shown id written in
-    # Arabic-Indic digits is what int() would also turn into it: neither may name it
+    # the store's id of the job is 1 (int() makes it of ARABIC-INDIC DIGIT ONE), and its
+    # shown id written in Arabic-Indic digits is what int() would turn into the shown id:
+    # neither may name it
     arabic = str(job["id"]).translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩"))
     r = sec.call("POST", "/ui/login", None, json={"token": sec.tokens["read"]})
     assert r.status_code == 200, r.text
@@ -312,13 +313,13 @@ def test_content_length_takes_ascii_digits_only(value: bytes) -> None:
     ],
 )
 def test_dashboard_form_numbers_take_ascii_digits_only(sec: Sec, field: str, value: str) -> None:
-    r = sec.call("POST", "/ui/login", None, json={"token": sec.tokens["write"]})
-    assert r.status_code == 200, r.text
+    csrf = sec.login("write")
     before = sec.fingerprint()
     form = {"name": "formed", "task": "report", "kind": "every", "schedule": "1h"}
-    r = sec.call("POST", "/ui/jobs/new", None, json=form | {field: value})
+    r = sec.call("POST", "/ui/jobs/new", None, json=form | {field: value}, headers=csrf)
     assert r.status_code == 422, r.text
     assert _err(r)["field"] == field
     assert sec.fingerprint() == before
-    r = sec.call("POST", "/ui/jobs/new", None, json=form | {"allow_unknown_task": "on"})
+    form |= {"allow_unknown_task": "on"}
+    r = sec.call("POST", "/ui/jobs/new", None, json=form, headers=csrf)
     assert r.status_code == 201, r.text  # the same form with plain digits is stored

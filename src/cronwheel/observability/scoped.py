@@ -4,8 +4,9 @@ A cluster token (or authentication off) reads :class:`~cronwheel.observability.c
 ClusterCollector` whole. A namespace's view (:class:`NamespaceView`) holds:
 
 - the cumulative series of the cluster collector (``cronwheel_firings_finished``,
-  ``cronwheel_firing_failed_attempts``, ``cronwheel_firing_lateness_seconds``), with
-  only the samples labelled with the namespace;
+  ``cronwheel_firing_failed_attempts``, ``cronwheel_firing_lateness_seconds``) and its
+  quota series (``cronwheel_quota_limit``, ``_used``, ``_skipped_firings``,
+  ``_refusals``), with only the samples labelled with the namespace;
 - the gauges of the cluster view, computed from the namespace's own rows with the same
   names: ``cronwheel_queue_depth``, ``cronwheel_namespace_firings``, ``cronwheel_jobs``,
   ``cronwheel_jobs_paused``, ``cronwheel_oldest_queued_age_seconds``,
@@ -48,6 +49,11 @@ NAMESPACED = frozenset(
         "cronwheel_firings_finished",
         "cronwheel_firing_failed_attempts",
         "cronwheel_firing_lateness_seconds",
+        # the namespace's quotas, what it uses of them, its refusals and skips (quotas.py)
+        "cronwheel_quota_limit",
+        "cronwheel_quota_used",
+        "cronwheel_quota_skipped_firings",
+        "cronwheel_quota_refusals",
     }
 )
 # the cluster collector's series that tell nothing about any tenant
