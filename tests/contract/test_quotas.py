@@ -15,7 +15,7 @@ from datetime import timedelta
 import pytest
 
 from cronwheel.domain.firing import FiringState
-from cronwheel.domain.quotas import DEFAULT_QUOTA, SKIP_REASON, SKIPPED
+from cronwheel.domain.quotas import DEFAULT_QUOTA, SKIP_REASON, SKIPPED, UNLIMITED
 from cronwheel.domain.schedules import cron, every, now
 from cronwheel.errors import PermissionDeniedError, QuotaExceededError, ValidationError
 from tests.contract.conftest import Harness, spec
@@ -189,6 +189,19 @@ def test_a_claim_holds_no_more_of_a_namespace_than_its_running_quota(harness: Ha
     assert _complete(harness, done)
     (more,) = store.claim("w2", tasks=["t"], limit=10)
     assert more.firing.namespace == NS
+
+
+def test_running_is_not_limited_until_a_namespace_is_given_a_running_quota(
+    harness: Harness,
+) -> None:
+    store = harness.store
+    assert store.get_quota(NS).running == UNLIMITED  # the default: claims count nothing
+    for i in range(5):
+        store.enqueue_now(spec(f"n{i}", namespace=NS, schedule=now()))
+    assert len(store.claim("w1", tasks=["t"], limit=3)) == 3
+    store.set_quota(NS, {"running": 4})  # applies from the next claim
+    assert len(store.claim("w2", tasks=["t"], limit=10)) == 1
+    assert _use(harness)["running"] == 4
 
 
 def test_two_handles_never_create_past_the_jobs_quota(harness: Harness) -> None:

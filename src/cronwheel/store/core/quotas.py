@@ -23,6 +23,7 @@ from cronwheel.domain.quotas import (
     MINUTE,
     SKIP_REASON,
     SKIPPED,
+    UNLIMITED,
     Quota,
     QuotaUse,
     check_interval,
@@ -201,13 +202,24 @@ class QuotaFlows(Generic[D]):
             over.extend(ids[allowed:])
         return over
 
-    def _running_room(self, tx: Tx, *, extra: int = 0) -> Callable[[str], int]:
+    def _running_limited(self, tx: Tx) -> dict[str, int]:
+        """The namespaces whose running quota is limited (by their own record: the
+        default is UNLIMITED), with it: the only ones a claim counts and locks for."""
+        rows = tx.all("quota_running_limited", {"unlimited": UNLIMITED})
+        return {str(r["namespace"]): int(r["running"]) for r in rows}
+
+    def _running_room(
+        self, tx: Tx, limited: Mapping[str, int], *, extra: int = 0
+    ) -> Callable[[str], int]:
         """For a claim: how many more firings a namespace may hold (its running quota
         less its CLAIMED and RUNNING firings, counted up to the quota plus ``extra``),
-        read once per namespace per claim."""
+        read once per namespace per claim; UNLIMITED, uncounted, for a namespace not in
+        ``limited`` (``_running_limited``)."""
         rooms: dict[str, int] = {}
 
         def room(namespace: str) -> int:
+            if namespace not in limited:
+                return UNLIMITED
             if namespace not in rooms:
                 cap = self._quota_in(tx, namespace).running
                 params = {"namespace": namespace, "cap": cap + extra}

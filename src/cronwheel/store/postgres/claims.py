@@ -9,7 +9,7 @@ transaction, under row locks that serialize the claimers of each capped job (see
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cronwheel.domain.models import ClaimedFiring, FiringId
@@ -33,9 +33,18 @@ class PgClaims(CoreStore[Database]):
         needed last time is remembered, so a worker of capped jobs does not try the
         one-statement path in vain on every call."""
         key = frozenset(ask.tasks)
+        # the namespaces with a running quota (none by default): read first, so that a
+        # claim with none to check stays one autocommitted statement (a quota set in the
+        # meantime applies from the next claim)
+        limited = self.db.read(self._running_limited)
         if key not in self._planned_tasks:
             params = _claim_params(ask)
-            fast = self.db.write(lambda tx: self._within_quota(tx, tx.all("claim_fast", params)))
+            if limited:
+                fast = self.db.write(
+                    lambda tx: self._within_quota(tx, tx.all("claim_fast", params), limited)
+                )
+            else:
+                fast = self.db.write(lambda tx: tx.all("claim_fast", params), atomic=False)
             if not fast or fast[0]["simple"]:
                 return _claimed(fast)
             self._remember_planned(key, True)
@@ -43,24 +52,29 @@ class PgClaims(CoreStore[Database]):
 
         def planned_claim(tx: PgTx) -> tuple[Sequence[Row], bool]:
             rows, planned = self._claim_planned(tx, params)
-            return self._within_quota(tx, rows), planned
+            return self._within_quota(tx, rows, limited), planned
 
         rows, planned = self.db.write(planned_claim)
         self._remember_planned(key, planned)
         return _claimed(rows)
 
-    def _within_quota(self, tx: PgTx, rows: Sequence[Row]) -> Sequence[Row]:
+    def _within_quota(
+        self, tx: PgTx, rows: Sequence[Row], limited: Mapping[str, int] | None = None
+    ) -> Sequence[Row]:
         """The running quota, after the claim in its transaction: per namespace of the
-        claimed rows (in name order), the namespace lock, then its held firings counted;
-        those over its quota are given back QUEUED (the last in claim order first). A
-        claim that took nothing takes no lock."""
+        claimed rows that has a running quota (``limited``; read here when not given),
+        in name order, the namespace lock, then its held firings counted; those over
+        its quota are given back QUEUED (the last in claim order first). A claim that
+        took nothing of such a namespace takes no lock."""
+        if limited is None:
+            limited = self._running_limited(tx)
         taken: dict[str, list[Row]] = {}
         for r in rows:
-            if r["id"] is not None:
+            if r["id"] is not None and r["namespace"] in limited:
                 taken.setdefault(r["namespace"], []).append(r)
         if not taken:
             return rows
-        room = self._running_room(tx, extra=len(rows))
+        room = self._running_room(tx, limited, extra=len(rows))
         back: list[int] = []
         for namespace in sorted(taken):
             tx.run("quota_lock_namespace", {"namespace": namespace})

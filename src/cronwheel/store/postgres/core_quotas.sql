@@ -7,6 +7,11 @@
 -- A namespace's own quota record, if it has one. [quotas primary key]
 SELECT * FROM quotas WHERE namespace = %(namespace)s
 
+-- name: quota_running_limited
+-- The namespaces whose own record limits their running quota (the default does not):
+-- the only ones a claim counts and locks for. [quotas primary key: a small table]
+SELECT namespace, running FROM quotas WHERE running < %(unlimited)s
+
 -- name: quota_list
 -- Every namespace's own quota record. [quotas primary key]
 SELECT * FROM quotas ORDER BY namespace

@@ -92,7 +92,7 @@ class SqliteClaims(CoreStore[SqliteDb]):
         """The claim's candidates within their namespaces' running quotas. A namespace
         found at its quota is left out of a new scan (at most a few), so that its queue
         does not fill the scan window of the others."""
-        room = self._running_room(tx)
+        room = self._running_room(tx, self._running_limited(tx))
         full: list[str] = []
         held_over: list[codec.Row] = []  # kept from the namespaces left out of a rescan
         while True:
