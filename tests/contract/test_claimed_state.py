@@ -16,8 +16,6 @@ from tests.contract.test_store_contract import (
     _capped_job,
     _complete,
     _enqueue_instants,
-    _fire,
-    _job,
     _queued,
 )
 
@@ -51,29 +49,6 @@ def test_start_is_a_compare_and_swap_on_the_claim(harness: Harness) -> None:
     # started once: a second start changes nothing
     assert harness.store.start("w", [(a.firing.id, a.claim_token)]) == set()
     assert harness.store.start("w", []) == set()
-
-
-def test_a_start_asked_for_ahead_of_the_instant_is_recorded_at_the_instant(
-    harness: Harness,
-) -> None:
-    # a worker asks a round trip ahead (worker/starts.py): the firing is RUNNING from the
-    # swap, but its start — and so its lateness — is the instant the handler is called at
-    job = _job(harness, "ahead")
-    at = harness.now() + 5 * S
-    _fire(harness, job, at)
-    (held,) = harness.store.claim("w", tasks=["t"], limit=1, prefetch=10 * S, start=0)
-    assert held.firing.state is FiringState.CLAIMED
-    harness.advance(timedelta(seconds=4.99))
-    assert harness.store.start("w", [(held.firing.id, held.claim_token)]) == {held.firing.id}
-    f = harness.store.get_firing(held.firing.id)
-    assert f.state is FiringState.RUNNING and f.started_at == at
-    # once past the instant, the store's clock
-    (late,) = _fire(harness, _job(harness, "late"), harness.now()).inserted
-    (claim,) = harness.store.claim("w", tasks=["t"], limit=1, start=0)
-    assert claim.firing.id == late
-    harness.advance(S)
-    harness.store.start("w", [(late, claim.claim_token)])
-    assert harness.store.get_firing(late).started_at == harness.now()
 
 
 def test_a_held_firing_cannot_complete_before_it_starts(harness: Harness) -> None:

@@ -197,8 +197,7 @@ class WorkerPort(Protocol):
 
     def start(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
         """Held firings start: CLAIMED -> RUNNING (CAS on the claim token), ``started_at =
-        max(now, due_at)`` (a worker asks a round trip ahead of the instant and calls the
-        handler at it). Returns the ones that started; a firing cancelled since its claim is not
+        now``. Returns the ones that started; a firing cancelled since its claim is not
         among them and its handler must never be called."""
         ...
 

@@ -5,21 +5,11 @@ once the store has moved it to RUNNING: a cancel that came first makes that move
 and then its handler is never called. The requests of the firings reaching their turn
 together (a crowd at its instant, slots freed by one batch of completions) go to the
 store as one call; a request made while a call is in flight rides with the next.
-
-A held firing's start is asked for a little ahead of its instant — by ``lead_s``, the
-recent round trips of these calls (``FIRST_LEAD_S`` before the first; never more
-than ``MAX_LEAD_S``) — so that the
-store's answer is in hand at the instant and the handler is called on time, not a round
-trip late. The store records such a start at the firing's instant (``started_at`` is
-never before it), and the worker calls the handler at that instant; a cancel that
-arrives in between finds the firing RUNNING, is answered ``cancel_requested``, and the
-handler is still not called (``Worker._run_started`` checks it last).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
 from cronwheel.domain.models import ClaimedFiring, FiringId
@@ -28,31 +18,16 @@ from cronwheel.errors import StoreUnavailableError
 StartCall = Callable[[Sequence[tuple[FiringId, str]]], Awaitable[set[FiringId]]]
 
 _RETRY_S = (0.05, 0.1, 0.25, 0.5, 1.0)
-MAX_LEAD_S = 0.02  # a start is never asked for more than 20 ms before its instant
-FIRST_LEAD_S = 0.005  # before any round trip is measured (a store commit is ~1-3 ms here)
-_LEAD_SAMPLES = 16  # the lead covers the slowest of the last 16 round trips ...
-_LEAD_MARGIN = 1.5  # ... with this margin
 
 
 class Starter:
     """Batches start requests for one worker; ``call`` runs the store's ``start``."""
 
-    def __init__(
-        self, call: StartCall, monotonic: Callable[[], float], *, batch: int = 1000
-    ) -> None:
+    def __init__(self, call: StartCall, *, batch: int = 1000) -> None:
         self._call = call
-        self._monotonic = monotonic
         self._batch = batch
-        self._round_trips: deque[float] = deque(maxlen=_LEAD_SAMPLES)
         self._pending: list[tuple[ClaimedFiring, asyncio.Future[bool]]] = []
         self._sending: asyncio.Task[None] | None = None
-
-    @property
-    def lead_s(self) -> float:
-        """How long before a held firing's instant to ask for its start."""
-        if not self._round_trips:
-            return FIRST_LEAD_S
-        return min(MAX_LEAD_S, max(self._round_trips) * _LEAD_MARGIN)
 
     async def start(self, claim: ClaimedFiring) -> bool:
         """True once the store started this held firing; False when it no longer may
@@ -78,10 +53,7 @@ class Starter:
         keeps it ours meanwhile; past it the reaper re-queues it and our start fails)."""
         for delay in (*_RETRY_S, None):
             try:
-                began = self._monotonic()
-                started = await self._call(claims)
-                self._round_trips.append(self._monotonic() - began)
-                return started
+                return await self._call(claims)
             except StoreUnavailableError:
                 if delay is None:
                     return set()  # not started: the firing goes back to the queue

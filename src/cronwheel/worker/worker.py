@@ -83,7 +83,7 @@ class Worker:
         # held firings' starts: on a thread of their own, as they are on a firing's path
         # to its handler (a claim or a flush in flight must not delay them)
         self._db_start = ThreadPoolExecutor(1, thread_name_prefix="cronwheel-store-start")
-        self._starter = Starter(self._store_start, self.clock.monotonic)
+        self._starter = Starter(self._store_start)
         self._threads = HandlerThreads(self.config.concurrency)
         self._attempts = Attempts(
             registry, clock, self.events, self.stats, self._threads, rng or random.Random()
@@ -151,8 +151,7 @@ class Worker:
                     if slot_taken and self._run_slots is not None:
                         self._run_slots.give()
             self._held.add((firing.id, claim.claim_token))
-            # its start is asked for a round trip ahead of its instant (worker/starts.py)
-            delay = (firing.due_at - self.clock.now()).total_seconds() - self._starter.lead_s
+            delay = (firing.due_at - self.clock.now()).total_seconds()
             if delay > 0:
                 await asyncio.sleep(delay)
             # at most `concurrency` handlers at once (no limit when driven by drain_once)
@@ -161,9 +160,6 @@ class Worker:
                 self._held.discard((firing.id, claim.claim_token))
                 if not started:
                     return None  # cancelled (or lost) while held: it never starts
-                early = (firing.due_at - self.clock.now()).total_seconds()
-                if early > 0:  # started ahead: the handler is called at the instant
-                    await asyncio.sleep(early)
                 return await self._run_started(claim, ctx)
         finally:
             self._held.discard((firing.id, claim.claim_token))

@@ -324,10 +324,9 @@ class CoreStore(SkipFlows[D], TaskFlows[D], QuotaFlows[D]):
 
     def start(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
         """Held firings start: each CLAIMED -> RUNNING by a compare-and-swap on its claim
-        token, ``started_at`` the store's clock, or the firing's instant when the start is
-        asked for ahead of it (the worker then calls the handler at that instant). The
-        ones that started; a firing cancelled (or reclaimed) since its claim is not among
-        them, and its handler must not be called."""
+        token, ``started_at`` the store's clock. The ones that started; a firing
+        cancelled (or reclaimed) since its claim is not among them, and its handler
+        must not be called."""
         if not claims:
             return set()
         batch = json.dumps([[fid, token] for fid, token in claims])

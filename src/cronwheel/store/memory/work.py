@@ -240,7 +240,7 @@ def start(data: MemoryData, claims: Iterable[tuple[int, str]], now: int) -> set[
         f = data.firings.get(firing_id)
         if f is not None and f.state == "claimed" and f.claim_token == token:
             f.state = "running"
-            f.started_at = max(now, f.due_at)  # a start asked for ahead: at its instant
+            f.started_at = now
             f.lease_until = now + f.visibility_us
             started.add(firing_id)
     return started

@@ -200,9 +200,7 @@ SELECT * FROM firings WHERE /*where*/ ORDER BY id DESC LIMIT %(limit)s
 
 -- name: start
 -- Held firings start: CLAIMED -> RUNNING, each a CAS on (claimed, claim token); a
--- cancel since the claim makes it fail, and the handler is never called. A start asked
--- for ahead of the firing's instant is recorded at that instant (the worker calls the
--- handler then). %(batch)s is
+-- cancel since the claim makes it fail, and the handler is never called. %(batch)s is
 -- a JSON array of [id, token]; rows by primary key, the state test kept off the
 -- partial indexes (see complete_batch).
 -- The rows are locked in id order first, as the heartbeat takes them (see heartbeat).
@@ -215,7 +213,7 @@ lk AS MATERIALIZED (
     ORDER BY f.id FOR NO KEY UPDATE
 )
 UPDATE firings f
-SET state = 'running', started_at = greatest(:now, f.due_at),
+SET state = 'running', started_at = :now,
     lease_until = :now + f.visibility_us * interval '1 microsecond'
 FROM c
 WHERE f.id = ANY (ARRAY(SELECT id FROM lk)) AND f.id = c.id AND f.claim_token = c.token

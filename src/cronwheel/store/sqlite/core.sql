@@ -185,12 +185,10 @@ SELECT * FROM firings WHERE /*where*/ ORDER BY id DESC LIMIT :limit
 
 -- name: start
 -- Held firings start: CLAIMED -> RUNNING, each a CAS on (claimed, claim token); a
--- cancel since the claim makes it fail, and the handler is never called. A start asked
--- for ahead of the firing's instant is recorded at that instant (the worker calls the
--- handler then).
+-- cancel since the claim makes it fail, and the handler is never called.
 -- :batch is a JSON array of [id, token]. [firings primary key]
 UPDATE firings
-SET state = 'running', started_at = max(:now, due_at), lease_until = :now + visibility_us
+SET state = 'running', started_at = :now, lease_until = :now + visibility_us
 FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token
       FROM json_each(:batch)) AS c
 WHERE firings.id = c.id AND firings.claim_token = c.token AND firings.state = 'claimed'
