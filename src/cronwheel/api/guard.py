@@ -31,7 +31,7 @@ from urllib.parse import parse_qsl, unquote
 from cronwheel.domain.numbers import parse_number
 from cronwheel.errors import ValidationError
 from cronwheel.observability.errorlog import ErrorLog, default_error_log
-from cronwheel.web.errors import error_body
+from cronwheel.web.errors import send_error
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -168,15 +168,15 @@ class BodyGuard:
             await self.app(scope, receive, tracking_send)
         except Refusal as refusal:
             if not started:
-                await _send_error(
-                    send, refusal.status, refusal.code, refusal.message, refusal.field
+                await send_error(
+                    send, refusal.status, refusal.code, refusal.message, refusal.field, close=True
                 )
         except Exception as exc:
             # One short line, formatted and written by the error log's thread: the
             # event loop only queues it (a rich traceback rendered here stalled it).
             _error_log(scope).report(exc, method=scope.get("method"), path=scope.get("path"))
             if not started:
-                await _send_error(send, 500, "internal", "internal error")
+                await send_error(send, 500, "internal", "internal error", close=True)
 
     async def _guard(self, scope: Scope, receive: Receive) -> Receive:
         raw_path = scope.get("raw_path")
@@ -241,21 +241,3 @@ class BodyGuard:
             return await receive()
 
         return replay
-
-
-async def _send_error(
-    send: Send, status: int, code: str, message: str, field: str | None = None
-) -> None:
-    body = json.dumps(error_body(code, message, field), ensure_ascii=False).encode("utf-8")
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})

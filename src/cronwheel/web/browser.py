@@ -22,14 +22,13 @@ the ``--trusted-proxy`` addresses only).
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 from urllib.parse import urlsplit
 
 from cronwheel.errors import ValidationError
-from cronwheel.web.errors import error_body
+from cronwheel.web.errors import send_error
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -182,7 +181,7 @@ class BrowserGuard:
             self.check(scope)
         except Refused as refusal:
             code = "misdirected_request" if refusal.status == 421 else "forbidden"
-            await _send_error(send, refusal.status, code, refusal.message, refusal.field)
+            await send_error(send, refusal.status, code, refusal.message, refusal.field)
             return
         await self.app(scope, receive, send)
 
@@ -222,19 +221,3 @@ class BrowserGuard:
                 f"cross-origin request from {origin_text.strip()[:80]!r} refused{hint}",
                 "Origin",
             )
-
-
-async def _send_error(send: Send, status: int, code: str, message: str, field: str) -> None:
-    body = json.dumps(error_body(code, message, field), ensure_ascii=False).encode("utf-8")
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"cache-control", b"no-store"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
