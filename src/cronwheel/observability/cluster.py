@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 MAX_JOBS_ENV = "CRONWHEEL_METRICS_MAX_JOBS"
 MAX_SCAN_ENV = "CRONWHEEL_METRICS_MAX_SCAN"
 NODE_STALE_ENV = "CRONWHEEL_METRICS_NODE_STALE_S"
+# a job's recent firings for its lateness: the finished ones
+_RECENT_STATES = (FiringState.SUCCEEDED, FiringState.DEAD, FiringState.CANCELLED)
 
 # -- cluster truths ------------------------------------------------------------------------
 FINAL_STATES = frozenset(
@@ -320,43 +322,9 @@ class ClusterCollector(Collector):
         self._backlog = per_job
 
     def _per_job(self, job_count: int) -> Iterable[Metric]:
-        backlog = GaugeMetricFamily(
-            "cronwheel_job_backlog",
-            f"QUEUED + CLAIMED + RUNNING firings per job (only while jobs <= {MAX_JOBS_ENV}).",
-            labels=["namespace", "job"],
-        )
-        p99 = GaugeMetricFamily(
-            "cronwheel_job_lateness_p99_seconds",
-            "p99 first-attempt lateness of each job's recent firings (jobs <= the bound).",
-            labels=["namespace", "job"],
-        )
-        breaches = 0
-        bounded = job_count <= self.max_jobs
-        if bounded:
-            goal = objective_ms()
-            for job in self._all_jobs():
-                backlog.add_metric(
-                    [job.namespace, job.name], self._backlog.get((job.namespace, job.name), 0)
-                )
-                firings = self.store.list_job_firings(
-                    job.id,
-                    states=(FiringState.SUCCEEDED, FiringState.DEAD, FiringState.CANCELLED),
-                    limit=100,
-                )
-                lat = lateness_of(job, firings, goal)
-                if lat.p99_ms is not None:
-                    p99.add_metric([job.namespace, job.name], lat.p99_ms / 1000)
-                breaches += int(lat.breached)
-        yield from (backlog, p99)
-        yield _gauge(
-            "cronwheel_job_labels_enabled",
-            "1 when per-job series are exported (job count within the bound).",
-            int(bounded),
-        )
-        yield _gauge(
-            "cronwheel_lateness_objective_breaches",
-            "Jobs whose recent p99 lateness exceeds the objective (jobs <= the bound).",
-            breaches,
+        jobs = list(self._all_jobs()) if job_count <= self.max_jobs else None
+        return per_job_series(
+            self.store, jobs, lambda job: self._backlog.get((job.namespace, job.name), 0)
         )
 
     def _all_jobs(self) -> list[Job]:
@@ -406,6 +374,47 @@ class ClusterCollector(Collector):
         )
         untracked.add_metric([], t.untracked)
         return [finished, failed, hist, untracked]
+
+
+def per_job_series(
+    store: ApiStore, jobs: Sequence[Job] | None, backlog_of: Callable[[Job], int]
+) -> list[Metric]:
+    """Each job's backlog and recent p99 first-attempt lateness, whether per-job series
+    are exported (``jobs`` None: more jobs than the bound, none are), and how many jobs
+    breach the lateness objective: the cluster's view and a namespace's alike."""
+    backlog = GaugeMetricFamily(
+        "cronwheel_job_backlog",
+        f"QUEUED + CLAIMED + RUNNING firings per job (only while jobs <= {MAX_JOBS_ENV}).",
+        labels=["namespace", "job"],
+    )
+    p99 = GaugeMetricFamily(
+        "cronwheel_job_lateness_p99_seconds",
+        "p99 first-attempt lateness of each job's recent firings (jobs <= the bound).",
+        labels=["namespace", "job"],
+    )
+    breaches = 0
+    goal = objective_ms()
+    for job in jobs or ():
+        backlog.add_metric([job.namespace, job.name], backlog_of(job))
+        recent = store.list_job_firings(job.id, states=_RECENT_STATES, limit=100)
+        lat = lateness_of(job, recent, goal)
+        if lat.p99_ms is not None:
+            p99.add_metric([job.namespace, job.name], lat.p99_ms / 1000)
+        breaches += int(lat.breached)
+    return [
+        backlog,
+        p99,
+        _gauge(
+            "cronwheel_job_labels_enabled",
+            "1 when per-job series are exported (job count within the bound).",
+            int(jobs is not None),
+        ),
+        _gauge(
+            "cronwheel_lateness_objective_breaches",
+            "Jobs whose recent p99 lateness exceeds the objective (jobs <= the bound).",
+            breaches,
+        ),
+    ]
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

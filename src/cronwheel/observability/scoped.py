@@ -35,10 +35,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from cronwheel.domain.firing import FiringState
 from cronwheel.errors import CronwheelError
-from cronwheel.observability.cluster import ACTIVE_STATES, ClusterCollector
-from cronwheel.observability.lateness import lateness_of, objective_ms
+from cronwheel.observability.cluster import ACTIVE_STATES, ClusterCollector, per_job_series
 
 if TYPE_CHECKING:
     from cronwheel.store.protocol import ApiStore
@@ -58,7 +56,6 @@ NAMESPACED = frozenset(
 )
 # the cluster collector's series that tell nothing about any tenant
 NEUTRAL = frozenset({"cronwheel_store_up", "cronwheel_lateness_objective_seconds"})
-_FINAL = (FiringState.SUCCEEDED, FiringState.DEAD, FiringState.CANCELLED)
 
 
 def _only(family: Metric, namespace: str) -> Metric:
@@ -132,36 +129,7 @@ class NamespaceView(Collector):
     def _per_job(self, store: ApiStore) -> Iterable[Metric]:
         ns, bound = self.namespace, self.collector.max_jobs
         jobs = store.search_jobs(ns, limit=bound + 1)
-        bounded = len(jobs) <= bound
-        backlog = GaugeMetricFamily(
-            "cronwheel_job_backlog",
-            "QUEUED + CLAIMED + RUNNING firings per job (while the namespace's jobs <= the bound).",
-            labels=["namespace", "job"],
-        )
-        p99 = GaugeMetricFamily(
-            "cronwheel_job_lateness_p99_seconds",
-            "p99 first-attempt lateness of each job's recent firings (jobs <= the bound).",
-            labels=["namespace", "job"],
-        )
-        breaches = 0
-        if bounded:
-            goal = objective_ms()
-            open_per_job = store.job_backlog(ns, limit=bound)
-            for job in jobs:
-                backlog.add_metric([ns, job.name], open_per_job.get(job.name, 0))
-                recent = store.list_job_firings(job.id, states=_FINAL, limit=100)
-                lat = lateness_of(job, recent, goal)
-                if lat.p99_ms is not None:
-                    p99.add_metric([ns, job.name], lat.p99_ms / 1000)
-                breaches += int(lat.breached)
-        yield from (backlog, p99)
-        yield _gauge(
-            "cronwheel_job_labels_enabled",
-            "1 when per-job series are exported (the namespace's job count within the bound).",
-            int(bounded),
-        )
-        yield _gauge(
-            "cronwheel_lateness_objective_breaches",
-            "The namespace's jobs whose recent p99 lateness exceeds the objective.",
-            breaches,
-        )
+        if len(jobs) > bound:  # judged on its own job count, never the cluster's
+            return per_job_series(store, None, lambda _job: 0)
+        open_per_job = store.job_backlog(ns, limit=bound)
+        return per_job_series(store, jobs, lambda job: open_per_job.get(job.name, 0))
