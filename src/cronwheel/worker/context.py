@@ -29,6 +29,9 @@ class Context:
     claim_token: str
     worker_id: str
     shown: Firing | None = None  # the firing with the ids users see (None: as stored)
+    # the codec of those ids: ``shown`` is made from it on first use (most handlers never
+    # read an id, and the keyed permutation is a measurable part of a worker's own work)
+    _ids: IdCodec | None = None
     _logger: Any = None
     _cancelled: bool = False
     # created by the first wait_cancelled(): most handlers never wait, and an Event (a
@@ -54,6 +57,8 @@ class Context:
     @property
     def visible(self) -> Firing:
         """The firing as users see it (its ids and key those of the API)."""
+        if self.shown is None and self._ids is not None:
+            self.shown = self._ids.firing(self.firing)
         return self.firing if self.shown is None else self.shown
 
     @property
@@ -140,5 +145,4 @@ def make_context(
 ) -> Context:
     """A handler's context; with ``ids`` its ids are those users see (a child process is
     given the shown firing along: it sets ``shown`` itself)."""
-    shown = None if ids is None else ids.firing(firing)
-    return Context(firing=firing, claim_token=claim_token, worker_id=worker_id, shown=shown)
+    return Context(firing=firing, claim_token=claim_token, worker_id=worker_id, _ids=ids)

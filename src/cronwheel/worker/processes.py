@@ -124,7 +124,7 @@ class ChildAttempt:
             list(dict.fromkeys(modules)),
             self.task.name,
             self.firing,
-            self.ctx.shown,  # the child's handler sees the ids users see
+            self.ctx.visible,  # the child's handler sees the ids users see
             self.ctx.claim_token,
             self.ctx.worker_id,
             child,
