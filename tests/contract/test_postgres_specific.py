@@ -751,7 +751,8 @@ def test_mixed_policies_under_load_keep_caps_without_deadlocks(h: Harness) -> No
     threads += [threading.Thread(target=triggers), threading.Thread(target=reaper)]
     for t in threads:
         t.start()
-    # run the mixed load until every fate has occurred (bounded), at least 1 s
+    # run the mixed load until every fate has occurred (bounded: 75 s; the pytest timeout is
+    # 120 s), at least 1 s
     started = time.monotonic()
     while time.monotonic() - started < 30 and not stop.is_set():
         time.sleep(0.2)
