@@ -754,7 +754,7 @@ def test_mixed_policies_under_load_keep_caps_without_deadlocks(h: Harness) -> No
     # run the mixed load until every fate has occurred (bounded: 75 s; the pytest timeout is
     # 120 s), at least 1 s
     started = time.monotonic()
-    while time.monotonic() - started < 30 and not stop.is_set():
+    while time.monotonic() - started < 75 and not stop.is_set():
         time.sleep(0.2)
         seen = {f.state.value for f in api.list_firings(limit=10_000)}
         if time.monotonic() - started > 1 and {"succeeded", "skipped", "cancelled"} <= seen:
