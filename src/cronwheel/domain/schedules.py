@@ -13,6 +13,7 @@ back into an equal value::
     {"kind": "every", "interval": "1h30m", "anchor": "1970-01-01T00:00:00Z"}
     {"kind": "cron", "cron": "0 9 * * mon-fri", "tz": "Europe/Berlin",
      "dst_gap": null, "dst_overlap": null}          # null: the default policy
+    {"kind": "cron", ..., "calendar": "DE-BY"}       # only when it names a calendar
 
 Past-instant checks (an ``at`` in the past) need a clock and belong to the registrar.
 Durations and instants as text are parsed and printed by
@@ -24,10 +25,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 from typing import Any, ClassVar, Protocol, cast
 from zoneinfo import ZoneInfo
 
+from cronwheel.domain.calendars import Calendar, calendar_named
 from cronwheel.domain.cron import CronExpr, parse_cron
 from cronwheel.domain.instants import (
     MAX_INTERVAL,
@@ -40,6 +42,7 @@ from cronwheel.domain.transitions import StepBudget
 from cronwheel.domain.tz import (
     DST_GAP_POLICIES,
     DST_OVERLAP_POLICIES,
+    HORIZON_YEARS,
     DstGap,
     DstOverlap,
     Resolved,
@@ -49,12 +52,14 @@ from cronwheel.domain.tz import (
 from cronwheel.errors import (
     CronwheelError,
     InvalidScheduleError,
+    NoFiringInHorizonError,
     ScheduleBudgetError,
     ValidationError,
 )
 
 __all__ = [
     "LISTING_STEPS",
+    "SCHEDULE_KEYS",
     "AtSchedule",
     "CronSchedule",
     "EverySchedule",
@@ -75,6 +80,7 @@ __all__ = [
 ]
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_TINY = timedelta(microseconds=1)
 MIN_INTERVAL = timedelta(milliseconds=1)
 
 
@@ -209,6 +215,11 @@ class CronSchedule:
     minute *or* hour field starting with ``*`` (``* 2``, ``*/10 2``, ``0 */2``)
     follows real time (``skip``/``twice``); any other (``30 2``, ``5 1-3``)
     follows wall time (``next_valid``/``once``). See :mod:`cronwheel.domain.tz`.
+
+    ``calendar`` names the days it may fire on (:mod:`cronwheel.domain.calendars`): an
+    occurrence whose local date in ``tz`` (after DST resolution) the calendar excludes
+    does not fire, and the search jumps to the next allowed day rather than stepping
+    through the excluded day's occurrences.
     """
 
     kind: ClassVar[str] = "cron"
@@ -216,12 +227,15 @@ class CronSchedule:
     tz: str = "UTC"
     dst_gap: DstGap | None = None
     dst_overlap: DstOverlap | None = None
+    calendar: str | None = None
     _expr: CronExpr = field(init=False, repr=False, compare=False)
     _zone: ZoneInfo = field(init=False, repr=False, compare=False)
+    _calendar: Calendar | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         parsed = parse_cron(self.expr)
         zone = load_zone(self.tz)
+        resolved = None if self.calendar is None else calendar_named(self.calendar)
         if self.dst_gap is not None and self.dst_gap not in DST_GAP_POLICIES:
             raise InvalidScheduleError(
                 f"unknown policy {self.dst_gap!r} (choose next_valid, skip or shift)",
@@ -234,10 +248,26 @@ class CronSchedule:
         object.__setattr__(self, "expr", parsed.source)
         object.__setattr__(self, "_expr", parsed)
         object.__setattr__(self, "_zone", zone)
+        object.__setattr__(self, "_calendar", resolved)
+        if resolved is not None:
+            object.__setattr__(self, "calendar", resolved.name)
 
     @property
     def expr_obj(self) -> CronExpr:
         return self._expr
+
+    @property
+    def calendar_obj(self) -> Calendar | None:
+        """The resolved calendar (``None``: every day is allowed)."""
+        return self._calendar
+
+    def excluded_by_calendar(self, instant: datetime) -> str | None:
+        """Why the calendar excludes the local date of ``instant`` in the schedule's zone
+        (the holiday's name and the calendar's), or ``None`` when it may fire then."""
+        if self._calendar is None:
+            return None
+        reason = self._calendar.excluded(instant.astimezone(self._zone).date())
+        return None if reason is None else f"{reason} ({self._calendar.name})"
 
     @property
     def zone(self) -> ZoneInfo:
@@ -269,28 +299,63 @@ class CronSchedule:
         See :func:`cronwheel.domain.tz.next_instant` for how overlaps and gaps are
         searched, its horizon and its budget (``budget``, default a fresh
         :class:`StepBudget`); instants are unique and strictly increasing under
-        iteration.
+        iteration. With a calendar, occurrences on the days it excludes are passed
+        over: the search resumes at the local midnight of the next allowed day, so an
+        excluded day costs one search whatever the expression's density; a first
+        firing more than HORIZON_YEARS away raises NoFiringInHorizonError.
         """
+        t = _instant_arg(t)
+        budget = StepBudget() if budget is None else budget
+        calendar = self._calendar
+        if calendar is None:
+            return self._next_any_day(t, budget)
+        cursor = t
+        while True:
+            found = self._next_any_day(cursor, budget)
+            if found is None:
+                return None
+            try:
+                day = found.utc.astimezone(self._zone).date()
+            except OverflowError:  # the last hours of year 9999: no local date
+                return None
+            if calendar.excluded(day) is None:
+                return found
+            if found.utc.year - t.year > HORIZON_YEARS:
+                raise NoFiringInHorizonError(
+                    f"does not fire within {HORIZON_YEARS} years after {format_instant(t)} "
+                    f"in {self.tz}: calendar {calendar.name} excludes every day it "
+                    "matches",
+                    field="schedule.calendar",
+                )
+            allowed = calendar.next_allowed(day, budget)
+            if allowed is None:
+                return None
+            try:
+                midnight = datetime.combine(allowed, time(0), tzinfo=self._zone).astimezone(UTC)
+            except OverflowError:
+                return None
+            cursor = max(found.utc, midnight - _TINY)
+
+    def _next_any_day(self, t: datetime, budget: StepBudget) -> Resolved | None:
         return next_instant(
-            self._expr.next_wall,
-            self._zone,
-            self.gap,
-            self.overlap,
-            _instant_arg(t),
-            budget=budget,
+            self._expr.next_wall, self._zone, self.gap, self.overlap, t, budget=budget
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "kind": "cron",
             "cron": self.expr,
             "tz": self.tz,
             "dst_gap": self.dst_gap,
             "dst_overlap": self.dst_overlap,
         }
+        if self.calendar is not None:  # absent otherwise: older jobs keep their spec hash
+            doc["calendar"] = self.calendar
+        return doc
 
     def describe(self) -> str:
-        return f"cron '{self.expr}' in {self.tz} (dst: {self.gap}/{self.overlap})"
+        text = f"cron '{self.expr}' in {self.tz} (dst: {self.gap}/{self.overlap})"
+        return text if self.calendar is None else f"{text}, calendar {self.calendar}"
 
 
 # The work budget of a whole listing of instants (a preview, a job's upcoming ones):
@@ -385,9 +450,13 @@ def cron(
     *,
     dst_gap: DstGap | None = None,
     dst_overlap: DstOverlap | None = None,
+    calendar: str | None = None,
 ) -> CronSchedule:
-    """A cron schedule; the zone defaults to UTC, never to the host's zone."""
-    return CronSchedule(expr=expr, tz=tz, dst_gap=dst_gap, dst_overlap=dst_overlap)
+    """A cron schedule; the zone defaults to UTC, never to the host's zone. ``calendar``
+    (``"DE-BY"``, ``"US"``, ``"NYSE"``) excludes its holidays (local dates in ``tz``)."""
+    return CronSchedule(
+        expr=expr, tz=tz, dst_gap=dst_gap, dst_overlap=dst_overlap, calendar=calendar
+    )
 
 
 def every(interval: timedelta | str | float, *, anchor: datetime | None = None) -> EverySchedule:
@@ -433,11 +502,12 @@ def now() -> NowSchedule:
     return NowSchedule()
 
 
-_DICT_KEYS: dict[str, frozenset[str]] = {
+# The keys of each kind's dict (the API's schedule bodies accept the same).
+SCHEDULE_KEYS: dict[str, frozenset[str]] = {
     "now": frozenset({"kind"}),
     "at": frozenset({"kind", "at"}),
     "every": frozenset({"kind", "interval", "anchor"}),
-    "cron": frozenset({"kind", "cron", "tz", "dst_gap", "dst_overlap"}),
+    "cron": frozenset({"kind", "cron", "tz", "dst_gap", "dst_overlap", "calendar"}),
 }
 
 
@@ -449,12 +519,12 @@ def schedule_from_dict(d: Mapping[str, Any]) -> Schedule:
     if not isinstance(d, Mapping):
         raise InvalidScheduleError("expected an object", field="schedule")
     kind = d.get("kind")
-    if not isinstance(kind, str) or kind not in _DICT_KEYS:
+    if not isinstance(kind, str) or kind not in SCHEDULE_KEYS:
         raise InvalidScheduleError(
             f"unknown kind {kind!r} (expected now, at, every or cron)", field="schedule.kind"
         )
     for key in d:
-        if key not in _DICT_KEYS[kind]:
+        if key not in SCHEDULE_KEYS[kind]:
             raise InvalidScheduleError(
                 f"unknown key for a {kind} schedule", field=f"schedule.{key}"
             )
@@ -488,9 +558,11 @@ def _build(kind: str, d: Mapping[str, Any]) -> Schedule:
     tz = _require_str(d, "tz", optional=True)
     gap = _require_str(d, "dst_gap", optional=True)
     overlap = _require_str(d, "dst_overlap", optional=True)
+    calendar = _require_str(d, "calendar", optional=True)
     return CronSchedule(
         expr=expr,
         tz="UTC" if tz is None else tz,
         dst_gap=cast("DstGap | None", gap),
         dst_overlap=cast("DstOverlap | None", overlap),
+        calendar=calendar,
     )
