@@ -447,8 +447,10 @@ class Client:
         count: int = 5,
         dst_gap: str | None = None,
         dst_overlap: str | None = None,
+        calendar: str | None = None,
     ) -> list[dict[str, Any]]:
-        """The next instants of a cron schedule: ``{"utc", "local", "abbrev", "note"}``."""
+        """The next instants of a cron schedule: ``{"utc", "local", "abbrev", "note"}``;
+        with ``calendar`` (``"DE-BY"``), none on the days it excludes."""
         body: dict[str, Any] = {"cron": cron, "tz": tz, "count": count}
         if after is not None:
             body["after"] = _text(after)
@@ -456,6 +458,8 @@ class Client:
             body["dst_gap"] = dst_gap
         if dst_overlap is not None:
             body["dst_overlap"] = dst_overlap
+        if calendar is not None:
+            body["calendar"] = calendar
         items: list[dict[str, Any]] = self._call("POST", "/v1/schedules/preview", json=body)[
             "items"
         ]

@@ -21,6 +21,7 @@ from cronwheel.domain.ids import IdCodec, Kind
 from cronwheel.domain.models import DURATION_POLICIES, Job, JobPolicies
 from cronwheel.domain.numbers import parse_number
 from cronwheel.domain.schedules import (
+    SCHEDULE_KEYS,
     Schedule,
     every,
     format_duration,
@@ -34,18 +35,11 @@ from cronwheel.web.auth import store_of
 from cronwheel.web.ids import ids_for
 from cronwheel.wire import job_to_json
 
-_SCHEDULE_KEYS = {
-    "now": frozenset({"kind"}),
-    "at": frozenset({"kind", "at"}),
-    "every": frozenset({"kind", "interval", "anchor"}),
-    "cron": frozenset({"kind", "cron", "tz", "dst_gap", "dst_overlap"}),
-}
-
 
 def to_schedule(body: ScheduleIn) -> Schedule:
     """A domain schedule; errors name ``schedule.<key>``."""
     doc = body.model_dump(exclude_none=True)
-    for key in sorted(doc.keys() - _SCHEDULE_KEYS[body.kind]):
+    for key in sorted(doc.keys() - SCHEDULE_KEYS[body.kind]):
         raise ValidationError(f"not a key of a {body.kind} schedule", field=f"schedule.{key}")
     interval = doc.get("interval")
     if isinstance(interval, int | float):

@@ -78,7 +78,11 @@ def preview(body: PreviewIn, _principal: Anyone, request: Request) -> dict[str, 
     """The next `count` instants of a cron schedule, UTC and local, with DST notes
     (the computation of `cronwheel next`)."""
     schedule = CronSchedule(
-        expr=body.cron, tz=body.tz, dst_gap=body.dst_gap, dst_overlap=body.dst_overlap
+        expr=body.cron,
+        tz=body.tz,
+        dst_gap=body.dst_gap,
+        dst_overlap=body.dst_overlap,
+        calendar=body.calendar,
     )
     after = store_of(request).now() if body.after is None else instant(body.after, "after")
     items = []
@@ -97,6 +101,7 @@ def preview(body: PreviewIn, _principal: Anyone, request: Request) -> dict[str, 
         "tz": schedule.tz,
         "dst_gap": schedule.gap,
         "dst_overlap": schedule.overlap,
+        "calendar": schedule.calendar,
         "items": items,
     }
 

@@ -45,13 +45,20 @@ class _Out(BaseModel):
 
 class ScheduleIn(_In):
     """``now``; ``at`` (``at``); ``every`` (``interval``, ``anchor``); ``cron`` (``cron``,
-    ``tz``, ``dst_gap``, ``dst_overlap``). Keys of another kind are refused."""
+    ``tz``, ``dst_gap``, ``dst_overlap``, ``calendar``). Keys of another kind are refused."""
 
     kind: Literal["now", "at", "every", "cron"]
     cron: str | None = Field(None, max_length=256, examples=["0 9 * * mon-fri"])
     tz: str | None = Field(None, max_length=64, examples=["Europe/Berlin"])
     dst_gap: Literal["next_valid", "skip", "shift"] | None = None
     dst_overlap: Literal["once", "twice"] | None = None
+    calendar: str | None = Field(
+        None,
+        max_length=64,
+        examples=["DE-BY"],
+        description="holidays excluded (local dates in tz): a country (US), a country and "
+        "subdivision (DE-BY) or a market (NYSE) of the holidays data",
+    )
     at: Instant | None = Field(None, max_length=40, examples=["2026-05-01T09:00:00Z"])
     interval: Duration | None = Field(None, examples=["1h30m", 90])
     anchor: Instant | None = Field(None, max_length=40)
@@ -157,6 +164,7 @@ class PreviewIn(_In):
     tz: str = Field("UTC", max_length=64, examples=["Europe/Berlin"])
     dst_gap: Literal["next_valid", "skip", "shift"] | None = None
     dst_overlap: Literal["once", "twice"] | None = None
+    calendar: str | None = Field(None, max_length=64, examples=["DE-BY"])
     after: Instant | None = Field(None, max_length=40, description="default: now")
     count: int = Field(5, ge=1, le=1000)
 
@@ -193,6 +201,7 @@ class ScheduleOut(_Out):
     tz: str | None = None
     dst_gap: str | None = None
     dst_overlap: str | None = None
+    calendar: str | None = None
     at: str | None = None
     interval: str | None = None
     anchor: str | None = None
@@ -325,6 +334,7 @@ class PreviewOut(_Out):
     tz: str
     dst_gap: str
     dst_overlap: str
+    calendar: str | None = None
     items: list[PreviewItem]
 
 

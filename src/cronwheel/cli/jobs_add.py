@@ -56,6 +56,11 @@ def policy_options(command: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--tz", default="UTC", show_default=True, help="IANA time zone of --cron.")
 @click.option("--dst-gap", type=click.Choice(["next_valid", "skip", "shift"]))
 @click.option("--dst-overlap", type=click.Choice(["once", "twice"]))
+@click.option(
+    "--calendar",
+    help="Skip the holidays of a calendar on --cron (local dates in --tz): a country (US), "
+    "a country and subdivision (DE-BY) or a market (NYSE).",
+)
 @click.option("--every", "every_text", help="Fixed interval, e.g. 30s, 5m, 1h30m.")
 @click.option("--anchor", help="RFC 3339 instant the --every interval is aligned to.")
 @click.option("--at", "at_text", help="One instant, RFC 3339 with offset.")
@@ -84,6 +89,7 @@ def add_command(
     tz: str,
     dst_gap: str | None,
     dst_overlap: str | None,
+    calendar: str | None,
     every_text: str | None,
     anchor: str | None,
     at_text: str | None,
@@ -113,8 +119,16 @@ def add_command(
     )
     if len(chosen) != 1:
         raise ValidationError("give exactly one of --cron, --every, --at, --now", field="schedule")
+    if calendar is not None and cron_expr is None:
+        raise ValidationError("a calendar applies to a --cron schedule only", field="calendar")
     if cron_expr is not None:
-        schedule: Any = schedules.cron(cron_expr, tz, dst_gap=dst_gap, dst_overlap=dst_overlap)  # type: ignore[arg-type]
+        schedule: Any = schedules.cron(
+            cron_expr,
+            tz,
+            dst_gap=dst_gap,  # type: ignore[arg-type]  # click.Choice guarantees the literal
+            dst_overlap=dst_overlap,  # type: ignore[arg-type]
+            calendar=calendar,
+        )
     elif every_text is not None:
         anchor_at = schedules.parse_instant(anchor, "anchor") if anchor else None
         schedule = schedules.every(every_text, anchor=anchor_at)

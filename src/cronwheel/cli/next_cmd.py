@@ -70,7 +70,9 @@ def _print_table(
     console.print(
         f"[bold]{escape(schedule.expr)}[/bold] in [bold]{schedule.tz}[/bold]"
         f"  dst gap: {schedule.gap} ({gap_src}), overlap: {schedule.overlap} ({overlap_src})"
-        f"  after {format_instant(after)}" + ("" if after_given else " (now)")
+        + ("" if schedule.calendar is None else f"  calendar: {schedule.calendar}")
+        + f"  after {format_instant(after)}"
+        + ("" if after_given else " (now)")
     )
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("#", justify="right", style="dim")
@@ -116,6 +118,12 @@ def _print_table(
     help="Repeated wall times: once or twice (default, as Debian cron: "
     "twice if the minute or hour field starts with *, else once).",
 )
+@click.option(
+    "--calendar",
+    default=None,
+    help="Skip the holidays of a calendar (local dates in --tz): a country (US), a country "
+    "and subdivision (DE-BY) or a market (NYSE).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 def next_command(
     expr: str,
@@ -124,6 +132,7 @@ def next_command(
     count: int,
     dst_gap: str | None,
     dst_overlap: str | None,
+    calendar: str | None,
     as_json: bool,
 ) -> None:
     """Show the next firing instants of cron expression EXPR in zone --tz."""
@@ -132,6 +141,7 @@ def next_command(
         tz=tz,
         dst_gap=dst_gap,  # type: ignore[arg-type]  # click.Choice guarantees the literal
         dst_overlap=dst_overlap,  # type: ignore[arg-type]
+        calendar=calendar,
     )
     start = SystemClock().now() if after is None else parse_instant(after, "--after")
     rows = next_firings(schedule, start, count)

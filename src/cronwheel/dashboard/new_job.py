@@ -42,6 +42,7 @@ _KNOWN_FIELDS = frozenset(
         "kind",
         "schedule",
         "tz",
+        "calendar",
         "allow_unknown_task",
         *(p.name for p in POLICY_TABLE),
     )
@@ -127,8 +128,13 @@ def _create(request: Request, who: Principal, values: dict[str, str]) -> int:
         raise ValidationError(f"must be one of {', '.join(SCHEDULE_KINDS)}", field="kind")
     if kind != "now" and not text:
         raise ValidationError(f"give the {kind} schedule", field="schedule")
+    calendar = values.get("calendar", "").strip() or None
+    if calendar is not None and kind != "cron":
+        raise ValidationError("a calendar applies to a cron schedule only", field="calendar")
     if kind == "cron":
-        schedule: schedules.Schedule = schedules.cron(text, values.get("tz") or "UTC")
+        schedule: schedules.Schedule = schedules.cron(
+            text, values.get("tz") or "UTC", calendar=calendar
+        )
     elif kind == "every":
         schedule = schedules.every(text)
     elif kind == "at":

@@ -163,7 +163,6 @@ def _subdivision(entity: Any, code: str, subdiv: str, name: str, field: str) -> 
         )
     shown = ", ".join(codes[:20]) + (" ..." if len(codes) > 20 else "")
     raise InvalidScheduleError(
-        f"unknown calendar {name!r}: {code} has no subdivision {subdiv!r} (choose one of "
-        f"{shown})",
+        f"unknown calendar {name!r}: {code} has no subdivision {subdiv!r} (choose one of {shown})",
         field=field,
     )
