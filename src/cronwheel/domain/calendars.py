@@ -6,7 +6,8 @@ DST resolution) is a holiday of that calendar does not fire. The data comes from
 `holidays <https://pypi.org/project/holidays/>`_ package, imported on first use so
 that ``import cronwheel.domain.cron`` stays light. Names:
 
-    ``DE``, ``US``, ``JP`` ...      a country's public holidays (ISO 3166-1 alpha-2)
+    ``DE``, ``US``, ``JP`` ...      a country's public holidays (ISO 3166-1 alpha-2,
+                                     upper case)
     ``DE-BY``, ``US-NY``            a country and one of its subdivisions (the codes
                                      ``holidays`` knows; its aliases such as
                                      ``DE-Bayern`` are accepted and stored as ``DE-BY``)
@@ -36,7 +37,7 @@ from cronwheel.errors import InvalidScheduleError
 
 __all__ = ["Calendar", "calendar_named"]
 
-_NAME = re.compile(r"^([A-Za-z]{2,4})(?:-([A-Za-z0-9][A-Za-z0-9 .'-]{0,39}))?$")
+_NAME = re.compile(r"^([A-Z]{2,4})(?:-([A-Za-z0-9][A-Za-z0-9 .'-]{0,39}))?$")
 _ONE_DAY = timedelta(days=1)
 _LOCK = threading.Lock()
 
@@ -110,8 +111,8 @@ def _check_name(name: object, field: str) -> str:
         )
     if _NAME.match(name) is None:
         raise InvalidScheduleError(
-            f"{name[:80]!r} is not a calendar name: a country code (DE, US), a country and "
-            "subdivision (DE-BY, US-NY) or a market (NYSE)",
+            f"{name[:80]!r} is not a calendar name: an upper-case country code (DE, US), a "
+            "country and subdivision (DE-BY, US-NY) or a market (NYSE)",
             field=field,
         )
     return name
@@ -123,7 +124,7 @@ def _resolve(name: str, field: str) -> Calendar:
 
     match = _NAME.match(name)
     assert match is not None
-    code, subdiv = match.group(1).upper(), match.group(2)
+    code, subdiv = match.group(1), match.group(2)
     market = len(code) > 2
     known = holidays.list_supported_financial() if market else holidays.list_supported_countries()
     if code not in known:

@@ -1,0 +1,168 @@
+"""Calendars of the `holidays` data: which local days a cron schedule skips, across years
+and zones, and how a bad name is refused."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+
+from cronwheel.domain.calendars import calendar_named
+from cronwheel.domain.jobs import first_fire_at
+from cronwheel.domain.schedules import cron, next_firings, schedule_from_dict
+from cronwheel.domain.transitions import StepBudget
+from cronwheel.errors import InvalidScheduleError, NoFiringInHorizonError
+
+
+def _local_days(schedule, after: datetime, count: int) -> list[date]:
+    return [r.utc.astimezone(schedule.zone).date() for r in next_firings(schedule, after, count)]
+
+
+def _utc(*args: int) -> datetime:
+    return datetime(*args, tzinfo=UTC)
+
+
+def test_bavaria_excludes_epiphany_and_berlin_does_not() -> None:
+    by = cron("0 9 * * *", tz="Europe/Berlin", calendar="DE-BY")
+    be = cron("0 9 * * *", tz="Europe/Berlin", calendar="DE-BE")
+    after = _utc(2027, 1, 5)
+    assert _local_days(by, after, 2) == [date(2027, 1, 5), date(2027, 1, 7)]
+    assert _local_days(be, after, 2) == [date(2027, 1, 5), date(2027, 1, 6)]
+    assert by.excluded_by_calendar(_utc(2027, 1, 6, 8)) == "Heilige Drei Könige (DE-BY)"
+    assert be.excluded_by_calendar(_utc(2027, 1, 6, 8)) is None
+
+
+@pytest.mark.parametrize(
+    "corpus_christi",
+    [date(2026, 6, 4), date(2027, 5, 27), date(2028, 6, 15)],  # Easter + 60 days
+)
+def test_corpus_christi_moves_with_easter(corpus_christi: date) -> None:
+    by = cron("0 9 * * *", tz="Europe/Berlin", calendar="DE-BY")
+    be = cron("0 9 * * *", tz="Europe/Berlin", calendar="DE-BE")
+    day_before = datetime.combine(corpus_christi - timedelta(days=1), datetime.min.time(), UTC)
+    assert corpus_christi not in _local_days(by, day_before, 2)
+    assert corpus_christi in _local_days(be, day_before, 2)
+    instant = datetime.combine(corpus_christi, datetime.min.time(), UTC) + timedelta(hours=7)
+    assert by.excluded_by_calendar(instant) == "Fronleichnam (DE-BY)"
+
+
+@pytest.mark.parametrize(
+    "thanksgiving",
+    [date(2026, 11, 26), date(2027, 11, 25), date(2028, 11, 23)],  # 4th Thursday of November
+)
+def test_us_thanksgiving_in_new_york(thanksgiving: date) -> None:
+    schedule = cron("0 9 * * mon-fri", tz="America/New_York", calendar="US")
+    monday = thanksgiving - timedelta(days=3)
+    days = _local_days(schedule, datetime.combine(monday, datetime.min.time(), UTC), 4)
+    assert days == [
+        monday,
+        monday + timedelta(days=1),
+        monday + timedelta(days=2),
+        monday + timedelta(days=4),
+    ]
+
+
+def test_japan_in_tokyo_coming_of_age_day() -> None:
+    schedule = cron("0 9 * * mon-fri", tz="Asia/Tokyo", calendar="JP")
+    # 2027-01-11 is the second Monday of January (Coming of Age Day)
+    days = _local_days(schedule, _utc(2027, 1, 7, 12), 2)
+    assert days == [date(2027, 1, 8), date(2027, 1, 12)]
+    assert "成人の日" in (schedule.excluded_by_calendar(_utc(2027, 1, 11, 0)) or "")
+
+
+def test_the_local_date_decides_not_the_utc_date() -> None:
+    # 00:30 in Berlin on 6 January is 23:30 UTC on the 5th: excluded (local 6 January)
+    early = cron("30 0 * * *", tz="Europe/Berlin", calendar="DE-BY")
+    got = next_firings(early, _utc(2027, 1, 5, 12), 1)[0].utc
+    assert got == _utc(2027, 1, 6, 23, 30)  # 00:30 on the 7th, local
+    # 20:00 in New York on Thanksgiving eve is 01:00 UTC on Thanksgiving: it fires;
+    # 20:00 on Thanksgiving (01:00 UTC the day after) does not
+    evening = cron("0 20 * * *", tz="America/New_York", calendar="US")
+    got = [r.utc for r in next_firings(evening, _utc(2026, 11, 25, 12), 2)]
+    assert got == [_utc(2026, 11, 26, 1), _utc(2026, 11, 28, 1)]
+
+
+def test_a_dst_moved_occurrence_is_judged_by_its_local_date() -> None:
+    # 2027-03-28 is Easter Sunday and Europe's spring-forward day: 02:30 does not exist
+    # and next_valid moves it to 03:00 CEST. Brandenburg keeps Easter Sunday as a public
+    # holiday; Bavaria does not.
+    bb = cron("30 2 * * *", tz="Europe/Berlin", calendar="DE-BB")
+    by = cron("30 2 * * *", tz="Europe/Berlin", calendar="DE-BY")
+    after = _utc(2027, 3, 27, 12)
+    (moved,) = next_firings(by, after, 1)
+    assert moved.utc == _utc(2027, 3, 28, 1) and moved.note is not None
+    # Brandenburg: Easter Sunday and Easter Monday are skipped
+    assert next_firings(bb, after, 1)[0].utc == _utc(2027, 3, 30, 0, 30)
+
+
+def test_a_dense_schedule_jumps_over_an_excluded_day() -> None:
+    # every second: 86,400 occurrences on each of 25 and 26 December; the search
+    # resumes at local midnight of the next allowed day
+    schedule = cron("* * * * * *", tz="Europe/Berlin", calendar="DE")
+    budget = StepBudget()
+    found = schedule.next_after_with_note(_utc(2026, 12, 24, 22, 59, 59), budget=budget)
+    assert found is not None and found.utc == _utc(2026, 12, 26, 23)
+    assert budget.used < 100
+
+
+def test_a_schedule_whose_every_day_is_excluded_reports_no_firing() -> None:
+    new_year = cron("0 9 1 1 *", tz="Europe/Berlin", calendar="DE")
+    budget = StepBudget()
+    with pytest.raises(NoFiringInHorizonError, match="calendar DE excludes") as caught:
+        new_year.next_after_with_note(_utc(2026, 12, 1), budget=budget)
+    assert caught.value.field == "schedule.calendar"
+    assert budget.used < 2000
+    with pytest.raises(NoFiringInHorizonError):
+        first_fire_at(new_year, _utc(2026, 12, 1))
+
+
+def test_the_holidays_data_ends_at_2100() -> None:
+    # outside the years the data covers, no day is excluded: every occurrence fires
+    schedule = cron("0 9 25 12 *", tz="Europe/Berlin", calendar="DE")
+    assert schedule.excluded_by_calendar(_utc(2101, 12, 25, 8)) is None
+    assert schedule.next_after(_utc(2100, 12, 1)) == _utc(2101, 12, 25, 8)
+
+
+def test_markets_and_aliases() -> None:
+    nyse = cron("30 9 * * mon-fri", tz="America/New_York", calendar="NYSE")
+    assert nyse.next_after(_utc(2027, 3, 25, 14)) == _utc(2027, 3, 29, 13, 30)  # Good Friday
+    assert cron("0 9 * * *", calendar="DE-Bayern").calendar == "DE-BY"
+    assert calendar_named("US-NY").name == "US-NY"
+
+
+def test_the_calendar_round_trips_and_is_absent_when_unset() -> None:
+    schedule = cron("0 9 * * mon-fri", tz="Europe/Berlin", calendar="DE-BY")
+    doc = schedule.to_dict()
+    assert doc["calendar"] == "DE-BY"
+    assert schedule_from_dict(doc) == schedule
+    assert "calendar" not in cron("0 9 * * *").to_dict()  # older jobs keep their spec hash
+    assert schedule != cron("0 9 * * mon-fri", tz="Europe/Berlin", calendar="DE-BE")
+    assert "calendar DE-BY" in schedule.describe()
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("XX", "no country XX"),
+        ("DE-ZZ", "DE has no subdivision 'ZZ'"),
+        ("ZZZ", "no market ZZZ"),
+        ("de-by", "upper-case country code"),
+        ("D", "not a calendar name"),
+        ("US-", "not a calendar name"),
+        ("", "not a calendar name"),
+    ],
+)
+def test_a_bad_calendar_is_refused_naming_the_field(name: str, message: str) -> None:
+    with pytest.raises(InvalidScheduleError, match=message) as caught:
+        cron("0 9 * * *", calendar=name)
+    assert caught.value.field == "calendar"
+    doc = {"kind": "cron", "cron": "0 9 * * *", "calendar": name}
+    with pytest.raises(InvalidScheduleError, match=message) as caught:
+        schedule_from_dict(doc)
+    assert caught.value.field == "schedule.calendar"
+
+
+def test_a_non_string_calendar_is_refused() -> None:
+    with pytest.raises(InvalidScheduleError, match="expected a string") as caught:
+        schedule_from_dict({"kind": "cron", "cron": "0 9 * * *", "calendar": 7})
+    assert caught.value.field == "schedule.calendar"
