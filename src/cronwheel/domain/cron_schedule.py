@@ -8,7 +8,14 @@ from datetime import UTC, datetime, time, timedelta
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
-from cronwheel.domain.calendars import Calendar, calendar_named
+from cronwheel.domain.calendars import (
+    Calendar,
+    CalendarRules,
+    StoredCalendar,
+    calendar_named,
+    check_stored_name,
+    is_stored_name,
+)
 from cronwheel.domain.cron import CronExpr, parse_cron
 from cronwheel.domain.instants import format_instant
 from cronwheel.domain.transitions import StepBudget
@@ -47,7 +54,10 @@ class CronSchedule:
     ``calendar`` names the days it may fire on (:mod:`cronwheel.domain.calendars`): an
     occurrence whose local date in ``tz`` (after DST resolution) the calendar excludes
     does not fire, and the search jumps to the next allowed day rather than stepping
-    through the excluded day's occurrences.
+    through the excluded day's occurrences. A built-in name (``DE-BY``) resolves here;
+    a stored one (``office``) carries its rules in ``calendar_def``, which the store
+    fills in (:func:`cronwheel.domain.jobs.bind_calendar`): without them the schedule
+    cannot compute its instants.
     """
 
     kind: ClassVar[str] = "cron"
@@ -56,6 +66,7 @@ class CronSchedule:
     dst_gap: DstGap | None = None
     dst_overlap: DstOverlap | None = None
     calendar: str | None = None
+    calendar_def: CalendarRules | None = None
     _expr: CronExpr = field(init=False, repr=False, compare=False)
     _zone: ZoneInfo = field(init=False, repr=False, compare=False)
     _calendar: Calendar | None = field(init=False, repr=False, compare=False)
@@ -63,7 +74,7 @@ class CronSchedule:
     def __post_init__(self) -> None:
         parsed = parse_cron(self.expr)
         zone = load_zone(self.tz)
-        resolved = None if self.calendar is None else calendar_named(self.calendar)
+        resolved = self._resolve_calendar()
         if self.dst_gap is not None and self.dst_gap not in DST_GAP_POLICIES:
             raise InvalidScheduleError(
                 f"unknown policy {self.dst_gap!r} (choose next_valid, skip or shift)",
@@ -77,8 +88,44 @@ class CronSchedule:
         object.__setattr__(self, "_expr", parsed)
         object.__setattr__(self, "_zone", zone)
         object.__setattr__(self, "_calendar", resolved)
-        if resolved is not None:
+        if isinstance(resolved, Calendar):
             object.__setattr__(self, "calendar", resolved.name)
+
+    def _resolve_calendar(self) -> Calendar | None:
+        if self.calendar is None:
+            if self.calendar_def is not None:
+                raise InvalidScheduleError("rules without a calendar name", field="calendar_def")
+            return None
+        if not isinstance(self.calendar, str) or not is_stored_name(self.calendar):
+            if self.calendar_def is not None:
+                raise InvalidScheduleError(
+                    "a built-in calendar has no rules of its own", field="calendar_def"
+                )
+            return calendar_named(self.calendar)
+        check_stored_name(self.calendar, field_name="calendar")
+        if self.calendar_def is None:
+            return None
+        if not isinstance(self.calendar_def, CalendarRules):
+            raise InvalidScheduleError("expected calendar rules", field="calendar_def")
+        return StoredCalendar(self.calendar, self.calendar_def)
+
+    def with_calendar_rules(self, rules: CalendarRules) -> CronSchedule:
+        """This schedule with its stored calendar's current rules."""
+        return CronSchedule(
+            expr=self.expr,
+            tz=self.tz,
+            dst_gap=self.dst_gap,
+            dst_overlap=self.dst_overlap,
+            calendar=self.calendar,
+            calendar_def=rules,
+        )
+
+    @property
+    def stored_calendar(self) -> str | None:
+        """The name of the stored calendar this schedule names (``None``: none, or a
+        built-in one)."""
+        name = self.calendar
+        return name if name is not None and is_stored_name(name) else None
 
     @property
     def expr_obj(self) -> CronExpr:
@@ -94,8 +141,7 @@ class CronSchedule:
         (the holiday's name and the calendar's), or ``None`` when it may fire then."""
         if self._calendar is None:
             return None
-        reason = self._calendar.excluded(instant.astimezone(self._zone).date())
-        return None if reason is None else f"{reason} ({self._calendar.name})"
+        return self._calendar.reason(instant.astimezone(self._zone).date())
 
     @property
     def zone(self) -> ZoneInfo:
@@ -136,6 +182,12 @@ class CronSchedule:
         budget = StepBudget() if budget is None else budget
         calendar = self._calendar
         if calendar is None:
+            if self.calendar is not None:  # a stored calendar whose rules are not here
+                raise InvalidScheduleError(
+                    f"calendar {self.calendar!r} is stored in the job's namespace: this "
+                    "schedule was not loaded with its rules",
+                    field="schedule.calendar",
+                )
             return self._next_any_day(t, budget)
         cursor = t
         while True:
@@ -146,7 +198,7 @@ class CronSchedule:
                 day = found.utc.astimezone(self._zone).date()
             except OverflowError:  # the last hours of year 9999: no local date
                 return None
-            if calendar.excluded(day) is None:
+            if calendar.reason(day) is None:
                 return found
             if found.utc.year - t.year > HORIZON_YEARS:
                 raise NoFiringInHorizonError(
@@ -179,6 +231,8 @@ class CronSchedule:
         }
         if self.calendar is not None:  # absent otherwise: older jobs keep their spec hash
             doc["calendar"] = self.calendar
+        if self.calendar_def is not None:
+            doc["calendar_def"] = self.calendar_def.to_dict()
         return doc
 
     def describe(self) -> str:

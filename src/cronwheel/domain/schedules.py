@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Protocol, cast
 
+from cronwheel.domain.calendars import CalendarRules
 from cronwheel.domain.cron_schedule import CronSchedule, instant_arg
 from cronwheel.domain.instants import (
     MAX_INTERVAL,
@@ -342,7 +343,7 @@ SCHEDULE_KEYS: dict[str, frozenset[str]] = {
     "now": frozenset({"kind"}),
     "at": frozenset({"kind", "at"}),
     "every": frozenset({"kind", "interval", "anchor"}),
-    "cron": frozenset({"kind", "cron", "tz", "dst_gap", "dst_overlap", "calendar"}),
+    "cron": frozenset({"kind", "cron", "tz", "dst_gap", "dst_overlap", "calendar", "calendar_def"}),
 }
 
 
@@ -394,10 +395,14 @@ def _build(kind: str, d: Mapping[str, Any]) -> Schedule:
     gap = _require_str(d, "dst_gap", optional=True)
     overlap = _require_str(d, "dst_overlap", optional=True)
     calendar = _require_str(d, "calendar", optional=True)
+    rules = d.get("calendar_def")
     return CronSchedule(
         expr=expr,
         tz="UTC" if tz is None else tz,
         dst_gap=cast("DstGap | None", gap),
         dst_overlap=cast("DstOverlap | None", overlap),
         calendar=calendar,
+        calendar_def=None
+        if rules is None
+        else CalendarRules.from_dict(rules, prefix="calendar_def."),
     )
