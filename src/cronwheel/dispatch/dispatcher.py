@@ -291,7 +291,13 @@ class Dispatcher:
         assert job.next_fire_at is not None
         if self._wheel.deadline_of(job.id) is not None:
             current = self._wheel.remove(job.id)
-            if current is not None and current.next_fire_at == job.next_fire_at:
+            # the same cursor and no change since (a calendar's change rewrites the
+            # schedule of the jobs naming it, and may leave their cursor where it was)
+            if (
+                current is not None
+                and current.next_fire_at == job.next_fire_at
+                and current.updated_at == job.updated_at
+            ):
                 self._wheel.insert(job.id, job.next_fire_at - self.config.lead, current)
                 return
         self._wheel.insert(job.id, job.next_fire_at - self.config.lead, job)

@@ -395,14 +395,15 @@ def _build(kind: str, d: Mapping[str, Any]) -> Schedule:
     gap = _require_str(d, "dst_gap", optional=True)
     overlap = _require_str(d, "dst_overlap", optional=True)
     calendar = _require_str(d, "calendar", optional=True)
-    rules = d.get("calendar_def")
+    rules_doc = d.get("calendar_def")
+    rules = (
+        None if rules_doc is None else CalendarRules.from_dict(rules_doc, prefix="calendar_def.")
+    )
     return CronSchedule(
         expr=expr,
         tz="UTC" if tz is None else tz,
         dst_gap=cast("DstGap | None", gap),
         dst_overlap=cast("DstOverlap | None", overlap),
         calendar=calendar,
-        calendar_def=None
-        if rules is None
-        else CalendarRules.from_dict(rules, prefix="calendar_def."),
+        calendar_def=rules,
     )

@@ -47,6 +47,7 @@ from cronwheel.domain.results import (  # re-exported: the stores import it from
     CancelResult as CancelResult,  # noqa: PLC0414
 )
 from cronwheel.domain.skips import SkipResult
+from cronwheel.store.calendar_port import CalendarChange, CalendarPort  # re-exported
 from cronwheel.store.quota_port import QuotaPort  # re-exported (__all__)
 from cronwheel.store.records import (  # re-exported (__all__): callers import them here
     JOB_STATES,
@@ -78,6 +79,8 @@ __all__ = [
     "ApiJobsPort",
     "ApiStore",
     "ApiToken",
+    "CalendarChange",
+    "CalendarPort",
     "CancelResult",
     "Completion",
     "DispatchPort",
@@ -381,7 +384,7 @@ class AdminPort(Protocol):
         ...
 
 
-class Store(DispatchPort, WorkerPort, JobsPort, AdminPort, QuotaPort, Protocol):
+class Store(DispatchPort, WorkerPort, JobsPort, AdminPort, QuotaPort, CalendarPort, Protocol):
     """Every port at once: what one store implementation provides."""
 
 

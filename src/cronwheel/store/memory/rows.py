@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cronwheel.domain.calendars import CalendarRecord
 from cronwheel.domain.quotas import Quota
 from cronwheel.store.protocol import ApiToken
 
@@ -173,6 +174,7 @@ class MemoryData:
     maybe_active: set[int] = field(default_factory=set)
     fair_clocks: dict[str, int] = field(default_factory=dict)  # µs, per namespace
     quotas: dict[str, Quota] = field(default_factory=dict)  # a namespace's own quota
+    calendars: dict[tuple[str, str], CalendarRecord] = field(default_factory=dict)
     # quota counters: (namespace, quota, window start µs; 0 for ever) -> count
     quota_usage: dict[tuple[str, str, int], int] = field(default_factory=dict)
     jobs_version: int = 0

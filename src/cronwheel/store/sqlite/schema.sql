@@ -233,3 +233,15 @@ INSERT INTO quota_usage (namespace, quota, window_start, used)
 SELECT namespace, 'jobs', 0, count(*) FROM jobs
 WHERE json_extract(schedule, '$.kind') <> 'now' GROUP BY namespace;
 CREATE INDEX firings_held_namespace ON firings (namespace) WHERE state IN ('claimed', 'running');
+
+-- name: migration_11
+-- Calendars stored by name in a namespace (domain/calendars.py): the days a cron job
+-- naming one may fire on. A job keeps a copy of the rules in its schedule (its
+-- `calendar_def`), rewritten with its cursor when the calendar changes.
+CREATE TABLE calendars (
+    namespace  TEXT    NOT NULL,
+    name       TEXT    NOT NULL,
+    rules      TEXT    NOT NULL,                -- JSON, CalendarRules.to_dict()
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (namespace, name)
+);
