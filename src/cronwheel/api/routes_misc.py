@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
@@ -14,8 +14,10 @@ from cronwheel.api.convert import instant
 from cronwheel.api.errors import error_response
 from cronwheel.api.schemas import HealthOut, PreviewIn, PreviewOut, StatusOut
 from cronwheel.domain.firing import format_instant
+from cronwheel.domain.jobs import bind_schedule
 from cronwheel.domain.schedules import CronSchedule, next_firings
-from cronwheel.errors import CronwheelError
+from cronwheel.errors import CronwheelError, ValidationError
+from cronwheel.store.calendar_port import calendar_rules_of
 from cronwheel.store.protocol import WORKER_ALIVE_WITHIN
 
 router = APIRouter(tags=["cluster"])
@@ -77,6 +79,7 @@ def status(principal: Anyone, request: Request) -> dict[str, Any]:
 def preview(body: PreviewIn, _principal: Anyone, request: Request) -> dict[str, Any]:
     """The next `count` instants of a cron schedule, UTC and local, with DST notes
     (the computation of `cronwheel next`)."""
+    store = store_of(request)
     schedule = CronSchedule(
         expr=body.cron,
         tz=body.tz,
@@ -84,7 +87,21 @@ def preview(body: PreviewIn, _principal: Anyone, request: Request) -> dict[str, 
         dst_overlap=body.dst_overlap,
         calendar=body.calendar,
     )
-    after = store_of(request).now() if body.after is None else instant(body.after, "after")
+    if schedule.stored_calendar is not None:  # a calendar of the token's namespace
+        if not _principal.scoped:
+            raise ValidationError(
+                "a stored calendar belongs to a namespace: preview it with a namespace token",
+                field="calendar",
+            )
+        try:
+            schedule = cast(
+                CronSchedule,
+                bind_schedule(schedule, _principal.namespace, calendar_rules_of(store)),
+            )
+        except CronwheelError as exc:
+            exc.field = "calendar"
+            raise
+    after = store.now() if body.after is None else instant(body.after, "after")
     items = []
     for row in next_firings(schedule, after, body.count):
         local = row.utc.astimezone(schedule.zone)

@@ -56,8 +56,14 @@ class ScheduleIn(_In):
         None,
         max_length=64,
         examples=["DE-BY"],
-        description="holidays excluded (local dates in tz): a country (US), a country and "
-        "subdivision (DE-BY) or a market (NYSE) of the holidays data",
+        description="days excluded (local dates in tz): a built-in calendar, a country (US), "
+        "a country and subdivision (DE-BY) or a market (NYSE) of the holidays data; or a "
+        "calendar of the namespace (office: /v1/calendars)",
+    )
+    calendar_def: dict[str, Any] | None = Field(
+        None,
+        description="output only: the rules of the namespace's calendar the job names; on "
+        "input it is replaced by the calendar's current rules",
     )
     at: Instant | None = Field(None, max_length=40, examples=["2026-05-01T09:00:00Z"])
     interval: Duration | None = Field(None, examples=["1h30m", 90])
@@ -202,6 +208,7 @@ class ScheduleOut(_Out):
     dst_gap: str | None = None
     dst_overlap: str | None = None
     calendar: str | None = None
+    calendar_def: dict[str, Any] | None = None
     at: str | None = None
     interval: str | None = None
     anchor: str | None = None
@@ -384,6 +391,45 @@ class QuotaIn(_In):
     running: int | None = Field(None, ge=0)
     backfill: int | None = Field(None, ge=0)
     backfill_per_day: int | None = Field(None, ge=0)
+
+
+class CalendarIn(_In):
+    """A calendar's rules: what it excludes (holidays, explicit dates, days off its
+    weekdays), and the dates it never excludes."""
+
+    holidays: str | None = Field(
+        None, max_length=64, examples=["DE-BY"], description="a built-in calendar's holidays"
+    )
+    exclude: list[str] = Field(
+        default_factory=list, max_length=1000, examples=[["2026-12-24", "2026-12-31"]]
+    )
+    include: list[str] = Field(
+        default_factory=list,
+        max_length=1000,
+        examples=[["2026-12-27"]],
+        description="dates never excluded (over a holiday or a day off its weekdays)",
+    )
+    weekdays: str | None = Field(
+        None, max_length=64, examples=["mon-fri"], description="cron's day-of-week syntax"
+    )
+
+
+class CalendarOut(_Out):
+    namespace: str
+    name: str
+    holidays: str | None
+    exclude: list[str]
+    include: list[str]
+    weekdays: str | None
+    updated_at: str
+    jobs: list[str] = Field(description="the namespace's jobs that name it")
+    replanned: list[str] | None = Field(
+        None, description="on a write: the jobs whose schedule and next instant moved with it"
+    )
+
+
+class CalendarList(_Out):
+    items: list[CalendarOut]
 
 
 class StatusOut(_Out):

@@ -155,7 +155,9 @@ def add_command(
         paused=paused,
         **bounds,
     )
-    first = spec_first_fire_at(spec, SystemClock().now(), allow_past=allow_past)
+    # checked before any I/O; a calendar of the namespace is known only to the store
+    stored = getattr(schedule, "stored_calendar", None) is not None
+    first = None if stored else spec_first_fire_at(spec, SystemClock().now(), allow_past=allow_past)
     if url is not None:
         remote = {k: v.total_seconds() if isinstance(v, timedelta) else v for k, v in given.items()}
         with client(url, namespace) as api:
@@ -173,18 +175,29 @@ def add_command(
             else:
                 job, verb = api.create_job(name, task, schedule, paused=paused, **kw), "created"
     else:
-        job, verb = _add_local(store_url, spec, first, replace, allow_unknown_task)
+        job, verb = _add_local(store_url, spec, first, replace, allow_unknown_task, allow_past)
     nxt = job.next_fire_at.isoformat() if job.next_fire_at else "never"
     click.echo(f"{verb} job {job.name!r} (id {job.id}): {schedule.describe()}; next firing {nxt}")
 
 
 def _add_local(
-    store_url: str, spec: Any, first: Any, replace: bool, allow_unknown_task: bool
+    store_url: str,
+    spec: Any,
+    first: Any,
+    replace: bool,
+    allow_unknown_task: bool,
+    allow_past: bool,
 ) -> tuple[Any, str]:
-    from cronwheel.domain.jobs import require_served_task
+    from cronwheel.domain.clock import SystemClock
+    from cronwheel.domain.jobs import bind_calendar, require_served_task, spec_first_fire_at
+    from cronwheel.store.calendar_port import calendar_rules_of
 
     store = open_cli_store(store_url)
     try:
+        bound = bind_calendar(spec, calendar_rules_of(store))
+        if bound is not spec:  # it names a calendar of the namespace
+            spec = bound
+            first = spec_first_fire_at(spec, SystemClock().now(), allow_past=allow_past)
         if not allow_unknown_task and _task_is_new(store, spec, replace):
             require_served_task(spec.task, [t.task for t in store.served_tasks()])
         if replace:

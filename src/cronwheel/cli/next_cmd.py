@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from cronwheel.cli.common import store_option
 from cronwheel.domain.clock import SystemClock
 from cronwheel.domain.schedules import (
     CronSchedule,
@@ -21,6 +22,7 @@ from cronwheel.domain.schedules import (
     parse_instant,
 )
 from cronwheel.domain.tz import DST_GAP_POLICIES, DST_OVERLAP_POLICIES, Resolved
+from cronwheel.errors import CronwheelError
 
 MAX_COUNT = 1000
 
@@ -93,6 +95,23 @@ def _print_table(
         console.print("no firing: none left whose local time is before year 10000")
 
 
+def _bind(schedule: CronSchedule, namespace: str, store_url: str) -> CronSchedule:
+    from cronwheel.cli.common import open_cli_store
+    from cronwheel.domain.jobs import bind_schedule
+    from cronwheel.store.calendar_port import calendar_rules_of
+
+    store = open_cli_store(store_url)
+    try:
+        bound = bind_schedule(schedule, namespace, calendar_rules_of(store))
+    except CronwheelError as exc:
+        exc.field = "calendar"
+        raise
+    finally:
+        store.close()
+    assert isinstance(bound, CronSchedule)
+    return bound
+
+
 @click.command("next")
 @click.argument("expr")
 @click.option("--tz", "tz", default="UTC", show_default=True, help="IANA time zone name.")
@@ -121,9 +140,14 @@ def _print_table(
 @click.option(
     "--calendar",
     default=None,
-    help="Skip the holidays of a calendar (local dates in --tz): a country (US), a country "
-    "and subdivision (DE-BY) or a market (NYSE).",
+    help="Skip the days a calendar excludes (local dates in --tz): a country (US), a "
+    "country and subdivision (DE-BY), a market (NYSE), or a calendar of --namespace in "
+    "--store (office).",
 )
+@click.option(
+    "--namespace", default="default", show_default=True, help="The stored calendar's namespace."
+)
+@store_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 def next_command(
     expr: str,
@@ -133,6 +157,8 @@ def next_command(
     dst_gap: str | None,
     dst_overlap: str | None,
     calendar: str | None,
+    namespace: str,
+    store_url: str,
     as_json: bool,
 ) -> None:
     """Show the next firing instants of cron expression EXPR in zone --tz."""
@@ -143,6 +169,8 @@ def next_command(
         dst_overlap=dst_overlap,  # type: ignore[arg-type]
         calendar=calendar,
     )
+    if schedule.stored_calendar is not None:  # the store is opened only for these
+        schedule = _bind(schedule, namespace, store_url)
     start = SystemClock().now() if after is None else parse_instant(after, "--after")
     rows = next_firings(schedule, start, count)
     if as_json:

@@ -21,10 +21,16 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from cronwheel.domain import schedules
-from cronwheel.domain.jobs import build_policies, require_served_task, spec_first_fire_at
+from cronwheel.domain.jobs import (
+    bind_calendar,
+    build_policies,
+    require_served_task,
+    spec_first_fire_at,
+)
 from cronwheel.domain.models import JobSpec
 from cronwheel.domain.policy_table import POLICY_TABLE, Policy, policies_from_text
 from cronwheel.errors import ConflictError, CronwheelError, ValidationError
+from cronwheel.store.calendar_port import calendar_rules_of
 from cronwheel.web.auth import Principal, missing_role, store_of
 from cronwheel.web.csrf import page_token
 from cronwheel.web.errors import error_body
@@ -150,6 +156,7 @@ def _create(request: Request, who: Principal, values: dict[str, str]) -> int:
         policies=build_policies(**given),
     )
     store = store_of(request)
+    spec = bind_calendar(spec, calendar_rules_of(store))
     if values.get("allow_unknown_task") != "on":
         require_served_task(spec.task, [t.task for t in store.served_tasks()])
     job = store.create_job(spec, first_fire_at=spec_first_fire_at(spec, store.now()))
