@@ -115,7 +115,7 @@ def test_cli_next_with_a_calendar(capsys: pytest.CaptureFixture[str]) -> None:
     ("args", "needle"),
     [
         (["next", "0 9 * * *", "--calendar", "XX"], "calendar: unknown calendar 'XX'"),
-        (["next", "0 9 * * *", "--calendar", "de"], "calendar: 'de' is not a calendar name"),
+        (["next", "0 9 * * *", "--calendar", "De"], "calendar: 'De' is not a calendar name"),
         (
             ["jobs", "add", "j", "--task", "t", "--every", "5m", "--calendar", "DE"],
             "calendar: a calendar applies to a --cron schedule only",

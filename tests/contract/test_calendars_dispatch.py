@@ -176,3 +176,25 @@ def test_the_dispatcher_follows_a_stored_calendar(harness: Harness) -> None:
             harness.advance(S)
     fired = sorted(f.scheduled_for.day for f in store.list_firings(job_id=job.id))
     assert fired == [5, 6, 8]
+
+
+def test_a_running_leader_takes_a_calendar_change(harness: Harness) -> None:
+    # the leader holds the job (due in 2 s) when the calendar changes a later day: the
+    # job's cursor stays, its schedule does not; the next cursor follows the new rules
+    year = harness.now().year + 1
+    store = harness.store
+    store.set_calendar("default", "office", CalendarRules())
+    _move_to(harness, datetime(year, 3, 2, 12, tzinfo=UTC))
+    job = _office_job(harness, "standup")
+    assert job.next_fire_at == datetime(year, 3, 3, 8, tzinfo=UTC)
+    _move_to(harness, datetime(year, 3, 3, 8, tzinfo=UTC) - 2 * S)
+    dispatcher = Dispatcher(store, StoreClock(harness), holder="leader")
+    dispatcher.step()
+    change = store.set_calendar("default", "office", CalendarRules(exclude=(date(year, 3, 4),)))
+    assert change.replanned == ("standup",)
+    for _ in range(4):
+        harness.advance(S)
+        dispatcher.step()
+    (firing,) = store.list_firings(job_id=job.id)
+    assert firing.scheduled_for == datetime(year, 3, 3, 8, tzinfo=UTC)
+    assert store.get_job_by_id(job.id).next_fire_at == datetime(year, 3, 5, 8, tzinfo=UTC)
