@@ -42,7 +42,7 @@ class CalendarFlows(QuotaFlows[D]):
 
     def calendar_jobs(self, namespace: str, name: str) -> list[str]:
         key = {"namespace": namespace, "name": name}
-        return [r["name"] for r in self.db.read(lambda tx: tx.all("calendar_jobs", key))]
+        return [r["name"] for r in self.db.read(lambda tx: tx.all("calendar_job_names", key))]
 
     def set_calendar(self, namespace: str, name: str, rules: CalendarRules) -> CalendarChange:
         check_stored_name(name)

@@ -30,3 +30,10 @@ SELECT * FROM jobs
 WHERE namespace = %(namespace)s AND schedule->>'calendar' = %(name)s
 ORDER BY name
 FOR UPDATE
+
+-- name: calendar_job_names
+-- The names of the namespace's jobs whose schedule names the calendar, by name (a
+-- read: nothing locked). [jobs (namespace, name): the namespace's jobs are scanned]
+SELECT name FROM jobs
+WHERE namespace = %(namespace)s AND schedule->>'calendar' = %(name)s
+ORDER BY name

@@ -28,3 +28,10 @@ DELETE FROM calendars WHERE namespace = :namespace AND name = :name RETURNING na
 SELECT * FROM jobs
 WHERE namespace = :namespace AND json_extract(schedule, '$.calendar') = :name
 ORDER BY name
+
+-- name: calendar_job_names
+-- The names of the namespace's jobs whose schedule names the calendar, by name (a
+-- read: nothing locked). [jobs (namespace, name): the namespace's jobs are scanned]
+SELECT name FROM jobs
+WHERE namespace = :namespace AND json_extract(schedule, '$.calendar') = :name
+ORDER BY name
