@@ -196,3 +196,31 @@ def test_cli_jobs_add_and_explain_show_the_excluded_day(
     excluded = [r for r in rows if r["fate"] == "excluded_by_calendar"]
     assert excluded and "(DE-BY)" in excluded[0]["detail"]
     store.close()
+
+
+FORM = {"name": "j", "task": "t", "kind": "cron", "schedule": "0 9 * * *", "tz": "Europe/Berlin"}
+
+
+def test_the_dashboard_form_takes_a_calendar(open_api: Api) -> None:
+    r = open_api.client.post("/ui/jobs/new", json=FORM | {"calendar": "DE-BY"})
+    assert r.status_code == 201, r.text
+    assert open_api.store.get_job("default", "j").spec.schedule.calendar == "DE-BY"
+    page = open_api.client.get(r.json()["url"])
+    assert page.status_code == 200 and "calendar DE-BY" in page.text
+    assert 'name="calendar"' in open_api.client.get("/ui/jobs/new").text
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        FORM | {"calendar": "DE-ZZ"},
+        FORM | {"calendar": "office"},  # no such calendar in the namespace
+        FORM | {"kind": "every", "schedule": "5m", "calendar": "DE"},
+    ],
+)
+def test_the_dashboard_form_refuses_a_bad_calendar(open_api: Api, form: dict[str, str]) -> None:
+    before = open_api.counts()
+    r = open_api.client.post("/ui/jobs/new", json=form)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["field"] == "calendar"
+    assert open_api.counts() == before

@@ -99,6 +99,8 @@ def in_words(job: Job, *, dst: bool = True) -> str:
         words = cron_words(schedule.expr)
         if words is None:
             return schedule.describe()
+        if schedule.calendar is not None:  # the days it excludes are not fired
+            words = f"{words}, calendar {schedule.calendar}"
         policy = f"DST gap: {schedule.gap}, overlap: {schedule.overlap}"
         return f"{words} ({policy})" if dst else words
     return schedule.describe()

@@ -156,7 +156,11 @@ def _create(request: Request, who: Principal, values: dict[str, str]) -> int:
         policies=build_policies(**given),
     )
     store = store_of(request)
-    spec = bind_calendar(spec, calendar_rules_of(store))
+    try:
+        spec = bind_calendar(spec, calendar_rules_of(store))
+    except CronwheelError as exc:
+        exc.field = "calendar"  # the form's input
+        raise
     if values.get("allow_unknown_task") != "on":
         require_served_task(spec.task, [t.task for t in store.served_tasks()])
     job = store.create_job(spec, first_fire_at=spec_first_fire_at(spec, store.now()))
