@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from cronwheel.domain.calendars import calendar_named
+from cronwheel.domain.calendars import CalendarRules, calendar_named
 from cronwheel.domain.jobs import first_fire_at
 from cronwheel.domain.schedules import cron, next_firings, schedule_from_dict
 from cronwheel.domain.transitions import StepBudget
@@ -167,3 +167,76 @@ def test_a_non_string_calendar_is_refused() -> None:
     with pytest.raises(InvalidScheduleError, match="expected a string") as caught:
         schedule_from_dict({"kind": "cron", "cron": "0 9 * * *", "calendar": 7})
     assert caught.value.field == "schedule.calendar"
+
+
+# -- stored calendars' rules ---------------------------------------------------------------
+OFFICE = CalendarRules.from_dict(
+    {
+        "holidays": "DE-BY",
+        "weekdays": "mon-fri",
+        "exclude": ["2026-12-24", "2026-12-31"],
+        "include": ["2027-01-06"],
+    }
+)
+
+
+def test_rules_include_over_a_holiday_and_exclude_dates_and_weekdays() -> None:
+    schedule = cron("0 9 * * *", tz="Europe/Berlin", calendar="office").with_calendar_rules(OFFICE)
+    days = _local_days(schedule, _utc(2026, 12, 22), 6)
+    # 24th excluded, 25th/26th holidays (26th a Saturday), 27th Sunday, 31st excluded,
+    # 1 January a holiday, 2/3 a weekend; 6 January (Epiphany) included
+    assert days == [
+        date(2026, 12, 22),
+        date(2026, 12, 23),
+        date(2026, 12, 28),
+        date(2026, 12, 29),
+        date(2026, 12, 30),
+        date(2027, 1, 4),
+    ]
+    assert date(2027, 1, 6) in _local_days(schedule, _utc(2027, 1, 4, 12), 3)
+    why = schedule.excluded_by_calendar
+    assert why(_utc(2026, 12, 24, 8)) == "calendar office: an excluded date"
+    assert why(_utc(2026, 12, 25, 8)) == "calendar office: Erster Weihnachtstag (DE-BY)"
+    assert why(_utc(2027, 1, 2, 8)) == (
+        "calendar office: a Saturday, not one of its weekdays (mon-fri)"
+    )
+    assert why(_utc(2027, 1, 6, 8)) is None
+    assert schedule_from_dict(schedule.to_dict()) == schedule
+
+
+def test_a_schedule_naming_a_stored_calendar_needs_its_rules() -> None:
+    unbound = cron("0 9 * * *", calendar="office")
+    assert unbound.stored_calendar == "office" and unbound.calendar_def is None
+    with pytest.raises(InvalidScheduleError, match="not loaded with its rules"):
+        unbound.next_after(_utc(2027, 1, 1))
+    assert cron("0 9 * * *", calendar="DE-BY").stored_calendar is None
+
+
+@pytest.mark.parametrize(
+    ("doc", "field", "message"),
+    [
+        ({"weekdays": "*"}, "weekdays", "not a list of weekdays"),
+        ({"weekdays": "5L"}, "weekdays", "not a list of weekdays"),
+        ({"weekdays": "mon-sun"}, "weekdays", "day-of-week"),
+        ({"exclude": ["2026-13-01"]}, "exclude[0]", "month must be in 1..12"),
+        ({"exclude": ["2026-1-1"]}, "exclude[0]", "not a date"),
+        ({"exclude": ["2026-01-01"] * 1001}, "exclude", "the limit is 1000"),
+        ({"include": ["2026-01-01"], "exclude": ["2026-01-01"]}, "include", "both"),
+        ({"holidays": "office"}, "holidays", "not a calendar name"),
+        ({"holidays": 5}, "holidays", "expected a string"),
+        ({"weekday": "mon"}, "weekday", "not a key of a calendar"),
+    ],
+)
+def test_bad_rules_name_the_field(doc: dict[str, object], field: str, message: str) -> None:
+    with pytest.raises(InvalidScheduleError, match=message) as caught:
+        CalendarRules.from_dict(doc)
+    assert caught.value.field == field
+
+
+def test_bad_rules_in_a_schedule_dict_name_the_whole_path() -> None:
+    doc = {"kind": "cron", "cron": "0 9 * * *", "calendar": "office", "calendar_def": {"x": 1}}
+    with pytest.raises(InvalidScheduleError) as caught:
+        schedule_from_dict(doc)
+    assert caught.value.field == "schedule.calendar_def.x"
+    with pytest.raises(InvalidScheduleError, match="no rules of its own") as caught:
+        cron("0 9 * * *", calendar="DE").with_calendar_rules(OFFICE)

@@ -253,11 +253,7 @@ class CalendarRules:
         days = None if self.weekdays is None else _weekday_set(self.weekdays)
         object.__setattr__(self, "_weekdays", days)
         for key in ("exclude", "include"):
-            values = getattr(self, key)
-            if len(values) > MAX_DATES:
-                raise InvalidScheduleError(
-                    f"{len(values)} dates; the limit is {MAX_DATES}", field=key
-                )
+            values = _dates(list(getattr(self, key)), key)  # dates, or YYYY-MM-DD text
             object.__setattr__(self, key, tuple(sorted(set(values))))
             object.__setattr__(self, f"_{key}", frozenset(values))
         both = sorted(self._exclude & self._include)
