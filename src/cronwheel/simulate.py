@@ -292,8 +292,10 @@ class Simulation:
         self.dispatcher = Dispatcher(
             self.store,
             self.clock,
-            # one leader for the whole period (down only in an outage): no renewals
-            config=DispatcherConfig(lease_ttl=span),
+            # one leader for the whole period (down only in an outage): no renewals; and
+            # the clock jumps to each job's instant, so a short lookahead suffices (a
+            # long one makes every jump walk the wheel's ticks over its entries)
+            config=DispatcherConfig(lease_ttl=span, lookahead=timedelta(seconds=1)),
             holder="simulated-scheduler",
         )
         self._pause_edges = sorted(
