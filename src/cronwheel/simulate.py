@@ -288,21 +288,24 @@ class Simulation:
             self._jobs.append(job)
         self._tasks = sorted({spec.task for spec, _ in seeds})
         self._durations = {job.id: scenario.slow.get(job.name, timedelta(0)) for job in self._jobs}
-        span = scenario.until - scenario.since + timedelta(days=1)
-        self.dispatcher = Dispatcher(
-            self.store,
-            self.clock,
-            # one leader for the whole period (down only in an outage): no renewals; and
-            # the clock jumps to each job's instant, so a short lookahead suffices (a
-            # long one makes every jump walk the wheel's ticks over its entries)
-            config=DispatcherConfig(lease_ttl=span, lookahead=timedelta(seconds=1)),
-            holder="simulated-scheduler",
-        )
+        self.dispatcher = self._new_dispatcher("simulated-scheduler")
         self._pause_edges = sorted(
             (t, name, paused)
             for name, windows in scenario.pauses.items()
             for w in windows
             for t, paused in ((w.start, True), (w.end, False))
+        )
+
+    def _new_dispatcher(self, holder: str) -> Dispatcher:
+        span = self.scenario.until - self.scenario.since + timedelta(days=1)
+        return Dispatcher(
+            self.store,
+            self.clock,
+            # the defaults but two: one lease for the whole period (a scheduler is down
+            # only in an outage), so no renewals; and, as the clock jumps to each job's
+            # instant, a short lookahead (a long one makes a jump walk the wheel's ticks)
+            config=DispatcherConfig(lease_ttl=span, lookahead=timedelta(seconds=1)),
+            holder=holder,
         )
 
     # -- driving ------------------------------------------------------------------------
@@ -337,6 +340,11 @@ class Simulation:
             if w.start == t:  # the workers die with their running handlers
                 self._orphans.update(self._running)
                 self._running.clear()
+                # the scheduler dies too; a new one leads when the outage ends (its lease
+                # long expired: a lease lives seconds, an outage worth simulating longer)
+                self.dispatcher.release()
+            if w.end == t and not self._down(t):
+                self.dispatcher = self._new_dispatcher(f"simulated-scheduler-{t:%Y%m%dT%H%M%S}")
         while self._pause_edges and self._pause_edges[0][0] <= t:
             _, name, paused = self._pause_edges.pop(0)
             for job in self._jobs:
