@@ -2,12 +2,12 @@
 
 Each scenario registers jobs in a SQLite store, simulates them (read from that store:
 nothing is written to it), then runs them for real on the same store: the real
-Dispatcher (default config but a longer lease: the clock moves a minute at a time)
-and the real Worker (``drain_once``, an async handler that
-waits for the fake clock to pass its duration), the clock stepped a minute at a time
-(and half a second before each minute: the dispatcher's lead), the outage played by
-stepping neither (and a new scheduler process after it), the pause by ``set_paused``. Every occurrence's
-fate, as ``jobs explain`` gives it, must be the same in both.
+Dispatcher (the default config but a lease that outlives a step) and the real Worker
+(``drain_once``; an async handler waits for the fake clock to pass its duration), the
+clock stepped a minute at a time and half a second before each minute (the
+dispatcher's lead), an outage played by stepping neither (and a new scheduler process
+after it), a pause by ``set_paused``. Every occurrence's fate, as ``jobs explain``
+gives it, must be the same in both.
 """
 
 from __future__ import annotations
@@ -149,9 +149,9 @@ async def _real_run(world: World, scenario: Scenario) -> None:
         while True:
             before = len(events.reports)
             task = asyncio.create_task(worker.drain_once())
-            await _until(lambda: len(events.reports) > before or task.done(), "claim")
+            await _until(lambda t=task, n=before: len(events.reports) > n or t.done(), "claim")
             claims = events.reports[before]
-            await _until(lambda: task.done() or gated(claims), "handler")
+            await _until(lambda t=task, c=claims: t.done() or gated(c), "handler")
             if not claims:
                 return
             if not task.done():
@@ -254,8 +254,13 @@ def test_a_slow_handler_under_skip_and_buffer_one(make_world: Any) -> None:
     world = make_world(since)
     world.job("slow-skip", every("10m"), overlap="skip", visibility_timeout=3600)
     world.job("slow-buffer", every("10m"), overlap="buffer_one", visibility_timeout=3600)
-    world.job("slow-deadline", every("10m"), overlap="buffer_one", visibility_timeout=3600,
-              start_deadline=300)
+    world.job(
+        "slow-deadline",
+        every("10m"),
+        overlap="buffer_one",
+        visibility_timeout=3600,
+        start_deadline=300,
+    )
     slow = {name: timedelta(minutes=25) for name in ("slow-skip", "slow-buffer", "slow-deadline")}
     result = agree(world, Scenario(since=since, until=until, slow=slow))
     assert "skipped" in fates(result["slow-skip"])

@@ -46,8 +46,12 @@ _PLAIN = "fired"  # the fate the table leaves out unless --all
     metavar="JOB=DURATION",
     help="JOB's handler runs for DURATION (90s, 45m, 1h30m; default 0).",
 )
-@click.option("--all", "show_all", is_flag=True, help="List every occurrence, not only the ones "
-              "that did not simply fire.")
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="List every occurrence, not only the ones that did not simply fire.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print every occurrence as JSON.")
 @click.option("--namespace", default="default", show_default=True, help="Job namespace.")
 @store_option
@@ -101,8 +105,9 @@ def simulate_command(
         known = {spec.name for spec, _ in seeds}
         for name in names:
             if name not in known:
-                raise ValidationError(f"no job named {name!r} in namespace {namespace!r}",
-                                      field="job")
+                raise ValidationError(
+                    f"no job named {name!r} in namespace {namespace!r}", field="job"
+                )
         seeds = [(spec, done) for spec, done in seeds if spec.name in names]
     if not seeds:
         raise ValidationError(f"no job to simulate in namespace {namespace!r}", field="job")
