@@ -126,9 +126,8 @@ async def _real_run(world: World, scenario: Scenario) -> None:
     leader = SqliteStore(world.path, clock=clock)
     dispatcher = Dispatcher(leader, clock, holder="node-a", config=CONFIG)
     events = _Claims()
-    worker = Worker(
-        store, world.app.registry, clock, config=WorkerConfig(concurrency=1), events=events
-    )
+    one = WorkerConfig(concurrency=1)
+    worker = Worker(store, world.app.registry, clock, config=one, events=events)
     world.slow = dict(scenario.slow)
     running: list[tuple[asyncio.Task[int], Sequence[ClaimedFiring]]] = []
     edges = sorted(
@@ -166,12 +165,18 @@ async def _real_run(world: World, scenario: Scenario) -> None:
                 _, name, paused = edges.pop(0)
                 store.set_paused("default", name, paused)
             if any(w.covers(now) for w in scenario.outages):
+                if not down:  # the worker dies with its handlers (no completion is sent)
+                    for task, _ in running:
+                        task.cancel()
+                    await asyncio.gather(*(t for t, _ in running), return_exceptions=True)
+                    running.clear()
                 down = True
             else:
-                if down:  # the scheduler restarts: a new process, a new holder
+                if down:  # new scheduler and worker processes
                     leader.close()
                     leader = SqliteStore(world.path, clock=clock)
                     dispatcher = Dispatcher(leader, clock, holder=f"node-{now:%H%M}", config=CONFIG)
+                    worker = Worker(store, world.app.registry, clock, config=one, events=events)
                     down = False
                 dispatcher.step()
                 done = [g for end, g in world.gates.values() if end <= now and not g.done()]
@@ -280,3 +285,17 @@ def test_a_pause_window(make_world: Any) -> None:
     assert fates(result["paused-skip"]).count("paused") == 4
     assert fates(result["paused-fire-once"]).count("paused") == 3  # the last is caught up
     assert set(fates(result["untouched"])) == {"fired"}
+
+
+def test_an_outage_while_the_batch_runs(make_world: Any) -> None:
+    """The worker dies with the 10:00 handler; its claim expires in the outage; when the
+    cluster is back the reaper queues it again (attempt 2) or ends it (one attempt)."""
+    since, until = utc(2026, 6, 10, 9), utc(2026, 6, 10, 12)
+    world = make_world(since)
+    world.job("hourly-retried", every("1h"), visibility_timeout=1800)
+    world.job("hourly-once", every("1h"), visibility_timeout=1800, max_attempts=1)
+    slow = {"hourly-retried": timedelta(minutes=20), "hourly-once": timedelta(minutes=20)}
+    outage = Window(utc(2026, 6, 10, 10, 10), utc(2026, 6, 10, 10, 50))
+    result = agree(world, Scenario(since=since, until=until, outages=(outage,), slow=slow))
+    assert fates(result["hourly-retried"]) == ["fired", "fired", "skipped", "fired"]
+    assert fates(result["hourly-once"]) == ["fired", "failed", "fired", "fired"]
