@@ -28,7 +28,7 @@ they finish (a cancelled handler stops at the heartbeat that learns of its cance
 
 from __future__ import annotations
 
-from cronwheel.simulate.run import MAX_STEPS, Simulation, simulate
+from cronwheel.simulate.run import MAX_OCCURRENCES_SHOWN, MAX_STEPS, Simulation, simulate
 from cronwheel.simulate.scenario import (
     MAX_JOBS,
     MAX_PERIOD,
@@ -45,6 +45,7 @@ from cronwheel.simulate.scenario import (
 
 __all__ = [
     "MAX_JOBS",
+    "MAX_OCCURRENCES_SHOWN",
     "MAX_PERIOD",
     "MAX_STEPS",
     "JobResult",

@@ -9,16 +9,18 @@ from datetime import datetime, timedelta
 
 from cronwheel.dispatch.dispatcher import Dispatcher, DispatcherConfig
 from cronwheel.domain.clock import FakeClock
-from cronwheel.domain.fates import MAX_OCCURRENCES, explain
+from cronwheel.domain.fates import MAX_OCCURRENCES, Occurrence, explain
 from cronwheel.domain.jobs import first_fire_at
-from cronwheel.domain.models import ClaimedFiring, FiringId, Job, JobSpec
+from cronwheel.domain.models import ClaimedFiring, Firing, FiringId, Job, JobEvent, JobSpec
 from cronwheel.domain.schedules import AtSchedule
 from cronwheel.errors import ValidationError
 from cronwheel.simulate.scenario import MAX_JOBS, JobResult, Scenario
 from cronwheel.store.memory import MemoryStore
 from cronwheel.store.protocol import Completion
 
-MAX_STEPS = 500_000  # clock moves of one simulation: bounds its work whatever the jobs
+MAX_STEPS = 200_000  # clock moves of one simulation: bounds its work whatever the jobs
+MAX_OCCURRENCES_SHOWN = 200_000  # occurrences of all the jobs over the period
+_ALL = 10**9  # the in-memory store's lists: everything
 _CLAIM_BATCH = 1000
 _WORKER = "simulated-worker"
 _START_MARGIN = timedelta(seconds=1)  # jobs exist this long before --from
@@ -262,22 +264,47 @@ class Simulation:
     # -- the answer ----------------------------------------------------------------------
     def _results(self) -> list[JobResult]:
         since, until = self.scenario.since, self.scenario.until
-        now = self.clock.now()
         out = []
+        total = 0
         for seeded in self._jobs:
             job = self.store.get_job_by_id(seeded.id)
             firings = self.store.list_job_firings(
                 job.id,
                 scheduled_from=since,
                 scheduled_to=until + timedelta(microseconds=1),
-                limit=MAX_OCCURRENCES * 2,
+                limit=_ALL,
             )
-            events = self.store.job_events(job.id, limit=MAX_OCCURRENCES * 2)
-            occurrences = explain(
-                job, since=since, until=until, now=now, firings=firings, events=events
-            )
+            events = self.store.job_events(job.id, limit=_ALL)
+            occurrences = self._explain(job, firings, events)
+            total += len(occurrences)
+            if total > MAX_OCCURRENCES_SHOWN:
+                raise ValidationError(
+                    f"the period holds more than {MAX_OCCURRENCES_SHOWN} occurrences: "
+                    "shorten it or simulate fewer jobs (--job)",
+                    field="to",
+                )
             out.append(JobResult(namespace=job.namespace, name=job.name, occurrences=occurrences))
         return out
+
+    def _explain(
+        self, job: Job, firings: Sequence[Firing], events: Sequence[JobEvent]
+    ) -> list[Occurrence]:
+        """``explain`` over the whole period, in parts of at most MAX_OCCURRENCES (its
+        bound per call): each part starts after the last instant of the one before."""
+        since, until, now = self.scenario.since, self.scenario.until, self.clock.now()
+        out: list[Occurrence] = []
+        while True:
+            part = explain(job, since=since, until=until, now=now, firings=firings, events=events)
+            if len(part) < MAX_OCCURRENCES:
+                return out + part
+            while part and part[-1].instant is None:  # listed again with the next part
+                part.pop()
+            last = part[-1].instant
+            assert last is not None
+            out += part
+            since = last + timedelta(microseconds=1)
+            if len(out) > MAX_OCCURRENCES_SHOWN:
+                return out
 
 
 def _first(spec: JobSpec, after: datetime, since: datetime) -> datetime | None:
