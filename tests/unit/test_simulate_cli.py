@@ -195,3 +195,22 @@ def test_bad_jobs_files_are_one_line_exit_2(
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and needle in err, err
     assert "Traceback" not in err
+
+
+def test_the_readme_example_is_real_output(tmp_path: Path) -> None:
+    """The README's example: its jobs file and command give the output it shows."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("### What-if: cronwheel simulate") :]
+    jobs = section[section.index("```json\n") + 8 :]
+    (tmp_path / "jobs.json").write_text(jobs[: jobs.index("```")])
+    example = section[section.index("$ cronwheel simulate") :]
+    example = example[: example.index("```")]
+    command, _, shown = example.partition("\n    ")
+    options, _, shown = shown.partition("\n")
+    args = (command.removeprefix("$ cronwheel ").removesuffix(" \\") + " " + options).split()
+    args[args.index("jobs.json")] = str(tmp_path / "jobs.json")
+    assert "--outage" in args and "report: fired 7, skipped 6" in shown
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    printed = "\n".join(line.rstrip() for line in result.output.splitlines())
+    assert printed.strip("\n") == shown.strip("\n")
