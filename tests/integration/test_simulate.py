@@ -254,7 +254,7 @@ def test_an_outage_over_the_0200_batch(make_world: Any) -> None:
     assert fates(result["ten-fire-once"]).count("missed") == 3
 
 
-def test_a_slow_handler_under_skip_and_buffer_one(make_world: Any) -> None:
+def test_a_slow_handler_under_the_overlap_policies(make_world: Any) -> None:
     since, until = utc(2026, 6, 10, 8), utc(2026, 6, 10, 11)
     world = make_world(since)
     world.job("slow-skip", every("10m"), overlap="skip", visibility_timeout=3600)
@@ -266,11 +266,23 @@ def test_a_slow_handler_under_skip_and_buffer_one(make_world: Any) -> None:
         visibility_timeout=3600,
         start_deadline=300,
     )
-    slow = {name: timedelta(minutes=25) for name in ("slow-skip", "slow-buffer", "slow-deadline")}
+    world.job("slow-cancel", every("10m"), overlap="cancel_other", visibility_timeout=3600)
+    world.job("slow-terminate", every("10m"), overlap="terminate_other", visibility_timeout=3600)
+    world.job(
+        "slow-allow", every("10m"), overlap="allow", max_concurrency=2, visibility_timeout=3600
+    )
+    names = ("slow-skip", "slow-buffer", "slow-deadline", "slow-cancel", "slow-terminate")
+    slow = {name: timedelta(minutes=25) for name in (*names, "slow-allow")}
     result = agree(world, Scenario(since=since, until=until, slow=slow))
     assert "skipped" in fates(result["slow-skip"])
     assert fates(result["slow-buffer"])[:4] == ["fired", "fired", "skipped", "fired"]
     assert "missed" in fates(result["slow-deadline"])
+    # the running one is asked to stop; its grace (30 s) ends before a heartbeat would
+    # tell it (a third of an hour): revoked by the reaper
+    cancelled = [d for _, f, d in result["slow-cancel"] if f == "cancelled"]
+    assert cancelled and all("cancel grace expired" in d for d in cancelled)
+    assert fates(result["slow-terminate"])[:3] == ["cancelled"] * 3
+    assert set(fates(result["slow-allow"])) == {"fired"}
 
 
 def test_a_pause_window(make_world: Any) -> None:
