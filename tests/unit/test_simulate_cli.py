@@ -93,12 +93,20 @@ def test_the_store_is_read_and_never_written(tmp_path: Path) -> None:
     app.use_store(store)
     app.schedule("t", cron("30 1 * * *", tz="America/New_York"), name="ny", allow_unknown_task=True)
     app.schedule("t", every("1h"), name="hourly", allow_unknown_task=True)
+    app.schedule("t", every("1h"), name="asleep", paused=True, allow_unknown_task=True)
+    app.schedule("t", every("1h"), name="limited", max_runs=2, allow_unknown_task=True)
     before = [(j.name, j.next_fire_at, j.updated_at) for j in store.list_jobs(namespace="default")]
     url = f"sqlite:///{path}"
     period = ["--from", "2026-11-01T04:00:00Z", "--to", "2026-11-01T08:00:00Z"]
     jobs = by_name(run_json("--store", url, *period, "--job", "ny"))
     assert list(jobs) == ["ny"]
     assert [o["fate"] for o in jobs["ny"]["occurrences"]] == ["fired (dst_once)"]
+    jobs = by_name(run_json("--store", url, *period))
+    assert jobs["asleep"]["fates"] == {"paused": 5}  # 04:00 to 08:00
+    limited = jobs["limited"]["occurrences"]
+    assert [o["fate"] for o in limited] == ["fired", "fired", "not_due", "not_due", "not_due"]
+    assert "its max_runs were used" in limited[-1]["detail"]
+    assert jobs["hourly"]["fates"] == {"fired": 5}
     after = [(j.name, j.next_fire_at, j.updated_at) for j in store.list_jobs(namespace="default")]
     assert after == before
     assert store.list_firings(limit=10) == []
@@ -214,3 +222,47 @@ def test_the_readme_example_is_real_output(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     printed = "\n".join(line.rstrip() for line in result.output.splitlines())
     assert printed.strip("\n") == shown.strip("\n")
+
+
+def test_the_clock_jumps_from_instant_to_instant() -> None:
+    """Not tick by tick: a day of a per-minute job is two steps per occurrence (the
+    dispatcher's, half a second ahead, and the worker's), give or take a few."""
+    from cronwheel.simulate import Scenario, Simulation, jobs_from_json
+
+    (spec,) = jobs_from_json(
+        [{"name": "m", "task": "t", "schedule": {"kind": "every", "interval": "1m"}}]
+    )
+    scenario = Scenario(
+        since=datetime(2026, 6, 1, tzinfo=UTC), until=datetime(2026, 6, 2, tzinfo=UTC)
+    )
+    sim = Simulation([(spec, False)], scenario)
+    (result,) = sim.run()
+    assert result.counts() == {"fired": 24 * 60 + 1}
+    assert sim.steps <= 2 * (24 * 60 + 1) + 5
+
+
+def test_bounds_and_run_limits_are_explained(tmp_path: Path) -> None:
+    path = tmp_path / "bounded.json"
+    hourly = {"kind": "every", "interval": "1h"}
+    path.write_text(
+        json.dumps(
+            [
+                {"name": "ends", "task": "t", "schedule": hourly, "end_at": "2026-06-01T01:30:00Z"},
+                {
+                    "name": "starts",
+                    "task": "t",
+                    "schedule": hourly,
+                    "start_at": "2026-06-01T02:00:00Z",
+                },
+                {"name": "twice", "task": "t", "schedule": hourly, "max_runs": 2},
+            ]
+        )
+    )
+    doc = run_json(
+        "--file", str(path), "--from", "2026-06-01T00:00:00Z", "--to", "2026-06-01T03:00:00Z"
+    )
+    jobs = {j["name"]: [(o["fate"], o["detail"]) for o in j["occurrences"]] for j in doc["jobs"]}
+    assert [f for f, _ in jobs["ends"]] == ["fired", "fired", "not_due", "not_due"]
+    assert jobs["ends"][-1][1] == "after the job's end_at bound"
+    assert [f for f, _ in jobs["starts"]] == ["not_due", "not_due", "fired", "fired"]
+    assert [f for f, _ in jobs["twice"]] == ["fired", "fired", "not_due", "not_due"]
