@@ -73,6 +73,9 @@ def test_events_outage_pause_and_slow(jobs_file: str) -> None:
         "--pause",
         "report@2026-03-28T22:30:00Z..2026-03-28T23:00:00Z",
     )
+    assert doc["outages"] == [["2026-03-29T00:55:00Z", "2026-03-29T01:20:00Z"]]
+    assert doc["pauses"] == {"report": [["2026-03-28T22:30:00Z", "2026-03-28T23:00:00Z"]]}
+    assert doc["slow_s"] == {"report": 1500.0}
     jobs = by_name(doc)
     assert [o["fate"] for o in jobs["nightly"]["occurrences"]] == ["missed"]
     fates = jobs["report"]["fates"]

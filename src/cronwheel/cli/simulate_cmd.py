@@ -113,11 +113,7 @@ def simulate_command(
         raise ValidationError(f"no job to simulate in namespace {namespace!r}", field="job")
     results = simulate(seeds, scenario)
     if as_json:
-        doc = {
-            "from": since_text,
-            "to": until_text,
-            "jobs": [r.to_dict() for r in results],
-        }
+        doc = scenario.to_dict() | {"jobs": [r.to_dict() for r in results]}
         click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
         return
     _print_tables(results, show_all)

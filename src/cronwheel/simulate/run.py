@@ -37,7 +37,7 @@ class _Running:
 
 # -- the simulation ---------------------------------------------------------------------
 class Simulation:
-    """One what-if run (see the module docstring)."""
+    """One what-if run (see the package's docstring)."""
 
     def __init__(self, seeds: Sequence[tuple[JobSpec, bool]], scenario: Scenario) -> None:
         names = [spec.name for spec, _ in seeds]
@@ -52,7 +52,6 @@ class Simulation:
         self._orphans: set[FiringId] = set()  # held by workers an outage took down
         self._cancels: dict[FiringId, datetime] = {}  # running, cancel asked: its grace ends
         self._jobs: list[Job] = []
-        self._names: dict[tuple[str, str], str] = {}
         first_from = scenario.since - timedelta(microseconds=1)
         for spec, done in seeds:
             first = None if done else _first(spec, first_from, scenario.since)

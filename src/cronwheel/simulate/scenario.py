@@ -12,7 +12,7 @@ from typing import Any
 from cronwheel.domain.fates import Occurrence
 from cronwheel.domain.jobs import build_policies
 from cronwheel.domain.models import Job, JobSpec
-from cronwheel.domain.schedules import NowSchedule, parse_instant
+from cronwheel.domain.schedules import NowSchedule, format_instant, parse_instant
 from cronwheel.errors import CronwheelError, ValidationError
 from cronwheel.wire import schedule_from_json
 
@@ -40,6 +40,18 @@ class Scenario:
     outages: tuple[Window, ...] = ()
     pauses: Mapping[str, tuple[Window, ...]] = field(default_factory=dict)
     slow: Mapping[str, timedelta] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        def window(w: Window) -> list[str]:
+            return [format_instant(w.start), format_instant(w.end)]
+
+        return {
+            "from": format_instant(self.since),
+            "to": format_instant(self.until),
+            "outages": [window(w) for w in self.outages],
+            "pauses": {name: [window(w) for w in ws] for name, ws in self.pauses.items()},
+            "slow_s": {name: d.total_seconds() for name, d in self.slow.items()},
+        }
 
     def check(self, names: Sequence[str]) -> None:
         if self.until <= self.since:
