@@ -5,9 +5,9 @@ nothing is written to it), then runs them for real on the same store: the real
 Dispatcher (the default config but a lease that outlives a step) and the real Worker
 (``drain_once``; an async handler waits for the fake clock to pass its duration), the
 clock stepped a minute at a time and half a second before each minute (the
-dispatcher's lead), an outage played by stepping neither (and a new scheduler process
-after it), a pause by ``set_paused``. Every occurrence's fate, as ``jobs explain``
-gives it, must be the same in both.
+dispatcher's lead), an outage played by stepping neither (the scheduler's, the
+workers', or both; new processes after it), a pause by ``set_paused``. Every
+occurrence's fate, as ``jobs explain`` gives it, must be the same in both.
 """
 
 from __future__ import annotations
@@ -158,27 +158,29 @@ async def _real_run(world: World, scenario: Scenario) -> None:
 
     try:
         clock.advance(timedelta(seconds=1))  # the period starts
-        down = False
+        leader_was_down = workers_were_down = False
         while True:
             now = clock.now()
             while edges and edges[0][0] <= now:
                 _, name, paused = edges.pop(0)
                 store.set_paused("default", name, paused)
-            if any(w.covers(now) for w in scenario.outages):
-                if not down:  # the worker dies with its handlers (no completion is sent)
-                    for task, _ in running:
-                        task.cancel()
-                    await asyncio.gather(*(t for t, _ in running), return_exceptions=True)
-                    running.clear()
-                down = True
-            else:
-                if down:  # new scheduler and worker processes
-                    leader.close()
-                    leader = SqliteStore(world.path, clock=clock)
-                    dispatcher = Dispatcher(leader, clock, holder=f"node-{now:%H%M}", config=CONFIG)
-                    worker = Worker(store, world.app.registry, clock, config=one, events=events)
-                    down = False
+            leader_down, workers_down = scenario.leader_down(now), scenario.workers_gone(now)
+            if workers_down and not workers_were_down:
+                # the worker dies with its handlers (no completion is sent)
+                for task, _ in running:
+                    task.cancel()
+                await asyncio.gather(*(t for t, _ in running), return_exceptions=True)
+                running.clear()
+            if not workers_down and workers_were_down:  # a new worker process
+                worker = Worker(store, world.app.registry, clock, config=one, events=events)
+            if not leader_down and leader_was_down:  # a new scheduler process
+                leader.close()
+                leader = SqliteStore(world.path, clock=clock)
+                dispatcher = Dispatcher(leader, clock, holder=f"node-{now:%H%M}", config=CONFIG)
+            leader_was_down, workers_were_down = leader_down, workers_down
+            if not leader_down:
                 dispatcher.step()
+            if not workers_down:
                 done = [g for end, g in world.gates.values() if end <= now and not g.done()]
                 for gate in done:
                     gate.set_result(None)
@@ -311,3 +313,29 @@ def test_an_outage_while_the_batch_runs(make_world: Any) -> None:
     result = agree(world, Scenario(since=since, until=until, outages=(outage,), slow=slow))
     assert fates(result["hourly-retried"]) == ["fired", "fired", "skipped", "fired"]
     assert fates(result["hourly-once"]) == ["fired", "failed", "fired", "fired"]
+
+
+def test_the_scheduler_down_and_the_workers_down(make_world: Any) -> None:
+    """Scheduler down, workers up: what was queued runs, nothing new is queued (the
+    misfire policy decides on its return). Workers down, scheduler up: firings queue and
+    wait; when a worker is back the overlap policy and the start deadline decide."""
+    since, until = utc(2026, 6, 10, 8), utc(2026, 6, 10, 11)
+    world = make_world(since)
+    world.job("sched-fire-once", every("10m"), misfire="fire_once", visibility_timeout=3600)
+    world.job("sched-skip", every("10m"), misfire="skip")
+    world.job("work-skip", every("10m"), overlap="skip")
+    world.job("work-buffer", every("10m"), overlap="buffer_one")
+    world.job("work-deadline", every("10m"), overlap="allow", start_deadline=300)
+    slow = {"sched-fire-once": timedelta(minutes=15)}
+    scenario = Scenario(
+        since=since,
+        until=until,
+        scheduler_down=(Window(utc(2026, 6, 10, 8, 45), utc(2026, 6, 10, 9, 25)),),
+        workers_down=(Window(utc(2026, 6, 10, 9, 45), utc(2026, 6, 10, 10, 22)),),
+        slow=slow,
+    )
+    result = agree(world, scenario)
+    assert fates(result["sched-skip"]).count("missed") == 4  # 08:50 to 09:20
+    assert fates(result["sched-fire-once"]).count("missed") == 3  # 09:20 caught up
+    assert "skipped" in fates(result["work-skip"])
+    assert "missed" in fates(result["work-deadline"])

@@ -74,6 +74,7 @@ def test_events_outage_pause_and_slow(jobs_file: str) -> None:
         "report@2026-03-28T22:30:00Z..2026-03-28T23:00:00Z",
     )
     assert doc["outages"] == [["2026-03-29T00:55:00Z", "2026-03-29T01:20:00Z"]]
+    assert doc["scheduler_down"] == doc["workers_down"] == []
     assert doc["pauses"] == {"report": [["2026-03-28T22:30:00Z", "2026-03-28T23:00:00Z"]]}
     assert doc["slow_s"] == {"report": 1500.0}
     jobs = by_name(doc)
@@ -156,6 +157,8 @@ ERRORS = [
     (["--outage", "2026-03-29T01:00:00Z"], "outage: must be T1..T2"),
     (["--outage", "2026-03-29T01:00:00Z..2026-03-29T00:00:00Z"], "outage: the window's end"),
     (["--outage", "soon..later"], "outage"),
+    (["--scheduler-down", "2026-03-29T01:00:00Z"], "scheduler-down: must be T1..T2"),
+    (["--workers-down", "2026-03-29T01:00:00Z..2026-03-29T01:00:00Z"], "workers-down: the"),
     (["--pause", "nightly"], "pause: must be JOB@T1..T2"),
     (["--pause", "nope@2026-03-29T00:00:00Z..2026-03-29T01:00:00Z"], "pause: no job named 'nope'"),
     (["--slow", "report=fast"], "slow"),
@@ -269,3 +272,19 @@ def test_bounds_and_run_limits_are_explained(tmp_path: Path) -> None:
     assert jobs["ends"][-1][1] == "after the job's end_at bound"
     assert [f for f, _ in jobs["starts"]] == ["not_due", "not_due", "fired", "fired"]
     assert [f for f, _ in jobs["twice"]] == ["fired", "fired", "not_due", "not_due"]
+
+
+def test_the_workers_down_queue_what_falls_due(jobs_file: str) -> None:
+    doc = run_json(
+        "--file",
+        jobs_file,
+        *PERIOD,
+        "--job",
+        "report",
+        "--workers-down",
+        "2026-03-28T22:05:00Z..2026-03-28T22:45:00Z",
+    )
+    fates = [o["fate"] for o in by_name(doc)["report"]["occurrences"][:6]]
+    # 22:10 waits in the queue and runs at 22:45; 22:20 is buffered behind it (buffer_one)
+    # and 22:30 and 22:40 find the buffer full
+    assert fates == ["fired", "fired", "fired", "skipped", "skipped", "fired"]

@@ -1,6 +1,6 @@
 """``cronwheel simulate``: what would happen to each occurrence over a period, under
-hypothetical outages, pauses and slow handlers (cronwheel.simulate). Reads the store
-(or a jobs file) and never writes to it."""
+hypothetical outages (of the scheduler, the workers or both), pauses and slow handlers
+(cronwheel.simulate). Reads the store (or a jobs file) and never writes to it."""
 
 from __future__ import annotations
 
@@ -33,6 +33,20 @@ _PLAIN = "fired"  # the fate the table leaves out unless --all
     help="No scheduler and no worker from T1 to T2 (repeatable).",
 )
 @click.option(
+    "--scheduler-down",
+    "scheduler_down",
+    multiple=True,
+    metavar="T1..T2",
+    help="No scheduler from T1 to T2; the workers run what is queued (repeatable).",
+)
+@click.option(
+    "--workers-down",
+    "workers_down",
+    multiple=True,
+    metavar="T1..T2",
+    help="No worker from T1 to T2; the scheduler queues firings (repeatable).",
+)
+@click.option(
     "--pause",
     "pauses",
     multiple=True,
@@ -61,6 +75,8 @@ def simulate_command(
     path: str | None,
     names: tuple[str, ...],
     outages: tuple[str, ...],
+    scheduler_down: tuple[str, ...],
+    workers_down: tuple[str, ...],
     pauses: tuple[str, ...],
     slows: tuple[str, ...],
     show_all: bool,
@@ -90,6 +106,8 @@ def simulate_command(
         since=since,
         until=until,
         outages=tuple(parse_window(text, "outage") for text in outages),
+        scheduler_down=tuple(parse_window(text, "scheduler-down") for text in scheduler_down),
+        workers_down=tuple(parse_window(text, "workers-down") for text in workers_down),
         pauses={name: tuple(w) for name, w in windows.items()},
         slow=dict(parse_slow(text) for text in slows),
     )

@@ -18,6 +18,9 @@ Events:
 - an outage ``T1..T2``: no scheduler and no worker in ``[T1, T2)``; handlers running
   at ``T1`` die with their worker (their claims expire and the reaper decides);
   instants the outage covers follow the job's misfire policy when it ends;
+- the scheduler down ``T1..T2`` (workers up: what is queued runs, nothing new is
+  queued), or the workers down ``T1..T2`` (the scheduler up: firings queue and wait;
+  handlers running at ``T1`` die);
 - a pause ``JOB@T1..T2``: the job is paused at ``T1`` and resumed at ``T2`` (its
   misfire policy decides what the pause covered);
 - a slow handler ``JOB=D``: each of the job's handlers runs for ``D`` (default 0).

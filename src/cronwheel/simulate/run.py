@@ -24,7 +24,7 @@ _ALL = 10**9  # the in-memory store's lists: everything
 _CLAIM_BATCH = 1000
 _WORKER = "simulated-worker"
 _START_MARGIN = timedelta(seconds=1)  # jobs exist this long before --from
-_REAP_STEP = timedelta(seconds=1)  # the reaper's pace (DispatcherConfig.reap_interval)
+_REAP_STEP = DispatcherConfig().reap_interval  # the reaper's pace
 
 
 @dataclass(slots=True)
@@ -87,8 +87,9 @@ class Simulation:
         now = self.clock.now()
         while True:
             self._apply_events(now)
-            if not self._down(now):
+            if not self.scenario.leader_down(now):
                 self._step_dispatcher()
+            if not self.scenario.workers_gone(now):
                 self._step_worker(now)
             if now >= until:
                 break
@@ -105,19 +106,19 @@ class Simulation:
             now = nxt
         return self._results()
 
-    def _down(self, t: datetime) -> bool:
-        return any(w.covers(t) for w in self.scenario.outages)
-
     def _apply_events(self, t: datetime) -> None:
-        for w in self.scenario.outages:
-            if w.start == t:  # the workers die with their running handlers
-                self._orphans.update(self._running)
-                self._running.clear()
-                # the scheduler dies too; a new one leads when the outage ends (its lease
-                # long expired: a lease lives seconds, an outage worth simulating longer)
-                self.dispatcher.release()
-            if w.end == t and not self._down(t):
-                self.dispatcher = self._new_dispatcher(f"simulated-scheduler-{t:%Y%m%dT%H%M%S}")
+        sc = self.scenario
+        before = t - timedelta(microseconds=1)
+        if sc.workers_gone(t) and not sc.workers_gone(before):
+            # the workers die with their running handlers
+            self._orphans.update(self._running)
+            self._running.clear()
+        if sc.leader_down(t) and not sc.leader_down(before):
+            # the scheduler dies; a new one leads when it is back (the old lease long
+            # expired: a lease lives seconds, an outage worth simulating longer)
+            self.dispatcher.release()
+        if not sc.leader_down(t) and sc.leader_down(before):
+            self.dispatcher = self._new_dispatcher(f"simulated-scheduler-{t:%Y%m%dT%H%M%S}")
         while self._pause_edges and self._pause_edges[0][0] <= t:
             _, name, paused = self._pause_edges.pop(0)
             for job in self._jobs:
@@ -187,7 +188,7 @@ class Simulation:
         for fid in self.store.cancel_requested(claims):
             if fid not in self._cancels:
                 grace = self._running[fid].claim.policies.cancel_grace
-                self._cancels[fid] = now + grace + _REAP_STEP
+                self._cancels[fid] = now + grace + timedelta(microseconds=1)
 
     def _heartbeat(self, now: datetime) -> None:
         """Renew the claims due for it (a third of their visibility timeout after the
@@ -227,8 +228,7 @@ class Simulation:
         """The earliest instant after ``now`` at which something may happen."""
         lead = self.dispatcher.config.lead
         candidates: list[datetime] = []
-        for w in self.scenario.outages:
-            candidates += [w.start, w.end]
+        candidates += self.scenario.edges()
         if self._pause_edges:
             candidates.append(self._pause_edges[0][0])
         horizon = self.scenario.until + lead
@@ -242,10 +242,11 @@ class Simulation:
             candidates += [r.ends, r.renewed + r.claim.policies.visibility_timeout / 3]
         if self._orphans:
             candidates += self._orphan_expiries()
-        candidates += self._cancels.values()
+        for t in self._cancels.values():
+            candidates += _reaped(t)
         later = [t for t in candidates if t > now]
         cursor = due[0].next_fire_at if due else None
-        if cursor is not None and cursor - lead <= now and not self._down(now):
+        if cursor is not None and cursor - lead <= now and not self.scenario.leader_down(now):
             later.append(now + self.dispatcher.config.tick)  # woke early (tick rounding)
         return min(later, default=None)
 
@@ -257,7 +258,7 @@ class Simulation:
             if firing.lease_until is None or firing.state.value not in ("claimed", "running"):
                 self._orphans.discard(fid)
                 continue
-            out.append(firing.lease_until + timedelta(microseconds=1))
+            out += _reaped(firing.lease_until + timedelta(microseconds=1))
         return out
 
     # -- the answer ----------------------------------------------------------------------
@@ -304,6 +305,12 @@ class Simulation:
             since = last + timedelta(microseconds=1)
             if len(out) > MAX_OCCURRENCES_SHOWN:
                 return out
+
+
+def _reaped(t: datetime) -> list[datetime]:
+    """When the reaper acts on what expires at ``t``: at the first step after it when its
+    interval has passed since its last run, so at ``t`` or at most an interval later."""
+    return [t, t + _REAP_STEP]
 
 
 def _first(spec: JobSpec, after: datetime, since: datetime) -> datetime | None:

@@ -37,9 +37,22 @@ class Scenario:
 
     since: datetime
     until: datetime
-    outages: tuple[Window, ...] = ()
+    outages: tuple[Window, ...] = ()  # no scheduler and no worker
+    scheduler_down: tuple[Window, ...] = ()  # no scheduler: nothing new is queued
+    workers_down: tuple[Window, ...] = ()  # no worker: queued firings wait
     pauses: Mapping[str, tuple[Window, ...]] = field(default_factory=dict)
     slow: Mapping[str, timedelta] = field(default_factory=dict)
+
+    def leader_down(self, t: datetime) -> bool:
+        return any(w.covers(t) for w in (*self.outages, *self.scheduler_down))
+
+    def workers_gone(self, t: datetime) -> bool:
+        return any(w.covers(t) for w in (*self.outages, *self.workers_down))
+
+    def edges(self) -> list[datetime]:
+        """The instants an outage begins or ends."""
+        windows = (*self.outages, *self.scheduler_down, *self.workers_down)
+        return sorted({t for w in windows for t in (w.start, w.end)})
 
     def to_dict(self) -> dict[str, Any]:
         def window(w: Window) -> list[str]:
@@ -49,6 +62,8 @@ class Scenario:
             "from": format_instant(self.since),
             "to": format_instant(self.until),
             "outages": [window(w) for w in self.outages],
+            "scheduler_down": [window(w) for w in self.scheduler_down],
+            "workers_down": [window(w) for w in self.workers_down],
             "pauses": {name: [window(w) for w in ws] for name, ws in self.pauses.items()},
             "slow_s": {name: d.total_seconds() for name, d in self.slow.items()},
         }
