@@ -185,7 +185,8 @@ def _spec_from_json(item: Any, where: str) -> JobSpec:
     try:
         schedule = schedule_from_json(item["schedule"])
     except CronwheelError as exc:
-        exc.field = f"{where}.schedule" + (f".{exc.field}" if exc.field else "")
+        inner = exc.field or "schedule"  # the codec names its fields from "schedule"
+        exc.field = f"{where}." + (inner if inner.startswith("schedule") else f"schedule.{inner}")
         raise
     except (KeyError, TypeError, ValueError) as exc:
         raise ValidationError(f"not a schedule ({exc})", field=f"{where}.schedule") from None
