@@ -33,6 +33,7 @@ _COMMANDS: dict[str, str] = {
     "tokens": "cronwheel.cli.tokens_cmd:tokens_group",
     "quota": "cronwheel.cli.quota_cmd:quota_group",
     "calendars": "cronwheel.cli.calendars_cmd:calendars_group",
+    "simulate": "cronwheel.cli.simulate_cmd:simulate_command",
 }
 
 
