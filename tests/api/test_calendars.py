@@ -224,3 +224,34 @@ def test_the_dashboard_form_refuses_a_bad_calendar(open_api: Api, form: dict[str
     assert r.status_code == 422, r.text
     assert r.json()["error"]["field"] == "calendar"
     assert open_api.counts() == before
+
+
+def test_simulate_shows_the_excluded_days(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cron = {"kind": "cron", "cron": "0 9 * * *", "tz": "Europe/Berlin"}
+    jobs = [
+        {"name": "bavaria", "task": "t", "schedule": cron | {"calendar": "DE-BY"}},
+        {
+            "name": "office",
+            "task": "t",
+            "schedule": cron | {"calendar": "office", "calendar_def": {"exclude": ["2027-01-07"]}},
+        },
+    ]
+    path = tmp_path / "jobs.json"
+    path.write_text(json.dumps({"jobs": jobs}), encoding="utf-8")
+    window = ["--from", "2027-01-05T00:00:00Z", "--to", "2027-01-08T00:00:00Z"]
+    code, out, err = run(["simulate", "--file", str(path), *window, "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    fates = {job["name"]: [o["fate"] for o in job["occurrences"]] for job in doc["jobs"]}
+    assert fates == {
+        "bavaria": ["fired", "excluded_by_calendar", "fired"],
+        "office": ["fired", "fired", "excluded_by_calendar"],
+    }
+    # a calendar of a namespace without its rules: one error naming it
+    del jobs[1]["schedule"]["calendar_def"]  # type: ignore[attr-defined]
+    path.write_text(json.dumps({"jobs": jobs}), encoding="utf-8")
+    code, out, err = run(["simulate", "--file", str(path), *window], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "jobs[1].schedule.calendar: 'office' is a calendar of a namespace" in err
