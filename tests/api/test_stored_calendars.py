@@ -5,12 +5,14 @@ and ``jobs add`` with one."""
 from __future__ import annotations
 
 import json
+from datetime import UTC
 from pathlib import Path
 
 import pytest
 
+from cronwheel.domain.calendars import CalendarRules
 from cronwheel.store.sqlite import SqliteStore
-from tests.api.conftest import Api
+from tests.api.conftest import Api, Server
 from tests.api.test_cli import run
 
 # T0 is Sunday 2026-03-01 12:00Z; Monday the 2nd is the first working day
@@ -233,3 +235,56 @@ def test_cli_calendar_errors_exit_2_with_one_line(
     code, out, err = run([*args, "--store", url], capsys)
     assert code == 2 and out == "" and err.count("\n") == 1, (code, out, err)
     assert needle in err, err
+
+
+def test_remote_calendars_and_jobs(
+    server: Server, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRONWHEEL_URL", server.url)
+    monkeypatch.setenv("CRONWHEEL_TOKEN", server.write)
+    code, _, err = run(["calendars", "set", "office", "--weekdays", "mon-fri"], capsys)
+    assert code == 2 and "admin role" in err and err.count("\n") == 1
+    server.store.set_calendar("team-a", "office", CalendarRules(weekdays="mon-fri"))
+    code, out, err = run(
+        [
+            "jobs",
+            "add",
+            "standup",
+            "--task",
+            "t",
+            "--cron",
+            "0 9 * * *",
+            "--tz",
+            "Europe/Berlin",
+            "--calendar",
+            "office",
+            "--allow-unknown-task",
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    job = server.store.get_job("team-a", "standup")
+    assert job.next_fire_at is not None and job.next_fire_at.astimezone(UTC).weekday() < 5
+    code, out, err = run(["calendars", "show", "office", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["jobs"] == ["standup"]
+    code, out, _ = run(["calendars", "list"], capsys)
+    assert out.strip() == "office  weekdays mon-fri  (1 jobs)"
+    code, _, err = run(["calendars", "delete", "office"], capsys)
+    assert code == 2 and "admin role" in err
+    code, _, err = run(
+        ["jobs", "add", "j", "--task", "t", "--cron", "0 9 * * *", "--calendar", "nope"], capsys
+    )
+    assert code == 2 and "no calendar named 'nope' in namespace 'team-a'" in err
+
+
+def test_patch_a_job_onto_a_calendar(api: Api) -> None:
+    api.cron_job("report", allow_unknown_task=True)
+    api.call("PUT", "/v1/calendars/office", "admin", json=OFFICE)
+    r = api.call("PATCH", "/v1/jobs/report", json={"schedule": CRON})
+    assert r.status_code == 200, r.text
+    assert r.json()["schedule"]["calendar_def"]["weekdays"] == "mon-fri"
+    got = api.call("GET", "/v1/jobs/report", "read", params={"upcoming": 2}).json()
+    assert [t["utc"][:10] for t in got["next_fire_times"]] == ["2026-03-02", "2026-03-04"]
+    r = api.call("PATCH", "/v1/jobs/report", json={"schedule": CRON | {"calendar": "nope"}})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "schedule.calendar"
