@@ -240,3 +240,32 @@ def test_bad_rules_in_a_schedule_dict_name_the_whole_path() -> None:
     assert caught.value.field == "schedule.calendar_def.x"
     with pytest.raises(InvalidScheduleError, match="no rules of its own") as caught:
         cron("0 9 * * *", calendar="DE").with_calendar_rules(OFFICE)
+
+
+@pytest.mark.parametrize(
+    ("expr", "weekdays"),
+    [("0 9 * * mon", "sat"), ("0 9 * * sat,sun", "mon-fri"), ("0 9 * * 5L", "mon-thu")],
+)
+def test_weekdays_that_exclude_every_matching_day_report_no_firing_at_once(
+    expr: str, weekdays: str
+) -> None:
+    schedule = cron(expr, tz="Europe/Berlin", calendar="office").with_calendar_rules(
+        CalendarRules(weekdays=weekdays)
+    )
+    budget = StepBudget()
+    with pytest.raises(NoFiringInHorizonError, match="calendar office excludes every day"):
+        schedule.next_after_with_note(_utc(2026, 1, 1), budget=budget)
+    assert budget.used < 20  # not week after week to the horizon
+
+
+def test_an_include_date_is_found_then_no_more() -> None:
+    schedule = cron("0 9 * * sat", tz="Europe/Berlin", calendar="office").with_calendar_rules(
+        CalendarRules(weekdays="mon-fri", include=(date(2027, 3, 6),))
+    )
+    assert schedule.next_after(_utc(2026, 1, 1)) == _utc(2027, 3, 6, 8)
+    with pytest.raises(NoFiringInHorizonError):
+        schedule.next_after(_utc(2027, 3, 6, 8))
+    # the OR rule of cron's day fields: the 13th, whatever its weekday, still matches
+    friday13 = cron("0 9 13 * fri", tz="Europe/Berlin", calendar="office")
+    bound = friday13.with_calendar_rules(CalendarRules(weekdays="sat"))
+    assert bound.next_after(_utc(2026, 1, 1)) == _utc(2026, 6, 13, 7)

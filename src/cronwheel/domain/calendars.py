@@ -274,6 +274,13 @@ class CalendarRules:
             return self._holidays.reason(day)
         return None
 
+    def never_allows(self, weekdays: frozenset[int], after: date) -> bool:
+        """Whether no day after ``after`` whose weekday (Monday = 0) is in ``weekdays``
+        is allowed: none is among its weekdays, and no later include date is one."""
+        if self._weekdays is None or not weekdays.isdisjoint(self._weekdays):
+            return False
+        return not any(d > after and d.weekday() in weekdays for d in self.include)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "holidays": self.holidays,

@@ -4,7 +4,7 @@ of an optional calendar (re-exported by :mod:`cronwheel.domain.schedules`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
@@ -200,13 +200,10 @@ class CronSchedule:
                 return None
             if calendar.reason(day) is None:
                 return found
+            if self._never_after(day):
+                raise self._no_allowed_day(t, calendar.name)
             if found.utc.year - t.year > HORIZON_YEARS:
-                raise NoFiringInHorizonError(
-                    f"does not fire within {HORIZON_YEARS} years after {format_instant(t)} "
-                    f"in {self.tz}: calendar {calendar.name} excludes every day it "
-                    "matches",
-                    field="schedule.calendar",
-                )
+                raise self._no_allowed_day(t, calendar.name)
             allowed = calendar.next_allowed(day, budget)
             if allowed is None:
                 return None
@@ -215,6 +212,23 @@ class CronSchedule:
             except OverflowError:
                 return None
             cursor = max(found.utc, midnight - _TINY)
+
+    def _no_allowed_day(self, t: datetime, name: str) -> NoFiringInHorizonError:
+        return NoFiringInHorizonError(
+            f"does not fire within {HORIZON_YEARS} years after {format_instant(t)} in "
+            f"{self.tz}: calendar {name} excludes every day it matches",
+            field="schedule.calendar",
+        )
+
+    def _never_after(self, day: date) -> bool:
+        """Whether the stored calendar's weekdays exclude every day after ``day`` that
+        the expression can match (one whose day-of-week field alone restricts its days):
+        a search that would otherwise skip week after week to its horizon."""
+        rules, expr = self.calendar_def, self._expr
+        if rules is None or not expr.dom_star or expr.dow_star:
+            return False
+        cron_days = {*expr.dow_values, *expr.dow_last, *(n for n, _ in expr.dow_nth)}
+        return rules.never_allows(frozenset((d - 1) % 7 for d in cron_days), day)
 
     def _next_any_day(self, t: datetime, budget: StepBudget) -> Resolved | None:
         return next_instant(
