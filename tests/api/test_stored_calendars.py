@@ -288,3 +288,38 @@ def test_patch_a_job_onto_a_calendar(api: Api) -> None:
     assert [t["utc"][:10] for t in got["next_fire_times"]] == ["2026-03-02", "2026-03-04"]
     r = api.call("PATCH", "/v1/jobs/report", json={"schedule": CRON | {"calendar": "nope"}})
     assert r.status_code == 422 and r.json()["error"]["field"] == "schedule.calendar"
+
+
+def test_the_client_previews_and_manages_calendars(server: Server) -> None:
+    from cronwheel.client import Client, ForbiddenError
+
+    server.store.set_calendar("team-a", "office", CalendarRules(exclude=("2026-11-27",)))
+    with Client(server.url, token=server.read) as api:
+        rows = api.preview(
+            "0 9 * * mon-fri",
+            "America/New_York",
+            after="2026-11-25T00:00:00Z",
+            count=2,
+            calendar="US",
+        )
+        assert [r["utc"][:10] for r in rows] == ["2026-11-25", "2026-11-27"]
+        rows = api.preview(
+            "0 9 * * mon-fri",
+            "America/New_York",
+            after="2026-11-25T00:00:00Z",
+            count=2,
+            calendar="office",
+        )
+        assert [r["utc"][:10] for r in rows] == ["2026-11-25", "2026-11-26"]
+        assert [c["name"] for c in api.list_calendars()] == ["office"]
+        assert api.get_calendar("office")["exclude"] == ["2026-11-27"]
+    with Client(server.url, token=server.write) as api:
+        job, _ = api.put_job(
+            "standup",
+            "t",
+            {"kind": "cron", "cron": "0 9 * * *", "calendar": "office"},
+            allow_unknown_task=True,
+        )
+        assert job.spec.schedule.calendar_def == CalendarRules(exclude=("2026-11-27",))
+        with pytest.raises(ForbiddenError, match="admin role"):
+            api.put_calendar("office", {"weekdays": "mon-fri"})
