@@ -59,11 +59,10 @@ def event_dict(event: JobEvent) -> dict[str, Any]:
 
 def upcoming(job: Job, count: int) -> list[dict[str, Any]]:
     """The next ``count`` instants from the job's cursor, in UTC and the job's zone."""
-    from zoneinfo import ZoneInfo
-
     from cronwheel.domain.schedules import upcoming_instants
+    from cronwheel.domain.tz import load_zone
 
-    zone = ZoneInfo(_tz_of(job))
+    zone = load_zone(_tz_of(job))
     return [
         {"utc": format_instant(t), "local": t.astimezone(zone).isoformat()}
         for t in upcoming_instants(job.spec.schedule, job.next_fire_at, count)

@@ -18,6 +18,7 @@ from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import Firing, Job, JobId
 from cronwheel.domain.schedules import LISTING_STEPS, CronSchedule, upcoming_instants
 from cronwheel.domain.transitions import StepBudget
+from cronwheel.domain.tz import load_zone
 from cronwheel.errors import InvalidScheduleError, NotFoundError
 from cronwheel.observability.lateness import (
     STARTED_STATES,
@@ -122,7 +123,7 @@ class Upcoming:
 
 
 def upcoming(job: Job, now: datetime, count: int) -> list[Upcoming]:
-    zone = ZoneInfo(zone_of(job))
+    zone = load_zone(zone_of(job))
     schedule = job.spec.schedule
     out: list[Upcoming] = []
     if job.next_fire_at is None or job.paused:
@@ -359,7 +360,7 @@ def job_detail(store: ApiStore, job: Job, *, hours: int) -> dict[str, Any]:
     summary: dict[str, int] = {}
     for o in occurrences:
         summary[o.fate] = summary.get(o.fate, 0) + 1
-    zone = ZoneInfo(zone_of(job))
+    zone = load_zone(zone_of(job))
     ids = ids_for(store)
     before = [o for o in occurrences if o.fate == "not_due" and "existed" in o.detail]
     shown = [o for o in occurrences if not (o.fate == "not_due" and "existed" in o.detail)]

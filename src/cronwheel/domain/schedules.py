@@ -217,11 +217,10 @@ class CronSchedule:
     dst_gap: DstGap | None = None
     dst_overlap: DstOverlap | None = None
     _expr: CronExpr = field(init=False, repr=False, compare=False)
-    _zone: ZoneInfo = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         parsed = parse_cron(self.expr)
-        zone = load_zone(self.tz)
+        load_zone(self.tz)  # a known name (the zone is looked up again when used)
         if self.dst_gap is not None and self.dst_gap not in DST_GAP_POLICIES:
             raise InvalidScheduleError(
                 f"unknown policy {self.dst_gap!r} (choose next_valid, skip or shift)",
@@ -233,7 +232,6 @@ class CronSchedule:
             )
         object.__setattr__(self, "expr", parsed.source)
         object.__setattr__(self, "_expr", parsed)
-        object.__setattr__(self, "_zone", zone)
 
     @property
     def expr_obj(self) -> CronExpr:
@@ -241,7 +239,9 @@ class CronSchedule:
 
     @property
     def zone(self) -> ZoneInfo:
-        return self._zone
+        """The zone, from this process's tz database (see :func:`load_zone`): a schedule
+        kept across a change of database computes with the new one."""
+        return load_zone(self.tz)
 
     @property
     def gap(self) -> DstGap:
@@ -273,7 +273,7 @@ class CronSchedule:
         """
         return next_instant(
             self._expr.next_wall,
-            self._zone,
+            load_zone(self.tz),
             self.gap,
             self.overlap,
             _instant_arg(t),
