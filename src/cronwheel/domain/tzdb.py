@@ -164,10 +164,6 @@ def zone_names(database: TzDatabase | None = None) -> frozenset[str]:
     return _names((database or tz_database()).root)
 
 
-def _zone_names() -> frozenset[str]:
-    return zone_names()
-
-
 @functools.cache
 def _load(root: str, name: str) -> ZoneInfo:
     with Path(root, name).open("rb") as f:
