@@ -27,7 +27,7 @@ from cronwheel.domain.models import (
     policies_json,
 )
 from cronwheel.domain.schedules import Schedule, schedule_from_dict
-from cronwheel.store.protocol import ApiToken
+from cronwheel.store.protocol import ApiToken, TzRecord
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -250,6 +250,8 @@ def node_from_row(row: Row) -> NodeInfo:
         heartbeat_at=req_instant(row["heartbeat_at"]),
         wake_addr=row["wake_addr"],
         info=_load(row["info"]) or {},
+        tz_source=row["tz_source"],
+        tz_version=row["tz_version"],
     )
 
 
@@ -286,4 +288,21 @@ def token_from_row(row: Row) -> ApiToken:
         secret_hash=row["secret_hash"],
         created_at=req_instant(row["created_at"]),
         revoked_at=opt_instant(row["revoked_at"]),
+    )
+
+
+def tz_record_from_text(value: str | None) -> TzRecord | None:
+    """The meta row's JSON as a record (None: no leader recorded one yet)."""
+    if not value:
+        return None
+    doc = json.loads(value)
+    return TzRecord(
+        source=str(doc["source"]), version=str(doc["version"]), zones=dict(doc.get("zones", {}))
+    )
+
+
+def tz_record_text(record: TzRecord) -> str:
+    return json.dumps(
+        {"source": record.source, "version": record.version, "zones": record.zones},
+        sort_keys=True,
     )

@@ -128,6 +128,8 @@ class NodeRow(_Row):
     heartbeat_at: int
     wake_addr: str | None
     info: str  # JSON text: a caller's later change to its dict never reaches the store
+    tz_source: str | None = None
+    tz_version: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -176,6 +178,7 @@ class MemoryData:
     # quota counters: (namespace, quota, window start µs; 0 for ever) -> count
     quota_usage: dict[tuple[str, str, int], int] = field(default_factory=dict)
     jobs_version: int = 0
+    tzdata: str | None = None  # the meta row 'tzdata': the cluster's tz database (JSON)
     wakeups: list[Callable[[], None]] = field(default_factory=list)
     _ids: dict[str, int] = field(default_factory=dict)
 

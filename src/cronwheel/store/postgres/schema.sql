@@ -337,3 +337,10 @@ INSERT INTO quota_usage (namespace, quota, window_start, used)
 SELECT namespace, 'jobs', 0, count(*) FROM jobs
 WHERE schedule->>'kind' <> 'now' GROUP BY namespace;
 CREATE INDEX firings_held_namespace ON firings (namespace) WHERE state IN ('claimed', 'running');
+
+-- name: migration_11
+-- The tz database each node computes instants with (domain/tzdb.py): its source
+-- ('bundled', 'system' or a directory) and IANA version. The cluster's own is the
+-- meta row 'tzdata', written by the leader that adopted it (core/tzdata.py).
+ALTER TABLE nodes ADD COLUMN tz_source text;
+ALTER TABLE nodes ADD COLUMN tz_version text;
