@@ -1,0 +1,185 @@
+"""One tz database across the cluster, on every store: two tz database versions built
+with zic in the test (a zone whose DST start differs between them), a job's cursor
+re-resolved with its move recorded, a mismatched node refused leadership."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cronwheel.dispatch import tzdata
+from cronwheel.dispatch.dispatcher import Dispatcher, DispatcherConfig
+from cronwheel.domain.clock import FakeClock
+from cronwheel.domain.models import JobPolicies, JobSpec, NodeInfo
+from cronwheel.domain.schedules import cron
+from cronwheel.domain.tzdb import TzDatabase, open_tz_database, tz_database, use_tz_database
+from tests.contract.conftest import Harness
+
+ZIC = shutil.which("zic") or "/usr/sbin/zic"
+
+# Test/Zone: CET/CEST; DST starts on the last Sunday of March in 2099a, on the second
+# Sunday of March in 2099b (so 20 March is winter time in a, summer time in b).
+# Test/Other: the same rules in both versions.
+SOURCE = """# version {version}
+Rule\tTestR\t2000\tmax\t-\tMar\t{start}\t2:00\t1:00\tS
+Rule\tTestR\t2000\tmax\t-\tOct\tlastSun\t3:00\t0\t-
+Rule\tOtherR\t2000\tmax\t-\tMar\tlastSun\t2:00\t1:00\tS
+Rule\tOtherR\t2000\tmax\t-\tOct\tlastSun\t3:00\t0\t-
+Zone\tTest/Zone\t1:00\tTestR\tCE%sT
+Zone\tTest/Other\t1:00\tOtherR\tCE%sT
+Zone\tEtc/UTC\t0\t-\tUTC
+Link\tEtc/UTC\tUTC
+"""
+
+
+def build_tzdb(root: Path, version: str, dst_start: str) -> TzDatabase:
+    """Compile a two-zone tz database of ``version`` into ``root`` (zic), with the
+    tzdata.zi the loader reads the version from."""
+    if not Path(ZIC).exists():
+        pytest.fail(f"zic is needed to build test tz databases: {ZIC} not found")
+    root.mkdir(parents=True)
+    source = root / "tzdata.zi"
+    source.write_text(SOURCE.format(version=version, start=dst_start), encoding="utf-8")
+    subprocess.run([ZIC, "-d", str(root), str(source)], check=True, capture_output=True)
+    return open_tz_database(str(root))
+
+
+@pytest.fixture
+def versions(tmp_path: Path) -> Iterator[tuple[TzDatabase, TzDatabase]]:
+    before = tz_database()
+    a = build_tzdb(tmp_path / "2099a", "2099a", "lastSun")
+    b = build_tzdb(tmp_path / "2099b", "2099b", "Sun>=8")
+    yield a, b
+    use_tz_database(before.source)
+
+
+def _node(node_id: str, db: TzDatabase, now: datetime) -> NodeInfo:
+    return NodeInfo(
+        id=node_id,
+        kind="scheduler",
+        hostname="host",
+        pid=1,
+        started_at=now,
+        heartbeat_at=now,
+        tz_source=db.source,
+        tz_version=db.version,
+    )
+
+
+def _dispatcher(h: Harness, holder: str) -> tuple[Dispatcher, FakeClock]:
+    clock = FakeClock(h.now())
+    config = DispatcherConfig(lease_ttl=timedelta(seconds=3))
+    return Dispatcher(h.store, clock, config=config, holder=holder), clock
+
+
+def _advance(h: Harness, clocks: list[FakeClock], by: timedelta) -> None:
+    h.advance(by)
+    for clock in clocks:
+        clock.advance(by)
+
+
+def test_a_new_version_moves_cursors_and_a_mismatched_node_is_refused(
+    harness: Harness, versions: tuple[TzDatabase, TzDatabase]
+) -> None:
+    a, b = versions
+    store = harness.store
+    use_tz_database(a.source)
+    assert tz_database().version == "2099a"
+    now = harness.now()
+    # 20 March 09:30 local: 08:30Z under 2099a (CET), 07:30Z under 2099b (CEST)
+    moving = cron("30 9 20 3 *", "Test/Zone")
+    steady = cron("30 9 20 3 *", "Test/Other")
+    cursor_a = moving.next_after(now)
+    assert cursor_a is not None
+    assert cursor_a.astimezone(UTC).hour == 8
+    for name, schedule in (("moving", moving), ("steady", steady)):
+        job_spec = JobSpec(name=name, task="t", schedule=schedule, policies=JobPolicies())
+        store.create_job(job_spec, first_fire_at=schedule.next_after(now))
+
+    # node A (2099a) leads and records its tz database
+    store.register_node(_node("A", a, now))
+    leader_a, clock_a = _dispatcher(harness, "A")
+    leader_a.step()
+    assert leader_a.is_leader
+    record = store.tz_record()
+    assert record is not None
+    assert record.version == "2099a"
+    assert record.zones["Test/Zone"] != ""
+    assert store.status().tzdata == record
+
+    # node B (2099b) joins: refused leadership while A (2099a) is live
+    use_tz_database(b.source)
+    store.register_node(_node("B", b, harness.now()))
+    standby_b, clock_b = _dispatcher(harness, "B")
+    _advance(harness, [clock_a, clock_b], timedelta(seconds=4))  # A's lease has expired
+    standby_b.step()
+    assert not standby_b.is_leader
+    assert standby_b.tz_refusal is not None
+    assert "2099b" in standby_b.tz_refusal
+    assert "2099a" in standby_b.tz_refusal
+    assert standby_b.stats.tz_refusals == 1
+    assert store.get_job("default", "moving").next_fire_at == cursor_a  # nothing moved
+
+    # A is gone (no heartbeat for longer than the liveness window): B may lead, adopts
+    # 2099b and re-resolves the cursor of the zone whose rules changed
+    _advance(harness, [clock_a, clock_b], timedelta(seconds=31))
+    store.heartbeat_node("B")
+    standby_b.step()
+    assert standby_b.is_leader
+    assert standby_b.tz_refusal is None
+    record = store.tz_record()
+    assert record is not None
+    assert record.version == "2099b"
+    moved = store.get_job("default", "moving")
+    assert moved.next_fire_at == cursor_a - timedelta(hours=1)
+    assert store.get_job("default", "steady").next_fire_at == steady.next_after(now)
+    events = [e for e in store.job_events(moved.id) if e.kind == "tz_moved"]
+    assert len(events) == 1
+    assert events[0].first_at == cursor_a
+    assert events[0].last_at == cursor_a - timedelta(hours=1)
+    assert events[0].detail is not None
+    assert "2099a -> 2099b" in events[0].detail
+    assert "Test/Zone" in events[0].detail
+    assert standby_b.stats.tz_moved == 1
+    steady_job = store.get_job("default", "steady")
+    assert not [e for e in store.job_events(steady_job.id) if e.kind == "tz_moved"]
+
+    # now node A (2099a) is the mismatched one while B (2099b) is live
+    reason = tzdata.leadership_refusal(store, a, alive_within=timedelta(seconds=30))
+    assert reason is not None
+    assert "2099a" in reason
+    # a second term of B adopts nothing again
+    assert tzdata.adopt(store, standby_b.lease, b, keep_lease=lambda: None) is None  # type: ignore[arg-type]
+
+
+def test_the_first_leader_records_without_moving(
+    harness: Harness, versions: tuple[TzDatabase, TzDatabase]
+) -> None:
+    a, _ = versions
+    use_tz_database(a.source)
+    store = harness.store
+    schedule = cron("30 9 20 3 *", "Test/Zone")
+    job_spec = JobSpec(name="j", task="t", schedule=schedule, policies=JobPolicies())
+    job = store.create_job(job_spec, first_fire_at=schedule.next_after(harness.now()))
+    leader, _clock = _dispatcher(harness, "A")
+    leader.step()
+    assert leader.is_leader
+    record = store.tz_record()
+    assert record is not None
+    assert (record.source, record.version) == (a.source, "2099a")
+    assert store.get_job("default", "j").next_fire_at == job.next_fire_at
+    assert leader.stats.tz_moved == 0
+
+
+def test_a_node_reports_its_tz_database(harness: Harness, versions: Any) -> None:
+    a, _ = versions
+    now = harness.now()
+    harness.store.register_node(_node("n1", a, now))
+    (node,) = harness.store.list_nodes()
+    assert (node.tz_source, node.tz_version) == (a.source, "2099a")
