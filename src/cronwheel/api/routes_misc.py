@@ -16,6 +16,7 @@ from cronwheel.api.schemas import HealthOut, PreviewIn, PreviewOut, StatusOut
 from cronwheel.domain.firing import format_instant
 from cronwheel.domain.schedules import CronSchedule, next_firings
 from cronwheel.errors import CronwheelError
+from cronwheel.observability.tzdata import tz_status
 from cronwheel.store.protocol import WORKER_ALIVE_WITHIN
 
 router = APIRouter(tags=["cluster"])
@@ -58,6 +59,8 @@ def status(principal: Anyone, request: Request) -> dict[str, Any]:
                 "pid": n.pid,
                 "heartbeat_at": format_instant(n.heartbeat_at),
                 "heartbeat_age_s": round((s.now - n.heartbeat_at).total_seconds(), 1),
+                "tz_source": n.tz_source,
+                "tz_version": n.tz_version,
             }
             for n in nodes
         ]
@@ -70,6 +73,7 @@ def status(principal: Anyone, request: Request) -> dict[str, Any]:
         "backlog": {} if scoped is None else store.job_backlog(scoped, limit=50),
         "unserved": store.unserved_queued(alive_within=WORKER_ALIVE_WITHIN, namespace=scoped),
         "quota": None if scoped is None else store.quota_usage(scoped)[0].to_dict(),
+        "tzdata": tz_status(s) if cluster else None,
     }
 
 
