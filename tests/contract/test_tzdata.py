@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -98,9 +99,16 @@ def test_a_new_version_moves_cursors_and_a_mismatched_node_is_refused(
     cursor_a = moving.next_after(now)
     assert cursor_a is not None
     assert cursor_a.astimezone(UTC).hour == 8
-    for name, schedule in (("moving", moving), ("steady", steady)):
+    hourly = cron("0 * * * *", "Test/Zone")  # its zone changed, its instants did not
+    for name, schedule in (
+        ("moving", moving),
+        ("steady", steady),
+        ("paused", moving),
+        ("hourly", hourly),
+    ):
         job_spec = JobSpec(name=name, task="t", schedule=schedule, policies=JobPolicies())
         store.create_job(job_spec, first_fire_at=schedule.next_after(now))
+    store.set_paused("default", "paused", True)
 
     # node A (2099a) leads and records its tz database
     store.register_node(_node("A", a, now))
@@ -146,9 +154,12 @@ def test_a_new_version_moves_cursors_and_a_mismatched_node_is_refused(
     assert events[0].detail is not None
     assert "2099a -> 2099b" in events[0].detail
     assert "Test/Zone" in events[0].detail
-    assert standby_b.stats.tz_moved == 1
-    steady_job = store.get_job("default", "steady")
-    assert not [e for e in store.job_events(steady_job.id) if e.kind == "tz_moved"]
+    assert store.get_job("default", "paused").next_fire_at == cursor_a - timedelta(hours=1)
+    assert standby_b.stats.tz_moved == 2  # "moving" and the paused one
+    for name in ("steady", "hourly"):
+        job = store.get_job("default", name)
+        assert not [e for e in store.job_events(job.id) if e.kind == "tz_moved"]
+    assert store.get_job("default", "hourly").next_fire_at == hourly.next_after(now)
 
     # now node A (2099a) is the mismatched one while B (2099b) is live
     reason = tzdata.leadership_refusal(store, a, alive_within=timedelta(seconds=30))
@@ -183,3 +194,45 @@ def test_a_node_reports_its_tz_database(harness: Harness, versions: Any) -> None
     harness.store.register_node(_node("n1", a, now))
     (node,) = harness.store.list_nodes()
     assert (node.tz_source, node.tz_version) == (a.source, "2099a")
+
+
+def test_the_base_is_the_last_instant_the_cursor_passed(
+    harness: Harness, versions: tuple[TzDatabase, TzDatabase]
+) -> None:
+    """A job whose last instants were missed (a misfire policy dropped them) is
+    re-resolved from the last missed one, not from its last firing: no dropped instant
+    comes back."""
+    a, b = versions
+    use_tz_database(b.source)
+    now = harness.now()
+    moving = cron("30 9 20 3 *", "Test/Zone")
+    job_spec = JobSpec(name="j", task="t", schedule=moving, policies=JobPolicies())
+    cursor_b = moving.next_after(now)
+    assert cursor_b is not None
+    # as if stored under 2099a: the cursor one hour later (08:30Z), after a missed
+    # instant a year earlier and a firing two years earlier
+    job = harness.store.create_job(job_spec, first_fire_at=cursor_b + timedelta(hours=1))
+    missed_at = cursor_b.replace(year=cursor_b.year - 1)
+    fired_at = cursor_b.replace(year=cursor_b.year - 2)
+    move = tzdata.reresolve(
+        replace(job, last_fired_at=fired_at, created_at=fired_at, updated_at=fired_at),
+        missed_at,
+        old_version=a.version,
+        new=b,
+    )
+    assert move is not None
+    assert (move.old, move.new) == (cursor_b + timedelta(hours=1), cursor_b)
+    # from the firing alone, last year's (missed) instant would come back
+    back = tzdata.reresolve(
+        replace(job, last_fired_at=fired_at, created_at=fired_at, updated_at=fired_at),
+        None,
+        old_version=a.version,
+        new=b,
+    )
+    assert back is not None
+    assert back.new == missed_at
+    # an end bound before the new instant ends the schedule
+    bounded = replace(job, spec=replace(job.spec, end_at=cursor_b - timedelta(minutes=1)))
+    ended = tzdata.reresolve(bounded, missed_at, old_version=a.version, new=b)
+    assert ended is not None
+    assert ended.new is None
