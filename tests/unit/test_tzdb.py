@@ -4,6 +4,7 @@ with an error naming the field."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -106,3 +107,28 @@ def test_zones_come_from_the_chosen_database_only(tmp_path: Path) -> None:
 def test_describe(tmp_path: Path) -> None:
     db = TzDatabase("bundled", "2025b", "/x")
     assert db.describe() == "2025b (bundled)"
+
+
+def test_the_cli_option_refuses_a_bad_value_and_hands_a_good_one_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from cronwheel.cli.main import cli
+
+    store = f"sqlite:///{tmp_path / 'x.db'}"
+    result = CliRunner().invoke(cli, ["scheduler", "--store", store, "--tzdata", "/nope"])
+    assert result.exit_code == 2
+    assert "--tzdata" in result.output and "is not a directory" in result.output
+    monkeypatch.setenv(TZDATA_ENV, str(tmp_path))
+    result = CliRunner().invoke(cli, ["worker", "--store", store])
+    assert result.exit_code == 2
+    assert "CRONWHEEL_TZDATA" in result.output and "cannot tell the version" in result.output
+    # a good value becomes the process's and the environment of the processes it starts
+    db = build_tzdb(tmp_path / "v", "2099a", "lastSun")
+    monkeypatch.delenv(TZDATA_ENV)
+    result = CliRunner().invoke(cli, ["api", "--tzdata", db.source, "--port", "99999"])
+    assert result.exit_code == 2  # the bad port, checked after the eager --tzdata
+    assert tz_database() == db
+    assert os.environ[TZDATA_ENV] == db.source
+    monkeypatch.delenv(TZDATA_ENV)
