@@ -236,3 +236,43 @@ def test_the_base_is_the_last_instant_the_cursor_passed(
     ended = tzdata.reresolve(bounded, missed_at, old_version=a.version, new=b)
     assert ended is not None
     assert ended.new is None
+
+
+def test_an_occurrence_that_fired_never_fires_again_under_new_rules(
+    harness: Harness, versions: tuple[TzDatabase, TzDatabase]
+) -> None:
+    """The old rules (2099b: summer time from the second Sunday of March) fire 20 March
+    09:30 at 07:30Z; the new ones (2099a: from the last Sunday) put that wall time at
+    08:30Z, after the firing. Re-resolved by wall time (the old zone files stored by the
+    old leader), the next firing is 21 March 09:30 (08:30Z), not 20 March again."""
+    a, b = versions
+    store = harness.store
+    use_tz_database(b.source)
+    daily = cron("30 9 * * *", "Test/Zone")
+    start = harness.now()
+    year = start.year + (1 if (start.month, start.day) >= (3, 10) else 0)
+    day = datetime(year, 3, 20, 7, 30, tzinfo=UTC)  # 09:30 CEST under 2099b
+    assert daily.next_after(day - timedelta(days=1)) == day
+    job_spec = JobSpec(name="daily", task="t", schedule=daily, policies=JobPolicies())
+    job = store.create_job(job_spec, first_fire_at=day)
+    harness.advance(day - timedelta(milliseconds=200) - start)
+    store.register_node(_node("B", b, harness.now()))
+    old_leader, _clock_b = _dispatcher(harness, "B")
+    old_leader.step()  # leads, records 2099b and its zone files, fires 20 March
+    assert old_leader.is_leader
+    assert [f.scheduled_for for f in store.list_firings(job_id=job.id)] == [day]
+    fired = store.get_job("default", "daily")
+    assert fired.last_fired_at == day
+    assert fired.next_fire_at == day + timedelta(days=1)
+    old_leader.release()
+    store.remove_node("B")
+
+    use_tz_database(a.source)
+    new_leader, _clock_a = _dispatcher(harness, "A")
+    new_leader.step()
+    assert new_leader.is_leader
+    moved = store.get_job("default", "daily")
+    assert moved.next_fire_at == day + timedelta(days=1, hours=1)  # 21 March 09:30 CET
+    (event,) = [e for e in store.job_events(job.id) if e.kind == "tz_moved"]
+    assert (event.first_at, event.last_at) == (day + timedelta(days=1), moved.next_fire_at)
+    assert [f.scheduled_for for f in store.list_firings(job_id=job.id)] == [day]

@@ -15,27 +15,32 @@ version, a digest of each zone's compiled file). Two rules follow:
   ``tz_moved`` job event with both instants, and records its version: in one
   fenced transaction (``record_tz``).
 
-Re-resolving a cursor: the cursor was computed as the first instant after a base
-(the last instant planned, fired or missed, or the job's registration, its start
-bound, its last change); no instant of the schedule lies between that base and the
-cursor. The latest of those known times before the cursor is such a base; the new
-cursor is the first instant after it under the new rules (bounded by the job's
-end bound). Under unchanged rules this gives the same cursor, so an unaffected
-zone never moves; each computation has its own step budget (a schedule that cannot
-be computed keeps its cursor, and is counted).
+Re-resolving a cursor: the cursor was computed as the first instant after a base,
+with no instant of the schedule between the two: the last occurrence the cursor
+passed (fired, or dropped by a misfire policy), or the moment the job was
+registered, changed or bounded by its start. The latest of those known before the
+cursor is such a base. An occurrence is a wall time: under the new rules it is the
+instant of that same wall time (the old rules are the zone files the old version's
+leader stored; the latest instant when the wall time occurs twice or not at all), so
+an occurrence that already fired never fires again. A moment stays the same instant.
+The new cursor is the first instant after the base under the new rules (bounded by
+the job's end). Under unchanged rules this is the old cursor, so an unaffected zone
+never moves; each computation has its own step budget (a schedule that cannot be
+computed keeps its cursor, and is counted).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from cronwheel.domain.firing import format_instant
 from cronwheel.domain.models import Job, JobId, Lease
 from cronwheel.domain.policies import bounded
 from cronwheel.domain.schedules import CronSchedule
-from cronwheel.domain.tzdb import TzDatabase, zone_digests
+from cronwheel.domain.tzdb import TzDatabase, zone_digests, zone_files, zone_from_bytes
 from cronwheel.errors import InvalidScheduleError
 from cronwheel.store.protocol import CursorMove, TzPort, TzRecord
 
@@ -94,13 +99,21 @@ def adopt(
     done = Adoption(old=old, new=new)
     if old is not None:  # none recorded before: no rules to compare with
         done.zones = sorted(z for z, d in digests.items() if old.zones.get(z) != d)
+    old_files = store.tz_zone_files() if done.zones else {}
+    old_zones: dict[str, ZoneInfo | None] = {}
     after = 0
     while done.zones:
         keep_lease()
         rows = store.tz_zone_jobs(done.zones, after_id=after, limit=page)
         for job, last_missed in rows:
+            tz = str(job.spec.schedule.to_dict().get("tz"))
+            if tz not in old_zones:
+                data = old_files.get(tz)
+                old_zones[tz] = None if data is None else zone_from_bytes(tz, data)
             try:
-                move = reresolve(job, last_missed, old_version=_version(old), new=mine)
+                move = reresolve(
+                    job, last_missed, old_version=_version(old), new=mine, old_zone=old_zones[tz]
+                )
             except InvalidScheduleError:
                 done.failed += 1
                 continue
@@ -110,7 +123,7 @@ def adopt(
             break
         after = rows[-1][0].id
     keep_lease()
-    done.moved = store.record_tz(lease, new, done.moves)
+    done.moved = store.record_tz(lease, new, done.moves, zone_files(mine))
     return done
 
 
@@ -119,17 +132,27 @@ def _version(record: TzRecord | None) -> str:
 
 
 def reresolve(
-    job: Job, last_missed: datetime | None, *, old_version: str, new: TzDatabase
+    job: Job,
+    last_missed: datetime | None,
+    *,
+    old_version: str,
+    new: TzDatabase,
+    old_zone: ZoneInfo | None = None,
 ) -> CursorMove | None:
     """The move of ``job``'s cursor under this process's tz database (None: it stays).
-    Raises InvalidScheduleError when the new instant cannot be computed."""
+    ``old_zone``: the job's zone under the old rules (None: unknown; occurrences are
+    then kept as instants). Raises InvalidScheduleError when the new instant cannot be
+    computed."""
     schedule = job.spec.schedule
     cursor = job.next_fire_at
     if cursor is None or not isinstance(schedule, CronSchedule):
         return None
+    zone = schedule.zone
     start = None if job.spec.start_at is None else job.spec.start_at - _TINY
-    known = (job.last_fired_at, last_missed, job.created_at, job.updated_at, start)
-    below = [t for t in known if t is not None and t < cursor]
+    occurrences = (job.last_fired_at, last_missed)
+    moments = (job.created_at, job.updated_at, start)
+    below = [_same_wall(t, old_zone, zone) for t in occurrences if t is not None and t < cursor]
+    below += [t for t in moments if t is not None and t < cursor]
     if not below:
         return None
     instant = bounded(schedule.next_after, end_at=job.spec.end_at)(max(below))
@@ -145,3 +168,12 @@ def reresolve(
             f"changed; the firing at {format_instant(cursor)} moved to {shown}"
         ),
     )
+
+
+def _same_wall(instant: datetime, old_zone: ZoneInfo | None, zone: ZoneInfo) -> datetime:
+    """The instant of ``instant``'s wall time under the old rules, under the new ones (the
+    later one when that wall time occurs twice, or falls in a gap)."""
+    if old_zone is None:
+        return instant
+    wall = instant.astimezone(old_zone).replace(tzinfo=None)
+    return max(wall.replace(tzinfo=zone, fold=fold).astimezone(UTC) for fold in (0, 1))

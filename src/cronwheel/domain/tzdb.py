@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import os
 import threading
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ __all__ = [
     "tz_database",
     "use_tz_database",
     "zone_digests",
+    "zone_files",
+    "zone_from_bytes",
     "zone_names",
 ]
 
@@ -191,12 +194,28 @@ def load_zone(name: str) -> ZoneInfo:
 
 
 @functools.cache
+def _files(root: str) -> dict[str, bytes]:
+    return {name: Path(root, name).read_bytes() for name in sorted(_names(root))}
+
+
+def zone_files(database: TzDatabase | None = None) -> dict[str, bytes]:
+    """Each zone's compiled file (TZif bytes) of ``database`` (default: this process's),
+    read once: what a leader keeps in the store so that the next version's leader has
+    the old rules (:func:`zone_from_bytes`)."""
+    return dict(_files((database or tz_database()).root))
+
+
+def zone_from_bytes(name: str, data: bytes) -> ZoneInfo:
+    """A zone from a compiled file's bytes (another tz database's rules)."""
+    return ZoneInfo.from_file(io.BytesIO(data), key=name)
+
+
+@functools.cache
 def _digests(root: str) -> dict[str, str]:
-    out = {}
-    for name in sorted(_names(root)):
-        data = Path(root, name).read_bytes()
-        out[name] = hashlib.blake2b(data, digest_size=8).hexdigest()
-    return out
+    return {
+        name: hashlib.blake2b(data, digest_size=8).hexdigest()
+        for name, data in _files(root).items()
+    }
 
 
 def zone_digests(database: TzDatabase | None = None) -> dict[str, str]:

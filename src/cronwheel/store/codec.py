@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any, Protocol
@@ -306,3 +307,18 @@ def tz_record_text(record: TzRecord) -> str:
         {"source": record.source, "version": record.version, "zones": record.zones},
         sort_keys=True,
     )
+
+
+def tz_files_text(files: Mapping[str, bytes]) -> str:
+    """A tz database's compiled zone files as one JSON text (base64 of zlib, by name)."""
+    return json.dumps(
+        {name: base64.b64encode(zlib.compress(data, 9)).decode() for name, data in files.items()},
+        sort_keys=True,
+    )
+
+
+def tz_files_from_text(value: str | None) -> dict[str, bytes]:
+    if not value:
+        return {}
+    doc = json.loads(value)
+    return {name: zlib.decompress(base64.b64decode(text)) for name, text in doc.items()}

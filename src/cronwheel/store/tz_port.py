@@ -4,7 +4,7 @@ dispatcher's port; re-exported by ``store.protocol``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -24,6 +24,11 @@ class TzPort(Protocol):
         """The cluster's tz database as its leader recorded it (None: not yet)."""
         ...
 
+    def tz_zone_files(self) -> dict[str, bytes]:
+        """The compiled zone files of the recorded tz database, by zone name (empty: none
+        recorded): the old rules when a leader adopts another version."""
+        ...
+
     def tz_zone_jobs(
         self, zones: Sequence[str], *, after_id: int, limit: int
     ) -> list[tuple[Job, datetime | None]]:
@@ -32,10 +37,16 @@ class TzPort(Protocol):
         (its newest 'missed' event's ``last_at``; None: none)."""
         ...
 
-    def record_tz(self, lease: Lease, record: TzRecord, moves: Sequence[CursorMove]) -> list[JobId]:
+    def record_tz(
+        self,
+        lease: Lease,
+        record: TzRecord,
+        moves: Sequence[CursorMove],
+        files: Mapping[str, bytes],
+    ) -> list[JobId]:
         """In ONE transaction: check ``lease`` (or raise LeaseLostError and write nothing);
         for each move, compare-and-swap the job's cursor from ``old`` to ``new`` and, if it
         moved, record a 'tz_moved' job event (``first_at`` old, ``last_at`` new, the
-        move's detail); then store ``record`` as the cluster's tz database. Returns the
-        jobs whose cursor moved."""
+        move's detail); then store ``record`` as the cluster's tz database and ``files``
+        (its compiled zone files, by name). Returns the jobs whose cursor moved."""
         ...

@@ -4,7 +4,7 @@ queries are each engine's ``core_tzdata.sql``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TypeVar
 
@@ -23,6 +23,10 @@ class TzFlows(AdminFlows[D]):
         row = self._one("get_tzdata")
         return None if row is None else codec.tz_record_from_text(row["value"])
 
+    def tz_zone_files(self) -> dict[str, bytes]:
+        row = self._one("get_tzdata_files")
+        return {} if row is None else codec.tz_files_from_text(row["value"])
+
     def tz_zone_jobs(
         self, zones: Sequence[str], *, after_id: int, limit: int
     ) -> list[tuple[Job, datetime | None]]:
@@ -30,11 +34,19 @@ class TzFlows(AdminFlows[D]):
         rows = self._all("tz_zone_jobs", params)
         return [(codec.job_from_row(r), codec.opt_instant(r["last_missed_at"])) for r in rows]
 
-    def record_tz(self, lease: Lease, record: TzRecord, moves: Sequence[CursorMove]) -> list[JobId]:
+    def record_tz(
+        self,
+        lease: Lease,
+        record: TzRecord,
+        moves: Sequence[CursorMove],
+        files: Mapping[str, bytes],
+    ) -> list[JobId]:
         """In one fenced transaction: each move's cursor CAS and its 'tz_moved' event,
-        then the record. Returns the jobs whose cursor moved (the others changed since)."""
+        then the record and its zone files. Returns the jobs whose cursor moved (the
+        others changed since)."""
         fence = {"name": lease.name, "holder": lease.holder, "epoch": lease.epoch}
         text = codec.tz_record_text(record)
+        files_text = codec.tz_files_text(files)
 
         def body(tx: Tx) -> list[JobId]:
             if tx.one("fence_check", fence) is None:
@@ -62,6 +74,7 @@ class TzFlows(AdminFlows[D]):
             if moved:
                 tx.run("bump_jobs_version")
             tx.run("set_tzdata", {"value": text})
+            tx.run("set_tzdata_files", {"value": files_text})
             return moved
 
         return self.db.write(body)

@@ -179,6 +179,7 @@ class MemoryData:
     quota_usage: dict[tuple[str, str, int], int] = field(default_factory=dict)
     jobs_version: int = 0
     tzdata: str | None = None  # the meta row 'tzdata': the cluster's tz database (JSON)
+    tzdata_files: str | None = None  # the meta row 'tzdata_files': its zone files (JSON)
     wakeups: list[Callable[[], None]] = field(default_factory=list)
     _ids: dict[str, int] = field(default_factory=dict)
 

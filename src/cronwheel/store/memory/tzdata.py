@@ -4,7 +4,7 @@ the cluster's tz database, and the cursors re-resolved when it changes."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from cronwheel.domain.models import Job, JobId, Lease
@@ -20,6 +20,10 @@ class TzMethods(MemoryBase):
     def tz_record(self) -> TzRecord | None:
         with self._tx() as data:
             return codec.tz_record_from_text(data.tzdata)
+
+    def tz_zone_files(self) -> dict[str, bytes]:
+        with self._tx() as data:
+            return codec.tz_files_from_text(data.tzdata_files)
 
     def tz_zone_jobs(
         self, zones: Sequence[str], *, after_id: int, limit: int
@@ -46,7 +50,13 @@ class TzMethods(MemoryBase):
                 out.append((codec.job_from_row(row), from_us(max(missed)) if missed else None))
         return out
 
-    def record_tz(self, lease: Lease, record: TzRecord, moves: Sequence[CursorMove]) -> list[JobId]:
+    def record_tz(
+        self,
+        lease: Lease,
+        record: TzRecord,
+        moves: Sequence[CursorMove],
+        files: Mapping[str, bytes],
+    ) -> list[JobId]:
         with self._tx() as data:
             now = self._now_us()
             held = data.leases.get(lease.name)
@@ -78,4 +88,5 @@ class TzMethods(MemoryBase):
             if moved:
                 data.jobs_version += 1
             data.tzdata = codec.tz_record_text(record)
+            data.tzdata_files = codec.tz_files_text(files)
             return moved

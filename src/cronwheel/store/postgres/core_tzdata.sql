@@ -11,6 +11,18 @@ SELECT value FROM meta WHERE key = 'tzdata'
 INSERT INTO meta (key, value) VALUES ('tzdata', %(value)s)
 ON CONFLICT (key) DO UPDATE SET value = excluded.value
 
+-- name: get_tzdata_files
+-- The compiled zone files of the recorded tz database (JSON), read when a leader
+-- adopts another version: the old rules, to re-resolve cursors by wall time.
+-- [meta primary key]
+SELECT value FROM meta WHERE key = 'tzdata_files'
+
+-- name: set_tzdata_files
+-- The compiled zone files of the tz database the leader adopted (JSON).
+-- [meta primary key]
+INSERT INTO meta (key, value) VALUES ('tzdata_files', %(value)s)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value
+
 -- name: tz_zone_jobs
 -- A page (by id) of the cron jobs with a cursor whose zone is one of %(zones)s, paused
 -- or not, each with the last instant a misfire policy dropped (its newest 'missed'
