@@ -17,9 +17,16 @@ import pytest
 from cronwheel.dispatch import tzdata
 from cronwheel.dispatch.dispatcher import Dispatcher, DispatcherConfig
 from cronwheel.domain.clock import FakeClock
-from cronwheel.domain.models import JobPolicies, JobSpec, NodeInfo
+from cronwheel.domain.models import Job, JobId, JobPolicies, JobSpec, NodeInfo
 from cronwheel.domain.schedules import cron
-from cronwheel.domain.tzdb import TzDatabase, open_tz_database, tz_database, use_tz_database
+from cronwheel.domain.tzdb import (
+    TzDatabase,
+    open_tz_database,
+    tz_database,
+    use_tz_database,
+    zone_files,
+    zone_from_bytes,
+)
 from tests.contract.conftest import Harness
 
 ZIC = shutil.which("zic") or "/usr/sbin/zic"
@@ -276,3 +283,35 @@ def test_an_occurrence_that_fired_never_fires_again_under_new_rules(
     (event,) = [e for e in store.job_events(job.id) if e.kind == "tz_moved"]
     assert (event.first_at, event.last_at) == (day + timedelta(days=1), moved.next_fire_at)
     assert [f.scheduled_for for f in store.list_firings(job_id=job.id)] == [day]
+
+
+def test_an_occurrence_keeps_its_place_in_a_repeated_hour(
+    versions: tuple[TzDatabase, TzDatabase],
+) -> None:
+    """Both versions repeat 02:00-03:00 on the last Sunday of October (only their March
+    rule differs): a job firing 02:30 twice, whose first 02:30 fired, keeps the second
+    as its cursor when re-resolved; one whose second fired keeps the next day's."""
+    a, b = versions
+    use_tz_database(b.source)
+    old_zone = zone_from_bytes("Test/Zone", zone_files(a)["Test/Zone"])
+    twice = cron("30 2 * * *", "Test/Zone", dst_overlap="twice")
+    first = datetime(2030, 10, 27, 0, 30, tzinfo=UTC)  # 02:30 CEST
+    second = datetime(2030, 10, 27, 1, 30, tzinfo=UTC)  # 02:30 CET
+    assert twice.next_after(first) == second
+    t0 = datetime(2030, 1, 1, tzinfo=UTC)
+    job_spec = JobSpec(name="j", task="t", schedule=twice, policies=JobPolicies())
+    job = Job(
+        id=JobId(1),
+        spec=job_spec,
+        next_fire_at=second,
+        last_fired_at=first,
+        paused=False,
+        missed_total=0,
+        created_at=t0,
+        updated_at=t0,
+    )
+    assert tzdata.reresolve(job, None, old_version="2099a", new=b, old_zone=old_zone) is None
+    after_second = replace(job, last_fired_at=second, next_fire_at=twice.next_after(second))
+    assert (
+        tzdata.reresolve(after_second, None, old_version="2099a", new=b, old_zone=old_zone) is None
+    )

@@ -171,9 +171,24 @@ def reresolve(
 
 
 def _same_wall(instant: datetime, old_zone: ZoneInfo | None, zone: ZoneInfo) -> datetime:
-    """The instant of ``instant``'s wall time under the old rules, under the new ones (the
-    later one when that wall time occurs twice, or falls in a gap)."""
+    """The instant of ``instant``'s wall time under the old rules, under the new ones: the
+    same occurrence (first or second) of a wall time both repeat, else the later instant
+    of one the new rules repeat or skip."""
     if old_zone is None:
         return instant
-    wall = instant.astimezone(old_zone).replace(tzinfo=None)
-    return max(wall.replace(tzinfo=zone, fold=fold).astimezone(UTC) for fold in (0, 1))
+    local = instant.astimezone(old_zone)
+    wall = local.replace(tzinfo=None)
+    new0, new1 = (wall.replace(tzinfo=zone, fold=f) for f in (0, 1))
+    if new0.utcoffset() == new1.utcoffset():
+        return new0.astimezone(UTC)
+    old0, old1 = (wall.replace(tzinfo=old_zone, fold=f) for f in (0, 1))
+    repeated_now = _offset(new0) > _offset(new1)  # else skipped: a gap
+    if repeated_now and old0.utcoffset() != old1.utcoffset():
+        return (new1 if local.fold else new0).astimezone(UTC)
+    return max(new0.astimezone(UTC), new1.astimezone(UTC))
+
+
+def _offset(local: datetime) -> timedelta:
+    offset = local.utcoffset()
+    assert offset is not None
+    return offset
