@@ -304,6 +304,10 @@ class Dispatcher:
         after = None if full else self._scan_after
         if full:
             self._next_full_scan = mono + self.config.full_scan_interval.total_seconds()
+        if not len(self._wheel):
+            # an idle wheel moves to now at once (O(1)); else the first expiry after a
+            # long idle stretch would walk every tick of it (a simulation's clock jumps)
+            self._wheel.advance(self.clock.now())
         horizon = self.clock.now() + self.config.lookahead
         seen: set[JobId] = set()
         while True:

@@ -23,7 +23,8 @@ gives each one its disposition from what the store recorded:
     schedule_error the dispatcher could not compute the job's instants past an earlier
                  one (work budget exhausted, or none within the horizon): the job ended
     upcoming     in the future
-    not_due      before the job existed, or no record at all (reported, never hidden)
+    not_due      before the job existed (or its start_at), after its end_at or its last
+                 run (max_runs), or no record at all (reported, never hidden)
 """
 
 from __future__ import annotations
@@ -269,6 +270,17 @@ def _fate(
                 detail=f"{prefix}no leader fired it in time; misfire policy "
                 f"{policy} did not catch it up",
             )
+    if job.spec.end_at is not None and t > job.spec.end_at:
+        return Occurrence(
+            nominal=n.label, instant=t, fate="not_due", detail="after the job's end_at bound"
+        )
+    if job.next_fire_at is None and job.remaining_runs == 0:
+        return Occurrence(
+            nominal=n.label,
+            instant=t,
+            fate="not_due",
+            detail="after the job's last run (its max_runs were used)",
+        )
     if t > now or (job.next_fire_at is not None and t >= job.next_fire_at):
         return Occurrence(
             nominal=n.label, instant=t, fate="upcoming", detail=prefix + "not yet due"
