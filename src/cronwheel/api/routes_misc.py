@@ -34,7 +34,8 @@ def status(principal: Anyone, request: Request) -> dict[str, Any]:
     no live worker serves (`unserved`), and its quota with what it uses of it (`quota`;
     null for a cluster token). A namespace's token sees its namespace's counts only,
     and no leader or nodes (`cluster` false); a cluster token (or authentication off)
-    sees the cluster: every namespace's counts, the leader, epoch and nodes."""
+    sees the cluster: every namespace's counts, the leader, epoch and nodes, each node's
+    tz database and the cluster's (`tzdata`: who differs from it)."""
     store = store_of(request)
     cluster = principal.cluster
     s = store.status() if cluster else store.status(namespace=principal.namespace)
