@@ -24,9 +24,11 @@ from cronwheel.domain.tzdb import (
     open_tz_database,
     tz_database,
     use_tz_database,
+    zone_digests,
     zone_files,
     zone_from_bytes,
 )
+from cronwheel.store.protocol import TzRecord
 from tests.contract.conftest import Harness
 
 ZIC = shutil.which("zic") or "/usr/sbin/zic"
@@ -173,7 +175,19 @@ def test_a_new_version_moves_cursors_and_a_mismatched_node_is_refused(
     assert reason is not None
     assert "2099a" in reason
     # a second term of B adopts nothing again
-    assert tzdata.adopt(store, standby_b.lease, b, keep_lease=lambda: None) is None  # type: ignore[arg-type]
+    lease = standby_b.lease
+    assert lease is not None
+    assert tzdata.adopt(store, lease, b, keep_lease=lambda: None) is None
+    # a leader that lost the lease after moving the cursors, before recording its
+    # version: the next one re-resolves, and moves nothing twice
+    store.record_tz(
+        lease, TzRecord(source=a.source, version=a.version, zones=zone_digests(a)), zone_files(a)
+    )
+    again = tzdata.adopt(store, lease, b, keep_lease=lambda: None)
+    assert again is not None
+    assert again.zones == ["Test/Zone"]
+    assert again.moved == []
+    assert len([e for e in store.job_events(moved.id) if e.kind == "tz_moved"]) == 1
 
 
 def test_the_first_leader_records_without_moving(

@@ -56,7 +56,7 @@ def _mismatched_store(tmp_path: Path, a: TzDatabase, b: TzDatabase) -> SqliteSto
         )
     lease = store.acquire_lease("dispatcher", "old", timedelta(seconds=30))
     assert lease is not None
-    store.record_tz(lease, TzRecord(source=a.source, version=a.version), [], {})
+    store.record_tz(lease, TzRecord(source=a.source, version=a.version), {})
     return store
 
 

@@ -12,8 +12,11 @@ version, a digest of each zone's compiled file). Two rules follow:
 - **Adoption** (:func:`adopt`): a leader whose version differs from the recorded
   one re-resolves, before it fires anything, the cursor of every cron job whose
   zone's file differs between the two (its digest), records each moved firing as a
-  ``tz_moved`` job event with both instants, and records its version: in one
-  fenced transaction (``record_tz``).
+  ``tz_moved`` job event with both instants (``move_cursors``, one fenced
+  transaction per page of jobs), then records its version and its zone files
+  (``record_tz``, fenced). A leader that loses the lease half way leaves the version
+  unrecorded: the next one re-resolves again, and finds the moved cursors where it
+  would put them (no second move, no second event).
 
 Re-resolving a cursor: the cursor was computed as the first instant after a base,
 with no instant of the schedule between the two: the last occurrence the cursor
@@ -105,6 +108,7 @@ def adopt(
     while done.zones:
         keep_lease()
         rows = store.tz_zone_jobs(done.zones, after_id=after, limit=page)
+        moves: list[CursorMove] = []
         for job, last_missed in rows:
             tz = str(job.spec.schedule.to_dict().get("tz"))
             if tz not in old_zones:
@@ -118,12 +122,15 @@ def adopt(
                 done.failed += 1
                 continue
             if move is not None:
-                done.moves.append(move)
+                moves.append(move)
+        keep_lease()
+        done.moved += store.move_cursors(lease, moves)
+        done.moves += moves
         if len(rows) < page:
             break
         after = rows[-1][0].id
     keep_lease()
-    done.moved = store.record_tz(lease, new, done.moves, zone_files(mine))
+    store.record_tz(lease, new, zone_files(mine))
     return done
 
 

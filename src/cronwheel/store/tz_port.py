@@ -37,16 +37,15 @@ class TzPort(Protocol):
         (its newest 'missed' event's ``last_at``; None: none)."""
         ...
 
-    def record_tz(
-        self,
-        lease: Lease,
-        record: TzRecord,
-        moves: Sequence[CursorMove],
-        files: Mapping[str, bytes],
-    ) -> list[JobId]:
+    def move_cursors(self, lease: Lease, moves: Sequence[CursorMove]) -> list[JobId]:
         """In ONE transaction: check ``lease`` (or raise LeaseLostError and write nothing);
         for each move, compare-and-swap the job's cursor from ``old`` to ``new`` and, if it
         moved, record a 'tz_moved' job event (``first_at`` old, ``last_at`` new, the
-        move's detail); then store ``record`` as the cluster's tz database and ``files``
-        (its compiled zone files, by name). Returns the jobs whose cursor moved."""
+        move's detail). Returns the jobs whose cursor moved."""
+        ...
+
+    def record_tz(self, lease: Lease, record: TzRecord, files: Mapping[str, bytes]) -> None:
+        """In ONE transaction: check ``lease`` (or raise LeaseLostError and write nothing);
+        store ``record`` as the cluster's tz database and ``files`` (its compiled zone
+        files, by name)."""
         ...

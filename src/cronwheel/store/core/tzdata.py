@@ -34,25 +34,12 @@ class TzFlows(AdminFlows[D]):
         rows = self._all("tz_zone_jobs", params)
         return [(codec.job_from_row(r), codec.opt_instant(r["last_missed_at"])) for r in rows]
 
-    def record_tz(
-        self,
-        lease: Lease,
-        record: TzRecord,
-        moves: Sequence[CursorMove],
-        files: Mapping[str, bytes],
-    ) -> list[JobId]:
-        """In one fenced transaction: each move's cursor CAS and its 'tz_moved' event,
-        then the record and its zone files. Returns the jobs whose cursor moved (the
-        others changed since)."""
-        fence = {"name": lease.name, "holder": lease.holder, "epoch": lease.epoch}
-        text = codec.tz_record_text(record)
-        files_text = codec.tz_files_text(files)
+    def move_cursors(self, lease: Lease, moves: Sequence[CursorMove]) -> list[JobId]:
+        """In one fenced transaction: each move's cursor CAS and its 'tz_moved' event.
+        Returns the jobs whose cursor moved (the others changed since)."""
 
         def body(tx: Tx) -> list[JobId]:
-            if tx.one("fence_check", fence) is None:
-                raise LeaseLostError(
-                    f"lease {lease.name!r} epoch {lease.epoch} is no longer held by {lease.holder}"
-                )
+            self._fence(tx, lease)
             moved: list[JobId] = []
             for move in moves:
                 params = {
@@ -73,8 +60,25 @@ class TzFlows(AdminFlows[D]):
                     moved.append(move.job_id)
             if moved:
                 tx.run("bump_jobs_version")
-            tx.run("set_tzdata", {"value": text})
-            tx.run("set_tzdata_files", {"value": files_text})
             return moved
 
-        return self.db.write(body)
+        return self.db.write(body) if moves else []
+
+    def record_tz(self, lease: Lease, record: TzRecord, files: Mapping[str, bytes]) -> None:
+        """In one fenced transaction: the record and its zone files."""
+        text = codec.tz_record_text(record)
+        files_text = codec.tz_files_text(files)
+
+        def body(tx: Tx) -> None:
+            self._fence(tx, lease)
+            tx.run("set_tzdata", {"value": text})
+            tx.run("set_tzdata_files", {"value": files_text})
+
+        self.db.write(body)
+
+    def _fence(self, tx: Tx, lease: Lease) -> None:
+        fence = {"name": lease.name, "holder": lease.holder, "epoch": lease.epoch}
+        if tx.one("fence_check", fence) is None:
+            raise LeaseLostError(
+                f"lease {lease.name!r} epoch {lease.epoch} is no longer held by {lease.holder}"
+            )

@@ -13,6 +13,7 @@ from cronwheel.store import codec
 from cronwheel.store.codec import from_us, opt_us, to_us
 from cronwheel.store.memory import work
 from cronwheel.store.memory.base import MemoryBase
+from cronwheel.store.memory.rows import MemoryData
 from cronwheel.store.protocol import CursorMove, TzRecord
 
 
@@ -50,24 +51,9 @@ class TzMethods(MemoryBase):
                 out.append((codec.job_from_row(row), from_us(max(missed)) if missed else None))
         return out
 
-    def record_tz(
-        self,
-        lease: Lease,
-        record: TzRecord,
-        moves: Sequence[CursorMove],
-        files: Mapping[str, bytes],
-    ) -> list[JobId]:
+    def move_cursors(self, lease: Lease, moves: Sequence[CursorMove]) -> list[JobId]:
         with self._tx() as data:
-            now = self._now_us()
-            held = data.leases.get(lease.name)
-            if (
-                held is None
-                or (held.holder, held.epoch) != (lease.holder, lease.epoch)
-                or held.expires_at <= now
-            ):
-                raise LeaseLostError(
-                    f"lease {lease.name!r} epoch {lease.epoch} is no longer held by {lease.holder}"
-                )
+            now = self._fenced(data, lease)
             moved: list[JobId] = []
             for move in moves:
                 job = data.jobs.get(move.job_id)
@@ -87,6 +73,24 @@ class TzMethods(MemoryBase):
                 moved.append(move.job_id)
             if moved:
                 data.jobs_version += 1
+            return moved
+
+    def record_tz(self, lease: Lease, record: TzRecord, files: Mapping[str, bytes]) -> None:
+        with self._tx() as data:
+            self._fenced(data, lease)
             data.tzdata = codec.tz_record_text(record)
             data.tzdata_files = codec.tz_files_text(files)
-            return moved
+
+    def _fenced(self, data: MemoryData, lease: Lease) -> int:
+        """The store's clock reading, if ``lease`` is held (else LeaseLostError)."""
+        now = self._now_us()
+        held = data.leases.get(lease.name)
+        if (
+            held is None
+            or (held.holder, held.epoch) != (lease.holder, lease.epoch)
+            or held.expires_at <= now
+        ):
+            raise LeaseLostError(
+                f"lease {lease.name!r} epoch {lease.epoch} is no longer held by {lease.holder}"
+            )
+        return now
