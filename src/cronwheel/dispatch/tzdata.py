@@ -93,7 +93,8 @@ def adopt(
     page: int = ADOPT_PAGE,
 ) -> Adoption | None:
     """Make ``mine`` the cluster's tz database (see the module docstring); None when it
-    already is. Raises LeaseLostError (nothing written) if the lease is lost meanwhile."""
+    already is. Raises LeaseLostError if the lease is lost meanwhile (the pages moved so
+    far stay moved, the version is not recorded: the next leader re-resolves)."""
     old = store.tz_record()
     if old is not None and old.version == mine.version:
         return None
@@ -168,6 +169,8 @@ def reresolve(
     shown = "none (the schedule ends)" if instant is None else format_instant(instant)
     return CursorMove(
         job_id=job.id,
+        namespace=job.namespace,
+        job=job.name,
         old=cursor,
         new=instant,
         detail=(

@@ -19,6 +19,9 @@ from cronwheel.domain.policies import MissedRange
 from cronwheel.observability.process import ProcessMetrics, process_metrics
 from cronwheel.store.protocol import EnqueueResult, JobAdvance
 
+# tz_firing_moved lines logged per adoption (the summary line counts them all)
+TZ_MOVES_LOGGED = 100
+
 
 class DispatcherSink:
     """``dispatch.events.DispatchEvents`` to Prometheus and structlog."""
@@ -114,15 +117,16 @@ class DispatcherSink:
             moved=len(moved),
             failed=adoption.failed,
         )
-        for move in adoption.moves:
-            if move.job_id in moved:
-                self.log.warning(
-                    "tz_firing_moved",
-                    job_id=move.job_id,
-                    old=move.old.isoformat(),
-                    new=None if move.new is None else move.new.isoformat(),
-                    detail=move.detail,
-                )
+        logged = [m for m in adoption.moves if m.job_id in moved]
+        for move in logged[:TZ_MOVES_LOGGED]:  # every one is a job event in the store
+            self.log.warning(
+                "tz_firing_moved",
+                namespace=move.namespace,
+                job=move.job,
+                old=move.old.isoformat(),
+                new=None if move.new is None else move.new.isoformat(),
+                detail=move.detail,
+            )
 
 
 class WorkerSink:

@@ -94,6 +94,8 @@ class CursorMove:
     old: datetime
     new: datetime | None
     detail: str
+    namespace: str = ""  # the job's namespace and name, for logs
+    job: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
