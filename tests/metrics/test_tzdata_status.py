@@ -114,3 +114,39 @@ def test_api_dashboard_and_metrics_flag_the_mismatch(
         assert value(text, "cronwheel_tzdata_mismatch") == 0
     finally:
         store.close()
+
+
+def test_a_scheduler_counts_its_refusals_and_moved_firings() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from cronwheel.dispatch.tzdata import Adoption
+    from cronwheel.domain.models import JobId
+    from cronwheel.observability.process import ProcessMetrics
+    from cronwheel.observability.sinks import DispatcherSink
+    from cronwheel.store.protocol import CursorMove
+
+    registry = CollectorRegistry()
+    sink = DispatcherSink(ProcessMetrics(registry))
+
+    def scrape() -> str:
+        return generate_latest(registry).decode()
+
+    sink.tz_leadership_refused("n1", "this node's tz database 2099b differs")
+    assert value(scrape(), "cronwheel_dispatcher_tz_refused") == 1
+    sink.tz_leadership_refused("n1", None)
+    assert value(scrape(), "cronwheel_dispatcher_tz_refused") == 0
+    at = datetime(2030, 3, 20, 8, 30, tzinfo=UTC)
+    moves = [
+        CursorMove(job_id=JobId(i), old=at, new=at - timedelta(hours=1), detail="d")
+        for i in (1, 2, 3)
+    ]
+    sink.tz_adopted(
+        Adoption(
+            old=TzRecord(source="bundled", version="2099a"),
+            new=TzRecord(source="bundled", version="2099b"),
+            zones=["Test/Zone"],
+            moves=moves,
+            moved=[JobId(1), JobId(3)],  # job 2 changed meanwhile: not moved
+        )
+    )
+    assert value(scrape(), "cronwheel_dispatcher_tz_moved_firings_total") == 2
