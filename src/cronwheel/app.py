@@ -30,6 +30,7 @@ from cronwheel.domain.jobs import (
 )
 from cronwheel.domain.models import Firing, Job, JobPolicies, JobSpec, validate_task
 from cronwheel.domain.schedules import NowSchedule, Schedule
+from cronwheel.domain.tzdb import use_tz_database
 from cronwheel.store.calendar_port import calendar_rules_of
 from cronwheel.store.protocol import CalendarChange, Store
 from cronwheel.store.url import DEFAULT_STORE_URL, open_store
@@ -81,7 +82,13 @@ class App:
         namespace: str = "default",
         clock: Clock | None = None,
         allow_unknown_task: bool = False,
+        tzdata: str | None = None,
     ) -> None:
+        """``tzdata`` chooses this process's tz database ('bundled', 'system' or a
+        directory; domain/tzdb.py); None keeps the current one (CRONWHEEL_TZDATA, else
+        'bundled'). A bad value raises ValidationError naming ``tzdata``."""
+        if tzdata is not None:
+            use_tz_database(tzdata, field="tzdata")
         self.store_url = store_url
         self.namespace = namespace
         # refuse jobs (schedule, enqueue) whose task no worker has served (see README)

@@ -47,7 +47,7 @@ from cronwheel.domain.schedules import (
     upcoming_instants,
 )
 from cronwheel.domain.transitions import MAX_STEPS, StepBudget
-from cronwheel.domain.tz import _zone_names
+from cronwheel.domain.tz import zone_names
 from cronwheel.errors import (
     InvalidScheduleError,
     NoFiringInHorizonError,
@@ -58,7 +58,7 @@ from cronwheel.store.sqlite import SqliteStore
 from cronwheel.web.ids import ids_for
 from tests.security.conftest import NS, Sec
 
-ZONES = sorted(_zone_names())
+ZONES = sorted(zone_names())
 FIRST = datetime.min.replace(tzinfo=UTC)
 LAST = datetime.max.replace(tzinfo=UTC)
 BOUNDED = (ScheduleBudgetError, NoFiringInHorizonError)

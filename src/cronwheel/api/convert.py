@@ -9,7 +9,6 @@ import json
 import math
 from datetime import datetime, timedelta
 from typing import Annotated, Any
-from zoneinfo import ZoneInfo
 
 from fastapi import Request
 from pydantic import BeforeValidator
@@ -30,6 +29,7 @@ from cronwheel.domain.schedules import (
     schedule_from_dict,
     upcoming_instants,
 )
+from cronwheel.domain.tz import load_zone
 from cronwheel.errors import CronwheelError, ValidationError
 from cronwheel.web.auth import store_of
 from cronwheel.web.ids import ids_for
@@ -121,7 +121,7 @@ AsciiInt = Annotated[int, BeforeValidator(_ascii_int)]
 
 def next_fire_times(job: Job, count: int) -> list[dict[str, str]]:
     """The next ``count`` instants from the job's cursor, in UTC and the job's zone."""
-    zone = ZoneInfo(str(job.spec.schedule.to_dict().get("tz") or "UTC"))
+    zone = load_zone(str(job.spec.schedule.to_dict().get("tz") or "UTC"))
     return [
         {"utc": format_instant(t), "local": t.astimezone(zone).isoformat()}
         for t in upcoming_instants(job.spec.schedule, job.next_fire_at, count)

@@ -17,6 +17,7 @@ from cronwheel.domain.firing import format_instant
 from cronwheel.domain.jobs import bind_schedule
 from cronwheel.domain.schedules import CronSchedule, next_firings
 from cronwheel.errors import CronwheelError, ValidationError
+from cronwheel.observability.tzdata import tz_status
 from cronwheel.store.calendar_port import calendar_rules_of
 from cronwheel.store.protocol import WORKER_ALIVE_WITHIN
 
@@ -35,7 +36,8 @@ def status(principal: Anyone, request: Request) -> dict[str, Any]:
     no live worker serves (`unserved`), and its quota with what it uses of it (`quota`;
     null for a cluster token). A namespace's token sees its namespace's counts only,
     and no leader or nodes (`cluster` false); a cluster token (or authentication off)
-    sees the cluster: every namespace's counts, the leader, epoch and nodes."""
+    sees the cluster: every namespace's counts, the leader, epoch and nodes, each node's
+    tz database and the cluster's (`tzdata`: who differs from it)."""
     store = store_of(request)
     cluster = principal.cluster
     s = store.status() if cluster else store.status(namespace=principal.namespace)
@@ -60,6 +62,8 @@ def status(principal: Anyone, request: Request) -> dict[str, Any]:
                 "pid": n.pid,
                 "heartbeat_at": format_instant(n.heartbeat_at),
                 "heartbeat_age_s": round((s.now - n.heartbeat_at).total_seconds(), 1),
+                "tz_source": n.tz_source,
+                "tz_version": n.tz_version,
             }
             for n in nodes
         ]
@@ -72,6 +76,7 @@ def status(principal: Anyone, request: Request) -> dict[str, Any]:
         "backlog": {} if scoped is None else store.job_backlog(scoped, limit=50),
         "unserved": store.unserved_queued(alive_within=WORKER_ALIVE_WITHIN, namespace=scoped),
         "quota": None if scoped is None else store.quota_usage(scoped)[0].to_dict(),
+        "tzdata": tz_status(s) if cluster else None,
     }
 
 

@@ -352,6 +352,31 @@ class NodeOut(_Out):
     pid: int
     heartbeat_at: str
     heartbeat_age_s: float
+    tz_source: str | None = Field(description="where its tz database comes from")
+    tz_version: str | None = Field(description="its tz database's IANA version")
+
+
+class TzDatabaseOut(_Out):
+    source: str
+    version: str
+
+
+class TzMismatchOut(_Out):
+    id: str
+    kind: str
+    source: str | None
+    version: str | None
+
+
+class TzStatusOut(_Out):
+    cluster: TzDatabaseOut | None = Field(
+        description="the tz database the leader recorded (null: none recorded yet)"
+    )
+    process: TzDatabaseOut = Field(description="this API process's tz database")
+    mismatched: list[TzMismatchOut] = Field(
+        description="live nodes whose tz database version is not the cluster's"
+    )
+    mismatch: bool = Field(description="a live node, or this process, differs from the cluster")
 
 
 class QuotaLimits(_Out):
@@ -456,6 +481,9 @@ class StatusOut(_Out):
     )
     quota: QuotaOut | None = Field(
         description="the namespace's quota and what it uses of it (null: a cluster token)"
+    )
+    tzdata: TzStatusOut | None = Field(
+        None, description="the cluster's tz database and who differs (null: a namespace token)"
     )
 
 

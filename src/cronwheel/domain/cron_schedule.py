@@ -68,12 +68,11 @@ class CronSchedule:
     calendar: str | None = None
     calendar_def: CalendarRules | None = None
     _expr: CronExpr = field(init=False, repr=False, compare=False)
-    _zone: ZoneInfo = field(init=False, repr=False, compare=False)
     _calendar: Calendar | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         parsed = parse_cron(self.expr)
-        zone = load_zone(self.tz)
+        load_zone(self.tz)  # a known name (the zone is looked up again when used)
         resolved = self._resolve_calendar()
         if self.dst_gap is not None and self.dst_gap not in DST_GAP_POLICIES:
             raise InvalidScheduleError(
@@ -86,7 +85,6 @@ class CronSchedule:
             )
         object.__setattr__(self, "expr", parsed.source)
         object.__setattr__(self, "_expr", parsed)
-        object.__setattr__(self, "_zone", zone)
         object.__setattr__(self, "_calendar", resolved)
         if isinstance(resolved, Calendar):
             object.__setattr__(self, "calendar", resolved.name)
@@ -141,11 +139,13 @@ class CronSchedule:
         (the holiday's name and the calendar's), or ``None`` when it may fire then."""
         if self._calendar is None:
             return None
-        return self._calendar.reason(instant.astimezone(self._zone).date())
+        return self._calendar.reason(instant.astimezone(self.zone).date())
 
     @property
     def zone(self) -> ZoneInfo:
-        return self._zone
+        """The zone, from this process's tz database (see :func:`load_zone`): a schedule
+        kept across a change of database computes with the new one."""
+        return load_zone(self.tz)
 
     @property
     def gap(self) -> DstGap:
@@ -195,7 +195,7 @@ class CronSchedule:
             if found is None:
                 return None
             try:
-                day = found.utc.astimezone(self._zone).date()
+                day = found.utc.astimezone(self.zone).date()
             except OverflowError:  # the last hours of year 9999: no local date
                 return None
             if calendar.reason(day) is None:
@@ -208,7 +208,7 @@ class CronSchedule:
             if allowed is None:
                 return None
             try:
-                midnight = datetime.combine(allowed, time(0), tzinfo=self._zone).astimezone(UTC)
+                midnight = datetime.combine(allowed, time(0), tzinfo=self.zone).astimezone(UTC)
             except OverflowError:
                 return None
             cursor = max(found.utc, midnight - _TINY)
@@ -232,7 +232,7 @@ class CronSchedule:
 
     def _next_any_day(self, t: datetime, budget: StepBudget) -> Resolved | None:
         return next_instant(
-            self._expr.next_wall, self._zone, self.gap, self.overlap, t, budget=budget
+            self._expr.next_wall, self.zone, self.gap, self.overlap, t, budget=budget
         )
 
     def to_dict(self) -> dict[str, Any]:

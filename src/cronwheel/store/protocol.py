@@ -58,12 +58,15 @@ from cronwheel.store.records import (  # re-exported (__all__): callers import t
     AddedFirings,
     ApiToken,
     Completion,
+    CursorMove,
     EnqueueResult,
     JobAdvance,
     PlannedFiring,
     ServedTask,
     StoreStatus,
+    TzRecord,
 )
+from cronwheel.store.tz_port import TzPort  # re-exported (__all__)
 from cronwheel.wakeup import Wakeup
 
 __all__ = [
@@ -83,6 +86,7 @@ __all__ = [
     "CalendarPort",
     "CancelResult",
     "Completion",
+    "CursorMove",
     "DispatchPort",
     "EnqueueResult",
     "JobAdvance",
@@ -92,14 +96,17 @@ __all__ = [
     "ServedTask",
     "Store",
     "StoreStatus",
+    "TzPort",
+    "TzRecord",
     "WorkerPort",
 ]
 
 DISPATCHER_LEASE = "dispatcher"
 
 
-class DispatchPort(Protocol):
-    """The dispatcher's port: leadership, due jobs, fenced enqueues, the reaper."""
+class DispatchPort(TzPort, Protocol):
+    """The dispatcher's port: leadership, due jobs, fenced enqueues, the reaper (and, from
+    TzPort, the cluster's tz database)."""
 
     def acquire_lease(self, name: str, holder: str, ttl: timedelta) -> Lease | None:
         """Renew the lease if ``holder`` holds it unexpired, else take it over if it has

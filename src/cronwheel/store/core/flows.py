@@ -40,6 +40,7 @@ from cronwheel.store.core.calendars import CalendarFlows
 from cronwheel.store.core.dialect import Dialect, Tx
 from cronwheel.store.core.skips import SkipFlows
 from cronwheel.store.core.tasks import TaskFlows
+from cronwheel.store.core.tzdata import TzFlows
 from cronwheel.store.protocol import (
     AddedFirings,
     CancelResult,
@@ -60,10 +61,11 @@ def job_exists(spec: JobSpec, *, naming_namespace: bool = False) -> ConflictErro
     )
 
 
-class CoreStore(SkipFlows[D], TaskFlows[D], CalendarFlows[D]):
+class CoreStore(SkipFlows[D], TaskFlows[D], CalendarFlows[D], TzFlows[D]):
     """The engine-independent flows of the Store and ApiStore protocols (the admin
     half, and the plumbing, in core/admin.py; skipping occurrences in core/skips.py;
-    served tasks in core/tasks.py; quotas in core/quotas.py)."""
+    served tasks in core/tasks.py; quotas in core/quotas.py; the tz database in
+    core/tzdata.py)."""
 
     # -- engine hooks -------------------------------------------------------------------
     @abstractmethod

@@ -129,6 +129,8 @@ class NodeRow(_Row):
     heartbeat_at: int
     wake_addr: str | None
     info: str  # JSON text: a caller's later change to its dict never reaches the store
+    tz_source: str | None = None
+    tz_version: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -178,6 +180,8 @@ class MemoryData:
     # quota counters: (namespace, quota, window start µs; 0 for ever) -> count
     quota_usage: dict[tuple[str, str, int], int] = field(default_factory=dict)
     jobs_version: int = 0
+    tzdata: str | None = None  # the meta row 'tzdata': the cluster's tz database (JSON)
+    tzdata_files: str | None = None  # the meta row 'tzdata_files': its zone files (JSON)
     wakeups: list[Callable[[], None]] = field(default_factory=list)
     _ids: dict[str, int] = field(default_factory=dict)
 

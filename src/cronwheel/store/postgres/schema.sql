@@ -349,3 +349,10 @@ CREATE TABLE calendars (
     updated_at timestamptz NOT NULL,
     PRIMARY KEY (namespace, name)
 );
+
+-- name: migration_12
+-- The tz database each node computes instants with (domain/tzdb.py): its source
+-- ('bundled', 'system' or a directory) and IANA version. The cluster's own is the
+-- meta row 'tzdata', written by the leader that adopted it (core/tzdata.py).
+ALTER TABLE nodes ADD COLUMN tz_source text;
+ALTER TABLE nodes ADD COLUMN tz_version text;
