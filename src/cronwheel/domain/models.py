@@ -234,6 +234,10 @@ class JobSpec:
     start_at: datetime | None = None  # no firing before this instant
     end_at: datetime | None = None  # no firing after this instant
     max_runs: int | None = None  # the job ends after this many firings
+    # the W3C trace context (traceparent, tracestate) where the job was registered or
+    # enqueued, when tracing is on (observability/tracing.py); not part of the spec: it
+    # changes no hash and no equality
+    trace_context: dict[str, str] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         validate_name(self.name)
@@ -421,6 +425,8 @@ class ClaimedFiring:
     claim_token: str
     lease_until: datetime
     policies: JobPolicies
+    # its job's trace context (JobSpec.trace_context), None when none was captured
+    trace_context: dict[str, str] | None = None
 
     @property
     def started(self) -> bool:

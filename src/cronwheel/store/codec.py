@@ -93,6 +93,9 @@ def job_params(spec: JobSpec) -> dict[str, Any]:
         else duration_us(policies.start_deadline),
         "bounds": bounds_json(spec.bounds_dict()),
         "remaining_runs": spec.max_runs,
+        "trace_context": None
+        if not spec.trace_context
+        else json.dumps(spec.trace_context, sort_keys=True),
     }
 
 
@@ -222,10 +225,13 @@ def attempt_from_row(row: Row) -> Attempt:
 
 
 def claimed_from_rows(
-    rows: Iterable[Row], stored_policies: Callable[[Row], Any]
+    rows: Iterable[Row],
+    stored_policies: Callable[[Row], Any],
+    stored_trace: Callable[[Row], Any] | None = None,
 ) -> list[ClaimedFiring]:
     """Claimed firing rows as ClaimedFirings, in claim order (virtual deadline, then id);
-    ``stored_policies`` gives a row's job policies as stored."""
+    ``stored_policies`` gives a row's job policies as stored, ``stored_trace`` its job's
+    trace context as stored (JSON text or None)."""
     claimed = []
     for r in sorted(rows, key=lambda r: (r["vdeadline"], r["id"])):
         firing = firing_from_row(r)
@@ -236,9 +242,14 @@ def claimed_from_rows(
                 claim_token=r["claim_token"],
                 lease_until=firing.lease_until,
                 policies=policies_from_stored(stored_policies(r)),
+                trace_context=None if stored_trace is None else _trace(stored_trace(r)),
             )
         )
     return claimed
+
+
+def _trace(stored: Any) -> dict[str, str] | None:
+    return None if stored is None else {str(k): str(v) for k, v in _load(stored).items()}
 
 
 def node_from_row(row: Row) -> NodeInfo:

@@ -59,6 +59,7 @@ class JobRow(_Row):
     start_deadline_us: int | None
     bounds: str
     remaining_runs: int | None
+    trace_context: str | None = None
     last_fired_at: int | None = None
     missed_total: int = 0
 

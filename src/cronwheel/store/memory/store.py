@@ -215,7 +215,11 @@ class MemoryStore(ApiMethods, TzMethods):
         until = now + duration_us(ask.prefetch)
         room = self._running_room(data)
         rows = work.claim(data, ask.worker_id, ask.tasks, ask.limit, now, until, ask.starts, room)
-        return codec.claimed_from_rows(rows, lambda r: data.jobs[r["job_id"]].policies)
+        return codec.claimed_from_rows(
+            rows,
+            lambda r: data.jobs[r["job_id"]].policies,
+            lambda r: data.jobs[r["job_id"]].trace_context,
+        )
 
     def complete_and_claim(
         self,

@@ -43,12 +43,12 @@ SELECT 1 AS one
 INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
                   max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard,
                   max_concurrency, overlap, max_buffer, cancel_grace_us, start_deadline_us,
-                  bounds, remaining_runs)
+                  bounds, remaining_runs, trace_context)
 VALUES (%(namespace)s, %(name)s, %(task)s, %(schedule)s::jsonb, %(payload)s::json,
         %(policies)s::jsonb, %(spec_hash)s, %(priority)s, %(max_attempts)s, %(visibility_us)s,
         %(paused)s, %(next_fire_at)s, :now, :now, %(shard)s,
         %(max_concurrency)s, %(overlap)s, %(max_buffer)s, %(cancel_grace_us)s,
-        %(start_deadline_us)s, %(bounds)s::jsonb, %(remaining_runs)s)
+        %(start_deadline_us)s, %(bounds)s::jsonb, %(remaining_runs)s, %(trace_context)s)
 ON CONFLICT (namespace, name) DO NOTHING
 RETURNING *
 
@@ -58,7 +58,8 @@ SELECT * FROM jobs WHERE namespace = %(namespace)s AND name = %(name)s FOR UPDAT
 
 -- name: update_job_spec
 -- A changed spec; the cursor moves to next_fire_at only when the schedule changed,
--- the run budget restarts only when the bounds changed (every SET sees the old row).
+-- the run budget restarts only when the bounds changed (every SET sees the old row);
+-- a trace context is replaced only by another (a write without one keeps it).
 UPDATE jobs
 SET task = %(task)s, schedule = %(schedule)s::jsonb, payload = %(payload)s::json,
     policies = %(policies)s::jsonb, spec_hash = %(spec_hash)s, priority = %(priority)s,
@@ -70,7 +71,8 @@ SET task = %(task)s, schedule = %(schedule)s::jsonb, payload = %(payload)s::json
     cancel_grace_us = %(cancel_grace_us)s, start_deadline_us = %(start_deadline_us)s,
     remaining_runs = CASE WHEN bounds = %(bounds)s::jsonb THEN remaining_runs
                           ELSE %(remaining_runs)s END,
-    bounds = %(bounds)s::jsonb
+    bounds = %(bounds)s::jsonb,
+    trace_context = coalesce(%(trace_context)s, trace_context)
 WHERE id = %(id)s
 RETURNING *
 

@@ -93,12 +93,14 @@ WITH job AS (
     INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
                       max_attempts, visibility_us, paused, next_fire_at, last_fired_at,
                       created_at, updated_at, shard, max_concurrency, overlap, max_buffer,
-                      cancel_grace_us, start_deadline_us, bounds, remaining_runs)
+                      cancel_grace_us, start_deadline_us, bounds, remaining_runs,
+                      trace_context)
     VALUES (%(namespace)s, %(name)s, %(task)s, %(schedule)s::jsonb, %(payload)s::json,
             %(policies)s::jsonb, %(spec_hash)s, %(priority)s, %(max_attempts)s,
             %(visibility_us)s, %(paused)s, NULL, :now, :now, :now, %(shard)s,
             %(max_concurrency)s, %(overlap)s, %(max_buffer)s, %(cancel_grace_us)s,
-            %(start_deadline_us)s, %(bounds)s::jsonb, %(remaining_runs)s)
+            %(start_deadline_us)s, %(bounds)s::jsonb, %(remaining_runs)s,
+            %(trace_context)s)
     RETURNING id, namespace, priority, created_at
 ),
 clock AS (

@@ -356,3 +356,8 @@ CREATE TABLE calendars (
 -- meta row 'tzdata', written by the leader that adopted it (core/tzdata.py).
 ALTER TABLE nodes ADD COLUMN tz_source text;
 ALTER TABLE nodes ADD COLUMN tz_version text;
+-- name: migration_13
+-- Tracing (observability/tracing.py): the W3C trace context (JSON: traceparent,
+-- tracestate) captured where the job was registered or enqueued; NULL when tracing
+-- was off. The worker's claim reads it with the job's policies.
+ALTER TABLE jobs ADD COLUMN trace_context text;
