@@ -14,6 +14,7 @@ the same code changes nothing and a changed schedule moves the job's cursor.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from cronwheel.domain.jobs import (
 from cronwheel.domain.models import Firing, Job, JobPolicies, JobSpec, validate_task
 from cronwheel.domain.schedules import NowSchedule, Schedule
 from cronwheel.domain.tzdb import use_tz_database
+from cronwheel.observability.tracing_switch import tracing_wanted
 from cronwheel.store.calendar_port import calendar_rules_of
 from cronwheel.store.protocol import CalendarChange, Store
 from cronwheel.store.url import DEFAULT_STORE_URL, open_store
@@ -39,6 +41,7 @@ from cronwheel.worker.registry import TaskRegistry
 
 P = ParamSpec("P")
 R = TypeVar("R")
+W = TypeVar("W", Job, Firing)
 
 
 @dataclass(slots=True)
@@ -83,12 +86,17 @@ class App:
         clock: Clock | None = None,
         allow_unknown_task: bool = False,
         tzdata: str | None = None,
+        tracing: bool | None = None,
     ) -> None:
         """``tzdata`` chooses this process's tz database ('bundled', 'system' or a
         directory; domain/tzdb.py); None keeps the current one (CRONWHEEL_TZDATA, else
-        'bundled'). A bad value raises ValidationError naming ``tzdata``."""
+        'bundled'). A bad value raises ValidationError naming ``tzdata``.
+        ``tracing``: OpenTelemetry spans for enqueue, claim and run, the enqueuer's trace
+        continued in the handler (README "Tracing"; the ``otel`` extra); None: as
+        ``CRONWHEEL_TRACING`` says (off when unset)."""
         if tzdata is not None:
             use_tz_database(tzdata, field="tzdata")
+        self.tracing = tracing_wanted(tracing)
         self.store_url = store_url
         self.namespace = namespace
         # refuse jobs (schedule, enqueue) whose task no worker has served (see README)
@@ -253,10 +261,13 @@ class App:
         )
         spec = bind_calendar(spec, calendar_rules_of(self.store))
         first = spec_first_fire_at(spec, self.clock.now(), allow_past=allow_past)
-        if replace:
-            job, _ = self.store.upsert_job(spec, first_fire_at=first)
-            return job
-        return self.store.create_job(spec, first_fire_at=first)
+
+        def write(spec: JobSpec) -> Job:
+            if replace:
+                return self.store.upsert_job(spec, first_fire_at=first)[0]
+            return self.store.create_job(spec, first_fire_at=first)
+
+        return self._traced(spec, write, "cronwheel.schedule") if self.tracing else write(spec)
 
     def enqueue(self, task: str | Task[Any, Any], /, *args: Any, **kwargs: Any) -> Firing:
         """Run ``task(ctx, *args, **kwargs)`` on a worker as soon as possible.
@@ -275,7 +286,24 @@ class App:
             namespace=self.namespace,
             policies=base.policies if base is not None else JobPolicies(),
         )
+        if self.tracing:
+            return self._traced(spec, self.store.enqueue_now, "cronwheel.enqueue")
         return self.store.enqueue_now(spec)
+
+    def _traced(self, spec: JobSpec, write: Callable[[JobSpec], W], name: str) -> W:
+        """``write(spec)`` in a producer span, its context carried with the job
+        (observability/tracing.py)."""
+        from cronwheel.observability.tracing import produce
+        from cronwheel.web.ids import ids_for
+
+        with produce(spec, name=name) as produced:
+            made = write(dataclasses.replace(spec, trace_context=produced.carrier or None))
+            ids = ids_for(self.store)
+            if isinstance(made, Firing):
+                produced.done(ids.encode("job", made.job_id), ids.encode("firing", made.id))
+            else:
+                produced.done(ids.encode("job", made.id))
+            return made
 
     def _require_served(self, task: str, allow: bool | None) -> None:
         if (self.allow_unknown_task if allow is None else allow) or task in self._served:

@@ -175,7 +175,14 @@ def run_worker(
 
     ``task_kinds`` (from ``load_task_file``) is closed (its HTTP client) on the way out.
     """
-    worker = Worker(app.store, app.registry, app.clock, config=config, events=WorkerSink())
+    hooks = None
+    if app.tracing:  # README "Tracing": only then is OpenTelemetry imported
+        from cronwheel.observability.tracing import Tracing
+
+        hooks = Tracing()
+    worker = Worker(
+        app.store, app.registry, app.clock, config=config, events=WorkerSink(), hooks=hooks
+    )
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -31,6 +32,7 @@ from cronwheel.api.schemas import (
     JobState,
     TriggerIn,
 )
+from cronwheel.api.traced import traced
 from cronwheel.domain.jobs import (
     bind_calendar,
     bind_schedule,
@@ -82,7 +84,9 @@ def create_job(body: JobCreate, principal: Writer, request: Request) -> dict[str
     spec = _spec(store, principal, body.name, body, bool(body.paused))
     _require_served(store, spec.task, body.allow_unknown_task)
     first = spec_first_fire_at(spec, store.now(), allow_past=body.allow_past)
-    return job_out(ids_of(request), store.create_job(spec, first_fire_at=first), upcoming=UPCOMING)
+    create = partial(store.create_job, first_fire_at=first)
+    job = traced(request, spec, create, name="cronwheel.schedule")
+    return job_out(ids_of(request), job, upcoming=UPCOMING)
 
 
 @router.put("/{name}", response_model=JobOut, summary="Create or update a job by name")
@@ -102,7 +106,8 @@ def put_job(
         first = existing.next_fire_at  # unchanged: an `at` now past is no error
     else:
         first = spec_first_fire_at(spec, store.now(), allow_past=body.allow_past)
-    job, changed = store.upsert_job(spec, first_fire_at=first)
+    upsert = partial(store.upsert_job, first_fire_at=first)
+    job, changed = traced(request, spec, upsert, name="cronwheel.schedule")
     if body.paused is not None and job.paused != body.paused:
         job, changed = store.set_paused(principal.namespace, name, body.paused), True
     response.status_code = 201 if existing is None else 200

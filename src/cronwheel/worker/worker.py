@@ -29,6 +29,7 @@ import contextlib
 import os
 import random
 import socket
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -47,8 +48,9 @@ from cronwheel.worker.config import WorkerConfig, WorkerStats, finished_within, 
 from cronwheel.worker.context import Context, ids_of, make_context
 from cronwheel.worker.events import QuietWorkerEvents, WorkerEvents
 from cronwheel.worker.executing import Executing
+from cronwheel.worker.hooks import AttemptHooks
 from cronwheel.worker.registry import TaskRegistry
-from cronwheel.worker.slots import Slots
+from cronwheel.worker.slots import Slots, wait_any
 from cronwheel.worker.starts import Starter
 from cronwheel.worker.threads import HandlerThreads
 
@@ -68,8 +70,9 @@ class Worker:
         worker_id: str | None = None,
         rng: random.Random | None = None,
         events: WorkerEvents | None = None,
+        hooks: AttemptHooks | None = None,
     ) -> None:
-        """``events`` receives what happens (metrics, logs); by default nothing does."""
+        """``events``: what happens (metrics, logs); ``hooks``: tracing (worker/hooks.py)."""
         self.store = store
         self.events: WorkerEvents = events or QuietWorkerEvents()
         self.registry = registry
@@ -90,6 +93,7 @@ class Worker:
             registry, clock, self.events, self.stats, self._threads, rng or random.Random()
         )
         self._attempts.isolate(self.config, Executing(self._still_held))
+        self.hooks = self._attempts.hooks = hooks
         self._executing = self._attempts.executing
         self._active: dict[FiringId, tuple[ClaimedFiring, Context]] = {}
         self._done: list[Completion] = []
@@ -227,6 +231,7 @@ class Worker:
     # -- test/driver helper ---------------------------------------------------------------
     async def drain_once(self) -> int:
         """Claim everything claimable now, run it concurrently, record the outcomes."""
+        began = time.time_ns()
         claims = await self._call(
             self.store.claim,
             self.worker_id,
@@ -236,6 +241,8 @@ class Worker:
         )
         self.stats.claimed += len(claims)
         self.events.claimed(claims)
+        if claims and self.hooks is not None:
+            self.hooks.claimed(self.worker_id, claims, began)
         await asyncio.gather(*(self._execute_and_report(c) for c in claims))
         await self.flush()
         return len(claims)
@@ -323,6 +330,7 @@ class Worker:
                 assert self._run_slots is not None
                 spare = self.config.concurrency - len(self._active)
                 taken = self._run_slots.take(min(free, spare))
+                began = time.time_ns()
                 try:
                     with self._claiming():
                         accepted, claims = await self._call(
@@ -342,7 +350,7 @@ class Worker:
                     if not isinstance(exc, StoreUnavailableError):
                         raise
                     self.events.store_unavailable(str(exc), backoff)
-                    await _wait_any([stop.wait()], backoff)
+                    await wait_any([stop.wait()], backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
                 self._recorded(done, accepted)
@@ -351,6 +359,8 @@ class Worker:
                     failpoints.hit("worker.after_claim")
                 self.stats.claimed += claimed
                 self.events.claimed(claims)
+                if claimed and self.hooks is not None:
+                    self.hooks.claimed(self.worker_id, claims, began)
                 self._run_slots.give(taken - sum(1 for c in claims if c.started))
                 for claim in claims:
                     # register before the task starts so `free` is right on the next pass
@@ -367,7 +377,7 @@ class Worker:
                 if free > 0
                 else [stop.wait(), self._slot_freed.wait()]
             )
-            await _wait_any(waits, await self._idle_timeout(free))
+            await wait_any(waits, await self._idle_timeout(free))
 
     @contextlib.contextmanager
     def _claiming(self) -> Iterator[None]:
@@ -454,7 +464,7 @@ class Worker:
             )
             if target > mono:
                 self._claim_added.clear()
-                await _wait_any([stop.wait(), self._claim_added.wait()], target - mono)
+                await wait_any([stop.wait(), self._claim_added.wait()], target - mono)
                 if stop.is_set():
                     break
                 if self._claim_added.is_set() and self.clock.monotonic() < target:
@@ -486,12 +496,3 @@ class Worker:
                     await self._call(self.store.heartbeat_node, self.worker_id)
             except StoreUnavailableError as exc:
                 self.events.store_unavailable(str(exc))
-
-
-async def _wait_any(aws: list[Any], timeout: float) -> None:
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in tasks:
-            t.cancel()
