@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.util._once import Once
 
 from cronwheel import App, every
 from cronwheel.domain.models import JobSpec
@@ -41,13 +42,18 @@ EXPORTER = InMemorySpanExporter()
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _provider() -> None:
-    """The SDK provider (the global one can be set once per process) with the exporter."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
+def _provider() -> Iterator[None]:
+    """The SDK provider with the exporter, as the global one for this module only (the
+    API sets it once per process: the reset afterwards is what OpenTelemetry's own test
+    utilities do, so that the rest of the suite runs untraced)."""
+    provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+    saved = (trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE)
+    trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE = None, Once()
+    trace.set_tracer_provider(provider)
+    yield
+    provider.shutdown()
+    trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE = saved
 
 
 @pytest.fixture(params=sorted(STORE_KINDS))

@@ -15,6 +15,7 @@ from cronwheel.cli.common import (
     open_cli_store,
     setup_logs,
     store_option,
+    tracing_option,
     tzdata_option,
 )
 
@@ -108,6 +109,7 @@ def tasks_option(f: F) -> F:
     help="Scheduler metrics on PORT, worker i on PORT+i (default: off).",
 )
 @tzdata_option
+@tracing_option
 @log_options
 def serve_command(
     app_ref: str | None,
@@ -228,6 +230,7 @@ def scheduler_command(
 @isolation_option
 @metrics_port_option
 @tzdata_option
+@tracing_option
 @log_options
 def worker_command(
     app_ref: str | None,
