@@ -63,6 +63,11 @@ class Produced:
         self.span = span
         self.carrier = carrier
 
+    @property
+    def recording(self) -> bool:
+        """Whether the span records (an SDK sampled it): the ids are worth computing."""
+        return self.span.is_recording()
+
     def done(self, job_id: int, firing_id: int | None = None) -> None:
         self.span.set_attribute("cronwheel.job_id", job_id)
         if firing_id is not None:
@@ -154,7 +159,6 @@ class Tracing:
 
     def attempt_started(self, claim: ClaimedFiring, ctx: Context, lateness_ms: float) -> _RunScope:
         firing = claim.firing
-        shown = ctx.visible
         carrier = claim.trace_context
         parent = otel_context.Context()  # a new trace, unless the job carries one
         links: list[Link] = []
@@ -173,14 +177,15 @@ class Tracing:
                 "cronwheel.job": firing.job_name,
                 "cronwheel.namespace": firing.namespace,
                 "cronwheel.task": firing.task,
-                "cronwheel.job_id": shown.job_id,
-                "cronwheel.firing_id": shown.id,
                 "cronwheel.scheduled_for": format_instant(firing.scheduled_for),
                 "cronwheel.attempt": firing.attempt,
                 "cronwheel.lateness_ms": lateness_ms,
                 "cronwheel.worker_id": ctx.worker_id,
             },
         )
+        if span.is_recording():  # the ids users see cost a keyed permutation each
+            shown = ctx.visible
+            span.set_attributes({"cronwheel.job_id": shown.job_id, "cronwheel.firing_id": shown.id})
         return _RunScope(span, parent)
 
 
