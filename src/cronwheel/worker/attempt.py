@@ -15,7 +15,7 @@ import contextlib
 import contextvars
 import random
 import traceback
-from datetime import datetime, timedelta
+from datetime import timedelta
 from functools import partial
 from typing import Any, Literal
 
@@ -30,7 +30,7 @@ from cronwheel.worker.config import WorkerConfig, WorkerStats
 from cronwheel.worker.context import Context
 from cronwheel.worker.events import WorkerEvents
 from cronwheel.worker.executing import Executing, Handler
-from cronwheel.worker.hooks import AttemptHooks, AttemptScope, Outcome
+from cronwheel.worker.hooks import AttemptHooks, AttemptScope
 from cronwheel.worker.processes import HandlerError, ProcessRunner
 from cronwheel.worker.registry import Isolation, TaskDef, TaskRegistry
 from cronwheel.worker.threads import HandlerThreads
@@ -137,7 +137,8 @@ class Attempts:
         finished = self.clock.now()
         if cancelled:
             self.events.firing_cancelled(firing)
-            _ended(scope, "cancelled", failure, error, None)
+            if scope is not None:
+                scope.ended("cancelled", failure, error, None)
             return Completion(
                 firing_id=firing.id,
                 claim_token=claim.claim_token,
@@ -153,7 +154,8 @@ class Attempts:
             self.events.firing_succeeded(
                 firing, lateness_ms, (finished - started).total_seconds() * 1000
             )
-            _ended(scope, "succeeded", None, None, None)
+            if scope is not None:
+                scope.ended("succeeded", None, None, None)
             return Completion(
                 firing_id=firing.id,
                 claim_token=claim.claim_token,
@@ -173,7 +175,8 @@ class Attempts:
                 )
             )
         self.events.firing_failed(firing, retry_at, error_summary(error) or error)
-        _ended(scope, "failed" if retry_at is None else "retrying", failure, error, retry_at)
+        if scope is not None:
+            scope.ended("failed" if retry_at is None else "retrying", failure, error, retry_at)
         return Completion(
             firing_id=firing.id,
             claim_token=claim.claim_token,
@@ -254,17 +257,6 @@ class Attempts:
             await asyncio.wait_for(asyncio.shield(handler), timeout_s)
         finally:
             stop()
-
-
-def _ended(
-    scope: AttemptScope | None,
-    outcome: Outcome,
-    failure: BaseException | None,
-    error: str | None,
-    retry_at: datetime | None,
-) -> None:
-    if scope is not None:
-        scope.ended(outcome, failure, error, retry_at)
 
 
 async def _nothing_lost(_claims: Any) -> set[Any]:
