@@ -14,7 +14,6 @@ the same code changes nothing and a changed schedule moves the job's cursor.
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -293,19 +292,10 @@ class App:
     def _traced(self, spec: JobSpec, write: Callable[[JobSpec], W], name: str) -> W:
         """``write(spec)`` in a producer span, its context carried with the job
         (observability/tracing.py)."""
-        from cronwheel.observability.tracing import produce
+        from cronwheel.observability.tracing import traced_write
         from cronwheel.web.ids import ids_for
 
-        with produce(spec, name=name) as produced:
-            made = write(dataclasses.replace(spec, trace_context=produced.carrier or None))
-            if not produced.recording:
-                return made
-            ids = ids_for(self.store)  # the ids users see, on a span that records
-            if isinstance(made, Firing):
-                produced.done(ids.encode("job", made.job_id), ids.encode("firing", made.id))
-            else:
-                produced.done(ids.encode("job", made.id))
-            return made
+        return traced_write(spec, write, name=name, ids=lambda: ids_for(self.store))
 
     def _require_served(self, task: str, allow: bool | None) -> None:
         if (self.allow_unknown_task if allow is None else allow) or task in self._served:

@@ -258,6 +258,7 @@ def test_the_api_carries_a_requests_traceparent(harness: Harness) -> None:
     with TestClient(create_app(harness.store, auth_required=False, tracing=True)) as client:
         r = client.post("/v1/firings", json={"task": "remote"}, headers=header)
         assert r.status_code == 201, r.text
+        shown = r.json()["id"]
         job = {"name": "nightly", "task": "remote", "schedule": {"kind": "every", "interval": 3600}}
         r = client.post("/v1/jobs", json=job, headers=header)
         assert r.status_code == 201, r.text
@@ -284,6 +285,8 @@ def test_the_api_carries_a_requests_traceparent(harness: Harness) -> None:
     for span in (enqueued[0], scheduled):
         assert f"{span.context.trace_id:032x}" == TRACE_ID
         assert ancestors(span)[-1] == PARENT_SPAN
+    assert (enqueued[0].attributes or {})["cronwheel.firing_id"] == shown
+    assert "cronwheel.job_id" in (scheduled.attributes or {})
     assert f"{enqueued[1].context.trace_id:032x}" != TRACE_ID
     assert PARENT_SPAN not in ancestors(enqueued[1])
     runs = {s.parent.span_id: s for s in spans("cronwheel.run") if s.parent is not None}

@@ -7,11 +7,11 @@ or ``cronwheel.schedule`` span, whose parent is the request's (its server span, 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TypeVar
 
 from fastapi import Request
 
+from cronwheel.api.convert import ids_of
 from cronwheel.domain.models import JobSpec
 
 T = TypeVar("T")
@@ -21,7 +21,8 @@ def traced(request: Request, spec: JobSpec, write: Callable[[JobSpec], T], *, na
     """``write(spec)``, with the request's trace context carried when tracing is on."""
     if not getattr(request.app.state, "tracing", False):
         return write(spec)
-    from cronwheel.observability.tracing import produce
+    from cronwheel.observability.tracing import traced_write
 
-    with produce(spec, name=name, headers=request.headers) as produced:
-        return write(replace(spec, trace_context=produced.carrier or None))
+    return traced_write(
+        spec, write, name=name, ids=lambda: ids_of(request), headers=request.headers
+    )

@@ -26,15 +26,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
+from cronwheel.domain.ids import IdCodec
 from cronwheel.domain.instants import format_instant
-from cronwheel.domain.models import ClaimedFiring, JobSpec
+from cronwheel.domain.models import ClaimedFiring, Firing, Job, JobSpec
 from cronwheel.worker.context import Context
 from cronwheel.worker.hooks import Outcome
 
@@ -56,22 +58,38 @@ def _carried(carrier: Mapping[str, str]) -> trace.SpanContext | None:
 
 
 class Produced:
-    """An open producer span: ``carrier`` goes with the job; :meth:`done` names what the
-    store made (the ids users see)."""
+    """An open producer span: ``carrier`` goes with the job."""
 
     def __init__(self, span: Span, carrier: dict[str, str]) -> None:
         self.span = span
         self.carrier = carrier
 
-    @property
-    def recording(self) -> bool:
-        """Whether the span records (an SDK sampled it): the ids are worth computing."""
-        return self.span.is_recording()
 
-    def done(self, job_id: int, firing_id: int | None = None) -> None:
-        self.span.set_attribute("cronwheel.job_id", job_id)
-        if firing_id is not None:
-            self.span.set_attribute("cronwheel.firing_id", firing_id)
+W = TypeVar("W")
+
+
+def traced_write(
+    spec: JobSpec,
+    write: Callable[[JobSpec], W],
+    *,
+    name: str,
+    ids: Callable[[], IdCodec],
+    headers: Mapping[str, str] | None = None,
+) -> W:
+    """``write(spec)`` (a job, a firing, or either with a flag) inside a producer span
+    (:func:`produce`), the span's context carried with the job; a span that records
+    gets the ids users see of what was made (``ids``: their codec)."""
+    with produce(spec, name=name, headers=headers) as produced:
+        result = write(replace(spec, trace_context=produced.carrier or None))
+        if produced.span.is_recording():  # the shown ids cost a keyed permutation each
+            made = result[0] if isinstance(result, tuple) else result
+            codec = ids()
+            if isinstance(made, Firing):
+                produced.span.set_attribute("cronwheel.job_id", codec.encode("job", made.job_id))
+                produced.span.set_attribute("cronwheel.firing_id", codec.encode("firing", made.id))
+            elif isinstance(made, Job):
+                produced.span.set_attribute("cronwheel.job_id", codec.encode("job", made.id))
+        return result
 
 
 @contextlib.contextmanager
