@@ -262,7 +262,7 @@ def sync_connection(obj: Any) -> psycopg.Connection[Any]:
         raw = obj.connection().connection.driver_connection
     elif module.startswith("sqlalchemy.engine"):  # Connection
         raw = obj.connection.driver_connection
-    elif module.startswith("django.db"):  # django.db.connection (a DatabaseWrapper)
+    elif module.startswith("django."):  # django.db.connection(s[alias]): a DatabaseWrapper
         obj.ensure_connection()
         raw = obj.connection
     if isinstance(raw, psycopg.AsyncConnection):
