@@ -19,7 +19,7 @@ HERE = EXAMPLES / "django_app"
 
 @pytest.fixture
 def django_db(example_db: ExampleDb, monkeypatch: pytest.MonkeyPatch) -> Iterator[ExampleDb]:
-    django = pytest.importorskip("django")
+    import django  # the test extra installs it (so CI never skips this)
     from django.conf import settings
 
     monkeypatch.setenv("DATABASE_URL", example_db.url)
@@ -86,3 +86,31 @@ def test_runcronwheel_refuses_a_bad_concurrency(django_db: ExampleDb) -> None:
     )
     assert done.returncode == 2
     assert "--concurrency: must be a positive integer" in done.stderr
+
+
+def test_a_nested_atomic_rolls_back_its_enqueue_and_autocommit_commits_at_once(
+    django_db: ExampleDb,
+) -> None:
+    from django.db import connection, transaction
+    from orders.tasks import cw, ship_order
+
+    def enqueue_then_fail() -> None:
+        with transaction.atomic():  # a savepoint of the outer block
+            cw.enqueue(ship_order, 2, connection=connection)
+            raise KeyError
+
+    store = PostgresStore(PG_URL, schema=django_db.schema, pool_size=1)
+    try:
+        with transaction.atomic():
+            cw.enqueue(ship_order, 1, connection=connection)
+            with pytest.raises(KeyError):
+                enqueue_then_fail()
+            assert store.list_firings(namespace="default") == []  # not yet committed
+        args = [
+            store.get_job_by_id(f.job_id).spec.args for f in store.list_firings(namespace="default")
+        ]
+        assert args == [(1,)]
+        cw.enqueue(ship_order, 3, connection=connection)  # autocommit: committed at once
+        assert len(store.list_firings(namespace="default")) == 2
+    finally:
+        store.close()

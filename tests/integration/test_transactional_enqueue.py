@@ -312,7 +312,7 @@ def test_enqueue_async_without_a_connection(pg: Pg) -> None:
 
 # -- SQLAlchemy -------------------------------------------------------------------------------
 def test_sqlalchemy_session_commit_rollback_and_nested(pg: Pg) -> None:
-    sa = pytest.importorskip("sqlalchemy")
+    import sqlalchemy as sa  # the test extra installs it (so CI never skips this)
     from sqlalchemy.orm import Session
 
     engine = sa.create_engine(SA_URL)
@@ -341,7 +341,6 @@ def test_sqlalchemy_session_commit_rollback_and_nested(pg: Pg) -> None:
 
 
 def test_sqlalchemy_async_session(pg: Pg) -> None:
-    pytest.importorskip("sqlalchemy")
     from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
     async def scenario() -> None:
