@@ -330,8 +330,10 @@ class App:
         return store.on_link(SyncLink(sync_connection(connection)))
 
     async def _store_on_async(self, connection: Any) -> Store:
+        # the first use opens (and migrates) the store: off the event loop
+        store = await asyncio.to_thread(lambda: self.store)
         if connection is None:
-            return self.store
+            return store
         from cronwheel.store.postgres.caller import async_link
 
         store = self._pg_store()
