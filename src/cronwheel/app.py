@@ -14,11 +14,12 @@ the same code changes nothing and a changed schedule moves the job's cursor.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from cronwheel.domain.calendars import CalendarRules
 from cronwheel.domain.clock import Clock, SystemClock
@@ -31,12 +32,16 @@ from cronwheel.domain.jobs import (
 from cronwheel.domain.models import Firing, Job, JobPolicies, JobSpec, validate_task
 from cronwheel.domain.schedules import NowSchedule, Schedule
 from cronwheel.domain.tzdb import use_tz_database
+from cronwheel.errors import ValidationError
 from cronwheel.observability.tracing_switch import tracing_wanted
 from cronwheel.store.calendar_port import calendar_rules_of
 from cronwheel.store.protocol import CalendarChange, Store
 from cronwheel.store.url import DEFAULT_STORE_URL, open_store
 from cronwheel.worker.context import Context
 from cronwheel.worker.registry import TaskRegistry
+
+if TYPE_CHECKING:
+    from cronwheel.store.postgres.store import PostgresStore
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -74,6 +79,13 @@ class Task(Generic[P, R]):
             namespace=self.app.namespace,
             policies=self.policies,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    """A store already bound to a caller's connection (schedule_async hands it over)."""
+
+    store: Store
 
 
 class App:
@@ -236,13 +248,16 @@ class App:
         max_runs: int | None = None,
         paused: bool = False,
         allow_unknown_task: bool | None = None,
+        connection: Any = None,
         **policies: Any,
     ) -> Job:
         """Create (or, with ``replace``, upsert) a job running ``task`` on ``schedule``.
 
         A task no worker has ever served is refused (ValidationError naming ``task``)
         once any worker registered with the store, unless ``allow_unknown_task`` (default:
-        the App's)."""
+        the App's). ``connection``: write in the caller's open transaction on PostgreSQL
+        (README "Transactional enqueue")."""
+        store = self._store_on(connection)
         task_name = task.name if isinstance(task, Task) else task
         self._require_served(task_name, allow_unknown_task)
         spec = JobSpec(
@@ -263,16 +278,84 @@ class App:
 
         def write(spec: JobSpec) -> Job:
             if replace:
-                return self.store.upsert_job(spec, first_fire_at=first)[0]
-            return self.store.create_job(spec, first_fire_at=first)
+                return store.upsert_job(spec, first_fire_at=first)[0]
+            return store.create_job(spec, first_fire_at=first)
 
         return self._traced(spec, write, "cronwheel.schedule") if self.tracing else write(spec)
 
-    def enqueue(self, task: str | Task[Any, Any], /, *args: Any, **kwargs: Any) -> Firing:
+    def enqueue(
+        self, task: str | Task[Any, Any], /, *args: Any, connection: Any = None, **kwargs: Any
+    ) -> Firing:
         """Run ``task(ctx, *args, **kwargs)`` on a worker as soon as possible.
 
         A task no worker has ever served is refused as by ``schedule`` (unless the App
-        was made with ``allow_unknown_task=True``)."""
+        was made with ``allow_unknown_task=True``). ``connection`` (a keyword reserved
+        here, never passed to the task): write in the caller's open transaction on
+        PostgreSQL, a psycopg ``Connection``, a SQLAlchemy ``Session`` or Django's
+        ``connection`` (README "Transactional enqueue")."""
+        return self._enqueue_in(self._store_on(connection), task, args, kwargs)
+
+    async def enqueue_async(
+        self, task: str | Task[Any, Any], /, *args: Any, connection: Any = None, **kwargs: Any
+    ) -> Firing:
+        """``enqueue`` from a coroutine, without blocking its event loop: ``connection``
+        may also be a psycopg ``AsyncConnection`` or a SQLAlchemy ``AsyncSession``."""
+        store = await self._store_on_async(connection)
+        return await asyncio.to_thread(self._enqueue_in, store, task, args, kwargs)
+
+    async def schedule_async(
+        self,
+        task: str | Task[Any, Any],
+        schedule: Schedule,
+        *,
+        connection: Any = None,
+        **options: Any,
+    ) -> Job:
+        """``schedule`` from a coroutine (its keywords), as ``enqueue_async``."""
+        bound = _Bound(await self._store_on_async(connection))
+        return await asyncio.to_thread(self.schedule, task, schedule, connection=bound, **options)
+
+    def _pg_store(self) -> PostgresStore:
+        """The App's store for a write on a caller's connection: PostgreSQL only."""
+        from cronwheel.store.postgres.store import PostgresStore
+
+        store = self.store
+        if not isinstance(store, PostgresStore):
+            raise ValidationError(
+                "a caller's connection is accepted only by an App on PostgreSQL "
+                f"(this App's store is {type(store).__name__}): call without connection=",
+                field="connection",
+            )
+        return store
+
+    def _store_on(self, connection: Any) -> Store:
+        """The store, writing in ``connection``'s transaction when one is given."""
+        if connection is None:
+            return self.store
+        if isinstance(connection, _Bound):  # bound on the event loop (schedule_async)
+            return connection.store
+        from cronwheel.store.postgres.caller import SyncLink, sync_connection
+
+        store = self._pg_store()
+        return store.on_link(SyncLink(sync_connection(connection)))
+
+    async def _store_on_async(self, connection: Any) -> Store:
+        # the first use opens (and migrates) the store: off the event loop
+        store = await asyncio.to_thread(lambda: self.store)
+        if connection is None:
+            return store
+        from cronwheel.store.postgres.caller import async_link
+
+        store = self._pg_store()
+        return store.on_link(await async_link(connection))
+
+    def _enqueue_in(
+        self,
+        store: Store,
+        task: str | Task[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Firing:
         task_name = task.name if isinstance(task, Task) else task
         self._require_served(task_name, None)
         base = self.tasks.get(task_name)
@@ -286,8 +369,8 @@ class App:
             policies=base.policies if base is not None else JobPolicies(),
         )
         if self.tracing:
-            return self._traced(spec, self.store.enqueue_now, "cronwheel.enqueue")
-        return self.store.enqueue_now(spec)
+            return self._traced(spec, store.enqueue_now, "cronwheel.enqueue")
+        return store.enqueue_now(spec)
 
     def _traced(self, spec: JobSpec, write: Callable[[JobSpec], W], name: str) -> W:
         """``write(spec)`` in a producer span, its context carried with the job
