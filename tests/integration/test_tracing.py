@@ -329,3 +329,40 @@ def test_a_producer_without_a_current_span_takes_the_headers_traceparent() -> No
         pass
     span = one("cronwheel.enqueue")
     assert span.parent is not None and span.parent.span_id == server.get_span_context().span_id
+
+
+@pytest.fixture
+def pg_harness(tmp_path: Path) -> Iterator[Harness]:
+    from tests.contract.pg_harness import postgres_harness
+
+    yield from postgres_harness(tmp_path)
+
+
+def test_a_transactional_enqueue_carries_the_trace_once_committed(pg_harness: Harness) -> None:
+    """``App.enqueue(connection=...)`` (README "Transactional enqueue", PostgreSQL): the
+    context is written in the caller's transaction with the firing, and continues in
+    the run."""
+    import psycopg
+
+    from tests.conftest import PG_URL
+
+    harness = pg_harness
+    app = traced_app(harness)
+
+    @app.task
+    def ship(ctx: Any) -> None:
+        pass
+
+    with (
+        psycopg.connect(PG_URL) as conn,
+        trace.get_tracer("test").start_as_current_span("checkout") as checkout,
+    ):
+        app.enqueue("ship", connection=conn)
+        assert drain(harness, app) == 0  # not committed yet: nothing to claim
+        conn.commit()
+    harness.advance(timedelta(minutes=1))  # the caller's clock is the server's own
+    assert drain(harness, app) == 1
+    enqueue, run = one("cronwheel.enqueue"), one("cronwheel.run")
+    assert enqueue.parent is not None
+    assert enqueue.parent.span_id == checkout.get_span_context().span_id
+    assert run.parent is not None and run.parent.span_id == enqueue.context.span_id
