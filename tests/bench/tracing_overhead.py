@@ -4,6 +4,7 @@ N one-shot firings enqueued by ``App.enqueue`` and run by a ``Worker`` (no-op sy
 handlers, ``drain_once`` until nothing is left).
 
     python tests/bench/tracing_overhead.py [--count 5000] [--runs 5] [--mode MODE]
+                                           [--store memory|sqlite]
 
 Modes: ``off`` (the default, no hooks), ``api`` (tracing on, the OpenTelemetry API
 alone: no SDK configured, spans do not record), ``sdk`` (tracing on, the SDK's
@@ -24,13 +25,18 @@ import time
 from typing import Any
 
 
-def run_once(mode: str, count: int) -> tuple[float, float]:
+def run_once(mode: str, count: int, store: str = "memory") -> tuple[float, float]:
     from cronwheel import App
     from cronwheel.worker.worker import Worker, WorkerConfig
 
     tracing = mode != "off"
     # (no tracing keyword when off: the script runs against a tree without it too)
-    app = App("memory://", allow_unknown_task=True, **({"tracing": True} if tracing else {}))
+    url = "memory://"
+    if store == "sqlite":
+        import tempfile
+
+        url = f"sqlite:///{tempfile.mkdtemp(prefix='cw-bench-')}/bench.db"
+    app = App(url, allow_unknown_task=True, **({"tracing": True} if tracing else {}))
 
     @app.task
     def noop(ctx: Any) -> None:
@@ -61,7 +67,7 @@ def run_once(mode: str, count: int) -> tuple[float, float]:
     return (t1 - t0) / count * 1e6, (t3 - t2) / count * 1e6
 
 
-def child(mode: str, count: int, runs: int) -> None:
+def child(mode: str, count: int, runs: int, store: str) -> None:
     if mode == "sdk":
         from opentelemetry import trace
         from opentelemetry.sdk.trace import TracerProvider
@@ -78,7 +84,7 @@ def child(mode: str, count: int, runs: int) -> None:
         provider = TracerProvider()
         provider.add_span_processor(BatchSpanProcessor(Drop()))
         trace.set_tracer_provider(provider)
-    results = [run_once(mode, count) for _ in range(runs)]
+    results = [run_once(mode, count, store) for _ in range(runs)]
     print(json.dumps(results))
 
 
@@ -88,11 +94,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--mode", choices=["off", "api", "sdk"], action="append")
     parser.add_argument("--child", choices=["off", "api", "sdk"])
+    parser.add_argument("--store", choices=["memory", "sqlite"], default="memory")
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.count, args.runs)
+        child(args.child, args.count, args.runs, args.store)
         return
-    print(f"{args.count} firings, {args.runs} runs per mode: us per firing (best / median)")
+    print(
+        f"{args.count} firings on {args.store}, {args.runs} runs per mode: "
+        "us per firing (best / median)"
+    )
     for mode in args.mode or ["off", "api", "sdk"]:
         out = subprocess.run(
             [
@@ -104,6 +114,8 @@ def main() -> None:
                 str(args.count),
                 "--runs",
                 str(args.runs),
+                "--store",
+                args.store,
             ],
             capture_output=True,
             text=True,
