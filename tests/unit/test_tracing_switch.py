@@ -4,6 +4,7 @@ naming the setting when it cannot be."""
 from __future__ import annotations
 
 import os
+import uuid
 from typing import Any
 
 import pytest
@@ -54,8 +55,13 @@ def test_the_cli_flag_turns_it_on_for_the_app_and_its_children(
     apps: list[Any] = []
     monkeypatch.setattr("cronwheel.node.run_worker", lambda app, config, **_: apps.append(app))
     monkeypatch.delenv(TRACING_ENV, raising=False)
+    # a module of its own, imported by this run (as in a fresh worker process)
+    module = f"traced_cli_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text("from cronwheel import App\napp = App()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
     store = f"sqlite:///{tmp_path / 'cw.db'}"
-    result = CliRunner().invoke(cli, ["worker", "--store", store, "--tracing"])
+    result = CliRunner().invoke(cli, ["worker", f"{module}:app", "--store", store, "--tracing"])
     assert result.exit_code == 0, result.output
     assert [a.tracing for a in apps] == [True]
     assert os.environ[TRACING_ENV] == "1"  # what serve's children inherit
