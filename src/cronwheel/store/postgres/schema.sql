@@ -337,3 +337,11 @@ INSERT INTO quota_usage (namespace, quota, window_start, used)
 SELECT namespace, 'jobs', 0, count(*) FROM jobs
 WHERE schedule->>'kind' <> 'now' GROUP BY namespace;
 CREATE INDEX firings_held_namespace ON firings (namespace) WHERE state IN ('claimed', 'running');
+
+-- name: migration_11
+-- Node clocks (domain/clock.py): each node's offset to the store's clock and its
+-- uncertainty (seconds), and why the node is flagged (NULL: it is not), as it last
+-- reported them; NULL offset: not measured yet.
+ALTER TABLE nodes ADD COLUMN clock_offset double precision;
+ALTER TABLE nodes ADD COLUMN clock_uncertainty double precision;
+ALTER TABLE nodes ADD COLUMN clock_flag text;
