@@ -201,6 +201,12 @@ class StoreClock:
         uncertainty = self._spread(best, mono)
         return ClockEstimate(best.offset, uncertainty, self.bounds.flag(best.offset, uncertainty))
 
+    @property
+    def measured(self) -> bool:
+        """Whether a round trip was taken into account yet."""
+        with self._lock:
+            return self._best is not None
+
     def offset(self) -> float:
         with self._lock:
             best = self._best

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
 
+from cronwheel.domain.clock import ClockBounds
 from cronwheel.errors import ValidationError
 
 
@@ -34,12 +35,20 @@ class WorkerConfig:
     # a child process that was sent SIGTERM (stopped: revoked, timed out, cancel grace
     # passed) and still runs after this long is sent SIGKILL
     kill_grace: timedelta = timedelta(seconds=5)
+    # the worker acts on the store's clock (domain/clock.py StoreClock): it measures its
+    # offset to it every `clock_sample_interval`, and claims nothing while that offset
+    # or its uncertainty is past `clock_bounds` (it is flagged)
+    clock_bounds: ClockBounds = field(default_factory=ClockBounds)
+    clock_sample_interval: timedelta = timedelta(seconds=1)
 
     def __post_init__(self) -> None:
         if self.isolation not in ("auto", "process"):
             raise ValidationError("must be auto or process", field="isolation")
         if not isinstance(self.kill_grace, timedelta) or self.kill_grace < timedelta(0):
             raise ValidationError("must be a non-negative duration", field="kill_grace")
+        interval = self.clock_sample_interval
+        if not isinstance(interval, timedelta) or interval <= timedelta(0):
+            raise ValidationError("must be a positive duration", field="clock_sample_interval")
 
 
 @dataclass(slots=True)
