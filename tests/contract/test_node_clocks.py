@@ -14,7 +14,12 @@ def _node(harness: Harness, clock: ClockEstimate | None = None) -> None:
     now = harness.now()
     harness.store.register_node(
         NodeInfo(
-            id="w1", kind="worker", hostname="h", pid=1, started_at=now, heartbeat_at=now,
+            id="w1",
+            kind="worker",
+            hostname="h",
+            pid=1,
+            started_at=now,
+            heartbeat_at=now,
             clock=clock,
         )
     )

@@ -14,7 +14,7 @@ import asyncio
 import sqlite3
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -42,7 +42,10 @@ class ShiftedClock(SystemClock):
 def _queue(store: SqliteStore, path: str, task: str, dues: list[datetime]) -> None:
     """One firing per instant, each of its own job, queued and due at that instant."""
     store.create_jobs(
-        [(JobSpec(name=f"{task}{i}", task=task, schedule=every(3600)), None) for i in range(len(dues))]
+        [
+            (JobSpec(name=f"{task}{i}", task=task, schedule=every(3600)), None)
+            for i in range(len(dues))
+        ]
     )
     for i, due in enumerate(dues):
         store.add_firings("default", f"{task}{i}", [due], note="clock test")

@@ -114,7 +114,9 @@ def test_no_sample_yet_reads_the_local_clock_and_is_flagged() -> None:
 
 def test_bounds_flag_a_large_offset_or_uncertainty_and_clear_on_recovery() -> None:
     local = FakeClock(T0)
-    bounds = ClockBounds(max_offset=timedelta(seconds=1), max_uncertainty=timedelta(milliseconds=20))
+    bounds = ClockBounds(
+        max_offset=timedelta(seconds=1), max_uncertainty=timedelta(milliseconds=20)
+    )
     clock = StoreClock(local, bounds, window=1)
     est = clock.add(ClockSample(-3.0, 0.002, local.monotonic()))
     assert est.flag == "clock offset -3.000 s is beyond ±1 s"

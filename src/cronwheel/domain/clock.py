@@ -161,9 +161,7 @@ class StoreClock:
     meet, which no two true readings of one steady clock can do — means the local
     clock was stepped: the window restarts from that sample."""
 
-    def __init__(
-        self, local: Clock, bounds: ClockBounds | None = None, *, window: int = 8
-    ) -> None:
+    def __init__(self, local: Clock, bounds: ClockBounds | None = None, *, window: int = 8) -> None:
         if window < 1:
             raise ValueError("window must be at least 1")
         self.local = local

@@ -511,7 +511,6 @@ class Worker:
             except StoreUnavailableError as exc:
                 self.events.store_unavailable(str(exc))
 
-
     # -- the store's clock -----------------------------------------------------------------
     async def _sample_clock(self) -> ClockEstimate:
         """One round trip to the store's clock, taken into the estimate."""
