@@ -17,6 +17,7 @@ from cronwheel.domain.firing import format_instant
 from cronwheel.domain.schedules import CronSchedule, next_firings
 from cronwheel.errors import CronwheelError
 from cronwheel.store.protocol import WORKER_ALIVE_WITHIN
+from cronwheel.wire import node_clock_to_json
 
 router = APIRouter(tags=["cluster"])
 
@@ -58,6 +59,7 @@ def status(principal: Anyone, request: Request) -> dict[str, Any]:
                 "pid": n.pid,
                 "heartbeat_at": format_instant(n.heartbeat_at),
                 "heartbeat_age_s": round((s.now - n.heartbeat_at).total_seconds(), 1),
+                "clock": node_clock_to_json(n.clock),
             }
             for n in nodes
         ]

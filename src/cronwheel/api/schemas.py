@@ -328,6 +328,16 @@ class PreviewOut(_Out):
     items: list[PreviewItem]
 
 
+class NodeClockOut(_Out):
+    offset_ms: float = Field(
+        description="the store's clock minus the node's, estimated (NTP's sign: positive"
+        " when the node's clock is behind)"
+    )
+    uncertainty_ms: float = Field(description="how far that estimate may be off")
+    flagged: bool = Field(description="past its bounds: a flagged worker claims nothing")
+    flag: str | None = Field(description="why it is flagged")
+
+
 class NodeOut(_Out):
     id: str
     kind: str
@@ -335,6 +345,9 @@ class NodeOut(_Out):
     pid: int
     heartbeat_at: str
     heartbeat_age_s: float
+    clock: NodeClockOut | None = Field(
+        description="its clock's offset to the store's, as it last reported it (null: not measured)"
+    )
 
 
 class QuotaLimits(_Out):

@@ -9,6 +9,7 @@ from typing import Any
 from cronwheel.domain.firing import format_instant
 from cronwheel.domain.models import Firing, Job, JobEvent
 from cronwheel.store.protocol import StoreStatus
+from cronwheel.wire import clock_text, node_clock_to_json
 
 
 def _console() -> Any:
@@ -224,6 +225,7 @@ def status_dict(s: StoreStatus) -> dict[str, Any]:
                 "pid": n.pid,
                 "heartbeat_at": _ts(n.heartbeat_at),
                 "heartbeat_age_s": round((s.now - n.heartbeat_at).total_seconds(), 1),
+                "clock": node_clock_to_json(n.clock),
             }
             for n in s.nodes
         ],
@@ -263,11 +265,24 @@ def status_view(doc: dict[str, Any]) -> None:
         objective_view(console, objective)
     quotas_view(console, doc.get("quotas", []))
     table = Table(title="nodes", title_justify="left")
-    for col in ("kind", "id", "pid", "last heartbeat"):
+    for col in ("kind", "id", "pid", "last heartbeat", "clock offset"):
         table.add_column(col)
     for n in doc["nodes"]:
-        table.add_row(n["kind"], n["id"], str(n["pid"]), f"{n['heartbeat_age_s']} s ago")
+        table.add_row(
+            n["kind"], n["id"], str(n["pid"]), f"{n['heartbeat_age_s']} s ago", clock_cell(n)
+        )
     console.print(table)
+
+
+def clock_cell(node: dict[str, Any]) -> str:
+    """A node's clock offset to the store's ± its uncertainty; flagged in red."""
+    from rich.markup import escape
+
+    clock = node.get("clock")
+    text = clock_text(clock)
+    if clock is not None and clock["flagged"]:
+        return f"[red]{text}  flagged: {escape(clock['flag'])}[/red]"
+    return text
 
 
 def quotas_view(console: Any, quotas: list[dict[str, Any]]) -> None:

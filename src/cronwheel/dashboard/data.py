@@ -28,7 +28,7 @@ from cronwheel.observability.lateness import (
 )
 from cronwheel.store.protocol import ApiStore, StoreStatus
 from cronwheel.web.ids import ids_for
-from cronwheel.wire import job_state
+from cronwheel.wire import clock_text, job_state, node_clock_to_json
 
 from .words import cron_words
 
@@ -154,6 +154,8 @@ class NodeRow:
     age: str
     alive: bool
     leader: bool
+    clock: str = "not measured"  # its offset to the store's clock ± uncertainty
+    clock_flag: str | None = None  # why its clock is flagged (a worker claims nothing)
 
 
 @dataclass(slots=True)
@@ -211,6 +213,8 @@ def overview(store: ApiStore, namespace: str | None, *, cluster: bool) -> Overvi
             age=fmt_s(max(0.0, (now - n.heartbeat_at).total_seconds())),
             alive=(now - n.heartbeat_at).total_seconds() <= NODE_STALE_S,
             leader=alive and lease is not None and lease.holder == n.id,
+            clock=clock_text(node_clock_to_json(n.clock)),
+            clock_flag=None if n.clock is None else n.clock.flag,
         )
         for n in (s.nodes if cluster else [])
     ]

@@ -7,10 +7,11 @@ import socket
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Literal
 
 from cronwheel.domain.clock import ClockBounds
+from cronwheel.domain.models import NodeInfo
 from cronwheel.errors import ValidationError
 
 
@@ -74,3 +75,16 @@ def finished_within(finished: deque[float], since: float) -> int:
             break
         n += 1
     return n
+
+
+def worker_node(worker_id: str, tasks: list[str], config: WorkerConfig, now: datetime) -> NodeInfo:
+    """The node registry's row of a worker starting now (its tasks: what it serves)."""
+    return NodeInfo(
+        id=worker_id,
+        kind="worker",
+        hostname=socket.gethostname(),
+        pid=os.getpid(),
+        started_at=now,
+        heartbeat_at=now,
+        info={"tasks": tasks, "concurrency": config.concurrency},
+    )

@@ -15,11 +15,9 @@
   ``early_claims`` more than its concurrency, so that at the instant it starts
   them as fast as slots free up instead of claiming them one round trip at a
   time; at most ``concurrency`` handlers run at once all the same.
-- The worker acts on the store's clock, not its host's: a held firing starts when the
-  store's clock reaches its instant. It measures its offset to the store's clock from
-  round trips every ``clock_sample_interval`` (domain/clock.py ``StoreClock``) and
-  claims nothing while that offset or its uncertainty is past ``clock_bounds`` (its
-  clock is flagged, in the node registry too); it starts what it holds all the same.
+- The worker acts on the store's clock, not its host's (worker/clock_watch.py): a held
+  firing starts when the store's clock reaches its instant; flagged (offset or its
+  uncertainty past ``clock_bounds``) it claims nothing, and starts what it holds.
 - Sync handlers run in a thread pool, async handlers on the event loop, process-
   isolated ones in child processes the worker can kill (worker/processes.py). A
   handler of a job waits until no revoked handler of that job still executes here
@@ -31,23 +29,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
-import socket
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
 
 from cronwheel import failpoints
-from cronwheel.domain.clock import Clock, ClockEstimate, StoreClock, sample_clock
-from cronwheel.domain.models import ClaimedFiring, FiringId, NodeInfo
+from cronwheel.domain.clock import Clock, ClockEstimate
+from cronwheel.domain.models import ClaimedFiring, FiringId
 from cronwheel.errors import StoreUnavailableError
 from cronwheel.store.protocol import Completion, WorkerPort
 from cronwheel.worker.attempt import Attempts
-from cronwheel.worker.config import WorkerConfig, WorkerStats, finished_within, make_worker_id
+from cronwheel.worker.clock_watch import ClockWatch
+from cronwheel.worker.config import (
+    WorkerConfig,
+    WorkerStats,
+    finished_within,
+    make_worker_id,
+    worker_node,
+)
 from cronwheel.worker.context import Context, ids_of, make_context
 from cronwheel.worker.events import QuietWorkerEvents, WorkerEvents
 from cronwheel.worker.executing import Executing
@@ -55,6 +59,7 @@ from cronwheel.worker.registry import TaskRegistry
 from cronwheel.worker.slots import Slots
 from cronwheel.worker.starts import Starter
 from cronwheel.worker.threads import HandlerThreads
+from cronwheel.worker.waits import wait_any
 
 __all__ = ["Worker", "WorkerConfig", "WorkerStats", "make_worker_id"]
 
@@ -78,10 +83,9 @@ class Worker:
         self.events: WorkerEvents = events or QuietWorkerEvents()
         self.registry = registry
         self.config = config or WorkerConfig()
-        # every instant this worker acts on is the store's: its host's clock corrected
-        # by the offset measured (`_measure_clock`)
-        self.local_clock = clock
-        self.clock = StoreClock(clock, self.config.clock_bounds)
+        # every instant it acts on is the store's (its host's clock + the offset measured)
+        self._watch = ClockWatch(clock, store, self.config, self.events)
+        self.clock = self._watch.clock
         self.worker_id = worker_id or make_worker_id()
         self.stats = WorkerStats()
         # two store threads: claims on one, completions and heartbeats on the other, so
@@ -91,11 +95,6 @@ class Worker:
         # held firings' starts: on a thread of their own, as they are on a firing's path
         # to its handler (a claim or a flush in flight must not delay them)
         self._db_start = ThreadPoolExecutor(1, thread_name_prefix="cronwheel-store-start")
-        # round trips to the store's clock: on a thread of their own, so that a sample
-        # never waits behind a claim (its delay is its uncertainty)
-        self._db_clock = ThreadPoolExecutor(1, thread_name_prefix="cronwheel-store-clock")
-        self._clock_ok: asyncio.Event | None = None  # set by run(): cleared while flagged
-        self._clock_flagged = False  # reported flagged (clock_flagged, not yet recovered)
         self._starter = Starter(self._store_start)
         self._threads = HandlerThreads(self.config.concurrency)
         self._attempts = Attempts(
@@ -134,6 +133,9 @@ class Worker:
             return await self._call_out(self.store.heartbeat, self.worker_id, claims)
         except StoreUnavailableError:
             return set()
+
+    async def _report_clock(self, estimate: ClockEstimate | None) -> None:
+        await self._call_out(self.store.heartbeat_node, self.worker_id, estimate)
 
     async def _store_start(self, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
         loop = asyncio.get_running_loop()
@@ -265,30 +267,16 @@ class Worker:
         def wake() -> None:
             loop.call_soon_threadsafe(rung.set)
 
-        self._clock_ok = asyncio.Event()
-        for _ in range(3):  # a first estimate before claiming anything (the tightest wins)
-            with contextlib.suppress(StoreUnavailableError):
-                await self._sample_clock()
+        await self._watch.start(self.worker_id)
         wakeup = self.store.open_wakeup(wake)
-        wake_addr = wakeup.address
-        node = NodeInfo(
-            id=self.worker_id,
-            kind="worker",
-            hostname=socket.gethostname(),
-            pid=os.getpid(),
-            started_at=self.clock.now(),
-            heartbeat_at=self.clock.now(),
-            wake_addr=wake_addr,
-            info={"tasks": self.registry.names(), "concurrency": self.config.concurrency},
-            clock=self._clock_reported(),
-        )
+        node = worker_node(self.worker_id, self.registry.names(), self.config, self.clock.now())
+        node = replace(node, wake_addr=wakeup.address, clock=self._watch.reported())
         await self._call(self.store.register_node, node)
         self.events.worker_started(self.worker_id, self.registry.names(), self.config.concurrency)
-        self._judge_clock(self.clock.estimate())
         loops = [
             asyncio.create_task(self._heartbeat_loop(stop)),
             asyncio.create_task(self._flush_loop(stop)),
-            asyncio.create_task(self._clock_loop(stop)),
+            asyncio.create_task(self._watch.run(self.worker_id, stop, self._report_clock)),
         ]
         running: set[asyncio.Task[None]] = set()
         try:
@@ -309,7 +297,7 @@ class Worker:
             self._db.shutdown(wait=False)
             self._db_out.shutdown(wait=False)
             self._db_start.shutdown(wait=False)
-            self._db_clock.shutdown(wait=False)
+            self._watch.close()
             self._threads.shutdown()
             self._attempts.processes.shutdown()
             self.events.worker_stopped(self.worker_id)
@@ -319,13 +307,10 @@ class Worker:
     ) -> None:
         assert self._slot_freed is not None
         names = self.registry.names()
-        assert self._clock_ok is not None
         backoff = 0.1
         while not stop.is_set():
-            if not self._clock_ok.is_set():
-                # flagged: no new claim (what is held still starts) until it recovers
-                await _wait_any([stop.wait(), self._clock_ok.wait()], 1.0)
-                continue
+            if await self._watch.held_back(stop):
+                continue  # flagged: no new claim (what is held still starts)
             rung.clear()
             self._slot_freed.clear()
             free = self._room()
@@ -364,7 +349,7 @@ class Worker:
                     if not isinstance(exc, StoreUnavailableError):
                         raise
                     self.events.store_unavailable(str(exc), backoff)
-                    await _wait_any([stop.wait()], backoff)
+                    await wait_any([stop.wait()], backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
                 self._recorded(done, accepted)
@@ -389,7 +374,7 @@ class Worker:
                 if free > 0
                 else [stop.wait(), self._slot_freed.wait()]
             )
-            await _wait_any(waits, await self._idle_timeout(free))
+            await wait_any(waits, await self._idle_timeout(free))
 
     @contextlib.contextmanager
     def _claiming(self) -> Iterator[None]:
@@ -476,7 +461,7 @@ class Worker:
             )
             if target > mono:
                 self._claim_added.clear()
-                await _wait_any([stop.wait(), self._claim_added.wait()], target - mono)
+                await wait_any([stop.wait(), self._claim_added.wait()], target - mono)
                 if stop.is_set():
                     break
                 if self._claim_added.is_set() and self.clock.monotonic() < target:
@@ -505,62 +490,6 @@ class Worker:
                 mono = self.clock.monotonic()
                 if mono >= next_node_beat:
                     next_node_beat = mono + self.config.node_heartbeat.total_seconds()
-                    await self._call(
-                        self.store.heartbeat_node, self.worker_id, self._clock_reported()
-                    )
+                    await self._report_clock(self._watch.reported())
             except StoreUnavailableError as exc:
                 self.events.store_unavailable(str(exc))
-
-    # -- the store's clock -----------------------------------------------------------------
-    async def _sample_clock(self) -> ClockEstimate:
-        """One round trip to the store's clock, taken into the estimate."""
-        loop = asyncio.get_running_loop()
-        sample = await loop.run_in_executor(
-            self._db_clock, sample_clock, self.local_clock, self.store.now
-        )
-        return self.clock.add(sample)
-
-    def _clock_reported(self) -> ClockEstimate | None:
-        """The estimate the node registry shows (None before the first round trip)."""
-        return self.clock.estimate() if self.clock.measured else None
-
-    def _judge_clock(self, estimate: ClockEstimate) -> bool:
-        """Flag the worker (no new claims) or lift its flag; True when that changed."""
-        assert self._clock_ok is not None
-        if estimate.flag is None and not self._clock_ok.is_set():
-            self._clock_ok.set()
-            if self._clock_flagged:
-                self._clock_flagged = False
-                self.events.clock_recovered(self.worker_id, estimate)
-            return True
-        if estimate.flag is not None and not self._clock_flagged and self.clock.measured:
-            self._clock_ok.clear()
-            self._clock_flagged = True
-            self.events.clock_flagged(self.worker_id, estimate)
-            return True
-        return False
-
-    async def _clock_loop(self, stop: asyncio.Event) -> None:
-        """Measure the offset to the store's clock every ``clock_sample_interval``; a
-        change of flag is reported to the node registry at once."""
-        every = self.config.clock_sample_interval.total_seconds()
-        while not stop.is_set():
-            await _wait_any([stop.wait()], every)
-            if stop.is_set():
-                break
-            try:
-                estimate = await self._sample_clock()
-            except StoreUnavailableError:
-                estimate = self.clock.estimate()  # older, so less sure
-            if self._judge_clock(estimate):
-                with contextlib.suppress(StoreUnavailableError):
-                    await self._call_out(self.store.heartbeat_node, self.worker_id, estimate)
-
-
-async def _wait_any(aws: list[Any], timeout: float) -> None:
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in tasks:
-            t.cancel()
