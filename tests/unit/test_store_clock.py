@@ -132,3 +132,12 @@ def test_bounds_must_be_positive_durations(field: str, value: object) -> None:
     with pytest.raises(ValidationError) as err:
         ClockBounds(**{field: value})  # type: ignore[arg-type]
     assert err.value.field == field
+
+
+@pytest.mark.parametrize("value", [timedelta(0), timedelta(seconds=-1), 1])
+def test_the_worker_clock_sample_interval_must_be_a_positive_duration(value: object) -> None:
+    from cronwheel.worker.config import WorkerConfig
+
+    with pytest.raises(ValidationError) as err:
+        WorkerConfig(clock_sample_interval=value)  # type: ignore[arg-type]
+    assert err.value.field == "clock_sample_interval"
