@@ -362,9 +362,10 @@ class Cluster:
         *,
         wrap: list[str] | None = None,
         env_extra: dict[str, str] | None = None,
+        app_ref: str = APP_REF,
     ) -> Proc:
         """``wrap``: a command the process runs under (``faketime -f +3s``); ``env_extra``:
-        more environment (libfaketime's settings)."""
+        more environment (libfaketime's settings); ``app_ref``: the app it loads."""
         self._seq += 1
         app_name = f"fault-{name}"
         env = dict(os.environ)
@@ -393,7 +394,7 @@ class Cluster:
             "-m",
             "cronwheel",
             role,
-            *([] if role == "api" else [APP_REF]),
+            *([] if role == "api" else [app_ref]),
             "--store",
             self.store_url(app_name),
             *args,
@@ -434,10 +435,13 @@ class Cluster:
         args: list[str] | None = None,
         wrap: list[str] | None = None,
         env_extra: dict[str, str] | None = None,
+        app_ref: str = APP_REF,
     ) -> Proc:
         name = name or f"w{self._seq + 1}"
         argv = ["--concurrency", str(concurrency), *(args or [])]
-        return self._start("worker", name, argv, failpoints, wrap=wrap, env_extra=env_extra)
+        return self._start(
+            "worker", name, argv, failpoints, wrap=wrap, env_extra=env_extra, app_ref=app_ref
+        )
 
     def start_api(self, port: int, name: str = "api") -> Proc:
         """``cronwheel api`` on 127.0.0.1:``port`` (no auth: loopback); wait for

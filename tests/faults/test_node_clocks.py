@@ -31,7 +31,7 @@ import pytest
 from cronwheel import at
 from cronwheel.domain.models import JobSpec
 from tests.conftest import require_service
-from tests.faults.harness import Cluster, Proc, wait_until
+from tests.faults.harness import Cluster, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -55,37 +55,51 @@ def _libfaketime() -> str:
     return found[0]
 
 
-def _node_clock(cluster: Cluster, proc: Proc) -> dict[str, Any] | None:
-    # by kind: each test runs one node of each (under `faketime` the process started is
-    # the wrapper, not the node, so its pid is not the node's)
+def _node_clock(cluster: Cluster, kind: str, task: str | None = None) -> dict[str, Any] | None:
+    """What the scheduler, or the worker serving ``task``, reports of its clock. (By kind
+    and task: under `faketime` the process started is the wrapper, so its pid is not the
+    node's.)"""
     rows = cluster.sql(
-        "SELECT clock_offset, clock_uncertainty, clock_flag FROM nodes"
-        " WHERE kind = %s AND clock_offset IS NOT NULL",
-        (proc.role,),
+        "SELECT clock_offset, clock_uncertainty, clock_flag FROM nodes WHERE kind = %s"
+        " AND (%s::text IS NULL OR info->'tasks' ? %s) AND clock_offset IS NOT NULL",
+        (kind, task, task),
     )
     return rows[0] if rows else None
 
 
-def _wait_clock(cluster: Cluster, proc: Proc, offset: float) -> dict[str, Any]:
-    """Until ``proc`` reports an offset within 20 ms of ``offset`` (its own measure)."""
+def _wait_clock(
+    cluster: Cluster, offset: float, kind: str = "worker", task: str | None = None
+) -> dict[str, Any]:
+    """Until that node reports an offset within 20 ms of ``offset`` (its own measure)."""
 
     def near() -> dict[str, Any] | None:
-        row = _node_clock(cluster, proc)
+        row = _node_clock(cluster, kind, task)
         return row if row is not None and abs(row["clock_offset"] - offset) < 0.02 else None
 
-    return wait_until(
-        near, 15, message=lambda: f"{proc.name}'s clock ~{offset:+} s: {_node_clock(cluster, proc)}"
+    row = wait_until(
+        near,
+        15,
+        message=lambda: f"{kind} {task}: ~{offset:+} s: {_node_clock(cluster, kind, task)}",
     )
+    assert row is not None
+    return row
 
 
-def _lateness(cluster: Cluster, names: list[str]) -> list[float]:
+def _lateness(cluster: Cluster, task: str, since: datetime) -> list[float]:
+    """``started_at - due_at`` of the started firings of ``task`` due from ``since``."""
     rows = cluster.sql(
-        "SELECT extract(epoch FROM f.started_at - f.due_at)::float8 AS late"
-        " FROM firings f JOIN jobs j ON j.id = f.job_id"
-        " WHERE j.name = ANY(%s) AND f.started_at IS NOT NULL",
-        (names,),
+        "SELECT extract(epoch FROM started_at - due_at)::float8 AS late FROM firings"
+        " WHERE task = %s AND due_at >= %s AND started_at IS NOT NULL",
+        (task, since),
     )
     return sorted(r["late"] for r in rows)
+
+
+def _quiet(cluster: Cluster) -> None:
+    """No lease sampling (a query every 20 ms): these tests measure latency, not epochs."""
+    if cluster.sampler is not None:
+        cluster.sampler.stop()
+        cluster.sampler = None
 
 
 def _p99(values: list[float]) -> float:
@@ -95,63 +109,88 @@ def _p99(values: list[float]) -> float:
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize(
     ("worker_shift", "scheduler_shift"),
-    [("+0s", None), ("-3s", None), ("+3s", None), ("+3s", "-3s")],
-    ids=["baseline", "worker-behind", "worker-ahead", "both-off"],
+    [("-3s", None), ("+3s", None), ("+3s", "-3s")],
+    ids=["worker-behind", "worker-ahead", "both-off"],
 )
 def test_shifted_clocks_start_firings_at_their_instants(
     cluster: Cluster, worker_shift: str, scheduler_shift: str | None
 ) -> None:
     faketime = _faketime()
     shift_s = float(worker_shift.rstrip("s"))
+    _quiet(cluster)
     sched_wrap = None if scheduler_shift is None else [*faketime, "-f", scheduler_shift]
     scheduler = cluster.start_scheduler(wrap=sched_wrap, env_extra=KEEP_MONOTONIC)
-    worker = cluster.start_worker(
-        wrap=[*faketime, "-f", worker_shift], env_extra=KEEP_MONOTONIC, concurrency=16
+    shifted = cluster.start_worker(
+        "shifted",
+        wrap=[*faketime, "-f", worker_shift],
+        env_extra=KEEP_MONOTONIC,
+        concurrency=16,
+        app_ref="clock_app:shifted",
     )
-    cluster.wait_started([scheduler, worker])
+    # the control: the same instants, a worker under faketime too (libfaketime costs CPU
+    # on every clock read), but on the host's clock
+    control = cluster.start_worker(
+        "control",
+        wrap=[*faketime, "-f", "+0s"],
+        env_extra=KEEP_MONOTONIC,
+        concurrency=16,
+        app_ref="clock_app:control",
+    )
+    cluster.wait_started([scheduler, shifted, control])
     # its offset: the store's clock minus its own (NTP's sign), as the registry shows it
-    clock = _wait_clock(cluster, worker, -shift_s)
+    clock = _wait_clock(cluster, -shift_s, task="on_shifted")
     assert clock["clock_flag"] is None and clock["clock_uncertainty"] < 0.02
     if scheduler_shift is not None:
-        _wait_clock(cluster, scheduler, -float(scheduler_shift.rstrip("s")))
-    cluster.wait_leader(15)
-    # 80 instants 50 ms apart and a crowd of 10 at one, from 2.5 s from now (real time):
-    # registered at once, well before (the leader enqueues each 0.5 s ahead)
-    base = datetime.now(UTC) + timedelta(seconds=2.5)
+        _wait_clock(cluster, -float(scheduler_shift.rstrip("s")), kind="scheduler")
+    # a leader (by the lease row: under faketime the pid started is the wrapper's)
+    wait_until(lambda: (cluster.lease() or {}).get("valid"), 15, message="a leader")
+    # for each worker: 80 instants 50 ms apart and a crowd of 10 at one, from 3 s from
+    # now (real time), registered at once, well before (the leader enqueues 0.5 s ahead);
+    # and 5 not measured 1 s before (a worker's first starts open its connections)
+    base = datetime.now(UTC) + timedelta(seconds=3)
     instants = [base + timedelta(milliseconds=50 * i) for i in range(80)]
     instants += [base + timedelta(seconds=4.2)] * 10
-    names = [f"clk{i}" for i in range(len(instants))]
+    instants += [base - timedelta(seconds=1)] * 5
     cluster.client.store.create_jobs(
         [
-            (JobSpec(name=name, task="record", schedule=at(when)), when)
-            for name, when in zip(names, instants, strict=True)
+            (JobSpec(name=f"{task}{i}", task=task, schedule=at(when)), when)
+            for task in ("on_shifted", "on_control")
+            for i, when in enumerate(instants)
         ]
     )
-    assert datetime.now(UTC) < base - timedelta(seconds=1), "registering took too long"
+    assert datetime.now(UTC) < base - timedelta(seconds=1.5), "registering took too long"
     wait_until(
-        lambda: len(_lateness(cluster, names)) == len(names), 20, message="every firing to start"
+        lambda: all(len(_lateness(cluster, t, base)) == 90 for t in ("on_shifted", "on_control")),
+        20,
+        interval=0.5,  # the test's own queries are load on the 2 cores it measures
+        message="every firing to start",
     )
-    late = _lateness(cluster, names)
-    detail = cluster.sql(
-        "SELECT j.name, f.due_at, f.enqueued_at - f.due_at AS enq, f.claimed_at - f.due_at AS cl,"
-        " f.started_at - f.due_at AS st FROM firings f JOIN jobs j ON j.id = f.job_id"
-        " ORDER BY f.started_at - f.due_at DESC LIMIT 5"
-    )
+    late = _lateness(cluster, "on_shifted", base)
+    ctl = _lateness(cluster, "on_control", base)
     cluster.figures.update(
         {
             "worker_shift": worker_shift,
             "scheduler_shift": scheduler_shift,
             "offset_measured_s": clock["clock_offset"],
             "uncertainty_ms": round(clock["clock_uncertainty"] * 1000, 3),
-            "lateness_ms_min": round(late[0] * 1000, 2),
-            "lateness_ms_p50": round(late[len(late) // 2] * 1000, 2),
-            "lateness_ms_p99": round(_p99(late) * 1000, 2),
-            "lateness_ms_max": round(late[-1] * 1000, 2),
+        }
+        | {
+            f"{who}_lateness_ms_{k}": round(v * 1000, 2)
+            for who, values in (("shifted", late), ("control", ctl))
+            for k, v in (
+                ("min", values[0]),
+                ("p50", values[len(values) // 2]),
+                ("p99", _p99(values)),
+                ("max", values[-1]),
+            )
         }
     )
-    assert late[0] >= -EARLY_S, (late, detail)
-    assert _p99(late) < P99_LATE_S, (late, detail)
-    assert worker.alive() and worker.tracebacks() == 0, worker.lines()[-20:]
+    assert late[0] >= -EARLY_S, late[:5]
+    # within the target; on a machine so loaded that the control misses it too, not
+    # much later than the control (the same instants, the same moment, the host's clock)
+    assert _p99(late) < max(P99_LATE_S, _p99(ctl) + 0.05), (late[-5:], ctl[-5:])
+    for proc in (shifted, control):
+        assert proc.alive() and proc.tracebacks() == 0, proc.lines()[-20:]
 
 
 @pytest.mark.timeout(90)
@@ -159,6 +198,7 @@ def test_a_worker_off_by_more_than_its_bound_is_flagged_claims_nothing_and_recov
     cluster: Cluster, tmp_path: Path
 ) -> None:
     lib = _libfaketime()
+    _quiet(cluster)
     shift = tmp_path / "faketime.txt"  # libfaketime rereads it: the operator fixes NTP
     shift.write_text("+3s\n")
     scheduler = cluster.start_scheduler()
@@ -172,7 +212,7 @@ def test_a_worker_off_by_more_than_its_bound_is_flagged_claims_nothing_and_recov
         },
     )
     cluster.wait_started([scheduler, worker])
-    flagged = _wait_clock(cluster, worker, -3.0)
+    flagged = _wait_clock(cluster, -3.0)
     flag = flagged["clock_flag"] or ""
     assert flag.startswith("clock offset -3.0") and flag.endswith("s is beyond ±1 s"), flagged
     assert worker.events("clock_flagged"), worker.lines()[-20:]
@@ -188,7 +228,7 @@ def test_a_worker_off_by_more_than_its_bound_is_flagged_claims_nothing_and_recov
     assert cluster.sql("SELECT state FROM firings") == [{"state": "queued"}]
     shift.write_text("+0s\n")  # fixed
     fixed_at = time.monotonic()
-    recovered = _wait_clock(cluster, worker, 0.0)
+    recovered = _wait_clock(cluster, 0.0)
     assert recovered["clock_flag"] is None
     wait_until(
         lambda: cluster.sql("SELECT state FROM firings") == [{"state": "succeeded"}],
