@@ -1,14 +1,14 @@
 """Node clocks (issue 18, item 5): processes under a shifted clock (Debian's `faketime`,
 libfaketime) start firings at their instants in REAL time.
 
-A worker 3 s behind or ahead (and, in the third case, a scheduler off too) runs against
-PostgreSQL; one-shot jobs fall due a little after the processes start. Each firing's
-start is measured by the database: ``started_at - due_at``, both PostgreSQL's clock
-(the start is a compare-and-swap whose ``started_at`` is the server's ``now()``), which
-faketime does not touch. Before the fix the worker waited for a held firing's instant by
-its own clock: 3 s behind it started each one ~3 s late, 3 s ahead up to its prefetch
-(2 s) early. Then a worker whose offset passes its bound (``--max-clock-offset 1``) is
-flagged in the node registry and claims nothing, and recovers when its clock is fixed.
+A worker 3 s behind or ahead (and, in the third case, a scheduler 3 s behind too) runs
+against PostgreSQL beside a control worker (under faketime too, at +0s: libfaketime
+costs CPU on every clock read) that serves the same instants. Each handler's start is
+measured in REAL time by the test process: the handler sends a timestamp-free UDP
+datagram, the test stamps its receipt (clock_app.py). Not the store's ``started_at``:
+a completion rewrites it with the worker's own reading of the start. Then a worker
+whose offset passes its bound (``--max-clock-offset 1``) is flagged in the node
+registry and claims nothing, and recovers when its clock is fixed.
 
 libfaketime settings: ``FAKETIME_DONT_FAKE_MONOTONIC=1`` keeps CLOCK_MONOTONIC real. With
 it faked, Python's timed waits (``threading.Event.wait``: a kernel deadline on the real
@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import glob
 import shutil
+import socket
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,6 +33,7 @@ import pytest
 from cronwheel import at
 from cronwheel.domain.models import JobSpec
 from tests.conftest import require_service
+from tests.faults.clock_app import PING_ENV
 from tests.faults.harness import Cluster, wait_until
 
 pytestmark = pytest.mark.slow
@@ -85,14 +88,13 @@ def _wait_clock(
     return row
 
 
-def _lateness(cluster: Cluster, task: str, since: datetime) -> list[float]:
-    """``started_at - due_at`` of the started firings of ``task`` due from ``since``."""
-    rows = cluster.sql(
-        "SELECT extract(epoch FROM started_at - due_at)::float8 AS late FROM firings"
-        " WHERE task = %s AND due_at >= %s AND started_at IS NOT NULL",
-        (task, since),
+def _lateness(pings: Pings, due: dict[str, datetime], task: str) -> list[float]:
+    """Each started firing of ``task``: its handler's start (received) minus its instant."""
+    return sorted(
+        at - due[name].timestamp()
+        for name, at in list(pings.seen.items())
+        if name.startswith(task) and name in due
     )
-    return sorted(r["late"] for r in rows)
 
 
 def _quiet(cluster: Cluster) -> None:
@@ -100,6 +102,34 @@ def _quiet(cluster: Cluster) -> None:
     if cluster.sampler is not None:
         cluster.sampler.stop()
         cluster.sampler = None
+
+
+class Pings:
+    """Receives the handlers' datagrams (clock_app.py) and stamps each job's first one
+    with this process's clock: the real one."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.seen: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pings", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self.sock.recv(256)
+            except TimeoutError:
+                continue
+            self.seen.setdefault(data.decode(), time.time())
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.sock.close()
 
 
 def _p99(values: list[float]) -> float:
@@ -113,17 +143,20 @@ def _p99(values: list[float]) -> float:
     ids=["worker-behind", "worker-ahead", "both-off"],
 )
 def test_shifted_clocks_start_firings_at_their_instants(
-    cluster: Cluster, worker_shift: str, scheduler_shift: str | None
+    cluster: Cluster, worker_shift: str, scheduler_shift: str | None, request: Any
 ) -> None:
     faketime = _faketime()
     shift_s = float(worker_shift.rstrip("s"))
     _quiet(cluster)
+    pings = Pings()
+    request.addfinalizer(pings.close)
+    env = KEEP_MONOTONIC | {PING_ENV: pings.address}
     sched_wrap = None if scheduler_shift is None else [*faketime, "-f", scheduler_shift]
     scheduler = cluster.start_scheduler(wrap=sched_wrap, env_extra=KEEP_MONOTONIC)
     shifted = cluster.start_worker(
         "shifted",
         wrap=[*faketime, "-f", worker_shift],
-        env_extra=KEEP_MONOTONIC,
+        env_extra=env,
         concurrency=16,
         app_ref="clock_app:shifted",
     )
@@ -132,7 +165,7 @@ def test_shifted_clocks_start_firings_at_their_instants(
     control = cluster.start_worker(
         "control",
         wrap=[*faketime, "-f", "+0s"],
-        env_extra=KEEP_MONOTONIC,
+        env_extra=env,
         concurrency=16,
         app_ref="clock_app:control",
     )
@@ -150,23 +183,28 @@ def test_shifted_clocks_start_firings_at_their_instants(
     base = datetime.now(UTC) + timedelta(seconds=3)
     instants = [base + timedelta(milliseconds=50 * i) for i in range(80)]
     instants += [base + timedelta(seconds=4.2)] * 10
-    instants += [base - timedelta(seconds=1)] * 5
+    warm = [base - timedelta(seconds=1)] * 5
+    due = {f"{t}{i}": when for t in ("on_shifted", "on_control") for i, when in enumerate(instants)}
     cluster.client.store.create_jobs(
         [
-            (JobSpec(name=f"{task}{i}", task=task, schedule=at(when)), when)
-            for task in ("on_shifted", "on_control")
-            for i, when in enumerate(instants)
+            (JobSpec(name=name, task=name.rstrip("0123456789"), schedule=at(when)), when)
+            for name, when in due.items()
+        ]
+        + [
+            (JobSpec(name=f"warm_{t}{i}", task=t, schedule=at(when)), when)
+            for t in ("on_shifted", "on_control")
+            for i, when in enumerate(warm)
         ]
     )
     assert datetime.now(UTC) < base - timedelta(seconds=1.5), "registering took too long"
     wait_until(
-        lambda: all(len(_lateness(cluster, t, base)) == 90 for t in ("on_shifted", "on_control")),
+        lambda: len([n for n in list(pings.seen) if n in due]) == len(due),
         20,
-        interval=0.5,  # the test's own queries are load on the 2 cores it measures
-        message="every firing to start",
+        interval=0.5,  # the test's own polling is load on the 2 cores it measures
+        message=lambda: f"every firing to start: {len(pings.seen)} of {len(due)}",
     )
-    late = _lateness(cluster, "on_shifted", base)
-    ctl = _lateness(cluster, "on_control", base)
+    late = _lateness(pings, due, "on_shifted")
+    ctl = _lateness(pings, due, "on_control")
     cluster.figures.update(
         {
             "worker_shift": worker_shift,
@@ -186,9 +224,14 @@ def test_shifted_clocks_start_firings_at_their_instants(
         }
     )
     assert late[0] >= -EARLY_S, late[:5]
-    # within the target; on a machine so loaded that the control misses it too, not
-    # much later than the control (the same instants, the same moment, the host's clock)
-    assert _p99(late) < max(P99_LATE_S, _p99(ctl) + 0.05), (late[-5:], ctl[-5:])
+    # the precision target, unless the machine is so loaded that the control misses it
+    # too: then no worse than the control in the median, and far under the 3 s error
+    if _p99(ctl) < P99_LATE_S:
+        assert _p99(late) < P99_LATE_S, (late[-5:], ctl[-5:])
+    else:
+        median, ctl_median = late[len(late) // 2], ctl[len(ctl) // 2]
+        assert median < ctl_median + 0.05, (median, ctl_median)
+        assert _p99(late) < 1.0, late[-5:]
     for proc in (shifted, control):
         assert proc.alive() and proc.tracebacks() == 0, proc.lines()[-20:]
 
