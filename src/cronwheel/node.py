@@ -164,18 +164,26 @@ def _node_heartbeat(store: Any, node_id: str, clock: StoreClock, stop: threading
     while not stop.wait(1.0):
         tick += 1
         try:
-            _sample_store_clock(store, clock)
-            estimate = clock.estimate()
-            if estimate.flag != flag:
-                flag = estimate.flag
-                if flag is None:
-                    log.info("clock_recovered", node_id=node_id, offset_s=estimate.offset)
-                else:
-                    log.warning("clock_flagged", node_id=node_id, reason=flag)
-            if tick % 2 == 0:
-                store.heartbeat_node(node_id, estimate)
+            flag = _clock_beat(store, node_id, clock, flag, beat=tick % 2 == 0)
         except StoreUnavailableError as exc:
             log.warning("store_unavailable", error=str(exc))
+
+
+def _clock_beat(
+    store: Any, node_id: str, clock: StoreClock, flag: str | None, *, beat: bool
+) -> str | None:
+    """One round trip to the store's clock, a change of flag logged, and (``beat``) the
+    node's heartbeat with its clock; the flag now."""
+    _sample_store_clock(store, clock)
+    estimate = clock.estimate()
+    if estimate.flag != flag:
+        if estimate.flag is None:
+            log.info("clock_recovered", node_id=node_id, offset_s=estimate.offset)
+        else:
+            log.warning("clock_flagged", node_id=node_id, reason=estimate.flag)
+    if beat:
+        store.heartbeat_node(node_id, estimate)
+    return estimate.flag
 
 
 def _retry_store(fn: Any, stop: threading.Event) -> None:
