@@ -57,6 +57,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "cronwheel.cli",
             "cronwheel.bench",
             "cronwheel.examples",
+            "cronwheel.simulate",
             "cronwheel.__main__",
             "cronwheel",
         ],

@@ -15,16 +15,24 @@ the same code changes nothing and a changed schedule moves the job's cursor.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
+from cronwheel.domain.calendars import CalendarRules
 from cronwheel.domain.clock import Clock, SystemClock
-from cronwheel.domain.jobs import build_policies, require_served_task, spec_first_fire_at
+from cronwheel.domain.jobs import (
+    bind_calendar,
+    build_policies,
+    require_served_task,
+    spec_first_fire_at,
+)
 from cronwheel.domain.models import Firing, Job, JobPolicies, JobSpec, validate_task
 from cronwheel.domain.schedules import NowSchedule, Schedule
-from cronwheel.store.protocol import Store
+from cronwheel.domain.tzdb import use_tz_database
+from cronwheel.store.calendar_port import calendar_rules_of
+from cronwheel.store.protocol import CalendarChange, Store
 from cronwheel.store.url import DEFAULT_STORE_URL, open_store
 from cronwheel.worker.context import Context
 from cronwheel.worker.registry import TaskRegistry
@@ -74,7 +82,13 @@ class App:
         namespace: str = "default",
         clock: Clock | None = None,
         allow_unknown_task: bool = False,
+        tzdata: str | None = None,
     ) -> None:
+        """``tzdata`` chooses this process's tz database ('bundled', 'system' or a
+        directory; domain/tzdb.py); None keeps the current one (CRONWHEEL_TZDATA, else
+        'bundled'). A bad value raises ValidationError naming ``tzdata``."""
+        if tzdata is not None:
+            use_tz_database(tzdata, field="tzdata")
         self.store_url = store_url
         self.namespace = namespace
         # refuse jobs (schedule, enqueue) whose task no worker has served (see README)
@@ -169,10 +183,36 @@ class App:
     def sync_jobs(self) -> list[tuple[Job, bool]]:
         """Upsert every job declared with ``@app.task(schedule=...)``."""
         now = self.clock.now()
+        lookup = calendar_rules_of(self.store)
+        specs = [bind_calendar(spec, lookup) for spec in self.declared_jobs()]
         return [
             self.store.upsert_job(spec, first_fire_at=spec_first_fire_at(spec, now))
-            for spec in self.declared_jobs()
+            for spec in specs
         ]
+
+    def calendar(
+        self,
+        name: str,
+        *,
+        holidays: str | None = None,
+        exclude: Sequence[date | str] = (),
+        include: Sequence[date | str] = (),
+        weekdays: str | None = None,
+    ) -> CalendarChange:
+        """Create or replace the namespace's calendar ``name`` (lower case), which cron
+        schedules name with ``calendar=name``: it excludes ``holidays`` (a built-in
+        calendar: ``"DE-BY"``), the ``exclude`` dates and the days not among ``weekdays``
+        (``"mon-fri"``); an ``include`` date is never excluded. The jobs naming it are
+        re-planned (``CalendarChange.replanned``)."""
+        rules = CalendarRules.from_dict(
+            {
+                "holidays": holidays,
+                "exclude": list(exclude),
+                "include": list(include),
+                "weekdays": weekdays,
+            }
+        )
+        return self.store.set_calendar(self.namespace, name, rules)
 
     def schedule(
         self,
@@ -211,6 +251,7 @@ class App:
             max_runs=max_runs,
             paused=paused,
         )
+        spec = bind_calendar(spec, calendar_rules_of(self.store))
         first = spec_first_fire_at(spec, self.clock.now(), allow_past=allow_past)
         if replace:
             job, _ = self.store.upsert_job(spec, first_fire_at=first)

@@ -29,6 +29,7 @@ from cronwheel.app import App
 from cronwheel.dispatch.dispatcher import Dispatcher, DispatcherConfig
 from cronwheel.domain.clock import StoreClock, sample_clock
 from cronwheel.domain.models import NodeInfo
+from cronwheel.domain.tzdb import tz_database
 from cronwheel.errors import StoreUnavailableError, ValidationError
 from cronwheel.observability.sinks import DispatcherSink, WorkerSink
 from cronwheel.worker.worker import Worker, WorkerConfig
@@ -125,6 +126,7 @@ def run_scheduler(app: App, config: DispatcherConfig | None = None) -> None:
     clock = StoreClock(app.clock)
     _retry_store(lambda: _sample_store_clock(store, clock, 3), stop)
     dispatcher = Dispatcher(store, clock, config=config, events=DispatcherSink())
+    tzdb = tz_database()
 
     wake.append(dispatcher.wake)
     if stop.is_set():
@@ -136,6 +138,8 @@ def run_scheduler(app: App, config: DispatcherConfig | None = None) -> None:
         pid=os.getpid(),
         started_at=app.clock.now(),
         heartbeat_at=app.clock.now(),
+        tz_source=tzdb.source,
+        tz_version=tzdb.version,
         clock=clock.estimate() if clock.measured else None,
     )
     _retry_store(lambda: store.register_node(node), stop)

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 import pytest
 
 from cronwheel.store.url import open_store
+from tests.jsonlog import read_json_lines
 
 HERE = Path(__file__).resolve().parent
 APP_REF = "ledger_app:app"
@@ -66,17 +67,8 @@ def wait_until(
 
 
 def read_ledger(path: Path) -> list[dict[str, Any]]:
-    """Every line of the ledger as a dict. A line that does not parse fails the test:
-    the app writes each line in one write(), so a torn line would be a bug."""
-    if not path.exists():
-        return []
-    entries = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        try:
-            entries.append(json.loads(line))
-        except ValueError:
-            raise AssertionError(f"{path}:{number}: torn ledger line {line!r}") from None
-    return entries
+    """Every whole line of the ledger as a dict (a torn one fails: tests/jsonlog.py)."""
+    return read_json_lines(path, what="ledger")
 
 
 def executions(

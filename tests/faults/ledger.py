@@ -29,7 +29,6 @@ Findings:
 from __future__ import annotations
 
 import itertools
-import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from cronwheel.domain.firing import idempotency_key
+from tests.jsonlog import read_json_lines
 
 # -- inputs --------------------------------------------------------------------------
 
@@ -155,16 +155,8 @@ class Report:
 
 
 def read_log(path: Path) -> list[dict[str, Any]]:
-    """Every line of the execution log; a torn line fails (each is one write())."""
-    if not path.exists():
-        return []
-    out = []
-    for n, line in enumerate(path.read_text().splitlines(), start=1):
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            raise AssertionError(f"{path}:{n}: torn execution-log line {line!r}") from None
-    return out
+    """Every whole line of the execution log (a torn one fails: tests/jsonlog.py)."""
+    return read_json_lines(path, what="execution-log")
 
 
 def fetch_firings(conn: Any) -> list[dict[str, Any]]:

@@ -36,6 +36,7 @@ from cronwheel.domain.firing import FiringState
 from tests.conftest import require_service
 from tests.faults.harness import ADMIN_URL, FULL, PG_HOST, ensure_postgres_up, wait_until
 from tests.faults.ledger_app import LEDGER_ENV
+from tests.jsonlog import read_json_lines
 
 HERE = Path(__file__).resolve().parent
 RUN_S = 30.0 if FULL else 5.0
@@ -107,9 +108,7 @@ class Node:
         return out
 
     def entries(self) -> list[dict[str, Any]]:
-        if not self.ledger.exists():
-            return []
-        return [json.loads(line) for line in self.ledger.read_text().splitlines()]
+        return read_json_lines(self.ledger, what="ledger")
 
     def stop(self) -> None:
         """SIGTERM (the worker finishes what it runs), then SIGKILL what is left."""

@@ -45,13 +45,26 @@ class _Out(BaseModel):
 
 class ScheduleIn(_In):
     """``now``; ``at`` (``at``); ``every`` (``interval``, ``anchor``); ``cron`` (``cron``,
-    ``tz``, ``dst_gap``, ``dst_overlap``). Keys of another kind are refused."""
+    ``tz``, ``dst_gap``, ``dst_overlap``, ``calendar``). Keys of another kind are refused."""
 
     kind: Literal["now", "at", "every", "cron"]
     cron: str | None = Field(None, max_length=256, examples=["0 9 * * mon-fri"])
     tz: str | None = Field(None, max_length=64, examples=["Europe/Berlin"])
     dst_gap: Literal["next_valid", "skip", "shift"] | None = None
     dst_overlap: Literal["once", "twice"] | None = None
+    calendar: str | None = Field(
+        None,
+        max_length=64,
+        examples=["DE-BY"],
+        description="days excluded (local dates in tz): a built-in calendar, a country (US), "
+        "a country and subdivision (DE-BY) or a market (NYSE) of the holidays data; or a "
+        "calendar of the namespace (office: /v1/calendars)",
+    )
+    calendar_def: dict[str, Any] | None = Field(
+        None,
+        description="output only: the rules of the namespace's calendar the job names; on "
+        "input it is replaced by the calendar's current rules",
+    )
     at: Instant | None = Field(None, max_length=40, examples=["2026-05-01T09:00:00Z"])
     interval: Duration | None = Field(None, examples=["1h30m", 90])
     anchor: Instant | None = Field(None, max_length=40)
@@ -157,6 +170,7 @@ class PreviewIn(_In):
     tz: str = Field("UTC", max_length=64, examples=["Europe/Berlin"])
     dst_gap: Literal["next_valid", "skip", "shift"] | None = None
     dst_overlap: Literal["once", "twice"] | None = None
+    calendar: str | None = Field(None, max_length=64, examples=["DE-BY"])
     after: Instant | None = Field(None, max_length=40, description="default: now")
     count: int = Field(5, ge=1, le=1000)
 
@@ -193,6 +207,8 @@ class ScheduleOut(_Out):
     tz: str | None = None
     dst_gap: str | None = None
     dst_overlap: str | None = None
+    calendar: str | None = None
+    calendar_def: dict[str, Any] | None = None
     at: str | None = None
     interval: str | None = None
     anchor: str | None = None
@@ -325,14 +341,12 @@ class PreviewOut(_Out):
     tz: str
     dst_gap: str
     dst_overlap: str
+    calendar: str | None = None
     items: list[PreviewItem]
 
 
 class NodeClockOut(_Out):
-    offset_ms: float = Field(
-        description="the store's clock minus the node's, estimated (NTP's sign: positive"
-        " when the node's clock is behind)"
-    )
+    offset_ms: float = Field(description="the store's clock minus the node's (+: node behind)")
     uncertainty_ms: float = Field(description="how far that estimate may be off")
     flagged: bool = Field(description="past its bounds: a flagged worker claims nothing")
     flag: str | None = Field(description="why it is flagged")
@@ -345,9 +359,32 @@ class NodeOut(_Out):
     pid: int
     heartbeat_at: str
     heartbeat_age_s: float
-    clock: NodeClockOut | None = Field(
-        description="its clock's offset to the store's, as it last reported it (null: not measured)"
+    clock: NodeClockOut | None = Field(description="its clock as last reported (null: unknown)")
+    tz_source: str | None = Field(description="where its tz database comes from")
+    tz_version: str | None = Field(description="its tz database's IANA version")
+
+
+class TzDatabaseOut(_Out):
+    source: str
+    version: str
+
+
+class TzMismatchOut(_Out):
+    id: str
+    kind: str
+    source: str | None
+    version: str | None
+
+
+class TzStatusOut(_Out):
+    cluster: TzDatabaseOut | None = Field(
+        description="the tz database the leader recorded (null: none recorded yet)"
     )
+    process: TzDatabaseOut = Field(description="this API process's tz database")
+    mismatched: list[TzMismatchOut] = Field(
+        description="live nodes whose tz database version is not the cluster's"
+    )
+    mismatch: bool = Field(description="a live node, or this process, differs from the cluster")
 
 
 class QuotaLimits(_Out):
@@ -389,6 +426,45 @@ class QuotaIn(_In):
     backfill_per_day: int | None = Field(None, ge=0)
 
 
+class CalendarIn(_In):
+    """A calendar's rules: what it excludes (holidays, explicit dates, days off its
+    weekdays), and the dates it never excludes."""
+
+    holidays: str | None = Field(
+        None, max_length=64, examples=["DE-BY"], description="a built-in calendar's holidays"
+    )
+    exclude: list[str] = Field(
+        default_factory=list, max_length=1000, examples=[["2026-12-24", "2026-12-31"]]
+    )
+    include: list[str] = Field(
+        default_factory=list,
+        max_length=1000,
+        examples=[["2026-12-27"]],
+        description="dates never excluded (over a holiday or a day off its weekdays)",
+    )
+    weekdays: str | None = Field(
+        None, max_length=64, examples=["mon-fri"], description="cron's day-of-week syntax"
+    )
+
+
+class CalendarOut(_Out):
+    namespace: str
+    name: str
+    holidays: str | None
+    exclude: list[str]
+    include: list[str]
+    weekdays: str | None
+    updated_at: str
+    jobs: list[str] = Field(description="the namespace's jobs that name it")
+    replanned: list[str] | None = Field(
+        None, description="on a write: the jobs whose schedule and next instant moved with it"
+    )
+
+
+class CalendarList(_Out):
+    items: list[CalendarOut]
+
+
 class StatusOut(_Out):
     now: str
     namespace: str
@@ -413,6 +489,9 @@ class StatusOut(_Out):
     )
     quota: QuotaOut | None = Field(
         description="the namespace's quota and what it uses of it (null: a cluster token)"
+    )
+    tzdata: TzStatusOut | None = Field(
+        None, description="the cluster's tz database and who differs (null: a namespace token)"
     )
 
 

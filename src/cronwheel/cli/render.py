@@ -8,6 +8,7 @@ from typing import Any
 
 from cronwheel.domain.firing import format_instant
 from cronwheel.domain.models import Firing, Job, JobEvent
+from cronwheel.observability.tzdata import tz_status
 from cronwheel.store.protocol import StoreStatus
 from cronwheel.wire import clock_text, node_clock_to_json
 
@@ -60,11 +61,10 @@ def event_dict(event: JobEvent) -> dict[str, Any]:
 
 def upcoming(job: Job, count: int) -> list[dict[str, Any]]:
     """The next ``count`` instants from the job's cursor, in UTC and the job's zone."""
-    from zoneinfo import ZoneInfo
-
     from cronwheel.domain.schedules import upcoming_instants
+    from cronwheel.domain.tz import load_zone
 
-    zone = ZoneInfo(_tz_of(job))
+    zone = load_zone(_tz_of(job))
     return [
         {"utc": format_instant(t), "local": t.astimezone(zone).isoformat()}
         for t in upcoming_instants(job.spec.schedule, job.next_fire_at, count)
@@ -226,9 +226,12 @@ def status_dict(s: StoreStatus) -> dict[str, Any]:
                 "heartbeat_at": _ts(n.heartbeat_at),
                 "heartbeat_age_s": round((s.now - n.heartbeat_at).total_seconds(), 1),
                 "clock": node_clock_to_json(n.clock),
+                "tz_source": n.tz_source,
+                "tz_version": n.tz_version,
             }
             for n in s.nodes
         ],
+        "tzdata": tz_status(s),
     }
 
 
@@ -264,12 +267,19 @@ def status_view(doc: dict[str, Any]) -> None:
     if objective:
         objective_view(console, objective)
     quotas_view(console, doc.get("quotas", []))
+    console.print(escape(tz_line(doc["tzdata"])).replace("MISMATCH", "[red]MISMATCH[/red]"))
     table = Table(title="nodes", title_justify="left")
-    for col in ("kind", "id", "pid", "last heartbeat", "clock offset"):
+    for col in ("kind", "id", "pid", "last heartbeat", "tz database", "clock offset"):
         table.add_column(col)
     for n in doc["nodes"]:
+        tz = "?" if n["tz_version"] is None else f"{n['tz_version']} ({n['tz_source']})"
         table.add_row(
-            n["kind"], n["id"], str(n["pid"]), f"{n['heartbeat_age_s']} s ago", clock_cell(n)
+            n["kind"],
+            n["id"],
+            str(n["pid"]),
+            f"{n['heartbeat_age_s']} s ago",
+            escape(tz),
+            clock_cell(n),
         )
     console.print(table)
 
@@ -283,6 +293,22 @@ def clock_cell(node: dict[str, Any]) -> str:
     if clock is not None and clock["flagged"]:
         return f"[red]{text}  flagged: {escape(clock['flag'])}[/red]"
     return text
+
+
+def tz_line(tz: dict[str, Any]) -> str:
+    """The status line of the cluster's tz database (observability.tzdata.tz_status)."""
+    cluster = tz["cluster"]
+    shown = (
+        "none recorded yet" if cluster is None else f"{cluster['version']} ({cluster['source']})"
+    )
+    line = f"tz database  {shown}"
+    if tz["mismatch"]:
+        others = [f"{n['id']} {n['version'] or '?'}" for n in tz["mismatched"]]
+        process = tz["process"]
+        if cluster is not None and process["version"] != cluster["version"]:
+            others.append(f"this process {process['version']}")
+        line += "   MISMATCH: " + ", ".join(others)
+    return line
 
 
 def quotas_view(console: Any, quotas: list[dict[str, Any]]) -> None:

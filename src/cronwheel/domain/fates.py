@@ -20,10 +20,13 @@ gives each one its disposition from what the store recorded:
     dst_once     the wall time occurred twice and fired at the first only (``once``)
     deduplicated several wall times mapped to one instant (e.g. 02:00 and 02:30 both
                  to 03:00 under ``next_valid``): one firing served them all
+    excluded_by_calendar  the schedule's calendar excludes its local date (the detail
+                 names the holiday and the calendar: "Heilige Drei Könige (DE-BY)")
     schedule_error the dispatcher could not compute the job's instants past an earlier
                  one (work budget exhausted, or none within the horizon): the job ended
     upcoming     in the future
-    not_due      before the job existed, or no record at all (reported, never hidden)
+    not_due      before the job existed (or its start_at), after its end_at or its last
+                 run (max_runs), or no record at all (reported, never hidden)
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ class _Nominal:
     instant: datetime | None
     dst: str | None  # dst_* fate label, or None
     note: str | None
+    excluded: str | None = None  # why the schedule's calendar excludes its local date
 
 
 def _wall_bounds(
@@ -142,7 +146,7 @@ def _nominal(job: Job, since: datetime, until: datetime, budget: StepBudget) -> 
                     dst = "dst_doubled"
                 elif r.note and len(both) == 2:
                     dst = "dst_once"
-                yield _Nominal(label, r.utc, dst, r.note)
+                yield _Nominal(label, r.utc, dst, r.note, schedule.excluded_by_calendar(r.utc))
         return
     budget.spend()
     try:
@@ -245,6 +249,13 @@ def _fate(
         return Occurrence(
             nominal=n.label, instant=t, fate=fate, detail=prefix + text, firing_id=firing.id
         )
+    if n.excluded is not None:
+        return Occurrence(
+            nominal=n.label,
+            instant=t,
+            fate="excluded_by_calendar",
+            detail=f"{prefix}the calendar excludes this day: {n.excluded}",
+        )
     for start, end in pauses:
         if start <= t < end:
             return Occurrence(
@@ -269,6 +280,17 @@ def _fate(
                 detail=f"{prefix}no leader fired it in time; misfire policy "
                 f"{policy} did not catch it up",
             )
+    if job.spec.end_at is not None and t > job.spec.end_at:
+        return Occurrence(
+            nominal=n.label, instant=t, fate="not_due", detail="after the job's end_at bound"
+        )
+    if job.next_fire_at is None and job.remaining_runs == 0:
+        return Occurrence(
+            nominal=n.label,
+            instant=t,
+            fate="not_due",
+            detail="after the job's last run (its max_runs were used)",
+        )
     if t > now or (job.next_fire_at is not None and t >= job.next_fire_at):
         return Occurrence(
             nominal=n.label, instant=t, fate="upcoming", detail=prefix + "not yet due"

@@ -454,6 +454,9 @@ class NodeInfo:
     # its clock's offset to the store's and whether it is flagged, as it last reported
     # them (domain/clock.py); None until it has
     clock: ClockEstimate | None = None
+    # the tz database the node computes instants with (domain.tzdb.TzDatabase)
+    tz_source: str | None = None
+    tz_version: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -48,6 +48,7 @@ from cronwheel.domain.results import (  # re-exported: the stores import it from
     CancelResult as CancelResult,  # noqa: PLC0414
 )
 from cronwheel.domain.skips import SkipResult
+from cronwheel.store.calendar_port import CalendarChange, CalendarPort  # re-exported
 from cronwheel.store.quota_port import QuotaPort  # re-exported (__all__)
 from cronwheel.store.records import (  # re-exported (__all__): callers import them here
     JOB_STATES,
@@ -58,12 +59,15 @@ from cronwheel.store.records import (  # re-exported (__all__): callers import t
     AddedFirings,
     ApiToken,
     Completion,
+    CursorMove,
     EnqueueResult,
     JobAdvance,
     PlannedFiring,
     ServedTask,
     StoreStatus,
+    TzRecord,
 )
+from cronwheel.store.tz_port import TzPort  # re-exported (__all__)
 from cronwheel.wakeup import Wakeup
 
 __all__ = [
@@ -79,8 +83,11 @@ __all__ = [
     "ApiJobsPort",
     "ApiStore",
     "ApiToken",
+    "CalendarChange",
+    "CalendarPort",
     "CancelResult",
     "Completion",
+    "CursorMove",
     "DispatchPort",
     "EnqueueResult",
     "JobAdvance",
@@ -90,14 +97,17 @@ __all__ = [
     "ServedTask",
     "Store",
     "StoreStatus",
+    "TzPort",
+    "TzRecord",
     "WorkerPort",
 ]
 
 DISPATCHER_LEASE = "dispatcher"
 
 
-class DispatchPort(Protocol):
-    """The dispatcher's port: leadership, due jobs, fenced enqueues, the reaper."""
+class DispatchPort(TzPort, Protocol):
+    """The dispatcher's port: leadership, due jobs, fenced enqueues, the reaper (and, from
+    TzPort, the cluster's tz database)."""
 
     def acquire_lease(self, name: str, holder: str, ttl: timedelta) -> Lease | None:
         """Renew the lease if ``holder`` holds it unexpired, else take it over if it has
@@ -225,15 +235,13 @@ class WorkerPort(Protocol):
         ...
 
     def now(self) -> datetime:
-        """The store's clock: a node samples it to act on the store's time
-        (domain/clock.py StoreClock)."""
+        """The store's clock, which nodes act on (domain/clock.py StoreClock)."""
         ...
 
     def register_node(self, node: NodeInfo) -> None: ...
 
     def heartbeat_node(self, node_id: str, clock: ClockEstimate | None = None) -> None:
-        """The node is alive; ``clock`` is its clock's offset to the store's as it
-        measures it now, and its flag (None: not measured)."""
+        """The node is alive; ``clock``: its offset to the store's clock (None: unknown)."""
         ...
 
     def remove_node(self, node_id: str) -> None: ...
@@ -390,7 +398,7 @@ class AdminPort(Protocol):
         ...
 
 
-class Store(DispatchPort, WorkerPort, JobsPort, AdminPort, QuotaPort, Protocol):
+class Store(DispatchPort, WorkerPort, JobsPort, AdminPort, QuotaPort, CalendarPort, Protocol):
     """Every port at once: what one store implementation provides."""
 
 

@@ -12,6 +12,7 @@ from typing import Literal
 
 from cronwheel.domain.clock import ClockBounds
 from cronwheel.domain.models import NodeInfo
+from cronwheel.domain.tzdb import tz_database
 from cronwheel.errors import ValidationError
 
 
@@ -78,7 +79,9 @@ def finished_within(finished: deque[float], since: float) -> int:
 
 
 def worker_node(worker_id: str, tasks: list[str], config: WorkerConfig, now: datetime) -> NodeInfo:
-    """The node registry's row of a worker starting now (its tasks: what it serves)."""
+    """The node registry's row of a worker starting now (its tasks: what it serves; the
+    tz database it computes instants with)."""
+    tzdb = tz_database()
     return NodeInfo(
         id=worker_id,
         kind="worker",
@@ -87,4 +90,6 @@ def worker_node(worker_id: str, tasks: list[str], config: WorkerConfig, now: dat
         started_at=now,
         heartbeat_at=now,
         info={"tasks": tasks, "concurrency": config.concurrency},
+        tz_source=tzdb.source,
+        tz_version=tzdb.version,
     )

@@ -36,10 +36,11 @@ from cronwheel.store import codec
 from cronwheel.store.claiming import ClaimAsk
 from cronwheel.store.codec import Row
 from cronwheel.store.core import filters
+from cronwheel.store.core.calendars import CalendarFlows
 from cronwheel.store.core.dialect import Dialect, Tx
-from cronwheel.store.core.quotas import QuotaFlows
 from cronwheel.store.core.skips import SkipFlows
 from cronwheel.store.core.tasks import TaskFlows
+from cronwheel.store.core.tzdata import TzFlows
 from cronwheel.store.protocol import (
     AddedFirings,
     CancelResult,
@@ -60,10 +61,11 @@ def job_exists(spec: JobSpec, *, naming_namespace: bool = False) -> ConflictErro
     )
 
 
-class CoreStore(SkipFlows[D], TaskFlows[D], QuotaFlows[D]):
+class CoreStore(SkipFlows[D], TaskFlows[D], CalendarFlows[D], TzFlows[D]):
     """The engine-independent flows of the Store and ApiStore protocols (the admin
     half, and the plumbing, in core/admin.py; skipping occurrences in core/skips.py;
-    served tasks in core/tasks.py; quotas in core/quotas.py)."""
+    served tasks in core/tasks.py; quotas in core/quotas.py; the tz database in
+    core/tzdata.py)."""
 
     # -- engine hooks -------------------------------------------------------------------
     @abstractmethod

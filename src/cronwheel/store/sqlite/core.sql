@@ -139,6 +139,12 @@ SET holder = excluded.holder,
 WHERE leases.expires_at <= :now OR leases.holder = excluded.holder
 RETURNING *
 
+-- name: fence_check
+-- A leader write's fence (an enqueue, a tz database adoption): this holder and epoch
+-- hold an unexpired lease. [leases primary key]
+SELECT epoch FROM leases
+WHERE name = :name AND holder = :holder AND epoch = :epoch AND expires_at > :now
+
 -- name: release_lease
 -- Expires the lease now, if this holder and epoch still hold it.
 UPDATE leases SET expires_at = :now WHERE name = :name AND holder = :holder AND epoch = :epoch
@@ -221,14 +227,17 @@ WHERE id = :id AND state = 'dead'
 RETURNING *
 
 -- name: register_node
--- A node (scheduler, worker, api) announces itself, or re-announces, with its clock's
--- offset to the store's (NULLs: not measured yet). [nodes primary key]
+-- A node (scheduler, worker, api) announces itself, or re-announces, with the tz
+-- database it computes instants with and its clock's offset to the store's (NULLs: not
+-- measured yet). [nodes primary key]
 INSERT INTO nodes (id, kind, hostname, pid, started_at, heartbeat_at, wake_addr, info,
-                   clock_offset, clock_uncertainty, clock_flag)
+                   tz_source, tz_version, clock_offset, clock_uncertainty, clock_flag)
 VALUES (:id, :kind, :hostname, :pid, :started_at, :now, :wake_addr,
-        :info, :clock_offset, :clock_uncertainty, :clock_flag)
+        :info, :tz_source, :tz_version, :clock_offset, :clock_uncertainty,
+        :clock_flag)
 ON CONFLICT (id) DO UPDATE
 SET heartbeat_at = excluded.heartbeat_at, wake_addr = excluded.wake_addr, info = excluded.info,
+    tz_source = excluded.tz_source, tz_version = excluded.tz_version,
     clock_offset = excluded.clock_offset, clock_uncertainty = excluded.clock_uncertainty,
     clock_flag = excluded.clock_flag
 
