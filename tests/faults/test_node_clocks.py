@@ -40,6 +40,7 @@ pytestmark = pytest.mark.slow
 
 # the precision target is p99 lateness far under 200 ms; these hold on a loaded 2-core box
 P99_LATE_S = 0.150
+CONTROL_QUIET_S = 0.100  # the control's p99 under this: the machine can keep the target
 EARLY_S = 0.005  # the offset is known to within half a round trip (well under 1 ms here)
 KEEP_MONOTONIC = {"FAKETIME_DONT_FAKE_MONOTONIC": "1"}
 
@@ -211,6 +212,7 @@ def test_shifted_clocks_start_firings_at_their_instants(
             "scheduler_shift": scheduler_shift,
             "offset_measured_s": clock["clock_offset"],
             "uncertainty_ms": round(clock["clock_uncertainty"] * 1000, 3),
+            "precision_asserted": _p99(ctl) < CONTROL_QUIET_S,
         }
         | {
             f"{who}_lateness_ms_{k}": round(v * 1000, 2)
@@ -224,14 +226,15 @@ def test_shifted_clocks_start_firings_at_their_instants(
         }
     )
     assert late[0] >= -EARLY_S, late[:5]
-    # the precision target, unless the machine is so loaded that the control misses it
-    # too: then no worse than the control in the median, and far under the 3 s error
-    if _p99(ctl) < P99_LATE_S:
+    # Whatever the load: none early, and every start far from the 3 s error (without the
+    # correction the worker 3 s behind started every firing >= 3.0 s late, the one 3 s
+    # ahead up to 0.46 s early). The precision target where the machine can keep it:
+    # when the control, on the host's clock at the same moment, does with room to spare.
+    median = late[len(late) // 2]
+    assert median < 1.0, (median, late[-5:])
+    assert _p99(late) < 2.5, late[-5:]
+    if _p99(ctl) < CONTROL_QUIET_S:
         assert _p99(late) < P99_LATE_S, (late[-5:], ctl[-5:])
-    else:
-        median, ctl_median = late[len(late) // 2], ctl[len(ctl) // 2]
-        assert median < ctl_median + 0.05, (median, ctl_median)
-        assert _p99(late) < 1.0, late[-5:]
     for proc in (shifted, control):
         assert proc.alive() and proc.tracebacks() == 0, proc.lines()[-20:]
 
