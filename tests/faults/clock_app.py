@@ -4,7 +4,8 @@ same instants side by side.
 
 A handler's start is measured by the TEST process, in real time: the handler sends its
 job's name (no timestamp: its own clock is the shifted one) in a UDP datagram to the
-address in ``$CRONWHEEL_CLOCK_PING`` (``host:port``), and the test stamps its receipt.
+address in ``$CRONWHEEL_CLOCK_PING`` (``host:port``), and the test keeps its arrival
+instant as the kernel stamped it.
 (The store's ``started_at`` will not do: a completion rewrites it with the worker's
 reading of the start, i.e. by the clock under test.)"""
 

@@ -5,7 +5,7 @@ A worker 3 s behind or ahead (and, in the third case, a scheduler 3 s behind too
 against PostgreSQL beside a control worker (under faketime too, at +0s: libfaketime
 costs CPU on every clock read) that serves the same instants. Each handler's start is
 measured in REAL time by the test process: the handler sends a timestamp-free UDP
-datagram, the test stamps its receipt (clock_app.py). Not the store's ``started_at``:
+datagram, the kernel stamps its arrival (SO_TIMESTAMPNS; clock_app.py). Not the store's ``started_at``:
 a completion rewrites it with the worker's own reading of the start. Then a worker
 whose offset passes its bound (``--max-clock-offset 1``) is flagged in the node
 registry and claims nothing, and recovers when its clock is fixed.
@@ -23,6 +23,7 @@ import glob
 import re
 import shutil
 import socket
+import struct
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -43,6 +44,7 @@ pytestmark = pytest.mark.slow
 P99_LATE_S = 0.150
 CONTROL_QUIET_S = 0.100  # the control's p99 under this: the machine can keep the target
 EARLY_S = 0.005  # the offset is known to within half a round trip (well under 1 ms here)
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux's value; Python may lack it
 KEEP_MONOTONIC = {"FAKETIME_DONT_FAKE_MONOTONIC": "1"}
 
 
@@ -107,11 +109,13 @@ def _quiet(cluster: Cluster) -> None:
 
 
 class Pings:
-    """Receives the handlers' datagrams (clock_app.py) and stamps each job's first one
-    with this process's clock: the real one."""
+    """Receives the handlers' datagrams (clock_app.py) and keeps each job's first one's
+    arrival instant as the kernel stamped it (SO_TIMESTAMPNS): the real clock, and not
+    delayed by this process waiting for a CPU on a loaded machine."""
 
     def __init__(self) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.sock.settimeout(0.2)
         self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
@@ -121,12 +125,18 @@ class Pings:
         self._thread.start()
 
     def _run(self) -> None:
+        stamp = struct.Struct("@qq")  # struct timespec
         while not self._stop.is_set():
             try:
-                data = self.sock.recv(256)
+                data, ancillary, _, _ = self.sock.recvmsg(256, socket.CMSG_SPACE(stamp.size))
             except TimeoutError:
                 continue
-            self.seen.setdefault(data.decode(), time.time())
+            at = time.time()  # only if the kernel gave no stamp
+            for level, kind, value in ancillary:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    sec, nsec = stamp.unpack(value[: stamp.size])
+                    at = sec + nsec / 1e9
+            self.seen.setdefault(data.decode(), at)
 
     def close(self) -> None:
         self._stop.set()
