@@ -5,8 +5,9 @@ A worker 3 s behind or ahead (and, in the third case, a scheduler 3 s behind too
 against PostgreSQL beside a control worker (under faketime too, at +0s: libfaketime
 costs CPU on every clock read) that serves the same instants. Each handler's start is
 measured in REAL time by the test process: the handler sends a timestamp-free UDP
-datagram, the kernel stamps its arrival (SO_TIMESTAMPNS; clock_app.py). Not the store's ``started_at``:
-a completion rewrites it with the worker's own reading of the start. Then a worker
+datagram, the kernel stamps its arrival (SO_TIMESTAMPNS; clock_app.py). Not the
+store's ``started_at``: a completion rewrites it with the worker's own reading of the
+start. Then a worker
 whose offset passes its bound (``--max-clock-offset 1``) is flagged in the node
 registry and claims nothing, and recovers when its clock is fixed.
 
