@@ -148,7 +148,10 @@ def test_a_worker_past_its_offset_bound_is_flagged_claims_nothing_then_recovers(
             first_flag.append(time.monotonic())
         return first_flag[0] + 0.5  # flagged for half a second (10 samples, 5+ polls)
 
-    _run(worker, lambda: bool(ran), step)
+    def recovered_and_ran() -> bool:  # the registry shows the recovery too
+        return bool(ran) and bool(seen) and seen[-1] is not None and seen[-1].flag is None
+
+    _run(worker, recovered_and_ran, step)
     assert ran, "the worker never recovered"
     ((_, flagged), _), *more = sink.named("clock_flagged")
     assert not more
