@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NewType
 
+from cronwheel.domain.clock import ClockEstimate
 from cronwheel.domain.firing import FiringState, format_instant, idempotency_key
 from cronwheel.domain.overlap import OverlapPolicy
 from cronwheel.domain.policies import MisfirePolicy
@@ -456,6 +457,9 @@ class NodeInfo:
     heartbeat_at: datetime
     wake_addr: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    # its clock's offset to the store's and whether it is flagged, as it last reported
+    # them (domain/clock.py); None until it has
+    clock: ClockEstimate | None = None
     # the tz database the node computes instants with (domain.tzdb.TzDatabase)
     tz_source: str | None = None
     tz_version: str | None = None

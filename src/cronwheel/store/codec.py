@@ -11,6 +11,7 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 from cronwheel.domain.attempts import Attempt, AttemptOutcome
+from cronwheel.domain.clock import ClockEstimate
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import (
     ClaimedFiring,
@@ -252,6 +253,17 @@ def _trace(stored: Any) -> dict[str, str] | None:
     return None if stored is None else {str(k): str(v) for k, v in _load(stored).items()}
 
 
+def clock_params(clock: ClockEstimate | None) -> dict[str, Any]:
+    """A node's reported clock as the nodes table's three columns."""
+    if clock is None:
+        return {"clock_offset": None, "clock_uncertainty": None, "clock_flag": None}
+    return {
+        "clock_offset": clock.offset,
+        "clock_uncertainty": clock.uncertainty,
+        "clock_flag": clock.flag,
+    }
+
+
 def node_from_row(row: Row) -> NodeInfo:
     return NodeInfo(
         id=row["id"],
@@ -262,6 +274,11 @@ def node_from_row(row: Row) -> NodeInfo:
         heartbeat_at=req_instant(row["heartbeat_at"]),
         wake_addr=row["wake_addr"],
         info=_load(row["info"]) or {},
+        clock=None
+        if row["clock_offset"] is None
+        else ClockEstimate(
+            float(row["clock_offset"]), float(row["clock_uncertainty"]), row["clock_flag"]
+        ),
         tz_source=row["tz_source"],
         tz_version=row["tz_version"],
     )

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from types import TracebackType
-from typing import Any
 
 
 class Slots:
@@ -67,13 +66,3 @@ class Slots:
                 waiter.set_result(None)
                 return
         self._free += 1
-
-
-async def wait_any(aws: list[Any], timeout: float) -> None:
-    """Wait until the first of ``aws`` is done, or ``timeout``; cancel the others."""
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in tasks:
-            t.cancel()

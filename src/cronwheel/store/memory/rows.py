@@ -130,6 +130,9 @@ class NodeRow(_Row):
     heartbeat_at: int
     wake_addr: str | None
     info: str  # JSON text: a caller's later change to its dict never reaches the store
+    clock_offset: float | None = None
+    clock_uncertainty: float | None = None
+    clock_flag: str | None = None
     tz_source: str | None = None
     tz_version: str | None = None
 

@@ -258,19 +258,28 @@ WHERE id = %(id)s AND state = 'dead'
 RETURNING *
 
 -- name: register_node
--- A node (scheduler, worker, api) announces itself, or re-announces. [nodes primary key]
+-- A node (scheduler, worker, api) announces itself, or re-announces, with the tz
+-- database it computes instants with and its clock's offset to the store's (NULLs: not
+-- measured yet). [nodes primary key]
 INSERT INTO nodes (id, kind, hostname, pid, started_at, heartbeat_at, wake_addr, info,
-                   tz_source, tz_version)
+                   tz_source, tz_version, clock_offset, clock_uncertainty, clock_flag)
 VALUES (%(id)s, %(kind)s, %(hostname)s, %(pid)s, %(started_at)s, :now, %(wake_addr)s,
-        %(info)s::jsonb, %(tz_source)s, %(tz_version)s)
+        %(info)s::jsonb, %(tz_source)s, %(tz_version)s, %(clock_offset)s, %(clock_uncertainty)s,
+        %(clock_flag)s)
 ON CONFLICT (id) DO UPDATE
 SET heartbeat_at = excluded.heartbeat_at, wake_addr = excluded.wake_addr, info = excluded.info,
-    tz_source = excluded.tz_source, tz_version = excluded.tz_version
+    tz_source = excluded.tz_source, tz_version = excluded.tz_version,
+    clock_offset = excluded.clock_offset, clock_uncertainty = excluded.clock_uncertainty,
+    clock_flag = excluded.clock_flag
 
 -- name: heartbeat_node
 -- A node is alive: its kind and new heartbeat (a worker's served tasks are refreshed
--- from them, core/admin.py). [nodes primary key]
-UPDATE nodes SET heartbeat_at = :now WHERE id = %(id)s RETURNING kind, heartbeat_at
+-- from them, core/admin.py), with its clock's offset to the store's, its uncertainty
+-- and its flag (NULL: not measured). [nodes primary key]
+UPDATE nodes
+SET heartbeat_at = :now, clock_offset = %(clock_offset)s,
+    clock_uncertainty = %(clock_uncertainty)s, clock_flag = %(clock_flag)s
+WHERE id = %(id)s RETURNING kind, heartbeat_at
 
 -- name: remove_node
 -- A node that stopped cleanly. [nodes primary key]
