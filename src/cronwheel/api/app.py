@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from cronwheel.api.calls import StoreCallMode
 from cronwheel.api.errors import install_error_handlers
 from cronwheel.api.guard import DEFAULT_MAX_BODY, BodyGuard
 from cronwheel.api.schemas import ErrorOut
@@ -31,12 +32,17 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 def create_api(
-    store: ApiStore, *, auth_required: bool = True, max_body: int = DEFAULT_MAX_BODY
+    store: ApiStore,
+    *,
+    auth_required: bool = True,
+    max_body: int = DEFAULT_MAX_BODY,
+    store_calls_on_loop: bool = False,
 ) -> FastAPI:
     """The HTTP API over ``store`` (which the caller opens, migrates and closes).
 
-    Endpoints are sync: FastAPI runs them in its thread pool, and the store
-    serializes what it must.
+    Endpoints are plain functions calling the store: they run in the thread pool, or on
+    the event loop with ``store_calls_on_loop`` (for a store whose calls never overlap,
+    such as SQLite's one connection: see ``api.calls``).
     """
     from importlib.metadata import version
 
@@ -59,5 +65,7 @@ def create_api(
     app.include_router(routes_firings.router)
     app.include_router(routes_misc.router)
     app.include_router(routes_quota.router)
+    if store_calls_on_loop:
+        app.add_middleware(StoreCallMode)
     app.add_middleware(BodyGuard, max_body=max_body)
     return app

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from cronwheel.api.auth import Principal, Reader, Writer, store_of
+from cronwheel.api.calls import ApiRoute
 from cronwheel.api.convert import (
     AsciiInt,
     decode_cursor,
@@ -37,7 +38,7 @@ from cronwheel.store.protocol import ApiStore
 from cronwheel.web.ids import internal_id
 from cronwheel.wire import cancel_to_json, firing_to_json
 
-router = APIRouter(tags=["firings"])
+router = APIRouter(tags=["firings"], route_class=ApiRoute)
 FiringIdPath = Annotated[AsciiInt, Path(ge=1, le=2**63 - 1, description="the firing's id")]
 # FiringIdPath is the shown id (domain/ids.py): _firing turns it into the store's.
 _KEY_RE = re.compile(r"[\x21-\x7e]{1,255}")

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import AfterValidator
 
 from cronwheel.api.auth import Principal, Reader, Writer, store_of
+from cronwheel.api.calls import ApiRoute
 from cronwheel.api.convert import (
     AsciiInt,
     decode_cursor,
@@ -42,7 +43,7 @@ from cronwheel.wire import firing_to_json
 
 UPCOMING = 5
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=ApiRoute)
 JobName = Annotated[
     str,
     Path(min_length=1, max_length=200, description="the job's name (URL-encoded)"),

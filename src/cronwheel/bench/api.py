@@ -36,11 +36,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from cronwheel.bench.runner import TASK, fresh_store, store_kind
 from cronwheel.domain.models import JobSpec
 from cronwheel.domain.schedules import now as now_schedule
+from cronwheel.store.protocol import ApiStore
 from cronwheel.web.ids import ids_for
 from cronwheel.web.tokens import issue_token
 
@@ -128,7 +129,7 @@ def run_api(
     if wrk is None:
         raise RuntimeError("wrk is not installed (Debian: apt-get install wrk)")
     with tempfile.TemporaryDirectory() as tmp, fresh_store(store_url, Path(tmp)) as (url, store):
-        _, token = issue_token(store, namespace=NAMESPACE, role="write")
+        _, token = issue_token(cast(ApiStore, store), namespace=NAMESPACE, role="write")
         firing = store.enqueue_now(
             JobSpec(name="bench-firing", task=TASK, schedule=now_schedule(), namespace=NAMESPACE)
         )
@@ -153,9 +154,7 @@ def run_api(
                 prefix = uuid.uuid4().hex[:8]
                 _wrk([*common, "-d1s", base, "--", *_args(row, f"w{prefix}")])  # warm-up
                 cpu0 = _cpu_seconds(pids())
-                doc = _wrk(
-                    [*common, f"-d{duration_s:g}s", base, "--", *_args(row, f"m{prefix}")]
-                )
+                doc = _wrk([*common, f"-d{duration_s:g}s", base, "--", *_args(row, f"m{prefix}")])
                 cpu = _cpu_seconds(pids())
                 requests = doc["requests"]
                 seconds = doc["duration_us"] / 1e6
