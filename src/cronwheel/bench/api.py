@@ -4,7 +4,7 @@ A fresh store (as every workload: a temporary SQLite file, or a temporary Postgr
 database), a write token of namespace ``bench`` and one queued firing; then
 ``cronwheel api --auth`` as its own process(es) (``--workers N``) and, for each row,
 Debian's ``wrk`` (one thread, ``connections`` keep-alive connections, closed loop) for
-``duration_s`` seconds after a one-second warm-up:
+``duration_s`` seconds after a one-second warm-up (none with ``warm_up=False``):
 
 - ``create``: ``POST /v1/jobs``, a cron job with a unique name per request;
 - ``upsert``: ``PUT /v1/jobs/{name}`` over 100 names, the same definition every time
@@ -123,6 +123,7 @@ def run_api(
     duration_s: float,
     connections: int,
     progress: Callable[[int, int], None],
+    warm_up: bool = True,
 ) -> dict[str, Any]:
     """Every row against one ``cronwheel api --auth`` on a fresh store; a result dict."""
     wrk = wrk_path()
@@ -143,7 +144,7 @@ def run_api(
             "api_workers": api_workers,
             "connections": connections,
             "duration_s": duration_s,
-            "rows": [],
+            "rows": {},
         }
         with _api_server(url, api_workers, Path(tmp)) as (base, pids):
             for i, row in enumerate(plan):
@@ -152,29 +153,27 @@ def run_api(
                 common += ["-H", f"Authorization: Bearer {token}"]
                 common += ["-H", "Content-Type: application/json"]
                 prefix = uuid.uuid4().hex[:8]
-                _wrk([*common, "-d1s", base, "--", *_args(row, f"w{prefix}")])  # warm-up
+                if warm_up:
+                    _wrk([*common, "-d1s", base, "--", *_args(row, f"w{prefix}")])
                 cpu0 = _cpu_seconds(pids())
                 doc = _wrk([*common, f"-d{duration_s:g}s", base, "--", *_args(row, f"m{prefix}")])
                 cpu = _cpu_seconds(pids())
                 requests = doc["requests"]
                 seconds = doc["duration_us"] / 1e6
-                out["rows"].append(
-                    {
-                        "name": row.name,
-                        "request": f"{row.method} {row.path}",
-                        "requests": requests,
-                        "rps": round(requests / seconds) if seconds else 0,
-                        "p50_ms": round(doc["p50_us"] / 1000, 2),
-                        "p99_ms": round(doc["p99_us"] / 1000, 2),
-                        "max_ms": round(doc["max_us"] / 1000, 2),
-                        "errors": doc["status_errors"] + doc["socket_errors"],
-                        "cpu_us_per_request": (
-                            None
-                            if cpu is None or cpu0 is None or not requests
-                            else round((cpu - cpu0) * 1e6 / requests)
-                        ),
-                    }
-                )
+                out["rows"][row.name] = {
+                    "request": f"{row.method} {row.path}",
+                    "requests": requests,
+                    "rps": round(requests / seconds) if seconds else 0,
+                    "p50_ms": round(doc["p50_us"] / 1000, 2),
+                    "p99_ms": round(doc["p99_us"] / 1000, 2),
+                    "max_ms": round(doc["max_us"] / 1000, 2),
+                    "errors": doc["status_errors"] + doc["socket_errors"],
+                    "cpu_us_per_request": (
+                        None
+                        if cpu is None or cpu0 is None or not requests
+                        else round((cpu - cpu0) * 1e6 / requests)
+                    ),
+                }
             progress(len(plan), len(plan))
         return out
 
