@@ -34,6 +34,7 @@ def create_app(
     allowed_hosts: Iterable[str] | None = None,
     trusted_proxies: Iterable[str] = (),
     store_calls_on_loop: bool = False,
+    validate_responses: bool = True,
     token_cache_s: float = TOKEN_CACHE_S,
     clock: Clock | None = None,
 ) -> FastAPI:
@@ -47,9 +48,10 @@ def create_app(
     app with uvicorn, pass ``proxy_headers=False``: the app does this itself.
 
     ``store_calls_on_loop``: run the API's store calls on the event loop (see
-    ``api.calls``; ``cronwheel api`` does for SQLite). Token records are believed for
-    ``token_cache_s`` seconds of ``clock``'s monotonic time (``web.tokens.TokenCache``):
-    the bound within which a revoked token stops working.
+    ``api.calls``; ``cronwheel api`` does for SQLite); ``validate_responses=False``:
+    write the API's answers with orjson, unvalidated (``cronwheel api`` does). Token
+    records are believed for ``token_cache_s`` seconds of ``clock``'s monotonic time
+    (``web.tokens.TokenCache``): the bound within which a revoked token stops working.
     """
     hosts = None if allowed_hosts is None else parse_allowed_hosts(allowed_hosts)
     proxies = parse_trusted_proxies(trusted_proxies)
@@ -58,6 +60,7 @@ def create_app(
         auth_required=auth_required,
         max_body=max_body,
         store_calls_on_loop=store_calls_on_loop,
+        validate_responses=validate_responses,
     )
     app.state.token_cache = TokenCache((clock or SystemClock()).monotonic, token_cache_s)
     mount(app)

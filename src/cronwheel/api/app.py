@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from cronwheel.api.calls import StoreCallMode
+from cronwheel.api.calls import ServingMode
 from cronwheel.api.errors import install_error_handlers
 from cronwheel.api.guard import DEFAULT_MAX_BODY, BodyGuard
 from cronwheel.api.schemas import ErrorOut
@@ -37,12 +37,14 @@ def create_api(
     auth_required: bool = True,
     max_body: int = DEFAULT_MAX_BODY,
     store_calls_on_loop: bool = False,
+    validate_responses: bool = True,
 ) -> FastAPI:
     """The HTTP API over ``store`` (which the caller opens, migrates and closes).
 
     Endpoints are plain functions calling the store: they run in the thread pool, or on
     the event loop with ``store_calls_on_loop`` (for a store whose calls never overlap,
-    such as SQLite's one connection: see ``api.calls``).
+    such as SQLite's one connection: see ``api.calls``). ``validate_responses=False``
+    writes the endpoints' documents with orjson, without FastAPI's response validation.
     """
     from importlib.metadata import version
 
@@ -65,7 +67,9 @@ def create_api(
     app.include_router(routes_firings.router)
     app.include_router(routes_misc.router)
     app.include_router(routes_quota.router)
-    if store_calls_on_loop:
-        app.add_middleware(StoreCallMode)
+    if store_calls_on_loop or not validate_responses:
+        app.add_middleware(
+            ServingMode, on_loop=store_calls_on_loop, unchecked=not validate_responses
+        )
     app.add_middleware(BodyGuard, max_body=max_body)
     return app
