@@ -61,6 +61,7 @@ def create_api(
     )
     app.state.store = store
     app.state.auth_required = auth_required
+    app.state.served_tasks = set()  # tasks seen served (routes_jobs.require_served)
     install_error_handlers(app)
     app.include_router(routes_jobs.router)
     app.include_router(routes_skip.router)

@@ -23,13 +23,12 @@ from cronwheel.api.convert import (
     query_instant,
 )
 from cronwheel.api.errors import HttpError
-from cronwheel.api.routes_jobs import JobName
+from cronwheel.api.routes_jobs import JobName, require_served
 from cronwheel.api.schemas import CancelOut, EnqueueIn, FiringList, FiringOut, FiringStateName
 from cronwheel.domain.attempts import Attempt
 from cronwheel.domain.error_text import error_summary
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.ids import IdCodec
-from cronwheel.domain.jobs import require_served_task
 from cronwheel.domain.models import Firing, FiringId, JobSpec
 from cronwheel.domain.results import CancelResult
 from cronwheel.domain.schedules import NowSchedule
@@ -219,8 +218,8 @@ def enqueue(
         kwargs=body.kwargs,
         namespace=principal.namespace,
     )
-    if not body.allow_unknown_task:  # as App.enqueue: a task no worker has served
-        require_served_task(spec.task, [t.task for t in store.served_tasks()])
+    # as App.enqueue: a task no worker has served
+    require_served(request, spec.task, body.allow_unknown_task)
     ids = ids_of(request)
     if idempotency_key is None:
         return firing_to_json(ids.firing(store.enqueue_now(spec)))
