@@ -58,6 +58,9 @@ def create_api(
         redoc_url=None,
         openapi_url="/openapi.json",
         responses=_RESPONSES,
+        # cronwheel's metrics are Prometheus (/metrics) and its logs structlog: FastAPI's
+        # own OpenTelemetry instrumentation looked up providers on every request
+        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
     app.state.store = store
     app.state.auth_required = auth_required

@@ -1,7 +1,8 @@
 """``api``: the HTTP API under a real load generator.
 
 A fresh store (as every workload: a temporary SQLite file, or a temporary PostgreSQL
-database), a write token of namespace ``bench`` and one queued firing; then
+database) with 1,000 cron jobs (the bulk path), a write token of namespace ``bench``
+and one queued firing; then
 ``cronwheel api --auth`` as its own process(es) (``--workers N``) and, for each row,
 Debian's ``wrk`` (one thread, ``connections`` keep-alive connections, closed loop) for
 ``duration_s`` seconds after a one-second warm-up (none with ``warm_up=False``):
@@ -13,6 +14,8 @@ Debian's ``wrk`` (one thread, ``connections`` keep-alive connections, closed loo
 - ``jobs_list``: ``GET /v1/jobs`` (the first page of 100 jobs);
 - ``status``: ``GET /v1/status`` (the namespace's counts, backlog, unserved, quota).
 
+The rows that read run first, on those 1,000 jobs (a status or a list costs more with
+more jobs), then ``upsert`` and ``create``; they are reported in the order above.
 Each row reports requests/s and wrk's latency percentiles (p50, p99, max), the answers
 that were not 2xx, and the CPU the API processes used per request (from ``/proc``).
 Request bodies come from a Lua script that builds each request (a counter per wrk
@@ -21,6 +24,7 @@ thread makes the create names unique).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -35,11 +39,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
 from cronwheel.bench.runner import TASK, fresh_store, store_kind
+from cronwheel.domain.clock import SystemClock
 from cronwheel.domain.models import JobSpec
+from cronwheel.domain.schedules import cron
 from cronwheel.domain.schedules import now as now_schedule
 from cronwheel.store.protocol import ApiStore
 from cronwheel.web.ids import ids_for
@@ -47,7 +54,9 @@ from cronwheel.web.tokens import issue_token
 
 NAMESPACE = "bench"
 UPSERT_NAMES = 100
-_SCHEDULE = '{"kind":"cron","cron":"*/5 * * * *","tz":"Europe/Berlin"}'
+PREPOPULATED = 1000
+_CRON, _TZ = "*/5 * * * *", "Europe/Berlin"
+_SCHEDULE = f'{{"kind":"cron","cron":"{_CRON}","tz":"{_TZ}"}}'
 _MARK = "CRONWHEEL-WRK "
 
 # wrk runs this script in each of its threads. {u} in a path or body becomes a name
@@ -135,6 +144,11 @@ def run_api(
             JobSpec(name="bench-firing", task=TASK, schedule=now_schedule(), namespace=NAMESPACE)
         )
         shown = ids_for(store).encode("firing", firing.id)
+        due = SystemClock().now() + timedelta(days=1)
+        spec = JobSpec(name="x", task=TASK, schedule=cron(_CRON, tz=_TZ), namespace=NAMESPACE)
+        store.create_jobs(
+            [(dataclasses.replace(spec, name=f"pre-{i}"), due) for i in range(PREPOPULATED)]
+        )
         script = Path(tmp) / "row.lua"
         script.write_text(LUA)
         plan = rows(shown)
@@ -146,8 +160,10 @@ def run_api(
             "duration_s": duration_s,
             "rows": {},
         }
+        rows_out: dict[str, Any] = {}
         with _api_server(url, api_workers, Path(tmp)) as (base, pids):
-            for i, row in enumerate(plan):
+            order = ["firing_get", "jobs_list", "status", "upsert", "create"]
+            for i, row in enumerate(sorted(plan, key=lambda r: order.index(r.name))):
                 progress(i, len(plan))
                 common = [wrk, "-t1", f"-c{connections}", "--latency", "-s", str(script)]
                 common += ["-H", f"Authorization: Bearer {token}"]
@@ -160,7 +176,7 @@ def run_api(
                 cpu = _cpu_seconds(pids())
                 requests = doc["requests"]
                 seconds = doc["duration_us"] / 1e6
-                out["rows"][row.name] = {
+                rows_out[row.name] = {
                     "request": f"{row.method} {row.path}",
                     "requests": requests,
                     "rps": round(requests / seconds) if seconds else 0,
@@ -175,6 +191,7 @@ def run_api(
                     ),
                 }
             progress(len(plan), len(plan))
+        out["rows"] = {row.name: rows_out[row.name] for row in plan}
         return out
 
 
