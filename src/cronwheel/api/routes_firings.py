@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from cronwheel.api.auth import Principal, Reader, Writer, store_of
+from cronwheel.api.calls import ApiRoute
 from cronwheel.api.convert import (
     AsciiInt,
     decode_cursor,
@@ -23,14 +24,13 @@ from cronwheel.api.convert import (
     query_instant,
 )
 from cronwheel.api.errors import HttpError
-from cronwheel.api.routes_jobs import JobName
+from cronwheel.api.routes_jobs import JobName, require_served
 from cronwheel.api.schemas import CancelOut, EnqueueIn, FiringList, FiringOut, FiringStateName
 from cronwheel.api.traced import traced
 from cronwheel.domain.attempts import Attempt
 from cronwheel.domain.error_text import error_summary
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.ids import IdCodec
-from cronwheel.domain.jobs import require_served_task
 from cronwheel.domain.models import Firing, FiringId, JobSpec
 from cronwheel.domain.results import CancelResult
 from cronwheel.domain.schedules import NowSchedule
@@ -39,7 +39,7 @@ from cronwheel.store.protocol import ApiStore
 from cronwheel.web.ids import internal_id
 from cronwheel.wire import cancel_to_json, firing_to_json
 
-router = APIRouter(tags=["firings"])
+router = APIRouter(tags=["firings"], route_class=ApiRoute)
 FiringIdPath = Annotated[AsciiInt, Path(ge=1, le=2**63 - 1, description="the firing's id")]
 # FiringIdPath is the shown id (domain/ids.py): _firing turns it into the store's.
 _KEY_RE = re.compile(r"[\x21-\x7e]{1,255}")
@@ -220,8 +220,8 @@ def enqueue(
         kwargs=body.kwargs,
         namespace=principal.namespace,
     )
-    if not body.allow_unknown_task:  # as App.enqueue: a task no worker has served
-        require_served_task(spec.task, [t.task for t in store.served_tasks()])
+    # as App.enqueue: a task no worker has served
+    require_served(request, spec.task, body.allow_unknown_task)
     ids = ids_of(request)
     if idempotency_key is None:
         firing = traced(request, spec, store.enqueue_now, name="cronwheel.enqueue")
