@@ -21,12 +21,12 @@ PING_ENV = "CRONWHEEL_CLOCK_PING"
 
 shifted = App("sqlite:///fault-clock-placeholder.db")  # the processes get --store
 control = App("sqlite:///fault-clock-placeholder.db")
-_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 
 
 def _ping(ctx: Any) -> None:
     host, _, port = os.environ[PING_ENV].rpartition(":")
-    _sock.sendto(ctx.job.encode(), (host, int(port)))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:  # closed: no leak
+        sock.sendto(ctx.job.encode(), (host, int(port)))
 
 
 @shifted.task(name="on_shifted")
