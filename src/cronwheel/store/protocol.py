@@ -47,6 +47,7 @@ from cronwheel.domain.results import (  # re-exported: the stores import it from
     CancelResult as CancelResult,  # noqa: PLC0414
 )
 from cronwheel.domain.skips import SkipResult
+from cronwheel.errors import CronwheelError
 from cronwheel.store.quota_port import QuotaPort  # re-exported (__all__)
 from cronwheel.store.records import (  # re-exported (__all__): callers import them here
     JOB_STATES,
@@ -246,6 +247,20 @@ class JobsPort(Protocol):
         large registrations: no per-job round trip."""
         ...
 
+    def create_jobs_batch(
+        self, items: Sequence[tuple[JobSpec, datetime | None]], *, all_or_nothing: bool = False
+    ) -> list[Job | CronwheelError]:
+        """Bulk registration with a result per item, in ONE transaction (COPY on
+        PostgreSQL): each ``(spec, first_fire_at)`` becomes the job ``create_job`` makes,
+        or gets its error: ConflictError (code ``job_exists``) when its namespace has the
+        name or an earlier item took it; QuotaExceededError when its schedule is denser
+        than the namespace's ``min_interval``. The created ones count against the
+        ``jobs`` quota in the same transaction (over it, QuotaExceededError for the
+        batch: nothing written). ``all_or_nothing``: any item's error raises BatchError
+        (every item's, indexed by place in ``items``) and writes nothing. A created job's
+        ``spec`` is the one given."""
+        ...
+
     def upsert_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> tuple[Job, bool]:
         """Create, or replace the spec of the job with this name; return (job, changed).
 
@@ -299,6 +314,16 @@ class JobsPort(Protocol):
 
     def enqueue_now(self, spec: JobSpec) -> Firing:
         """Create a one-shot job and its QUEUED firing due now, in one transaction."""
+        ...
+
+    def enqueue_now_batch(
+        self, specs: Sequence[JobSpec], *, all_or_nothing: bool = False
+    ) -> list[Firing | CronwheelError]:
+        """``enqueue_now`` of every spec in ONE transaction, with one wake-up: each its
+        QUEUED firing due now, or ConflictError where the name is taken. The firings count
+        against their namespaces' ``firings_per_minute`` in the same transaction (over it,
+        QuotaExceededError for the batch: nothing written). ``all_or_nothing``: as in
+        ``create_jobs_batch``."""
         ...
 
     def get_firing(self, firing_id: FiringId) -> Firing:
