@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import AfterValidator
 
 from cronwheel.api.auth import Principal, Reader, Writer, store_of
+from cronwheel.api.batch import batch_out, parse_item, served_once
 from cronwheel.api.convert import (
     AsciiInt,
     decode_cursor,
@@ -22,15 +24,19 @@ from cronwheel.api.guard import SLASH_STAND_IN
 from cronwheel.api.schemas import (
     BackfillIn,
     BackfillOut,
+    BatchErrorOut,
+    BatchOut,
     FiringOut,
     JobBody,
     JobCreate,
     JobList,
     JobOut,
     JobPatch,
+    JobsBatchIn,
     JobState,
     TriggerIn,
 )
+from cronwheel.domain.batch import run_batch
 from cronwheel.domain.jobs import require_served_task, spec_first_fire_at
 from cronwheel.domain.models import Job, JobSpec
 from cronwheel.domain.policies import instants_between
@@ -74,6 +80,40 @@ def create_job(body: JobCreate, principal: Writer, request: Request) -> dict[str
     _require_served(store, spec.task, body.allow_unknown_task)
     first = spec_first_fire_at(spec, store.now(), allow_past=body.allow_past)
     return job_out(ids_of(request), store.create_job(spec, first_fire_at=first), upcoming=UPCOMING)
+
+
+@router.post(
+    "/batch",
+    response_model=BatchOut,
+    summary="Create many jobs",
+    responses={409: {"model": BatchErrorOut}, 422: {"model": BatchErrorOut}},
+)
+def create_jobs_batch(body: JobsBatchIn, principal: Writer, request: Request) -> dict[str, Any]:
+    """Each item as `POST /v1/jobs` takes it, all written in one transaction. Each item's
+    answer: `status` 201 with its `job`, or the status and `error` of its single request
+    (`field` names the item: `items[3].schedule`; a taken name, or one an earlier item
+    took: 409 `job_exists`). `all_or_nothing`: one refused item refuses the batch (422,
+    or 409 when every refused item is a conflict, listing each) and nothing is written.
+    A quota the batch exceeds (`jobs`) refuses it whole."""
+    store = store_of(request)
+    now = store.now()
+    served = served_once(store)
+
+    def prepare(raw: Any) -> tuple[JobSpec, datetime | None]:
+        item = parse_item(JobCreate, raw)
+        spec = _spec(principal, item.name, item, bool(item.paused))
+        if not item.allow_unknown_task:
+            served(spec.task)
+        return spec, spec_first_fire_at(spec, now, allow_past=item.allow_past)
+
+    result = run_batch(
+        body.items,
+        prepare,
+        lambda specs, atomic: store.create_jobs_batch(specs, all_or_nothing=atomic),
+        all_or_nothing=body.all_or_nothing,
+    )
+    ids = ids_of(request)
+    return batch_out(result, lambda job: {"job": job_out(ids, job)})
 
 
 @router.put("/{name}", response_model=JobOut, summary="Create or update a job by name")

@@ -1,0 +1,54 @@
+"""What the batch endpoints share (``POST /v1/jobs/batch``, ``POST /v1/firings/batch``):
+each item validated on its own, the served-task check read once, the per-item answer.
+The modes and the item errors are domain/batch.py's, as for ``App.schedule_many``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+from pydantic import ValidationError as PydanticValidationError
+
+from cronwheel.api.errors import item_doc, item_error
+from cronwheel.domain.batch import BatchResult
+from cronwheel.domain.jobs import require_served_task
+from cronwheel.errors import CronwheelError
+from cronwheel.store.protocol import ApiStore
+
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+
+
+def parse_item(model: type[M], raw: Any) -> M:
+    """One item as its single endpoint's body; ValidationError names the item's field."""
+    try:
+        return model.model_validate(raw)
+    except PydanticValidationError as exc:
+        raise item_error(exc) from None
+
+
+def served_once(store: ApiStore) -> Callable[[str], None]:
+    """The served-task check of a batch's items (422 naming ``task``), the store's
+    served tasks read at most once."""
+    served: list[str] | None = None
+
+    def check(task: str) -> None:
+        nonlocal served
+        if served is None:
+            served = [t.task for t in store.served_tasks()]
+        require_served_task(task, served)
+
+    return check
+
+
+def batch_out(result: BatchResult[T], shown: Callable[[T], dict[str, Any]]) -> dict[str, Any]:
+    """The answer of a batch: each item 201 with what it made (``shown``), or its error."""
+    items: list[dict[str, Any]] = []
+    for i, r in enumerate(result.items):
+        if isinstance(r, CronwheelError):
+            items.append(item_doc(i, r))
+        else:
+            items.append({"index": i, "status": 201} | shown(r))
+    created = sum(1 for doc in items if doc["status"] == 201)
+    return {"created": created, "refused": len(items) - created, "items": items}
