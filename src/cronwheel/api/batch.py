@@ -15,6 +15,7 @@ from cronwheel.domain.batch import BatchResult
 from cronwheel.domain.jobs import require_served_task
 from cronwheel.errors import CronwheelError
 from cronwheel.store.protocol import ApiStore
+from cronwheel.wire import batch_to_json
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -44,11 +45,11 @@ def served_once(store: ApiStore) -> Callable[[str], None]:
 
 def batch_out(result: BatchResult[T], shown: Callable[[T], dict[str, Any]]) -> dict[str, Any]:
     """The answer of a batch: each item 201 with what it made (``shown``), or its error."""
-    items: list[dict[str, Any]] = []
-    for i, r in enumerate(result.items):
-        if isinstance(r, CronwheelError):
-            items.append(item_doc(i, r))
-        else:
-            items.append({"index": i, "status": 201} | shown(r))
-    created = sum(1 for doc in items if doc["status"] == 201)
-    return {"created": created, "refused": len(items) - created, "items": items}
+    return batch_to_json(
+        [
+            item_doc(i, r)
+            if isinstance(r, CronwheelError)
+            else {"index": i, "status": 201} | shown(r)
+            for i, r in enumerate(result.items)
+        ]
+    )

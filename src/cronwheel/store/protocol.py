@@ -250,15 +250,11 @@ class JobsPort(Protocol):
     def create_jobs_batch(
         self, items: Sequence[tuple[JobSpec, datetime | None]], *, all_or_nothing: bool = False
     ) -> list[Job | CronwheelError]:
-        """Bulk registration with a result per item, in ONE transaction (COPY on
-        PostgreSQL): each ``(spec, first_fire_at)`` becomes the job ``create_job`` makes,
-        or gets its error: ConflictError (code ``job_exists``) when its namespace has the
-        name or an earlier item took it; QuotaExceededError when its schedule is denser
-        than the namespace's ``min_interval``. The created ones count against the
-        ``jobs`` quota in the same transaction (over it, QuotaExceededError for the
-        batch: nothing written). ``all_or_nothing``: any item's error raises BatchError
-        (every item's, indexed by place in ``items``) and writes nothing. A created job's
-        ``spec`` is the one given."""
+        """In ONE transaction (COPY on PostgreSQL), per item the job ``create_job`` makes
+        (``spec`` as given) or its error: ConflictError for a name taken (or taken by an
+        earlier item), QuotaExceededError for a schedule under ``min_interval``; the
+        ``jobs`` quota charged in the transaction (over it: the batch refused). With
+        ``all_or_nothing`` any item's error raises BatchError and writes nothing."""
         ...
 
     def upsert_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> tuple[Job, bool]:
@@ -319,11 +315,8 @@ class JobsPort(Protocol):
     def enqueue_now_batch(
         self, specs: Sequence[JobSpec], *, all_or_nothing: bool = False
     ) -> list[Firing | CronwheelError]:
-        """``enqueue_now`` of every spec in ONE transaction, with one wake-up: each its
-        QUEUED firing due now, or ConflictError where the name is taken. The firings count
-        against their namespaces' ``firings_per_minute`` in the same transaction (over it,
-        QuotaExceededError for the batch: nothing written). ``all_or_nothing``: as in
-        ``create_jobs_batch``."""
+        """``enqueue_now`` of each spec in ONE transaction, one wake-up; charged together to
+        ``firings_per_minute``. Per item as create_jobs_batch (ConflictError: name taken)."""
         ...
 
     def get_firing(self, firing_id: FiringId) -> Firing:

@@ -16,7 +16,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from cronwheel.domain.attempts import Attempt, attempts_of
-from cronwheel.domain.batch import settle
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import (
     ClaimedFiring,
@@ -27,21 +26,18 @@ from cronwheel.domain.models import (
     JobId,
     JobSpec,
 )
-from cronwheel.domain.quotas import Quota
 from cronwheel.errors import (
     ConflictError,
-    CronwheelError,
     FiringNotFoundError,
     InvalidTransitionError,
     JobNotFoundError,
-    QuotaExceededError,
 )
 from cronwheel.store import codec
 from cronwheel.store.claiming import ClaimAsk
 from cronwheel.store.codec import Row
 from cronwheel.store.core import filters
+from cronwheel.store.core.bulk import BulkFlows, job_exists
 from cronwheel.store.core.dialect import Dialect, Tx
-from cronwheel.store.core.quotas import QuotaFlows
 from cronwheel.store.core.skips import SkipFlows
 from cronwheel.store.core.tasks import TaskFlows
 from cronwheel.store.protocol import (
@@ -56,25 +52,11 @@ D = TypeVar("D", bound=Dialect)
 _BEGINNING = datetime(1, 1, 2, tzinfo=UTC)
 
 
-def by_name(items: Sequence[Row], inserted: Sequence[Row]) -> list[Row | None]:
-    """The rows a bulk insert made, one per item (by namespace and name), in the items'
-    order: the first item of a name has the row, a repeat or a taken name None."""
-    made = {(r["namespace"], r["name"]): r for r in inserted}
-    return [made.pop((r["namespace"], r["name"]), None) for r in items]
-
-
-def job_exists(spec: JobSpec, *, naming_namespace: bool = False) -> ConflictError:
-    """The error of a job created under a name its namespace already has."""
-    where = f" in namespace {spec.namespace!r}" if naming_namespace else ""
-    return ConflictError(
-        f"a job named {spec.name!r} already exists{where}", field="name", code="job_exists"
-    )
-
-
-class CoreStore(SkipFlows[D], TaskFlows[D], QuotaFlows[D]):
+class CoreStore(BulkFlows[D], SkipFlows[D], TaskFlows[D]):
     """The engine-independent flows of the Store and ApiStore protocols (the admin
     half, and the plumbing, in core/admin.py; skipping occurrences in core/skips.py;
-    served tasks in core/tasks.py; quotas in core/quotas.py)."""
+    served tasks in core/tasks.py; quotas in core/quotas.py; bulk writes in
+    core/bulk.py)."""
 
     # -- engine hooks -------------------------------------------------------------------
     @abstractmethod
@@ -90,18 +72,6 @@ class CoreStore(SkipFlows[D], TaskFlows[D], QuotaFlows[D]):
         the instant and now, with fair virtual deadlines; ``extra`` holds their ``note``
         and ``overlap`` override); an instant the job has is passed over. The inserted
         rows; JobNotFoundError when there is no such job. Wakes the workers."""
-
-    @abstractmethod
-    def _insert_jobs_in(self, tx: Tx, rows: Sequence[dict[str, Any]]) -> list[Row | None]:
-        """Inside ``tx``: insert the jobs of these ``job_params`` rows (with their
-        ``next_fire_at``), in order, created now; each one's new row (at least ``id`` and
-        ``created_at``), or None where its namespace has the name (or an earlier row
-        took it)."""
-
-    @abstractmethod
-    def _enqueue_now_many_in(self, tx: Tx, specs: Sequence[JobSpec]) -> list[Row | None]:
-        """Inside ``tx``: what ``_enqueue_now_in`` does for each spec, in order, with one
-        wake-up for them all; each one's firing row, or None where the name is taken."""
 
     @abstractmethod
     def _claim(self, ask: ClaimAsk) -> list[ClaimedFiring]:
@@ -127,39 +97,6 @@ class CoreStore(SkipFlows[D], TaskFlows[D], QuotaFlows[D]):
             return row
 
         return codec.job_from_row(self.db.write(body))
-
-    def create_jobs_batch(
-        self, items: Sequence[tuple[JobSpec, datetime | None]], *, all_or_nothing: bool = False
-    ) -> list[Job | CronwheelError]:
-        """Bulk registration with a result per item, in one transaction (see JobsPort)."""
-        params = [codec.job_params(s) | {"next_fire_at": self._opt(f)} for s, f in items]
-
-        def body(tx: Tx) -> list[Row | CronwheelError]:
-            out: list[Row | CronwheelError | None] = [None] * len(items)
-            quotas: dict[str, Quota] = {}
-            todo: list[int] = []
-            for i, (spec, first) in enumerate(items):
-                try:
-                    self._check_schedule(tx, spec, first, quotas)
-                except QuotaExceededError as exc:
-                    out[i] = exc
-                    continue
-                todo.append(i)
-            rows = self._insert_jobs_in(tx, [params[i] for i in todo])
-            for i, row in zip(todo, rows, strict=True):
-                out[i] = job_exists(items[i][0]) if row is None else row
-            done = settle(out, all_or_nothing)
-            created = [items[i][0] for i, r in enumerate(done) if not isinstance(r, Exception)]
-            if created:
-                self._charge_jobs(tx, created)
-                tx.run("bump_jobs_version")
-            return done
-
-        written = self.db.write(body)
-        return [
-            r if isinstance(r, CronwheelError) else codec.new_job(r, *items[i])
-            for i, r in enumerate(written)
-        ]
 
     def upsert_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> tuple[Job, bool]:
         """Create, or update when the spec changed; the cursor moves to ``first_fire_at``
@@ -302,29 +239,6 @@ class CoreStore(SkipFlows[D], TaskFlows[D], QuotaFlows[D]):
             return row
 
         return codec.firing_from_row(self.db.write(body))
-
-    def enqueue_now_batch(
-        self, specs: Sequence[JobSpec], *, all_or_nothing: bool = False
-    ) -> list[Firing | CronwheelError]:
-        """Many ``enqueue_now`` in one transaction, one wake-up (see JobsPort)."""
-
-        def body(tx: Tx) -> list[Row | CronwheelError]:
-            rows = self._enqueue_now_many_in(tx, specs)
-            out: list[Row | CronwheelError | None] = [
-                job_exists(spec) if row is None else row
-                for spec, row in zip(specs, rows, strict=True)
-            ]
-            done = settle(out, all_or_nothing)
-            per_namespace: dict[str, int] = {}
-            for spec, r in zip(specs, done, strict=True):
-                if not isinstance(r, Exception):
-                    per_namespace[spec.namespace] = per_namespace.get(spec.namespace, 0) + 1
-            for namespace, n in sorted(per_namespace.items()):  # after the inserts, as above
-                self._charge_firings(tx, namespace, n)
-            return done
-
-        written = self.db.write(body)
-        return [r if isinstance(r, CronwheelError) else codec.firing_from_row(r) for r in written]
 
     def enqueue_now_once(
         self, spec: JobSpec, *, key_hash: str, request_hash: str

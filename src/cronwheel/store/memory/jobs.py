@@ -7,12 +7,12 @@ from datetime import datetime
 
 from cronwheel.domain.batch import settle
 from cronwheel.domain.firing import FiringState
-from cronwheel.domain.models import Job, JobEvent, JobId, JobSpec
+from cronwheel.domain.models import Firing, Job, JobEvent, JobId, JobSpec
 from cronwheel.domain.skips import SkipResult
 from cronwheel.errors import ConflictError, CronwheelError, JobNotFoundError, QuotaExceededError
 from cronwheel.store import codec
 from cronwheel.store.codec import opt_us, to_us
-from cronwheel.store.core.flows import job_exists
+from cronwheel.store.core.bulk import job_exists
 from cronwheel.store.memory import work
 from cronwheel.store.memory.quotas import QuotaMethods
 
@@ -99,6 +99,34 @@ class JobMethods(QuotaMethods):
             if todo:
                 data.jobs_version += 1
             return [r for r in out if r is not None]
+
+    def enqueue_now_batch(
+        self, specs: Sequence[JobSpec], *, all_or_nothing: bool = False
+    ) -> list[Firing | CronwheelError]:
+        with self._tx() as data:
+            out: list[Firing | CronwheelError | None] = []
+            taken: set[tuple[str, str]] = set()
+            for spec in specs:
+                key = (spec.namespace, spec.name)
+                out.append(job_exists(spec) if key in data.job_names or key in taken else None)
+                taken.add(key)
+            if any(r is not None for r in out) and all_or_nothing:
+                settle(out, all_or_nothing)  # raises BatchError
+            per_namespace: dict[str, int] = {}
+            for spec, r in zip(specs, out, strict=True):
+                if r is None:
+                    per_namespace[spec.namespace] = per_namespace.get(spec.namespace, 0) + 1
+            for namespace, n in sorted(per_namespace.items()):
+                self._firings_room(data, namespace, n)
+            for i, spec in enumerate(specs):
+                if out[i] is None:
+                    out[i] = codec.firing_from_row(self._enqueue_now_in(data, spec))
+            for namespace, n in per_namespace.items():
+                self._add(data, namespace, "firings_per_minute", n)
+            done = [r for r in out if r is not None]
+        if per_namespace:
+            self._wake()
+        return done
 
     def upsert_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> tuple[Job, bool]:
         params = codec.job_params(spec)

@@ -28,7 +28,6 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from cronwheel.domain.attempts import Attempt, attempts_of
-from cronwheel.domain.batch import settle
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import (
     ClaimedFiring,
@@ -41,14 +40,12 @@ from cronwheel.domain.models import (
     NodeInfo,
 )
 from cronwheel.errors import (
-    CronwheelError,
     InvalidTransitionError,
     LeaseLostError,
 )
 from cronwheel.store import codec
 from cronwheel.store.claiming import ClaimAsk
 from cronwheel.store.codec import duration_us, from_us, opt_us, to_us
-from cronwheel.store.core.flows import job_exists
 from cronwheel.store.memory import work
 from cronwheel.store.memory.api import ApiMethods
 from cronwheel.store.memory.rows import FiringRow, LeaseRow, MemoryData, NodeRow
@@ -195,34 +192,6 @@ class MemoryStore(ApiMethods):
             firing = codec.firing_from_row(row)
         self._wake()
         return firing
-
-    def enqueue_now_batch(
-        self, specs: Sequence[JobSpec], *, all_or_nothing: bool = False
-    ) -> list[Firing | CronwheelError]:
-        with self._tx() as data:
-            out: list[Firing | CronwheelError | None] = []
-            taken: set[tuple[str, str]] = set()
-            for spec in specs:
-                key = (spec.namespace, spec.name)
-                out.append(job_exists(spec) if key in data.job_names or key in taken else None)
-                taken.add(key)
-            if any(r is not None for r in out) and all_or_nothing:
-                settle(out, all_or_nothing)  # raises BatchError
-            per_namespace: dict[str, int] = {}
-            for spec, r in zip(specs, out, strict=True):
-                if r is None:
-                    per_namespace[spec.namespace] = per_namespace.get(spec.namespace, 0) + 1
-            for namespace, n in sorted(per_namespace.items()):
-                self._firings_room(data, namespace, n)
-            for i, spec in enumerate(specs):
-                if out[i] is None:
-                    out[i] = codec.firing_from_row(self._enqueue_now_in(data, spec))
-            for namespace, n in per_namespace.items():
-                self._add(data, namespace, "firings_per_minute", n)
-            done = [r for r in out if r is not None]
-        if per_namespace:
-            self._wake()
-        return done
 
     # -- workers ----------------------------------------------------------------------------
     def claim(

@@ -25,7 +25,7 @@ from cronwheel.errors import ConflictError, JobNotFoundError, LeaseLostError
 from cronwheel.store import codec
 from cronwheel.store.codec import Row
 from cronwheel.store.core import CoreStore, FairClocks, Tx
-from cronwheel.store.core.flows import by_name, job_exists
+from cronwheel.store.core.bulk import by_name, job_exists
 from cronwheel.store.postgres.db import Database, PgTx, query
 from cronwheel.store.postgres.params import (
     advance_params,

@@ -15,7 +15,7 @@ from cronwheel.errors import ConflictError, JobNotFoundError, LeaseLostError
 from cronwheel.store import codec
 from cronwheel.store.codec import Row, opt_us, to_us
 from cronwheel.store.core import CoreStore, FairClocks, Tx
-from cronwheel.store.core.flows import by_name, job_exists
+from cronwheel.store.core.bulk import by_name, job_exists
 from cronwheel.store.protocol import EnqueueResult, JobAdvance
 from cronwheel.store.sqlite.db import SqliteDb, SqliteTx
 
