@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from cronwheel.domain.attempts import Attempt, AttemptOutcome, first_lateness
@@ -50,6 +51,13 @@ def _req_instant(value: Any) -> datetime:
 
 # -- policies and schedules ----------------------------------------------------------
 def policies_to_json(policies: JobPolicies) -> dict[str, Any]:
+    return dict(_policies_doc(policies))
+
+
+@lru_cache(maxsize=1024)
+def _policies_doc(policies: JobPolicies) -> dict[str, Any]:
+    """Cached (copied out by policies_to_json): a listing or a batch of a thousand jobs
+    shares a few policy values."""
     return {k.removesuffix("_s"): v for k, v in policies.to_dict().items()}
 
 

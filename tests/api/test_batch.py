@@ -65,7 +65,7 @@ def test_jobs_batch_reports_each_refused_item(api: Api) -> None:
     assert r.status_code == 200, r.text
     doc = r.json()
     assert (doc["created"], doc["refused"]) == (2, 7)
-    errors = [(d["status"], d["error"] or {}) for d in doc["items"]]
+    errors = [(d["status"], d.get("error") or {}) for d in doc["items"]]
     got = [(status, e.get("code"), e.get("field")) for status, e in errors]
     assert got == [
         (201, None, None),

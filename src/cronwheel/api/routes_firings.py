@@ -263,7 +263,7 @@ def _now_spec(principal: Principal, body: EnqueueIn) -> JobSpec:
     summary="Run many tasks now",
     responses={409: {"model": BatchErrorOut}, 422: {"model": BatchErrorOut}},
 )
-def enqueue_batch(body: FiringsBatchIn, principal: Writer, request: Request) -> dict[str, Any]:
+def enqueue_batch(body: FiringsBatchIn, principal: Writer, request: Request) -> Response:
     """Each item as `POST /v1/firings` takes it (no idempotency key), all queued in one
     transaction with one wake-up for the workers. Each item's answer: `status` 201 with
     its `firing`, or the status and `error` of its single request (`field` names the

@@ -88,7 +88,7 @@ def create_job(body: JobCreate, principal: Writer, request: Request) -> dict[str
     summary="Create many jobs",
     responses={409: {"model": BatchErrorOut}, 422: {"model": BatchErrorOut}},
 )
-def create_jobs_batch(body: JobsBatchIn, principal: Writer, request: Request) -> dict[str, Any]:
+def create_jobs_batch(body: JobsBatchIn, principal: Writer, request: Request) -> Response:
     """Each item as `POST /v1/jobs` takes it, all written in one transaction. Each item's
     answer: `status` 201 with its `job`, or the status and `error` of its single request
     (`field` names the item: `items[3].schedule`; a taken name, or one an earlier item

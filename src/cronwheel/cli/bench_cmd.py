@@ -12,7 +12,7 @@ import click
 if TYPE_CHECKING:
     from cronwheel.bench.runner import BenchResult
 
-_RUNNABLE = ["precision", "herd", "drain", "cron-mix", "scale", "failover", "limit"]
+_RUNNABLE = ["precision", "herd", "drain", "cron-mix", "scale", "failover", "limit", "bulk"]
 _WORKLOADS = [*_RUNNABLE, "tz-steps", "smoke", "all"]
 DEFAULT_COUNT = {
     "precision": 200,
@@ -22,6 +22,7 @@ DEFAULT_COUNT = {
     "scale": 1_000_000,
     "failover": 200,
     "limit": 50_000,
+    "bulk": 10_000,
 }
 # bench smoke: sized for CI (well under a minute), asserting correctness only
 SMOKE: list[tuple[str, int, dict[str, Any]]] = [
@@ -30,6 +31,7 @@ SMOKE: list[tuple[str, int, dict[str, Any]]] = [
     ("drain", 500, {}),
     ("cron-mix", 300, {"duration_s": 20.0}),
     ("limit", 5000, {"single_s": 1.0}),
+    ("bulk", 1000, {"single_s": 0.5}),
 ]
 
 
@@ -49,7 +51,8 @@ SMOKE: list[tuple[str, int, dict[str, Any]]] = [
     type=click.IntRange(1, 10_000_000),
     default=None,
     help="Size (default per workload: precision 200, herd 10000, drain 20000, "
-    "cron-mix 100000 jobs, scale 1000000 jobs, failover 200, limit 50000 rows; "
+    "cron-mix 100000 jobs, scale 1000000 jobs, failover 200, limit 50000 rows, "
+    "bulk 10000 jobs and runs; "
     "tz-steps: successive steps per start point, 1).",
 )
 @click.option(
@@ -112,9 +115,11 @@ def bench_command(
     failover   (PostgreSQL) SIGKILL the leader of 2 schedulers: takeover time
     limit      the store's own rates: single-row commits, batched inserts,
                enqueue, claims and completions (rows/s)
+    bulk       App.schedule_many / enqueue_many of --count one-shot jobs and runs (vs
+               App.schedule one per call), and API batches of 1,000 jobs and runs (ms)
     tz-steps   (no store) cost of one schedule step at vs away from DST transitions,
                every zone with a transition in the 2 years from --from (--smoke: 6 zones)
-    smoke      small precision/herd/drain/cron-mix/limit runs (CI): zero lost/duplicated
+    smoke      small precision/herd/drain/cron-mix/limit/bulk runs (CI): zero lost/duplicated
     all        every workload at its default size, one table
     """
     from rich.progress import Progress
@@ -291,6 +296,12 @@ def run_workload(
 
         return run_limit(
             store_url, count=n, single_s=options.get("single_s", 3.0), progress=progress
+        )
+    if name == "bulk":
+        from cronwheel.bench.bulk import run_bulk
+
+        return run_bulk(
+            store_url, count=n, single_s=options.get("single_s", 2.0), progress=progress
         )
     raise click.UsageError(f"unknown workload {name!r}")
 
