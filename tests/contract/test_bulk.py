@@ -189,3 +189,130 @@ def test_enqueue_batch_conflicts_and_firings_quota(harness: Harness) -> None:
     assert len(store.list_firings(namespace=NS)) == 2
     (use,) = store.quota_usage(NS)
     assert use.used["firings_per_minute"] == 2
+
+
+# -- App.schedule_many / enqueue_many, on every store ----------------------------------
+def _app(h: Harness):  # type: ignore[no-untyped-def]
+    from cronwheel.app import App
+    from cronwheel.domain.clock import FakeClock
+
+    app = App("memory://", clock=FakeClock(h.now()), allow_unknown_task=False)
+    app.use_store(h.store)
+    return app
+
+
+def test_app_schedule_many_makes_the_jobs_schedule_makes(harness: Harness) -> None:
+    app, t = _app(harness), harness.now()
+    single = app.schedule(
+        "report",
+        cron("0 9 * * *", tz="Europe/Paris"),
+        name="one",
+        args=(1,),
+        retries=4,
+        replace=False,
+    )
+    result = app.schedule_many(
+        [
+            {
+                "task": "report",
+                "schedule": cron("0 9 * * *", tz="Europe/Paris"),
+                "name": "two",
+                "args": (1,),
+                "retries": 4,
+            },
+            {"task": "report", "schedule": at(t + 60 * S), "name": "soon", "paused": True},
+        ]
+    )
+    assert result.ok and len(result) == 2
+    two, soon = result.created
+    assert two.spec == replace(single.spec, name="two")
+    assert two.next_fire_at == single.next_fire_at and two.spec.policies.max_attempts == 5
+    assert soon.next_fire_at == t + 60 * S and soon.paused
+    assert harness.store.get_job("default", "two") == two
+
+
+def test_app_schedule_many_names_each_bad_item(harness: Harness) -> None:
+    app, t = _app(harness), harness.now()
+    items: list[object] = [
+        {"task": "report", "schedule": at(t + S), "name": "ok"},
+        {"schedule": at(t + S), "name": "no-task"},
+        {"task": "report", "schedule": "0 9 * * *", "name": "text"},
+        {"task": "report", "schedule": at(t - S), "name": "past"},
+        {"task": "report", "schedule": at(t + S), "name": "a/../b"},
+        {"task": "report", "schedule": at(t + S), "name": "x", "colour": "red"},
+        {"task": "report", "schedule": at(t + S), "name": "ok"},
+        ["not", "a", "mapping"],
+    ]
+    with pytest.raises(BatchError) as info:  # all or nothing: every item's error, nothing written
+        app.schedule_many(items, all_or_nothing=True)  # type: ignore[arg-type]
+    fields = [(i, e.field) for i, e in info.value.errors]
+    assert fields == [
+        (1, "items[1].task"),
+        (2, "items[2].schedule"),
+        (3, "items[3].schedule.at"),
+        (4, "items[4].name"),
+        (5, "items[5].colour"),
+        (7, "items[7]"),
+    ]
+    assert harness.store.list_jobs() == []
+    result = app.schedule_many(items)  # type: ignore[arg-type]
+    assert [(i, e.field) for i, e in result.errors] == [
+        *fields[:5],
+        (6, "items[6].name"),
+        fields[5],
+    ]
+    assert [j.name for j in result.created] == ["ok"]
+
+
+def test_app_batches_refuse_unserved_tasks_per_item_reading_them_once(harness: Harness) -> None:
+    from tests.api.test_unknown_tasks import register_worker
+
+    register_worker(harness.store, "report")
+    app, t = _app(harness), harness.now()
+    reads: list[int] = []
+    served = harness.store.served_tasks
+
+    def counting(**kw):  # type: ignore[no-untyped-def]
+        reads.append(1)
+        return served(**kw)
+
+    harness.store.served_tasks = counting  # type: ignore[method-assign]
+    result = app.schedule_many(
+        [
+            {"task": "report" if i % 2 else "nobody", "schedule": at(t + S), "name": f"j{i}"}
+            for i in range(6)
+        ]
+    )
+    assert [i for i, _ in result.errors] == [0, 2, 4]
+    assert {e.field for _, e in result.errors} == {
+        "items[0].task",
+        "items[2].task",
+        "items[4].task",
+    }
+    assert len(reads) == 1
+    runs = app.enqueue_many(
+        [{"task": "report"}, {"task": "nobody"}, {"task": "report", "args": [1]}]
+    )
+    assert [type(r).__name__ for r in runs.items] == ["Firing", "ValidationError", "Firing"]
+
+
+def test_app_enqueue_many_runs_with_the_tasks_policies(harness: Harness) -> None:
+    from cronwheel.worker.context import Context
+
+    app = _app(harness)
+
+    @app.task(retries=5, priority=2)
+    def resize(ctx: Context, path: str, width: int = 0) -> None: ...
+
+    runs = app.enqueue_many(
+        [{"task": resize, "args": ["a.png"], "kwargs": {"width": 640}}, {"task": "resize"}]
+    )
+    a, b = runs.created
+    assert (a.args, a.kwargs, a.max_attempts, a.priority) == (("a.png",), {"width": 640}, 6, 2.0)
+    assert a.state is FiringState.QUEUED and a.due_at == harness.now()
+    assert b.job_name != a.job_name
+    bad = app.enqueue_many([{"task": "resize", "colour": "red"}, {"args": [1]}])
+    assert [e.field for _, e in bad.errors] == ["items[0].colour", "items[1].task"]
+    with pytest.raises(BatchError):
+        app.enqueue_many([{"task": "resize"}, {"args": [1]}], all_or_nothing=True)
+    assert len(harness.store.list_firings()) == 2
