@@ -27,6 +27,8 @@ NAME_MAX = 200
 NAMESPACE_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 TASK_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
 PAYLOAD_MAX_BYTES = 256 * 1024
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_NAME_REFUSED = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 
 
 def validate_name(name: object, field_name: str = "name") -> str:
@@ -37,9 +39,10 @@ def validate_name(name: object, field_name: str = "name") -> str:
         raise ValidationError("must not be empty", field=field_name)
     if len(name) > NAME_MAX:
         raise ValidationError(f"must be at most {NAME_MAX} characters", field=field_name)
-    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+    bad = _NAME_REFUSED.search(name)  # one scan in C (a batch names thousands of jobs)
+    if bad is not None and _CONTROL.search(name):
         raise ValidationError("must not contain control characters", field=field_name)
-    if any(0xD800 <= ord(c) <= 0xDFFF for c in name):
+    if bad is not None:
         raise ValidationError("must not contain lone surrogates", field=field_name)
     return name
 
