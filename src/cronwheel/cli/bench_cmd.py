@@ -31,7 +31,6 @@ SMOKE: list[tuple[str, int, dict[str, Any]]] = [
     ("drain", 500, {}),
     ("cron-mix", 300, {"duration_s": 20.0}),
     ("limit", 5000, {"single_s": 1.0}),
-    ("bulk", 1000, {"single_s": 0.5}),
 ]
 
 
@@ -119,7 +118,7 @@ def bench_command(
                App.schedule one per call), and API batches of 1,000 jobs and runs (ms)
     tz-steps   (no store) cost of one schedule step at vs away from DST transitions,
                every zone with a transition in the 2 years from --from (--smoke: 6 zones)
-    smoke      small precision/herd/drain/cron-mix/limit/bulk runs (CI): zero lost/duplicated
+    smoke      small precision/herd/drain/cron-mix/limit runs (CI): zero lost/duplicated
     all        every workload at its default size, one table
     """
     from rich.progress import Progress
