@@ -14,22 +14,35 @@ the same code changes nothing and a changed schedule moves the job's cursor.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from datetime import date, datetime
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from cronwheel.domain.batch import BatchResult, run_batch
+from cronwheel.domain.calendars import CalendarRules
 from cronwheel.domain.clock import Clock, SystemClock
-from cronwheel.domain.jobs import build_policies, require_served_task, spec_first_fire_at
+from cronwheel.domain.jobs import (
+    bind_calendar,
+    build_policies,
+    require_served_task,
+    spec_first_fire_at,
+)
 from cronwheel.domain.models import Firing, Job, JobPolicies, JobSpec, validate_task
 from cronwheel.domain.schedules import NowSchedule, Schedule
+from cronwheel.domain.tzdb import use_tz_database
 from cronwheel.errors import ValidationError
-from cronwheel.store.protocol import Store
+from cronwheel.store.calendar_port import calendar_rules_of
+from cronwheel.store.protocol import CalendarChange, Store
 from cronwheel.store.url import DEFAULT_STORE_URL, open_store
 from cronwheel.worker.context import Context
 from cronwheel.worker.registry import TaskRegistry
+
+if TYPE_CHECKING:
+    from cronwheel.store.postgres.store import PostgresStore
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -68,6 +81,13 @@ class Task(Generic[P, R]):
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    """A store already bound to a caller's connection (schedule_async hands it over)."""
+
+    store: Store
+
+
 class App:
     def __init__(
         self,
@@ -76,7 +96,13 @@ class App:
         namespace: str = "default",
         clock: Clock | None = None,
         allow_unknown_task: bool = False,
+        tzdata: str | None = None,
     ) -> None:
+        """``tzdata`` chooses this process's tz database ('bundled', 'system' or a
+        directory; domain/tzdb.py); None keeps the current one (CRONWHEEL_TZDATA, else
+        'bundled'). A bad value raises ValidationError naming ``tzdata``."""
+        if tzdata is not None:
+            use_tz_database(tzdata, field="tzdata")
         self.store_url = store_url
         self.namespace = namespace
         # refuse jobs (schedule, enqueue) whose task no worker has served (see README)
@@ -171,10 +197,36 @@ class App:
     def sync_jobs(self) -> list[tuple[Job, bool]]:
         """Upsert every job declared with ``@app.task(schedule=...)``."""
         now = self.clock.now()
+        lookup = calendar_rules_of(self.store)
+        specs = [bind_calendar(spec, lookup) for spec in self.declared_jobs()]
         return [
             self.store.upsert_job(spec, first_fire_at=spec_first_fire_at(spec, now))
-            for spec in self.declared_jobs()
+            for spec in specs
         ]
+
+    def calendar(
+        self,
+        name: str,
+        *,
+        holidays: str | None = None,
+        exclude: Sequence[date | str] = (),
+        include: Sequence[date | str] = (),
+        weekdays: str | None = None,
+    ) -> CalendarChange:
+        """Create or replace the namespace's calendar ``name`` (lower case), which cron
+        schedules name with ``calendar=name``: it excludes ``holidays`` (a built-in
+        calendar: ``"DE-BY"``), the ``exclude`` dates and the days not among ``weekdays``
+        (``"mon-fri"``); an ``include`` date is never excluded. The jobs naming it are
+        re-planned (``CalendarChange.replanned``)."""
+        rules = CalendarRules.from_dict(
+            {
+                "holidays": holidays,
+                "exclude": list(exclude),
+                "include": list(include),
+                "weekdays": weekdays,
+            }
+        )
+        return self.store.set_calendar(self.namespace, name, rules)
 
     def schedule(
         self,
@@ -191,13 +243,16 @@ class App:
         max_runs: int | None = None,
         paused: bool = False,
         allow_unknown_task: bool | None = None,
+        connection: Any = None,
         **policies: Any,
     ) -> Job:
         """Create (or, with ``replace``, upsert) a job running ``task`` on ``schedule``.
 
         A task no worker has ever served is refused (ValidationError naming ``task``)
         once any worker registered with the store, unless ``allow_unknown_task`` (default:
-        the App's)."""
+        the App's). ``connection``: write in the caller's open transaction on PostgreSQL
+        (README "Transactional enqueue")."""
+        store = self._store_on(connection)
         task_name = task.name if isinstance(task, Task) else task
         self._require_served(task_name, allow_unknown_task)
         spec = JobSpec(
@@ -213,21 +268,90 @@ class App:
             max_runs=max_runs,
             paused=paused,
         )
+        spec = bind_calendar(spec, calendar_rules_of(self.store))
         first = spec_first_fire_at(spec, self.clock.now(), allow_past=allow_past)
         if replace:
-            job, _ = self.store.upsert_job(spec, first_fire_at=first)
+            job, _ = store.upsert_job(spec, first_fire_at=first)
             return job
-        return self.store.create_job(spec, first_fire_at=first)
+        return store.create_job(spec, first_fire_at=first)
 
-    def enqueue(self, task: str | Task[Any, Any], /, *args: Any, **kwargs: Any) -> Firing:
+    def enqueue(
+        self, task: str | Task[Any, Any], /, *args: Any, connection: Any = None, **kwargs: Any
+    ) -> Firing:
         """Run ``task(ctx, *args, **kwargs)`` on a worker as soon as possible.
 
         A task no worker has ever served is refused as by ``schedule`` (unless the App
-        was made with ``allow_unknown_task=True``)."""
+        was made with ``allow_unknown_task=True``). ``connection`` (a keyword reserved
+        here, never passed to the task): write in the caller's open transaction on
+        PostgreSQL, a psycopg ``Connection``, a SQLAlchemy ``Session`` or Django's
+        ``connection`` (README "Transactional enqueue")."""
+        return self._enqueue_in(self._store_on(connection), task, args, kwargs)
+
+    async def enqueue_async(
+        self, task: str | Task[Any, Any], /, *args: Any, connection: Any = None, **kwargs: Any
+    ) -> Firing:
+        """``enqueue`` from a coroutine, without blocking its event loop: ``connection``
+        may also be a psycopg ``AsyncConnection`` or a SQLAlchemy ``AsyncSession``."""
+        store = await self._store_on_async(connection)
+        return await asyncio.to_thread(self._enqueue_in, store, task, args, kwargs)
+
+    async def schedule_async(
+        self,
+        task: str | Task[Any, Any],
+        schedule: Schedule,
+        *,
+        connection: Any = None,
+        **options: Any,
+    ) -> Job:
+        """``schedule`` from a coroutine (its keywords), as ``enqueue_async``."""
+        bound = _Bound(await self._store_on_async(connection))
+        return await asyncio.to_thread(self.schedule, task, schedule, connection=bound, **options)
+
+    def _pg_store(self) -> PostgresStore:
+        """The App's store for a write on a caller's connection: PostgreSQL only."""
+        from cronwheel.store.postgres.store import PostgresStore
+
+        store = self.store
+        if not isinstance(store, PostgresStore):
+            raise ValidationError(
+                "a caller's connection is accepted only by an App on PostgreSQL "
+                f"(this App's store is {type(store).__name__}): call without connection=",
+                field="connection",
+            )
+        return store
+
+    def _store_on(self, connection: Any) -> Store:
+        """The store, writing in ``connection``'s transaction when one is given."""
+        if connection is None:
+            return self.store
+        if isinstance(connection, _Bound):  # bound on the event loop (schedule_async)
+            return connection.store
+        from cronwheel.store.postgres.caller import SyncLink, sync_connection
+
+        store = self._pg_store()
+        return store.on_link(SyncLink(sync_connection(connection)))
+
+    async def _store_on_async(self, connection: Any) -> Store:
+        # the first use opens (and migrates) the store: off the event loop
+        store = await asyncio.to_thread(lambda: self.store)
+        if connection is None:
+            return store
+        from cronwheel.store.postgres.caller import async_link
+
+        store = self._pg_store()
+        return store.on_link(await async_link(connection))
+
+    def _enqueue_in(
+        self,
+        store: Store,
+        task: str | Task[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Firing:
         task_name = task.name if isinstance(task, Task) else task
         self._require_served(task_name, None)
         spec = self._now_spec(task_name, args, kwargs)
-        return self.store.enqueue_now(spec)
+        return store.enqueue_now(spec)
 
     def schedule_many(
         self,
@@ -248,6 +372,7 @@ class App:
         and nothing is written. A quota the batch exceeds refuses it whole."""
         now = self.clock.now()
         served = self._served_check(allow_unknown_task)
+        calendars = functools.cache(calendar_rules_of(self.store))  # each read once
         policies: dict[Any, JobPolicies] = {}  # many items share their policy keywords
 
         def policies_of(fields: dict[str, Any]) -> JobPolicies:
@@ -284,6 +409,7 @@ class App:
                 paused=bool(fields.pop("paused", False)),
                 policies=policies_of(fields),
             )
+            spec = bind_calendar(spec, calendars)
             return spec, spec_first_fire_at(spec, now, allow_past=allow_past)
 
         return run_batch(

@@ -28,6 +28,7 @@ import structlog
 from cronwheel.app import App
 from cronwheel.dispatch.dispatcher import Dispatcher, DispatcherConfig
 from cronwheel.domain.models import NodeInfo
+from cronwheel.domain.tzdb import tz_database
 from cronwheel.errors import StoreUnavailableError, ValidationError
 from cronwheel.observability.sinks import DispatcherSink, WorkerSink
 from cronwheel.worker.worker import Worker, WorkerConfig
@@ -120,6 +121,7 @@ def run_scheduler(app: App, config: DispatcherConfig | None = None) -> None:
                 next_fire_at=None if job.next_fire_at is None else job.next_fire_at.isoformat(),
             )
     dispatcher = Dispatcher(store, app.clock, config=config, events=DispatcherSink())
+    tzdb = tz_database()
 
     wake.append(dispatcher.wake)
     if stop.is_set():
@@ -131,6 +133,8 @@ def run_scheduler(app: App, config: DispatcherConfig | None = None) -> None:
         pid=os.getpid(),
         started_at=app.clock.now(),
         heartbeat_at=app.clock.now(),
+        tz_source=tzdb.source,
+        tz_version=tzdb.version,
     )
     _retry_store(lambda: store.register_node(node), stop)
     beat = threading.Thread(target=_node_heartbeat, args=(store, node.id, stop), daemon=True)

@@ -76,7 +76,8 @@ BAD: dict[str, tuple[str, Any]] = {
 
 # the flags of `jobs add` that are not policies
 CLI_OTHERS = {
-    "name", "task", "cron_expr", "tz", "dst_gap", "dst_overlap", "every_text", "anchor",
+    "name", "task", "cron_expr", "tz", "dst_gap", "dst_overlap", "calendar", "every_text",
+    "anchor",
     "at_text", "allow_past", "now_flag", "args_json", "kwargs_json", "start_at_text",
     "end_at_text", "max_runs", "paused", "replace", "allow_unknown_task", "namespace",
     "store_url", "url",

@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cronwheel.dispatch.dispatcher import Dispatcher, DispatcherConfig
-from cronwheel.domain import schedules, transitions
+from cronwheel.domain import cron_schedule, transitions
 from cronwheel.domain.clock import FakeClock
 from cronwheel.domain.fates import explain
 from cronwheel.domain.models import Job, JobEvent, JobId, JobSpec
@@ -47,7 +47,7 @@ from cronwheel.domain.schedules import (
     upcoming_instants,
 )
 from cronwheel.domain.transitions import MAX_STEPS, StepBudget
-from cronwheel.domain.tz import _zone_names
+from cronwheel.domain.tz import zone_names
 from cronwheel.errors import (
     InvalidScheduleError,
     NoFiringInHorizonError,
@@ -58,7 +58,7 @@ from cronwheel.store.sqlite import SqliteStore
 from cronwheel.web.ids import ids_for
 from tests.security.conftest import NS, Sec
 
-ZONES = sorted(_zone_names())
+ZONES = sorted(zone_names())
 FIRST = datetime.min.replace(tzinfo=UTC)
 LAST = datetime.max.replace(tzinfo=UTC)
 BOUNDED = (ScheduleBudgetError, NoFiringInHorizonError)
@@ -408,12 +408,12 @@ def test_a_job_whose_schedule_cannot_be_computed_ends_alone(
     fires its due instant and ends (a schedule error recorded for `jobs explain`, the
     event reported); the dispatcher keeps stepping and the other job keeps firing."""
     if why == "budget":
-        search = schedules.next_instant
+        search = cron_schedule.next_instant  # the cron schedule's search
 
         def small_budget(*args: Any, budget: StepBudget | None = None) -> Any:
             return search(*args, budget=StepBudget(50))
 
-        monkeypatch.setattr(schedules, "next_instant", small_budget)
+        monkeypatch.setattr(cron_schedule, "next_instant", small_budget)
     t0 = datetime(2026, 12, 31, 23, 59, 50, tzinfo=UTC)
     clock = FakeClock(t0)
     store = SqliteStore(str(tmp_path / "d.db"), clock=clock)

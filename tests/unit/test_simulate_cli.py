@@ -193,6 +193,10 @@ BAD_FILES: list[tuple[Any, str]] = [
     ([{**JOBS[0], "colour": "red"}], "jobs[0].colour: not a key of a job"),
     ([{**JOBS[0], "policies": {"overlap": "sometimes"}}], "jobs[0].policies.overlap"),
     ([{**JOBS[0], "schedule": {"kind": "cron", "cron": "61 * * * *"}}], "jobs[0].schedule"),
+    (
+        [{**JOBS[0], "schedule": {"kind": "cron", "expr": "0 2 * * *"}}],
+        "error: jobs[0].schedule.expr: unknown key",  # named once, not schedule.schedule
+    ),
     ([JOBS[0], JOBS[0]], "jobs[1].name: a second job named 'nightly'"),
 ]
 

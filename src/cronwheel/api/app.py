@@ -40,7 +40,14 @@ def create_api(
     """
     from importlib.metadata import version
 
-    from cronwheel.api import routes_firings, routes_jobs, routes_misc, routes_quota, routes_skip
+    from cronwheel.api import (
+        routes_calendars,
+        routes_firings,
+        routes_jobs,
+        routes_misc,
+        routes_quota,
+        routes_skip,
+    )
 
     app = FastAPI(
         title="cronwheel",
@@ -59,5 +66,6 @@ def create_api(
     app.include_router(routes_firings.router)
     app.include_router(routes_misc.router)
     app.include_router(routes_quota.router)
+    app.include_router(routes_calendars.router)
     app.add_middleware(BodyGuard, max_body=max_body)
     return app

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
 from cronwheel.api.errors import item_doc, item_error
-from cronwheel.api.schemas import BatchOut
+from cronwheel.api.schemas_batch import BatchOut
 from cronwheel.domain.batch import BatchResult
 from cronwheel.domain.jobs import require_served_task
 from cronwheel.errors import CronwheelError

@@ -9,7 +9,6 @@ import json
 import math
 from datetime import datetime, timedelta
 from typing import Annotated, Any
-from zoneinfo import ZoneInfo
 
 from fastapi import Request
 from pydantic import BeforeValidator
@@ -21,6 +20,7 @@ from cronwheel.domain.ids import IdCodec, Kind
 from cronwheel.domain.models import DURATION_POLICIES, Job, JobPolicies
 from cronwheel.domain.numbers import parse_number
 from cronwheel.domain.schedules import (
+    SCHEDULE_KEYS,
     Schedule,
     every,
     format_duration,
@@ -29,23 +29,17 @@ from cronwheel.domain.schedules import (
     schedule_from_dict,
     upcoming_instants,
 )
+from cronwheel.domain.tz import load_zone
 from cronwheel.errors import CronwheelError, ValidationError
 from cronwheel.web.auth import store_of
 from cronwheel.web.ids import ids_for
 from cronwheel.wire import job_to_json
 
-_SCHEDULE_KEYS = {
-    "now": frozenset({"kind"}),
-    "at": frozenset({"kind", "at"}),
-    "every": frozenset({"kind", "interval", "anchor"}),
-    "cron": frozenset({"kind", "cron", "tz", "dst_gap", "dst_overlap"}),
-}
-
 
 def to_schedule(body: ScheduleIn) -> Schedule:
     """A domain schedule; errors name ``schedule.<key>``."""
     doc = body.model_dump(exclude_none=True)
-    for key in sorted(doc.keys() - _SCHEDULE_KEYS[body.kind]):
+    for key in sorted(doc.keys() - SCHEDULE_KEYS[body.kind]):
         raise ValidationError(f"not a key of a {body.kind} schedule", field=f"schedule.{key}")
     interval = doc.get("interval")
     if isinstance(interval, int | float):
@@ -132,7 +126,7 @@ AsciiInt = Annotated[int, BeforeValidator(_ascii_int)]
 
 def next_fire_times(job: Job, count: int) -> list[dict[str, str]]:
     """The next ``count`` instants from the job's cursor, in UTC and the job's zone."""
-    zone = ZoneInfo(str(job.spec.schedule.to_dict().get("tz") or "UTC"))
+    zone = load_zone(str(job.spec.schedule.to_dict().get("tz") or "UTC"))
     return [
         {"utc": format_instant(t), "local": t.astimezone(zone).isoformat()}
         for t in upcoming_instants(job.spec.schedule, job.next_fire_at, count)

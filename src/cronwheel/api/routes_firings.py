@@ -25,15 +25,13 @@ from cronwheel.api.convert import (
 from cronwheel.api.errors import HttpError
 from cronwheel.api.routes_jobs import JobName
 from cronwheel.api.schemas import (
-    BatchErrorOut,
-    BatchOut,
     CancelOut,
     EnqueueIn,
     FiringList,
     FiringOut,
-    FiringsBatchIn,
     FiringStateName,
 )
+from cronwheel.api.schemas_batch import BatchErrorOut, BatchOut, FiringsBatchIn
 from cronwheel.domain.attempts import Attempt
 from cronwheel.domain.batch import run_batch
 from cronwheel.domain.error_text import error_summary

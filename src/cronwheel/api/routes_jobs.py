@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -24,25 +25,29 @@ from cronwheel.api.guard import SLASH_STAND_IN
 from cronwheel.api.schemas import (
     BackfillIn,
     BackfillOut,
-    BatchErrorOut,
-    BatchOut,
     FiringOut,
     JobBody,
     JobCreate,
     JobList,
     JobOut,
     JobPatch,
-    JobsBatchIn,
     JobState,
     TriggerIn,
 )
+from cronwheel.api.schemas_batch import BatchErrorOut, BatchOut, JobsBatchIn
 from cronwheel.domain.batch import run_batch
-from cronwheel.domain.jobs import require_served_task, spec_first_fire_at
+from cronwheel.domain.jobs import (
+    bind_calendar,
+    bind_schedule,
+    require_served_task,
+    spec_first_fire_at,
+)
 from cronwheel.domain.models import Job, JobSpec
 from cronwheel.domain.policies import instants_between
 from cronwheel.domain.schedules import LISTING_STEPS, next_after_within
 from cronwheel.domain.transitions import StepBudget
 from cronwheel.errors import ConflictError, JobNotFoundError, ValidationError
+from cronwheel.store.calendar_port import Lookup, calendar_rules_of
 from cronwheel.store.protocol import ApiStore
 from cronwheel.wire import firing_to_json
 
@@ -56,8 +61,18 @@ JobName = Annotated[
 ]
 
 
-def _spec(principal: Principal, name: str, body: JobBody, paused: bool) -> JobSpec:
-    return JobSpec(
+def _spec(
+    store: ApiStore,
+    principal: Principal,
+    name: str,
+    body: JobBody,
+    paused: bool,
+    lookup: Lookup | None = None,
+) -> JobSpec:
+    """The job a body describes, its stored calendar's rules bound (422 naming
+    ``schedule.calendar`` when the namespace has no such calendar); ``lookup``: the
+    calendars' (a batch's, each read once)."""
+    spec = JobSpec(
         name=name,
         task=body.task,
         schedule=to_schedule(body.schedule),
@@ -70,13 +85,14 @@ def _spec(principal: Principal, name: str, body: JobBody, paused: bool) -> JobSp
         end_at=None if body.end_at is None else instant(body.end_at, "end_at"),
         max_runs=body.max_runs,
     )
+    return bind_calendar(spec, lookup or calendar_rules_of(store))
 
 
 @router.post("", status_code=201, response_model=JobOut, summary="Create a job")
 def create_job(body: JobCreate, principal: Writer, request: Request) -> dict[str, Any]:
     """409 `job_exists` when the name is taken."""
     store = store_of(request)
-    spec = _spec(principal, body.name, body, bool(body.paused))
+    spec = _spec(store, principal, body.name, body, bool(body.paused))
     _require_served(store, spec.task, body.allow_unknown_task)
     first = spec_first_fire_at(spec, store.now(), allow_past=body.allow_past)
     return job_out(ids_of(request), store.create_job(spec, first_fire_at=first), upcoming=UPCOMING)
@@ -98,10 +114,11 @@ def create_jobs_batch(body: JobsBatchIn, principal: Writer, request: Request) ->
     store = store_of(request)
     now = store.now()
     served = served_once(store)
+    calendars = functools.cache(calendar_rules_of(store))
 
     def prepare(raw: Any) -> tuple[JobSpec, datetime | None]:
         item = parse_item(JobCreate, raw)
-        spec = _spec(principal, item.name, item, bool(item.paused))
+        spec = _spec(store, principal, item.name, item, bool(item.paused), calendars)
         if not item.allow_unknown_task:
             served(spec.task)
         return spec, spec_first_fire_at(spec, now, allow_past=item.allow_past)
@@ -126,7 +143,7 @@ def put_job(
     store = store_of(request)
     existing = _find(store, principal.namespace, name)
     paused = body.paused if body.paused is not None else bool(existing and existing.paused)
-    spec = _spec(principal, name, body, paused)
+    spec = _spec(store, principal, name, body, paused)
     if existing is None or existing.spec.task != spec.task:
         _require_served(store, spec.task, body.allow_unknown_task)
     if existing is not None and existing.spec.spec_hash() == spec.spec_hash():
@@ -202,7 +219,11 @@ def patch_job(name: JobName, body: JobPatch, principal: Writer, request: Request
     store = store_of(request)
     job = store.get_job(principal.namespace, name)
     old = job.spec
-    schedule = old.schedule if body.schedule is None else to_schedule(body.schedule)
+    schedule = old.schedule
+    if body.schedule is not None:
+        schedule = bind_schedule(
+            to_schedule(body.schedule), principal.namespace, calendar_rules_of(store)
+        )
     spec = JobSpec(
         name=name,
         task=old.task if body.task is None else body.task,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
@@ -14,8 +14,11 @@ from cronwheel.api.convert import instant
 from cronwheel.api.errors import error_response
 from cronwheel.api.schemas import HealthOut, PreviewIn, PreviewOut, StatusOut
 from cronwheel.domain.firing import format_instant
+from cronwheel.domain.jobs import bind_schedule
 from cronwheel.domain.schedules import CronSchedule, next_firings
-from cronwheel.errors import CronwheelError
+from cronwheel.errors import CronwheelError, ValidationError
+from cronwheel.observability.tzdata import tz_status
+from cronwheel.store.calendar_port import calendar_rules_of
 from cronwheel.store.protocol import WORKER_ALIVE_WITHIN
 
 router = APIRouter(tags=["cluster"])
@@ -33,7 +36,8 @@ def status(principal: Anyone, request: Request) -> dict[str, Any]:
     no live worker serves (`unserved`), and its quota with what it uses of it (`quota`;
     null for a cluster token). A namespace's token sees its namespace's counts only,
     and no leader or nodes (`cluster` false); a cluster token (or authentication off)
-    sees the cluster: every namespace's counts, the leader, epoch and nodes."""
+    sees the cluster: every namespace's counts, the leader, epoch and nodes, each node's
+    tz database and the cluster's (`tzdata`: who differs from it)."""
     store = store_of(request)
     cluster = principal.cluster
     s = store.status() if cluster else store.status(namespace=principal.namespace)
@@ -58,6 +62,8 @@ def status(principal: Anyone, request: Request) -> dict[str, Any]:
                 "pid": n.pid,
                 "heartbeat_at": format_instant(n.heartbeat_at),
                 "heartbeat_age_s": round((s.now - n.heartbeat_at).total_seconds(), 1),
+                "tz_source": n.tz_source,
+                "tz_version": n.tz_version,
             }
             for n in nodes
         ]
@@ -70,6 +76,7 @@ def status(principal: Anyone, request: Request) -> dict[str, Any]:
         "backlog": {} if scoped is None else store.job_backlog(scoped, limit=50),
         "unserved": store.unserved_queued(alive_within=WORKER_ALIVE_WITHIN, namespace=scoped),
         "quota": None if scoped is None else store.quota_usage(scoped)[0].to_dict(),
+        "tzdata": tz_status(s) if cluster else None,
     }
 
 
@@ -77,10 +84,29 @@ def status(principal: Anyone, request: Request) -> dict[str, Any]:
 def preview(body: PreviewIn, _principal: Anyone, request: Request) -> dict[str, Any]:
     """The next `count` instants of a cron schedule, UTC and local, with DST notes
     (the computation of `cronwheel next`)."""
+    store = store_of(request)
     schedule = CronSchedule(
-        expr=body.cron, tz=body.tz, dst_gap=body.dst_gap, dst_overlap=body.dst_overlap
+        expr=body.cron,
+        tz=body.tz,
+        dst_gap=body.dst_gap,
+        dst_overlap=body.dst_overlap,
+        calendar=body.calendar,
     )
-    after = store_of(request).now() if body.after is None else instant(body.after, "after")
+    if schedule.stored_calendar is not None:  # a calendar of the token's namespace
+        if not _principal.scoped:
+            raise ValidationError(
+                "a stored calendar belongs to a namespace: preview it with a namespace token",
+                field="calendar",
+            )
+        try:
+            schedule = cast(
+                CronSchedule,
+                bind_schedule(schedule, _principal.namespace, calendar_rules_of(store)),
+            )
+        except CronwheelError as exc:
+            exc.field = "calendar"
+            raise
+    after = store.now() if body.after is None else instant(body.after, "after")
     items = []
     for row in next_firings(schedule, after, body.count):
         local = row.utc.astimezone(schedule.zone)
@@ -97,6 +123,7 @@ def preview(body: PreviewIn, _principal: Anyone, request: Request) -> dict[str, 
         "tz": schedule.tz,
         "dst_gap": schedule.gap,
         "dst_overlap": schedule.overlap,
+        "calendar": schedule.calendar,
         "items": items,
     }
 

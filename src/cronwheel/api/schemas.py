@@ -1,4 +1,5 @@
-"""Request and response bodies: the API's schemas live only here.
+"""Request and response bodies: the API's schemas live only here (the batch endpoints'
+in ``schemas_batch.py``).
 
 Requests are strict (``"job_id": "1"`` is not an integer, unknown fields are
 refused). Instants are RFC 3339 strings with an offset, parsed by the domain's
@@ -11,7 +12,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from cronwheel.domain.batch import BATCH_LIMIT
 from cronwheel.domain.policy_table import POLICY_TABLE, Policy
 
 Instant = str
@@ -46,13 +46,26 @@ class _Out(BaseModel):
 
 class ScheduleIn(_In):
     """``now``; ``at`` (``at``); ``every`` (``interval``, ``anchor``); ``cron`` (``cron``,
-    ``tz``, ``dst_gap``, ``dst_overlap``). Keys of another kind are refused."""
+    ``tz``, ``dst_gap``, ``dst_overlap``, ``calendar``). Keys of another kind are refused."""
 
     kind: Literal["now", "at", "every", "cron"]
     cron: str | None = Field(None, max_length=256, examples=["0 9 * * mon-fri"])
     tz: str | None = Field(None, max_length=64, examples=["Europe/Berlin"])
     dst_gap: Literal["next_valid", "skip", "shift"] | None = None
     dst_overlap: Literal["once", "twice"] | None = None
+    calendar: str | None = Field(
+        None,
+        max_length=64,
+        examples=["DE-BY"],
+        description="days excluded (local dates in tz): a built-in calendar, a country (US), "
+        "a country and subdivision (DE-BY) or a market (NYSE) of the holidays data; or a "
+        "calendar of the namespace (office: /v1/calendars)",
+    )
+    calendar_def: dict[str, Any] | None = Field(
+        None,
+        description="output only: the rules of the namespace's calendar the job names; on "
+        "input it is replaced by the calendar's current rules",
+    )
     at: Instant | None = Field(None, max_length=40, examples=["2026-05-01T09:00:00Z"])
     interval: Duration | None = Field(None, examples=["1h30m", 90])
     anchor: Instant | None = Field(None, max_length=40)
@@ -153,45 +166,12 @@ class EnqueueIn(_In):
     )
 
 
-def _batch_items(item_schema: str, what: str) -> Any:
-    """A batch's ``items``: each one validated on its own by the route (an item's error is
-    that item's, ``items[3].schedule``), so the field takes any JSON value; the schema
-    documents the item's."""
-    return Field(
-        max_length=BATCH_LIMIT,
-        description=f"at most {BATCH_LIMIT} {what}, each as its single endpoint takes it",
-        json_schema_extra={"items": {"$ref": f"#/components/schemas/{item_schema}"}},
-    )
-
-
-_ALL_OR_NOTHING = Field(
-    False,
-    description="true: one refused item refuses the batch (422, or 409 when every refused"
-    " item is a conflict, with every item's error) and nothing is written; false: the"
-    " valid items are written, each refused one gets its error",
-)
-
-
-class JobsBatchIn(_In):
-    """Many jobs in one request and one transaction (``POST /v1/jobs`` for each item)."""
-
-    items: list[Any] = _batch_items("JobCreate", "jobs")
-    all_or_nothing: bool = _ALL_OR_NOTHING
-
-
-class FiringsBatchIn(_In):
-    """Many immediate runs in one request and one transaction (``POST /v1/firings`` for
-    each item, without an idempotency key)."""
-
-    items: list[Any] = _batch_items("EnqueueIn", "runs")
-    all_or_nothing: bool = _ALL_OR_NOTHING
-
-
 class PreviewIn(_In):
     cron: str = Field(max_length=256, examples=["30 2 * * *"])
     tz: str = Field("UTC", max_length=64, examples=["Europe/Berlin"])
     dst_gap: Literal["next_valid", "skip", "shift"] | None = None
     dst_overlap: Literal["once", "twice"] | None = None
+    calendar: str | None = Field(None, max_length=64, examples=["DE-BY"])
     after: Instant | None = Field(None, max_length=40, description="default: now")
     count: int = Field(5, ge=1, le=1000)
 
@@ -228,6 +208,8 @@ class ScheduleOut(_Out):
     tz: str | None = None
     dst_gap: str | None = None
     dst_overlap: str | None = None
+    calendar: str | None = None
+    calendar_def: dict[str, Any] | None = None
     at: str | None = None
     interval: str | None = None
     anchor: str | None = None
@@ -348,31 +330,6 @@ class BackfillOut(_Out):
     firing_ids: list[int]
 
 
-class BatchItemOut(_Out):
-    """One item's outcome: ``status`` 201 with its ``job``/``firing``, or the HTTP status
-    its single request would have had with its ``error`` (``field`` names the item:
-    ``items[3].schedule``)."""
-
-    index: int
-    status: int
-    job: JobOut | None = None
-    firing: FiringOut | None = None
-    error: ErrorDetail | None = None
-
-
-class BatchOut(_Out):
-    created: int = Field(description="items written")
-    refused: int = Field(description="items refused, each with its error")
-    items: list[BatchItemOut]
-
-
-class BatchErrorOut(_Out):
-    """An all-or-nothing batch refused: the first error, and every refused item's."""
-
-    error: ErrorDetail
-    items: list[BatchItemOut]
-
-
 class PreviewItem(_Out):
     utc: str
     local: str
@@ -385,6 +342,7 @@ class PreviewOut(_Out):
     tz: str
     dst_gap: str
     dst_overlap: str
+    calendar: str | None = None
     items: list[PreviewItem]
 
 
@@ -395,6 +353,31 @@ class NodeOut(_Out):
     pid: int
     heartbeat_at: str
     heartbeat_age_s: float
+    tz_source: str | None = Field(description="where its tz database comes from")
+    tz_version: str | None = Field(description="its tz database's IANA version")
+
+
+class TzDatabaseOut(_Out):
+    source: str
+    version: str
+
+
+class TzMismatchOut(_Out):
+    id: str
+    kind: str
+    source: str | None
+    version: str | None
+
+
+class TzStatusOut(_Out):
+    cluster: TzDatabaseOut | None = Field(
+        description="the tz database the leader recorded (null: none recorded yet)"
+    )
+    process: TzDatabaseOut = Field(description="this API process's tz database")
+    mismatched: list[TzMismatchOut] = Field(
+        description="live nodes whose tz database version is not the cluster's"
+    )
+    mismatch: bool = Field(description="a live node, or this process, differs from the cluster")
 
 
 class QuotaLimits(_Out):
@@ -436,6 +419,45 @@ class QuotaIn(_In):
     backfill_per_day: int | None = Field(None, ge=0)
 
 
+class CalendarIn(_In):
+    """A calendar's rules: what it excludes (holidays, explicit dates, days off its
+    weekdays), and the dates it never excludes."""
+
+    holidays: str | None = Field(
+        None, max_length=64, examples=["DE-BY"], description="a built-in calendar's holidays"
+    )
+    exclude: list[str] = Field(
+        default_factory=list, max_length=1000, examples=[["2026-12-24", "2026-12-31"]]
+    )
+    include: list[str] = Field(
+        default_factory=list,
+        max_length=1000,
+        examples=[["2026-12-27"]],
+        description="dates never excluded (over a holiday or a day off its weekdays)",
+    )
+    weekdays: str | None = Field(
+        None, max_length=64, examples=["mon-fri"], description="cron's day-of-week syntax"
+    )
+
+
+class CalendarOut(_Out):
+    namespace: str
+    name: str
+    holidays: str | None
+    exclude: list[str]
+    include: list[str]
+    weekdays: str | None
+    updated_at: str
+    jobs: list[str] = Field(description="the namespace's jobs that name it")
+    replanned: list[str] | None = Field(
+        None, description="on a write: the jobs whose schedule and next instant moved with it"
+    )
+
+
+class CalendarList(_Out):
+    items: list[CalendarOut]
+
+
 class StatusOut(_Out):
     now: str
     namespace: str
@@ -460,6 +482,9 @@ class StatusOut(_Out):
     )
     quota: QuotaOut | None = Field(
         description="the namespace's quota and what it uses of it (null: a cluster token)"
+    )
+    tzdata: TzStatusOut | None = Field(
+        None, description="the cluster's tz database and who differs (null: a namespace token)"
     )
 
 

@@ -29,9 +29,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo, available_timezones
+from zoneinfo import ZoneInfo
 
 from cronwheel.domain.schedules import cron
+from cronwheel.domain.tz import load_zone, zone_names
 
 EXPRESSIONS: dict[str, str] = {
     "per-second": "* * * * * *",
@@ -51,7 +52,6 @@ WINDOW = timedelta(days=730)
 REPEAT = 3
 AWAY = timedelta(days=10)
 _PROBE = timedelta(hours=48)  # < the smallest spacing of offset changes (95 h)
-_NOT_ZONES = frozenset({"localtime", "posixrules", "Factory"})
 
 
 def _offset(zone: ZoneInfo, instant: datetime) -> timedelta | None:
@@ -125,18 +125,15 @@ def run_tz_steps(
     """Measure and return the figures as a JSON-safe dict (see the module docstring)."""
     start = start.astimezone(UTC)
     end = start + WINDOW
-    if zones is None:
-        names = sorted(SMOKE_ZONES) if smoke else sorted(available_timezones() - _NOT_ZONES)
-    else:
-        names = zones
+    names = zones if zones is not None else sorted(SMOKE_ZONES if smoke else zone_names())
     plan: list[tuple[str, list[datetime]]] = []
     for name in names:
-        found = transitions(ZoneInfo(name), start, end)
+        found = transitions(load_zone(name), start, end)
         if found:
             plan.append((name, found))
     costs: dict[str, dict[str, _Cost]] = {kind: {} for kind in EXPRESSIONS}
     for done, (name, found) in enumerate(plan):
-        zone = ZoneInfo(name)
+        zone = load_zone(name)
         for kind, expr in EXPRESSIONS.items():
             schedule = cron(expr, name)
             step = schedule.next_after

@@ -31,6 +31,35 @@ def store_option(f: F) -> F:
     )(f)
 
 
+def _use_tzdata(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """Choose this process's tz database (domain/tzdb.py) and hand the choice to the
+    processes it starts (serve's children) through CRONWHEEL_TZDATA."""
+    import os
+
+    from cronwheel.domain.tzdb import TZDATA_ENV, use_tz_database
+    from cronwheel.errors import ValidationError
+
+    try:
+        chosen = use_tz_database(value, field="--tzdata")
+    except ValidationError as exc:
+        raise click.BadParameter(exc.message, param_hint=exc.field or "--tzdata") from None
+    os.environ[TZDATA_ENV] = chosen.source
+    return chosen.source
+
+
+def tzdata_option(f: F) -> F:
+    return click.option(
+        "--tzdata",
+        default=None,
+        expose_value=False,
+        is_eager=True,
+        callback=_use_tzdata,
+        help="The tz database: 'bundled' (the tzdata package, the default), 'system' "
+        "(/usr/share/zoneinfo) or a directory of compiled zones holding its tzdata.zi "
+        "(env CRONWHEEL_TZDATA). Every node of a cluster should use the same version.",
+    )(f)
+
+
 def log_options(f: F) -> F:
     f = click.option(
         "--log-level",

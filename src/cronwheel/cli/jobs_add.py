@@ -56,6 +56,11 @@ def policy_options(command: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--tz", default="UTC", show_default=True, help="IANA time zone of --cron.")
 @click.option("--dst-gap", type=click.Choice(["next_valid", "skip", "shift"]))
 @click.option("--dst-overlap", type=click.Choice(["once", "twice"]))
+@click.option(
+    "--calendar",
+    help="Skip the holidays of a calendar on --cron (local dates in --tz): a country (US), "
+    "a country and subdivision (DE-BY) or a market (NYSE).",
+)
 @click.option("--every", "every_text", help="Fixed interval, e.g. 30s, 5m, 1h30m.")
 @click.option("--anchor", help="RFC 3339 instant the --every interval is aligned to.")
 @click.option("--at", "at_text", help="One instant, RFC 3339 with offset.")
@@ -84,6 +89,7 @@ def add_command(
     tz: str,
     dst_gap: str | None,
     dst_overlap: str | None,
+    calendar: str | None,
     every_text: str | None,
     anchor: str | None,
     at_text: str | None,
@@ -113,8 +119,16 @@ def add_command(
     )
     if len(chosen) != 1:
         raise ValidationError("give exactly one of --cron, --every, --at, --now", field="schedule")
+    if calendar is not None and cron_expr is None:
+        raise ValidationError("a calendar applies to a --cron schedule only", field="calendar")
     if cron_expr is not None:
-        schedule: Any = schedules.cron(cron_expr, tz, dst_gap=dst_gap, dst_overlap=dst_overlap)  # type: ignore[arg-type]
+        schedule: Any = schedules.cron(
+            cron_expr,
+            tz,
+            dst_gap=dst_gap,  # type: ignore[arg-type]  # click.Choice guarantees the literal
+            dst_overlap=dst_overlap,  # type: ignore[arg-type]
+            calendar=calendar,
+        )
     elif every_text is not None:
         anchor_at = schedules.parse_instant(anchor, "anchor") if anchor else None
         schedule = schedules.every(every_text, anchor=anchor_at)
@@ -141,7 +155,9 @@ def add_command(
         paused=paused,
         **bounds,
     )
-    first = spec_first_fire_at(spec, SystemClock().now(), allow_past=allow_past)
+    # checked before any I/O; a calendar of the namespace is known only to the store
+    stored = getattr(schedule, "stored_calendar", None) is not None
+    first = None if stored else spec_first_fire_at(spec, SystemClock().now(), allow_past=allow_past)
     if url is not None:
         remote = {k: v.total_seconds() if isinstance(v, timedelta) else v for k, v in given.items()}
         with client(url, namespace) as api:
@@ -159,18 +175,29 @@ def add_command(
             else:
                 job, verb = api.create_job(name, task, schedule, paused=paused, **kw), "created"
     else:
-        job, verb = _add_local(store_url, spec, first, replace, allow_unknown_task)
+        job, verb = _add_local(store_url, spec, first, replace, allow_unknown_task, allow_past)
     nxt = job.next_fire_at.isoformat() if job.next_fire_at else "never"
     click.echo(f"{verb} job {job.name!r} (id {job.id}): {schedule.describe()}; next firing {nxt}")
 
 
 def _add_local(
-    store_url: str, spec: Any, first: Any, replace: bool, allow_unknown_task: bool
+    store_url: str,
+    spec: Any,
+    first: Any,
+    replace: bool,
+    allow_unknown_task: bool,
+    allow_past: bool,
 ) -> tuple[Any, str]:
-    from cronwheel.domain.jobs import require_served_task
+    from cronwheel.domain.clock import SystemClock
+    from cronwheel.domain.jobs import bind_calendar, require_served_task, spec_first_fire_at
+    from cronwheel.store.calendar_port import calendar_rules_of
 
     store = open_cli_store(store_url)
     try:
+        bound = bind_calendar(spec, calendar_rules_of(store))
+        if bound is not spec:  # it names a calendar of the namespace
+            spec = bound
+            first = spec_first_fire_at(spec, SystemClock().now(), allow_past=allow_past)
         if not allow_unknown_task and _task_is_new(store, spec, replace):
             require_served_task(spec.task, [t.task for t in store.served_tasks()])
         if replace:

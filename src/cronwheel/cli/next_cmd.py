@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from cronwheel.cli.common import store_option
 from cronwheel.domain.clock import SystemClock
 from cronwheel.domain.schedules import (
     CronSchedule,
@@ -21,6 +22,7 @@ from cronwheel.domain.schedules import (
     parse_instant,
 )
 from cronwheel.domain.tz import DST_GAP_POLICIES, DST_OVERLAP_POLICIES, Resolved
+from cronwheel.errors import CronwheelError
 
 MAX_COUNT = 1000
 
@@ -70,7 +72,9 @@ def _print_table(
     console.print(
         f"[bold]{escape(schedule.expr)}[/bold] in [bold]{schedule.tz}[/bold]"
         f"  dst gap: {schedule.gap} ({gap_src}), overlap: {schedule.overlap} ({overlap_src})"
-        f"  after {format_instant(after)}" + ("" if after_given else " (now)")
+        + ("" if schedule.calendar is None else f"  calendar: {schedule.calendar}")
+        + f"  after {format_instant(after)}"
+        + ("" if after_given else " (now)")
     )
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("#", justify="right", style="dim")
@@ -89,6 +93,23 @@ def _print_table(
     console.print(table)
     if not rows:
         console.print("no firing: none left whose local time is before year 10000")
+
+
+def _bind(schedule: CronSchedule, namespace: str, store_url: str) -> CronSchedule:
+    from cronwheel.cli.common import open_cli_store
+    from cronwheel.domain.jobs import bind_schedule
+    from cronwheel.store.calendar_port import calendar_rules_of
+
+    store = open_cli_store(store_url)
+    try:
+        bound = bind_schedule(schedule, namespace, calendar_rules_of(store))
+    except CronwheelError as exc:
+        exc.field = "calendar"
+        raise
+    finally:
+        store.close()
+    assert isinstance(bound, CronSchedule)
+    return bound
 
 
 @click.command("next")
@@ -116,6 +137,17 @@ def _print_table(
     help="Repeated wall times: once or twice (default, as Debian cron: "
     "twice if the minute or hour field starts with *, else once).",
 )
+@click.option(
+    "--calendar",
+    default=None,
+    help="Skip the days a calendar excludes (local dates in --tz): a country (US), a "
+    "country and subdivision (DE-BY), a market (NYSE), or a calendar of --namespace in "
+    "--store (office).",
+)
+@click.option(
+    "--namespace", default="default", show_default=True, help="The stored calendar's namespace."
+)
+@store_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 def next_command(
     expr: str,
@@ -124,6 +156,9 @@ def next_command(
     count: int,
     dst_gap: str | None,
     dst_overlap: str | None,
+    calendar: str | None,
+    namespace: str,
+    store_url: str,
     as_json: bool,
 ) -> None:
     """Show the next firing instants of cron expression EXPR in zone --tz."""
@@ -132,7 +167,10 @@ def next_command(
         tz=tz,
         dst_gap=dst_gap,  # type: ignore[arg-type]  # click.Choice guarantees the literal
         dst_overlap=dst_overlap,  # type: ignore[arg-type]
+        calendar=calendar,
     )
+    if schedule.stored_calendar is not None:  # the store is opened only for these
+        schedule = _bind(schedule, namespace, store_url)
     start = SystemClock().now() if after is None else parse_instant(after, "--after")
     rows = next_firings(schedule, start, count)
     if as_json:

@@ -8,6 +8,7 @@ from typing import Any
 
 from cronwheel.domain.firing import format_instant
 from cronwheel.domain.models import Firing, Job, JobEvent
+from cronwheel.observability.tzdata import tz_status
 from cronwheel.store.protocol import StoreStatus
 
 
@@ -59,11 +60,10 @@ def event_dict(event: JobEvent) -> dict[str, Any]:
 
 def upcoming(job: Job, count: int) -> list[dict[str, Any]]:
     """The next ``count`` instants from the job's cursor, in UTC and the job's zone."""
-    from zoneinfo import ZoneInfo
-
     from cronwheel.domain.schedules import upcoming_instants
+    from cronwheel.domain.tz import load_zone
 
-    zone = ZoneInfo(_tz_of(job))
+    zone = load_zone(_tz_of(job))
     return [
         {"utc": format_instant(t), "local": t.astimezone(zone).isoformat()}
         for t in upcoming_instants(job.spec.schedule, job.next_fire_at, count)
@@ -224,9 +224,12 @@ def status_dict(s: StoreStatus) -> dict[str, Any]:
                 "pid": n.pid,
                 "heartbeat_at": _ts(n.heartbeat_at),
                 "heartbeat_age_s": round((s.now - n.heartbeat_at).total_seconds(), 1),
+                "tz_source": n.tz_source,
+                "tz_version": n.tz_version,
             }
             for n in s.nodes
         ],
+        "tzdata": tz_status(s),
     }
 
 
@@ -262,12 +265,32 @@ def status_view(doc: dict[str, Any]) -> None:
     if objective:
         objective_view(console, objective)
     quotas_view(console, doc.get("quotas", []))
+    console.print(escape(tz_line(doc["tzdata"])).replace("MISMATCH", "[red]MISMATCH[/red]"))
     table = Table(title="nodes", title_justify="left")
-    for col in ("kind", "id", "pid", "last heartbeat"):
+    for col in ("kind", "id", "pid", "last heartbeat", "tz database"):
         table.add_column(col)
     for n in doc["nodes"]:
-        table.add_row(n["kind"], n["id"], str(n["pid"]), f"{n['heartbeat_age_s']} s ago")
+        tz = "?" if n["tz_version"] is None else f"{n['tz_version']} ({n['tz_source']})"
+        table.add_row(
+            n["kind"], n["id"], str(n["pid"]), f"{n['heartbeat_age_s']} s ago", escape(tz)
+        )
     console.print(table)
+
+
+def tz_line(tz: dict[str, Any]) -> str:
+    """The status line of the cluster's tz database (observability.tzdata.tz_status)."""
+    cluster = tz["cluster"]
+    shown = (
+        "none recorded yet" if cluster is None else f"{cluster['version']} ({cluster['source']})"
+    )
+    line = f"tz database  {shown}"
+    if tz["mismatch"]:
+        others = [f"{n['id']} {n['version'] or '?'}" for n in tz["mismatched"]]
+        process = tz["process"]
+        if cluster is not None and process["version"] != cluster["version"]:
+            others.append(f"this process {process['version']}")
+        line += "   MISMATCH: " + ", ".join(others)
+    return line
 
 
 def quotas_view(console: Any, quotas: list[dict[str, Any]]) -> None:

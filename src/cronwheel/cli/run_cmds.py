@@ -8,7 +8,15 @@ from datetime import timedelta
 import click
 
 from cronwheel.cli.api_cmd import browser_options
-from cronwheel.cli.common import F, log_args, log_options, open_cli_store, setup_logs, store_option
+from cronwheel.cli.common import (
+    F,
+    log_args,
+    log_options,
+    open_cli_store,
+    setup_logs,
+    store_option,
+    tzdata_option,
+)
 
 _APP_HELP = "MODULE:APP of your cronwheel.App (default: the built-in example app)."
 
@@ -99,6 +107,7 @@ def tasks_option(f: F) -> F:
     default=None,
     help="Scheduler metrics on PORT, worker i on PORT+i (default: off).",
 )
+@tzdata_option
 @log_options
 def serve_command(
     app_ref: str | None,
@@ -175,6 +184,7 @@ def serve_command(
     help="Seconds a leader's lease lasts without renewal (takeover time).",
 )
 @metrics_port_option
+@tzdata_option
 @log_options
 def scheduler_command(
     app_ref: str | None,
@@ -217,6 +227,7 @@ def scheduler_command(
 @tasks_option
 @isolation_option
 @metrics_port_option
+@tzdata_option
 @log_options
 def worker_command(
     app_ref: str | None,

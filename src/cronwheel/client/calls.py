@@ -10,15 +10,24 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
+from cronwheel.client.bodies import (
+    batch_item,
+    calendar_path,
+    firing_filters,
+    job_body,
+    job_item,
+    job_path,
+    run_item,
+    text,
+)
 from cronwheel.client.errors import error_of
 from cronwheel.domain.attempts import Attempt
 from cronwheel.domain.batch import BatchResult
-from cronwheel.domain.firing import format_instant
 from cronwheel.domain.models import Firing, Job
 from cronwheel.domain.results import CancelResult
 from cronwheel.domain.schedules import Schedule
 from cronwheel.domain.skips import SkipResult
-from cronwheel.errors import CronwheelError, ValidationError
+from cronwheel.errors import CronwheelError
 from cronwheel.wire import (
     FiringPage,
     attempt_from_json,
@@ -37,80 +46,6 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
-
-
-def _text(value: datetime | str) -> str:
-    return format_instant(value) if isinstance(value, datetime) else value
-
-
-def _path(name: str) -> str:
-    from urllib.parse import quote
-
-    return "/v1/jobs/" + quote(name, safe="")
-
-
-def _job_body(
-    task: str,
-    schedule: Schedule | Mapping[str, Any],
-    args: tuple[Any, ...] | list[Any] = (),
-    kwargs: Mapping[str, Any] | None = None,
-    policies: Mapping[str, Any] | None = None,
-    paused: bool | None = None,
-    allow_past: bool = False,
-    bounds: Mapping[str, Any] | None = None,
-    allow_unknown_task: bool = False,
-) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "task": task,
-        "schedule": schedule_to_json(schedule),
-        "args": list(args),
-        "kwargs": dict(kwargs or {}),
-    }
-    if policies:
-        body["policies"] = dict(policies)
-    if paused is not None:
-        body["paused"] = paused
-    if allow_past:
-        body["allow_past"] = True
-    body |= {k: _text(v) if isinstance(v, datetime) else v for k, v in (bounds or {}).items()}
-    if allow_unknown_task:  # a task no worker has served yet (see README)
-        body["allow_unknown_task"] = True
-    return body
-
-
-def _batch_item(build: Callable[..., dict[str, Any]], item: Mapping[str, Any]) -> dict[str, Any]:
-    """One item of a batch request from its keyword arguments (as the single method's)."""
-    try:
-        return build(**item)
-    except TypeError as exc:
-        raise ValidationError(f"not the arguments of one item: {exc}", field="items") from None
-
-
-def _job_item(
-    name: str, task: str, schedule: Schedule | Mapping[str, Any], **kw: Any
-) -> dict[str, Any]:
-    return _job_body(task, schedule, **kw) | {"name": name}
-
-
-def _run_item(
-    task: str, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    return {"task": task, "args": list(args), "kwargs": dict(kwargs or {})}
-
-
-def _firing_filters(
-    states: list[str] | None,
-    scheduled_from: datetime | str | None,
-    scheduled_to: datetime | str | None,
-) -> dict[str, Any]:
-    params: dict[str, Any] = {}
-    if states:
-        params["state"] = list(states)
-    if scheduled_from is not None:
-        params["scheduled_from"] = _text(scheduled_from)
-    if scheduled_to is not None:
-        params["scheduled_to"] = _text(scheduled_to)
-    return params
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +168,7 @@ class Operations:
         ``policies`` keys: the names of domain/policy_table.py (retries, max_attempts,
         retry_backoff, misfire_grace, ...; durations in seconds or text like ``"5m"``).
         ``allow_unknown_task``: accept a task no worker has served yet."""
-        body = _job_body(
+        body = job_body(
             task, schedule, args, kwargs, policies, paused, allow_past, bounds, allow_unknown_task
         )
         return Call("POST", "/v1/jobs", job_from_json, json=body | {"name": name})
@@ -248,7 +183,7 @@ class Operations:
         error (``field`` names the item: ``items[3].schedule``). ``all_or_nothing``: one
         refused item raises BatchError with every item's error, and nothing is written."""
         body = {
-            "items": [_batch_item(_job_item, item) for item in items],
+            "items": [batch_item(job_item, item) for item in items],
             "all_or_nothing": all_or_nothing,
         }
         return Call("POST", "/v1/jobs/batch", _batch_of("job", job_from_json), json=body)
@@ -270,21 +205,21 @@ class Operations:
     ) -> Call[tuple[Job, bool]]:
         """Create or update by name; returns (job, changed). The same call twice is a no-op.
         ``bounds``: ``start_at``, ``end_at`` (instants) and ``max_runs``."""
-        body = _job_body(
+        body = job_body(
             task, schedule, args, kwargs, policies, paused, allow_past, bounds, allow_unknown_task
         )
-        return Call("PUT", _path(name), _job_changed, json=body)
+        return Call("PUT", job_path(name), _job_changed, json=body)
 
     @_Op
     def get_job(self, name: str) -> Call[Job]:
-        return Call("GET", _path(name), job_from_json)
+        return Call("GET", job_path(name), job_from_json)
 
     @_Op
     def next_fire_times(self, name: str, count: int = 5) -> Call[list[dict[str, str]]]:
         """The job's next instants as ``{"utc": ..., "local": ...}``."""
         return Call(
             "GET",
-            _path(name),
+            job_path(name),
             lambda doc: list(doc.get("next_fire_times") or []),
             params={"upcoming": count},
         )
@@ -312,15 +247,15 @@ class Operations:
             fields["schedule"] = schedule_to_json(fields["schedule"])
         if "args" in fields:
             fields["args"] = list(fields["args"])
-        return Call("PATCH", _path(name), job_from_json, json=fields)
+        return Call("PATCH", job_path(name), job_from_json, json=fields)
 
     @_Op
     def pause(self, name: str) -> Call[Job]:
-        return Call("POST", _path(name) + "/pause", job_from_json)
+        return Call("POST", job_path(name) + "/pause", job_from_json)
 
     @_Op
     def resume(self, name: str) -> Call[Job]:
-        return Call("POST", _path(name) + "/resume", job_from_json)
+        return Call("POST", job_path(name) + "/resume", job_from_json)
 
     @_Op
     def skip(
@@ -337,19 +272,19 @@ class Operations:
         InvalidTransitionError when every one is refused."""
         body: dict[str, Any] = {}
         if at is not None:
-            body["at"] = [_text(t) for t in at]
+            body["at"] = [text(t) for t in at]
         if next is not None:
             body["next"] = next
         if reason is not None:
             body["reason"] = reason
-        return Call("POST", _path(name) + "/skip", skip_results_from_json, json=body)
+        return Call("POST", job_path(name) + "/skip", skip_results_from_json, json=body)
 
     @_Op
     def trigger(self, name: str, *, overlap: str | None = None) -> Call[Firing]:
         """Fire the job now (its schedule is not moved); ``overlap`` overrides the job's
         overlap policy for this firing."""
         body = {} if overlap is None else {"overlap": overlap}
-        return Call("POST", _path(name) + "/trigger", firing_from_json, json=body)
+        return Call("POST", job_path(name) + "/trigger", firing_from_json, json=body)
 
     @_Op
     def backfill(
@@ -361,14 +296,14 @@ class Operations:
         overlap: str | None = None,
     ) -> Call[dict[str, Any]]:
         """One firing per schedule instant in [start, end] (past, at most 1000)."""
-        body: dict[str, Any] = {"start": _text(start), "end": _text(end)}
+        body: dict[str, Any] = {"start": text(start), "end": text(end)}
         if overlap is not None:
             body["overlap"] = overlap
-        return Call("POST", _path(name) + "/backfill", dict, json=body)
+        return Call("POST", job_path(name) + "/backfill", dict, json=body)
 
     @_Op
     def delete_job(self, name: str) -> Call[None]:
-        return Call("DELETE", _path(name), _nothing)
+        return Call("DELETE", job_path(name), _nothing)
 
     # -- firings ------------------------------------------------------------------
     @_Op
@@ -386,7 +321,7 @@ class Operations:
         ``job`` a job's exact name, ``states`` any of them, ``scheduled_from <=
         scheduled_for < scheduled_to``; ``limit`` 1-1000. Pass the page's
         ``next_cursor`` as ``cursor`` for the next one (None: it was the last)."""
-        params = _firing_filters(states, scheduled_from, scheduled_to) | {"limit": limit}
+        params = firing_filters(states, scheduled_from, scheduled_to) | {"limit": limit}
         if job is not None:
             params["job"] = job
         if cursor is not None:
@@ -405,8 +340,8 @@ class Operations:
     ) -> Call[Page[Firing]]:
         """Job ``name``'s firings (every job's of the namespace without one), newest
         first, fetching pages as it goes."""
-        params = _firing_filters(states, scheduled_from, scheduled_to) | {"limit": page_size}
-        path = "/v1/firings" if name is None else _path(name) + "/firings"
+        params = firing_filters(states, scheduled_from, scheduled_to) | {"limit": page_size}
+        path = "/v1/firings" if name is None else job_path(name) + "/firings"
         return Call("GET", path, _firings_page, params=params)
 
     @_Op
@@ -451,10 +386,31 @@ class Operations:
         and ``kwargs``. A BatchResult of Firings, or errors naming their item;
         ``all_or_nothing`` as for :meth:`create_jobs`."""
         body = {
-            "items": [_batch_item(_run_item, item) for item in items],
+            "items": [batch_item(run_item, item) for item in items],
             "all_or_nothing": all_or_nothing,
         }
         return Call("POST", "/v1/firings/batch", _batch_of("firing", firing_from_json), json=body)
+
+    # -- calendars ----------------------------------------------------------------
+    @_Op
+    def put_calendar(self, name: str, rules: Mapping[str, Any]) -> Call[dict[str, Any]]:
+        """Create or replace calendar ``name`` (an admin token); ``rules`` as the API's
+        body (``{"holidays", "exclude", "include", "weekdays"}``). Names the jobs
+        ``replanned``."""
+        return Call("PUT", calendar_path(name), dict, json=dict(rules))
+
+    @_Op
+    def get_calendar(self, name: str) -> Call[dict[str, Any]]:
+        return Call("GET", calendar_path(name), dict)
+
+    @_Op
+    def list_calendars(self) -> Call[list[dict[str, Any]]]:
+        return Call("GET", "/v1/calendars", lambda doc: list(doc["items"]))
+
+    @_Op
+    def delete_calendar(self, name: str) -> Call[None]:
+        """Refused (ConflictError naming them) while jobs name it."""
+        return Call("DELETE", calendar_path(name), _nothing)
 
     # -- cluster ------------------------------------------------------------------
     @_Op
@@ -471,15 +427,19 @@ class Operations:
         count: int = 5,
         dst_gap: str | None = None,
         dst_overlap: str | None = None,
+        calendar: str | None = None,
     ) -> Call[list[dict[str, Any]]]:
-        """The next instants of a cron schedule: ``{"utc", "local", "abbrev", "note"}``."""
+        """The next instants of a cron schedule: ``{"utc", "local", "abbrev", "note"}``;
+        with ``calendar`` (``"DE-BY"``), none on the days it excludes."""
         body: dict[str, Any] = {"cron": cron, "tz": tz, "count": count}
         if after is not None:
-            body["after"] = _text(after)
+            body["after"] = text(after)
         if dst_gap is not None:
             body["dst_gap"] = dst_gap
         if dst_overlap is not None:
             body["dst_overlap"] = dst_overlap
+        if calendar is not None:
+            body["calendar"] = calendar
         return Call("POST", "/v1/schedules/preview", lambda doc: list(doc["items"]), json=body)
 
     @_Op

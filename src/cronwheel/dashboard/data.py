@@ -18,6 +18,7 @@ from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import Firing, Job, JobId
 from cronwheel.domain.schedules import LISTING_STEPS, CronSchedule, upcoming_instants
 from cronwheel.domain.transitions import StepBudget
+from cronwheel.domain.tz import load_zone
 from cronwheel.errors import InvalidScheduleError, NotFoundError
 from cronwheel.observability.lateness import (
     STARTED_STATES,
@@ -26,6 +27,7 @@ from cronwheel.observability.lateness import (
     objective_ms,
     percentile,
 )
+from cronwheel.observability.tzdata import tz_status
 from cronwheel.store.protocol import ApiStore, StoreStatus
 from cronwheel.web.ids import ids_for
 from cronwheel.wire import job_state
@@ -99,6 +101,8 @@ def in_words(job: Job, *, dst: bool = True) -> str:
         words = cron_words(schedule.expr)
         if words is None:
             return schedule.describe()
+        if schedule.calendar is not None:  # the days it excludes are not fired
+            words = f"{words}, calendar {schedule.calendar}"
         policy = f"DST gap: {schedule.gap}, overlap: {schedule.overlap}"
         return f"{words} ({policy})" if dst else words
     return schedule.describe()
@@ -122,7 +126,7 @@ class Upcoming:
 
 
 def upcoming(job: Job, now: datetime, count: int) -> list[Upcoming]:
-    zone = ZoneInfo(zone_of(job))
+    zone = load_zone(zone_of(job))
     schedule = job.spec.schedule
     out: list[Upcoming] = []
     if job.next_fire_at is None or job.paused:
@@ -154,6 +158,8 @@ class NodeRow:
     age: str
     alive: bool
     leader: bool
+    tz: str = "?"  # the tz database it reports: "2025b (bundled)"
+    tz_mismatch: bool = False  # live, and not the cluster's tz database version
 
 
 @dataclass(slots=True)
@@ -178,6 +184,7 @@ class Overview:
     nodes: list[NodeRow] = field(default_factory=list)
     unserved: dict[str, int] = field(default_factory=dict)  # queued per task nobody serves
     cluster: bool = False  # the cluster's view: leader, nodes, every namespace's counts
+    tz: dict[str, Any] = field(default_factory=dict)  # observability.tzdata.tz_status
 
 
 def overview(store: ApiStore, namespace: str | None, *, cluster: bool) -> Overview:
@@ -202,6 +209,7 @@ def overview(store: ApiStore, namespace: str | None, *, cluster: bool) -> Overvi
     late = [x * 1000 for x in (first_attempt_lateness_s(f) for f in recent) if x is not None]
     goal = objective_ms()
     p99 = percentile(late, 99)
+    tz = tz_status(s, alive_within=timedelta(seconds=NODE_STALE_S))
     nodes = [
         NodeRow(
             id=n.id,
@@ -211,6 +219,8 @@ def overview(store: ApiStore, namespace: str | None, *, cluster: bool) -> Overvi
             age=fmt_s(max(0.0, (now - n.heartbeat_at).total_seconds())),
             alive=(now - n.heartbeat_at).total_seconds() <= NODE_STALE_S,
             leader=alive and lease is not None and lease.holder == n.id,
+            tz="?" if n.tz_version is None else f"{n.tz_version} ({n.tz_source})",
+            tz_mismatch=any(m["id"] == n.id for m in tz["mismatched"]),
         )
         for n in (s.nodes if cluster else [])
     ]
@@ -237,6 +247,7 @@ def overview(store: ApiStore, namespace: str | None, *, cluster: bool) -> Overvi
             alive_within=timedelta(seconds=NODE_STALE_S), namespace=namespace
         ),
         cluster=cluster,
+        tz=tz,
     )
 
 
@@ -359,7 +370,7 @@ def job_detail(store: ApiStore, job: Job, *, hours: int) -> dict[str, Any]:
     summary: dict[str, int] = {}
     for o in occurrences:
         summary[o.fate] = summary.get(o.fate, 0) + 1
-    zone = ZoneInfo(zone_of(job))
+    zone = load_zone(zone_of(job))
     ids = ids_for(store)
     before = [o for o in occurrences if o.fate == "not_due" and "existed" in o.detail]
     shown = [o for o in occurrences if not (o.fate == "not_due" and "existed" in o.detail)]

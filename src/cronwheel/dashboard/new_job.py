@@ -21,10 +21,16 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from cronwheel.domain import schedules
-from cronwheel.domain.jobs import build_policies, require_served_task, spec_first_fire_at
+from cronwheel.domain.jobs import (
+    bind_calendar,
+    build_policies,
+    require_served_task,
+    spec_first_fire_at,
+)
 from cronwheel.domain.models import JobSpec
 from cronwheel.domain.policy_table import POLICY_TABLE, Policy, policies_from_text
 from cronwheel.errors import ConflictError, CronwheelError, ValidationError
+from cronwheel.store.calendar_port import calendar_rules_of
 from cronwheel.web.auth import Principal, missing_role, store_of
 from cronwheel.web.csrf import page_token
 from cronwheel.web.errors import error_body
@@ -42,6 +48,7 @@ _KNOWN_FIELDS = frozenset(
         "kind",
         "schedule",
         "tz",
+        "calendar",
         "allow_unknown_task",
         *(p.name for p in POLICY_TABLE),
     )
@@ -127,8 +134,13 @@ def _create(request: Request, who: Principal, values: dict[str, str]) -> int:
         raise ValidationError(f"must be one of {', '.join(SCHEDULE_KINDS)}", field="kind")
     if kind != "now" and not text:
         raise ValidationError(f"give the {kind} schedule", field="schedule")
+    calendar = values.get("calendar", "").strip() or None
+    if calendar is not None and kind != "cron":
+        raise ValidationError("a calendar applies to a cron schedule only", field="calendar")
     if kind == "cron":
-        schedule: schedules.Schedule = schedules.cron(text, values.get("tz") or "UTC")
+        schedule: schedules.Schedule = schedules.cron(
+            text, values.get("tz") or "UTC", calendar=calendar
+        )
     elif kind == "every":
         schedule = schedules.every(text)
     elif kind == "at":
@@ -144,6 +156,11 @@ def _create(request: Request, who: Principal, values: dict[str, str]) -> int:
         policies=build_policies(**given),
     )
     store = store_of(request)
+    try:
+        spec = bind_calendar(spec, calendar_rules_of(store))
+    except CronwheelError as exc:
+        exc.field = "calendar"  # the form's input
+        raise
     if values.get("allow_unknown_task") != "on":
         require_served_task(spec.task, [t.task for t in store.served_tasks()])
     job = store.create_job(spec, first_fire_at=spec_first_fire_at(spec, store.now()))

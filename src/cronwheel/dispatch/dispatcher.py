@@ -20,6 +20,11 @@ FakeClock:
    seconds late — enqueueing 10,000 firings takes longer than the lead.
 4. Reap: re-queue claims whose visibility timeout has expired.
 
+One tz database (dispatch/tzdata.py): a standby whose tz database differs from the
+one the cluster recorded does not take the lease while a live scheduler node uses
+the recorded one; a leader whose tz database differs from it adopts its own (cursors
+re-resolved, moved firings recorded) before it loads or fires anything.
+
 The dispatcher never runs user code (see DESIGN.md: one handler holding the
 GIL pushed dispatch p99 from 7 ms to 274 ms).
 """
@@ -34,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from cronwheel import failpoints
+from cronwheel.dispatch import tzdata
 from cronwheel.dispatch.events import DispatchEvents, QuietDispatchEvents
 from cronwheel.dispatch.wheel import TimingWheel
 from cronwheel.domain.clock import Clock
@@ -48,8 +54,15 @@ from cronwheel.domain.policies import (
     jitter_offset,
     plan_firings,
 )
+from cronwheel.domain.tzdb import tz_database
 from cronwheel.errors import InvalidScheduleError, LeaseLostError, StoreUnavailableError
-from cronwheel.store.protocol import DISPATCHER_LEASE, DispatchPort, JobAdvance, PlannedFiring
+from cronwheel.store.protocol import (
+    DISPATCHER_LEASE,
+    WORKER_ALIVE_WITHIN,
+    DispatchPort,
+    JobAdvance,
+    PlannedFiring,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,6 +80,8 @@ class DispatcherConfig:
     enqueue_rate: float = 2000.0
     scan_page: int = 5000
     full_scan_interval: timedelta = timedelta(seconds=5)
+    # a scheduler node that heartbeated within this is live (the tz leadership check)
+    node_alive_within: timedelta = WORKER_ALIVE_WITHIN
 
     @property
     def renew_interval(self) -> timedelta:
@@ -85,6 +100,8 @@ class DispatcherStats:
     reaped: int = 0
     store_errors: int = 0
     schedule_errors: int = 0  # jobs ended because their next instant could not be computed
+    tz_refusals: int = 0  # lease attempts skipped: this node's tz database is not the cluster's
+    tz_moved: int = 0  # cursors re-resolved when this node adopted its tz database
     batches: list[int] = field(default_factory=list)
 
 
@@ -145,6 +162,8 @@ class Dispatcher:
         self._jobs_version = -1
         self._wake = threading.Event()
         self._enqueue_rate = self.config.enqueue_rate  # firings/s, a moving average
+        self._tz_epoch = 0  # the term whose tz database check is done
+        self.tz_refusal: str | None = None  # why this node may not lead now, if so
 
     @property
     def is_leader(self) -> bool:
@@ -168,6 +187,8 @@ class Dispatcher:
                 self._renew(mono)
             if self.lease is None:
                 return max(0.05, self._next_renew - self.clock.monotonic())
+            if self._tz_epoch != self.lease.epoch:
+                self._adopt_tz()
             self._maybe_scan(mono)
             self._fire_expired()
             if mono >= self._next_reap:
@@ -198,6 +219,9 @@ class Dispatcher:
 
     # -- leadership -------------------------------------------------------------------
     def _renew(self, mono: float) -> None:
+        if self.lease is None and self._tz_refused():
+            self._next_renew = mono + self.config.renew_interval.total_seconds()
+            return
         lease = self.store.acquire_lease(DISPATCHER_LEASE, self.holder, self.config.lease_ttl)
         # measured from before the request: a conservative local view of the expiry
         self._lease_deadline = mono + self.config.lease_ttl.total_seconds()
@@ -220,6 +244,28 @@ class Dispatcher:
         self.lease = lease
         self.events.lease_renewed(lease.epoch)
         self._next_renew = mono + renew_s
+
+    def _tz_refused(self) -> bool:
+        """Whether this standby must not take the lease: its tz database is not the
+        cluster's while a live scheduler node uses the cluster's (reported on change)."""
+        reason = tzdata.leadership_refusal(
+            self.store, tz_database(), alive_within=self.config.node_alive_within
+        )
+        if reason is not None:
+            self.stats.tz_refusals += 1
+        if reason != self.tz_refusal:
+            self.events.tz_leadership_refused(self.holder, reason)
+        self.tz_refusal = reason
+        return reason is not None
+
+    def _adopt_tz(self) -> None:
+        """A new term: make this node's tz database the cluster's, if it is not yet."""
+        assert self.lease is not None
+        done = tzdata.adopt(self.store, self.lease, tz_database(), keep_lease=self._keep_lease)
+        self._tz_epoch = self.lease.epoch
+        if done is not None:
+            self.stats.tz_moved += len(done.moved)
+            self.events.tz_adopted(done)
 
     def _step_down(self, reason: str) -> None:
         if self.lease is not None:
@@ -295,7 +341,13 @@ class Dispatcher:
         assert job.next_fire_at is not None
         if self._wheel.deadline_of(job.id) is not None:
             current = self._wheel.remove(job.id)
-            if current is not None and current.next_fire_at == job.next_fire_at:
+            # the same cursor and no change since (a calendar's change rewrites the
+            # schedule of the jobs naming it, and may leave their cursor where it was)
+            if (
+                current is not None
+                and current.next_fire_at == job.next_fire_at
+                and current.updated_at == job.updated_at
+            ):
                 self._wheel.insert(job.id, job.next_fire_at - self.config.lead, current)
                 return
         self._wheel.insert(job.id, job.next_fire_at - self.config.lead, job)

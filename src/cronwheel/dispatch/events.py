@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from cronwheel.dispatch.tzdata import Adoption
 from cronwheel.domain.policies import MissedRange
 from cronwheel.store.protocol import EnqueueResult, JobAdvance
 
@@ -57,6 +58,16 @@ class DispatchEvents(Protocol):
 
     def store_unavailable(self, error: str) -> None: ...
 
+    def tz_leadership_refused(self, holder: str, reason: str | None) -> None:
+        """This standby may not lead because of ``reason`` (its tz database is not the
+        cluster's), or (None) it no longer is refused. Reported on change."""
+        ...
+
+    def tz_adopted(self, adoption: Adoption) -> None:
+        """This leader made its tz database the cluster's; ``adoption.moves`` are the
+        cursors re-resolved (``moved``: those written)."""
+        ...
+
 
 class QuietDispatchEvents:
     """Reports nothing: for a dispatcher built without a sink."""
@@ -97,4 +108,10 @@ class QuietDispatchEvents:
         pass
 
     def store_unavailable(self, error: str) -> None:
+        pass
+
+    def tz_leadership_refused(self, holder: str, reason: str | None) -> None:
+        pass
+
+    def tz_adopted(self, adoption: Adoption) -> None:
         pass

@@ -20,6 +20,8 @@ gives each one its disposition from what the store recorded:
     dst_once     the wall time occurred twice and fired at the first only (``once``)
     deduplicated several wall times mapped to one instant (e.g. 02:00 and 02:30 both
                  to 03:00 under ``next_valid``): one firing served them all
+    excluded_by_calendar  the schedule's calendar excludes its local date (the detail
+                 names the holiday and the calendar: "Heilige Drei Könige (DE-BY)")
     schedule_error the dispatcher could not compute the job's instants past an earlier
                  one (work budget exhausted, or none within the horizon): the job ended
     upcoming     in the future
@@ -68,6 +70,7 @@ class _Nominal:
     instant: datetime | None
     dst: str | None  # dst_* fate label, or None
     note: str | None
+    excluded: str | None = None  # why the schedule's calendar excludes its local date
 
 
 def _wall_bounds(
@@ -143,7 +146,7 @@ def _nominal(job: Job, since: datetime, until: datetime, budget: StepBudget) -> 
                     dst = "dst_doubled"
                 elif r.note and len(both) == 2:
                     dst = "dst_once"
-                yield _Nominal(label, r.utc, dst, r.note)
+                yield _Nominal(label, r.utc, dst, r.note, schedule.excluded_by_calendar(r.utc))
         return
     budget.spend()
     try:
@@ -245,6 +248,13 @@ def _fate(
             fate = f"{fate} ({n.dst})"
         return Occurrence(
             nominal=n.label, instant=t, fate=fate, detail=prefix + text, firing_id=firing.id
+        )
+    if n.excluded is not None:
+        return Occurrence(
+            nominal=n.label,
+            instant=t,
+            fate="excluded_by_calendar",
+            detail=f"{prefix}the calendar excludes this day: {n.excluded}",
         )
     for start, end in pauses:
         if start <= t < end:

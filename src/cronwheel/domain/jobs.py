@@ -6,17 +6,19 @@ new job first fires and on what ``retries=3`` or ``timeout=30`` mean.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from cronwheel.domain.models import DURATION_POLICIES, JobPolicies, JobSpec
+from cronwheel.domain.calendars import CalendarRules
+from cronwheel.domain.models import DURATION_POLICIES, Job, JobPolicies, JobSpec
 from cronwheel.domain.overlap import OverlapPolicy
 from cronwheel.domain.policies import MisfirePolicy
 from cronwheel.domain.policy_table import POLICIES_BY_NAME, parse_seconds_or_duration
-from cronwheel.domain.schedules import AtSchedule, NowSchedule, Schedule
-from cronwheel.errors import ValidationError
+from cronwheel.domain.schedules import AtSchedule, CronSchedule, NowSchedule, Schedule
+from cronwheel.errors import CronwheelError, ValidationError
 
 
 def first_fire_at(
@@ -48,6 +50,59 @@ def first_fire_at(
     if first is not None and end_at is not None and first > end_at:
         return None
     return first
+
+
+def bind_schedule(
+    schedule: Schedule, namespace: str, lookup: Callable[[str, str], CalendarRules | None]
+) -> Schedule:
+    """``schedule`` with the current rules of the stored calendar it names, looked up
+    in ``namespace`` (``lookup(namespace, name)``: the store's ``calendar_rules``); as
+    it is when it names none or a built-in one. A name the namespace does not have is
+    a ValidationError naming ``schedule.calendar``."""
+    if not isinstance(schedule, CronSchedule) or schedule.stored_calendar is None:
+        return schedule
+    rules = lookup(namespace, schedule.stored_calendar)
+    if rules is None:
+        raise ValidationError(
+            f"no calendar named {schedule.stored_calendar!r} in namespace {namespace!r} "
+            "(define it first: cronwheel calendars set, PUT /v1/calendars/NAME, "
+            "app.calendar)",
+            field="schedule.calendar",
+        )
+    return schedule.with_calendar_rules(rules)
+
+
+def bind_calendar(spec: JobSpec, lookup: Callable[[str, str], CalendarRules | None]) -> JobSpec:
+    """``spec`` with its schedule bound by :func:`bind_schedule` (before its first
+    instant is computed and it is stored)."""
+    schedule = bind_schedule(spec.schedule, spec.namespace, lookup)
+    return spec if schedule is spec.schedule else dataclasses.replace(spec, schedule=schedule)
+
+
+def rebind_job(
+    job: Job, rules: CalendarRules, now: datetime
+) -> tuple[JobSpec, datetime | None] | None:
+    """A job naming a stored calendar whose rules became ``rules``: its new spec and
+    cursor (``None``: its schedule is unchanged). The cursor is searched again from the
+    earlier of the old one and ``now``: a day the change excludes is passed over, one
+    it includes is found, an overdue instant stays overdue (the misfire policy decides);
+    an exhausted job stays exhausted. Raises what the schedule raises (no firing within
+    the horizon), naming the job."""
+    schedule = job.spec.schedule
+    if not isinstance(schedule, CronSchedule) or schedule.stored_calendar is None:
+        return None
+    bound = schedule.with_calendar_rules(rules)
+    if bound == schedule:
+        return None
+    spec = dataclasses.replace(job.spec, schedule=bound)
+    if job.next_fire_at is None:
+        return spec, None
+    start = min(job.next_fire_at, now) - timedelta(microseconds=1)
+    try:
+        first = first_fire_at(bound, start, start_at=spec.start_at, end_at=spec.end_at)
+    except CronwheelError as exc:
+        raise type(exc)(f"job {job.name!r}: {exc.message}", field=exc.field) from None
+    return spec, first
 
 
 def require_substitutable_name(name: str) -> None:

@@ -461,6 +461,9 @@ class NodeInfo:
     heartbeat_at: datetime
     wake_addr: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    # the tz database the node computes instants with (domain.tzdb.TzDatabase)
+    tz_source: str | None = None
+    tz_version: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,6 +13,7 @@ back into an equal value::
     {"kind": "every", "interval": "1h30m", "anchor": "1970-01-01T00:00:00Z"}
     {"kind": "cron", "cron": "0 9 * * mon-fri", "tz": "Europe/Berlin",
      "dst_gap": null, "dst_overlap": null}          # null: the default policy
+    {"kind": "cron", ..., "calendar": "DE-BY"}       # only when it names a calendar
 
 Past-instant checks (an ``at`` in the past) need a clock and belong to the registrar.
 Durations and instants as text are parsed and printed by
@@ -23,12 +24,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Protocol, cast
-from zoneinfo import ZoneInfo
 
-from cronwheel.domain.cron import CronExpr, parse_cron
+from cronwheel.domain.calendars import CalendarRules
+from cronwheel.domain.cron_schedule import CronSchedule, instant_arg
 from cronwheel.domain.instants import (
     MAX_INTERVAL,
     format_duration,
@@ -38,13 +39,9 @@ from cronwheel.domain.instants import (
 )
 from cronwheel.domain.transitions import StepBudget
 from cronwheel.domain.tz import (
-    DST_GAP_POLICIES,
-    DST_OVERLAP_POLICIES,
     DstGap,
     DstOverlap,
     Resolved,
-    load_zone,
-    next_instant,
 )
 from cronwheel.errors import (
     CronwheelError,
@@ -55,6 +52,7 @@ from cronwheel.errors import (
 
 __all__ = [
     "LISTING_STEPS",
+    "SCHEDULE_KEYS",
     "AtSchedule",
     "CronSchedule",
     "EverySchedule",
@@ -75,6 +73,7 @@ __all__ = [
 ]
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_TINY = timedelta(microseconds=1)
 MIN_INTERVAL = timedelta(milliseconds=1)
 
 
@@ -114,12 +113,6 @@ def _aware_utc(value: object, field_name: str) -> datetime:
         raise InvalidScheduleError("instant out of range", field=field_name) from None
 
 
-def _instant_arg(t: datetime) -> datetime:
-    if t.tzinfo is None or t.utcoffset() is None:
-        raise ValueError("next_after needs an aware datetime")
-    return t.astimezone(UTC)
-
-
 # --- the schedules -----------------------------------------------------------------
 
 
@@ -130,7 +123,7 @@ class NowSchedule:
     kind: ClassVar[str] = "now"
 
     def next_after(self, t: datetime) -> datetime | None:
-        _instant_arg(t)
+        instant_arg(t)
         return None
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,7 +144,7 @@ class AtSchedule:
         object.__setattr__(self, "at", _aware_utc(self.at, "at"))
 
     def next_after(self, t: datetime) -> datetime | None:
-        return self.at if self.at > _instant_arg(t) else None
+        return self.at if self.at > instant_arg(t) else None
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "at", "at": format_instant(self.at)}
@@ -182,7 +175,7 @@ class EverySchedule:
         object.__setattr__(self, "anchor", _aware_utc(self.anchor, "anchor"))
 
     def next_after(self, t: datetime) -> datetime | None:
-        t = _instant_arg(t)
+        t = instant_arg(t)
         k = (t - self.anchor) // self.interval + 1
         try:
             return self.anchor + k * self.interval
@@ -199,98 +192,6 @@ class EverySchedule:
     def describe(self) -> str:
         text = f"every {format_duration(self.interval)}"
         return text if self.anchor == EPOCH else f"{text} from {format_instant(self.anchor)}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CronSchedule:
-    """A cron expression evaluated in an IANA zone under a DST policy.
-
-    ``dst_gap``/``dst_overlap`` left as ``None`` take Debian cron's default: a
-    minute *or* hour field starting with ``*`` (``* 2``, ``*/10 2``, ``0 */2``)
-    follows real time (``skip``/``twice``); any other (``30 2``, ``5 1-3``)
-    follows wall time (``next_valid``/``once``). See :mod:`cronwheel.domain.tz`.
-    """
-
-    kind: ClassVar[str] = "cron"
-    expr: str
-    tz: str = "UTC"
-    dst_gap: DstGap | None = None
-    dst_overlap: DstOverlap | None = None
-    _expr: CronExpr = field(init=False, repr=False, compare=False)
-    _zone: ZoneInfo = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        parsed = parse_cron(self.expr)
-        zone = load_zone(self.tz)
-        if self.dst_gap is not None and self.dst_gap not in DST_GAP_POLICIES:
-            raise InvalidScheduleError(
-                f"unknown policy {self.dst_gap!r} (choose next_valid, skip or shift)",
-                field="dst_gap",
-            )
-        if self.dst_overlap is not None and self.dst_overlap not in DST_OVERLAP_POLICIES:
-            raise InvalidScheduleError(
-                f"unknown policy {self.dst_overlap!r} (choose once or twice)", field="dst_overlap"
-            )
-        object.__setattr__(self, "expr", parsed.source)
-        object.__setattr__(self, "_expr", parsed)
-        object.__setattr__(self, "_zone", zone)
-
-    @property
-    def expr_obj(self) -> CronExpr:
-        return self._expr
-
-    @property
-    def zone(self) -> ZoneInfo:
-        return self._zone
-
-    @property
-    def gap(self) -> DstGap:
-        """The effective gap policy (explicit, else Debian's default for the expression)."""
-        if self.dst_gap is not None:
-            return self.dst_gap
-        return "skip" if self._expr.follows_real_time else "next_valid"
-
-    @property
-    def overlap(self) -> DstOverlap:
-        """The effective overlap policy (explicit, else Debian's default for the expression)."""
-        if self.dst_overlap is not None:
-            return self.dst_overlap
-        return "twice" if self._expr.follows_real_time else "once"
-
-    def next_after(self, t: datetime) -> datetime | None:
-        resolved = self.next_after_with_note(t)
-        return None if resolved is None else resolved.utc
-
-    def next_after_with_note(
-        self, t: datetime, *, budget: StepBudget | None = None
-    ) -> Resolved | None:
-        """The first firing strictly after ``t`` with its DST note (``None``: exhausted).
-
-        See :func:`cronwheel.domain.tz.next_instant` for how overlaps and gaps are
-        searched, its horizon and its budget (``budget``, default a fresh
-        :class:`StepBudget`); instants are unique and strictly increasing under
-        iteration.
-        """
-        return next_instant(
-            self._expr.next_wall,
-            self._zone,
-            self.gap,
-            self.overlap,
-            _instant_arg(t),
-            budget=budget,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": "cron",
-            "cron": self.expr,
-            "tz": self.tz,
-            "dst_gap": self.dst_gap,
-            "dst_overlap": self.dst_overlap,
-        }
-
-    def describe(self) -> str:
-        return f"cron '{self.expr}' in {self.tz} (dst: {self.gap}/{self.overlap})"
 
 
 # The work budget of a whole listing of instants (a preview, a job's upcoming ones):
@@ -385,9 +286,13 @@ def cron(
     *,
     dst_gap: DstGap | None = None,
     dst_overlap: DstOverlap | None = None,
+    calendar: str | None = None,
 ) -> CronSchedule:
-    """A cron schedule; the zone defaults to UTC, never to the host's zone."""
-    return CronSchedule(expr=expr, tz=tz, dst_gap=dst_gap, dst_overlap=dst_overlap)
+    """A cron schedule; the zone defaults to UTC, never to the host's zone. ``calendar``
+    (``"DE-BY"``, ``"US"``, ``"NYSE"``) excludes its holidays (local dates in ``tz``)."""
+    return CronSchedule(
+        expr=expr, tz=tz, dst_gap=dst_gap, dst_overlap=dst_overlap, calendar=calendar
+    )
 
 
 def every(interval: timedelta | str | float, *, anchor: datetime | None = None) -> EverySchedule:
@@ -433,11 +338,12 @@ def now() -> NowSchedule:
     return NowSchedule()
 
 
-_DICT_KEYS: dict[str, frozenset[str]] = {
+# The keys of each kind's dict (the API's schedule bodies accept the same).
+SCHEDULE_KEYS: dict[str, frozenset[str]] = {
     "now": frozenset({"kind"}),
     "at": frozenset({"kind", "at"}),
     "every": frozenset({"kind", "interval", "anchor"}),
-    "cron": frozenset({"kind", "cron", "tz", "dst_gap", "dst_overlap"}),
+    "cron": frozenset({"kind", "cron", "tz", "dst_gap", "dst_overlap", "calendar", "calendar_def"}),
 }
 
 
@@ -449,12 +355,12 @@ def schedule_from_dict(d: Mapping[str, Any]) -> Schedule:
     if not isinstance(d, Mapping):
         raise InvalidScheduleError("expected an object", field="schedule")
     kind = d.get("kind")
-    if not isinstance(kind, str) or kind not in _DICT_KEYS:
+    if not isinstance(kind, str) or kind not in SCHEDULE_KEYS:
         raise InvalidScheduleError(
             f"unknown kind {kind!r} (expected now, at, every or cron)", field="schedule.kind"
         )
     for key in d:
-        if key not in _DICT_KEYS[kind]:
+        if key not in SCHEDULE_KEYS[kind]:
             raise InvalidScheduleError(
                 f"unknown key for a {kind} schedule", field=f"schedule.{key}"
             )
@@ -488,9 +394,16 @@ def _build(kind: str, d: Mapping[str, Any]) -> Schedule:
     tz = _require_str(d, "tz", optional=True)
     gap = _require_str(d, "dst_gap", optional=True)
     overlap = _require_str(d, "dst_overlap", optional=True)
+    calendar = _require_str(d, "calendar", optional=True)
+    rules_doc = d.get("calendar_def")
+    rules = (
+        None if rules_doc is None else CalendarRules.from_dict(rules_doc, prefix="calendar_def.")
+    )
     return CronSchedule(
         expr=expr,
         tz="UTC" if tz is None else tz,
         dst_gap=cast("DstGap | None", gap),
         dst_overlap=cast("DstOverlap | None", overlap),
+        calendar=calendar,
+        calendar_def=rules,
     )

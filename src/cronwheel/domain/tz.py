@@ -22,8 +22,15 @@ Worked example, Europe/Berlin (CET +01:00, CEST +02:00)::
 Gap lengths are whatever the tz database says: 30 minutes on Lord Howe Island,
 a whole day in Samoa on 2011-12-30.
 
-The tz database is read through :mod:`zoneinfo` (the packaged ``tzdata`` files);
-that is the only I/O here, and it happens when a zone is first loaded.
+**Which tz database** (:mod:`cronwheel.domain.tzdb`, re-exported here). Every zone
+is loaded by :func:`load_zone` from one tz
+database chosen explicitly (:func:`use_tz_database`), never from wherever
+:mod:`zoneinfo`'s TZPATH points: ``bundled`` (the default: the ``tzdata`` package's
+files, version ``tzdata.IANA_VERSION``), ``system`` (``/usr/share/zoneinfo``, its
+version read from the ``# version`` line of its ``tzdata.zi``) or a directory of
+compiled zones holding such a ``tzdata.zi`` (tests, pinning). Without a choice
+the environment variable ``CRONWHEEL_TZDATA`` decides, else ``bundled``. Reading
+zone files is the only I/O here; it happens when a zone is first loaded.
 
 The search for the next firing (:func:`next_instant`) walks the segments between
 the zone's offset changes (:mod:`cronwheel.domain.transitions`), a bounded number
@@ -39,12 +46,11 @@ firing more than :data:`HORIZON_YEARS` (50) years after the start raises
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, get_args
-from zoneinfo import ZoneInfo, available_timezones
+from zoneinfo import ZoneInfo
 
 from cronwheel.domain.transitions import (
     MAX_JUMP,
@@ -53,20 +59,39 @@ from cronwheel.domain.transitions import (
     first_transition,
     last_transition,
 )
-from cronwheel.errors import NoFiringInHorizonError, UnknownTimezoneError
+from cronwheel.domain.tzdb import (
+    SYSTEM_TZDIR,
+    TZDATA_ENV,
+    TzDatabase,
+    load_zone,
+    open_tz_database,
+    tz_database,
+    use_tz_database,
+    zone_digests,
+    zone_names,
+)
+from cronwheel.errors import NoFiringInHorizonError
 
 __all__ = [
     "DST_GAP_POLICIES",
     "DST_OVERLAP_POLICIES",
     "HORIZON_YEARS",
+    "SYSTEM_TZDIR",
+    "TZDATA_ENV",
     "DstGap",
     "DstOverlap",
     "Resolved",
+    "TzDatabase",
     "load_zone",
     "next_instant",
     "offset_at",
+    "open_tz_database",
     "resolve_wall",
     "transition_near",
+    "tz_database",
+    "use_tz_database",
+    "zone_digests",
+    "zone_names",
 ]
 
 DstGap = Literal["next_valid", "skip", "shift"]
@@ -77,34 +102,6 @@ DST_OVERLAP_POLICIES: tuple[str, ...] = get_args(DstOverlap)
 # Half-width of the window in which transition_near looks: wider than the largest
 # offset change (24 h), narrower than half the smallest spacing of changes (72 h).
 NEAR = timedelta(hours=36)
-
-
-# Names a system zoneinfo directory may list that are not zones of the tz database:
-# `localtime` is this host's zone (never a default here), `Factory` a placeholder.
-_NOT_ZONES = frozenset({"localtime", "posixrules", "Factory"})
-
-
-@functools.cache
-def _zone_names() -> frozenset[str]:
-    return frozenset(available_timezones()) - _NOT_ZONES
-
-
-def load_zone(name: str) -> ZoneInfo:
-    """Load the IANA zone ``name`` (``UTC``, ``Europe/Berlin``, links like ``US/Eastern``).
-
-    Only names listed by the tz database are accepted, so paths, offsets such as
-    ``UTC+5``, blanks and control characters are all rejected with
-    :class:`UnknownTimezoneError` (field ``tz``).
-    """
-    if not isinstance(name, str) or name not in _zone_names():
-        shown = repr(name)
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        raise UnknownTimezoneError(
-            f"unknown time zone {shown}: use an IANA name such as 'Europe/Berlin' or 'UTC'",
-            field="tz",
-        )
-    return ZoneInfo(name)
 
 
 @dataclass(frozen=True, slots=True)

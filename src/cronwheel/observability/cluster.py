@@ -33,12 +33,13 @@ from cronwheel.observability.lateness import (
     objective_ms,
 )
 from cronwheel.observability.quotas import quota_metrics
+from cronwheel.observability.tzdata import tz_status
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from cronwheel.domain.models import Firing, Job
-    from cronwheel.store.protocol import ApiStore
+    from cronwheel.store.protocol import ApiStore, StoreStatus
 
 MAX_JOBS_ENV = "CRONWHEEL_METRICS_MAX_JOBS"
 MAX_SCAN_ENV = "CRONWHEEL_METRICS_MAX_SCAN"
@@ -262,6 +263,7 @@ class ClusterCollector(Collector):
         for (kind, liveness), count in sorted(tally.items()):
             nodes.add_metric([kind, liveness], count)
         yield from (nodes, ages, leader)
+        yield from _tz_metrics(s, timedelta(seconds=self.node_stale_s))
         unserved = GaugeMetricFamily(
             "cronwheel_unserved_firings",
             "Queued firings whose task no live worker serves (heartbeat within the node"
@@ -415,6 +417,37 @@ def per_job_series(
             breaches,
         ),
     ]
+
+
+def _tz_metrics(s: StoreStatus, alive_within: timedelta) -> Iterable[Metric]:
+    """The cluster's tz database, each node's, and whether they differ (README "Time
+    zone database")."""
+    tz = tz_status(s, alive_within=alive_within)
+    cluster = GaugeMetricFamily(
+        "cronwheel_tzdata_cluster",
+        "1, labelled with the tz database the leader recorded for the cluster.",
+        labels=["source", "version"],
+    )
+    if tz["cluster"] is not None:
+        cluster.add_metric([tz["cluster"]["source"], tz["cluster"]["version"]], 1)
+    per_node = GaugeMetricFamily(
+        "cronwheel_node_tzdata",
+        "1 per node, labelled with the tz database it reports ('' when it reports none).",
+        labels=["kind", "node", "source", "version"],
+    )
+    for n in s.nodes:
+        per_node.add_metric([n.kind, n.id, n.tz_source or "", n.tz_version or ""], 1)
+    yield from (cluster, per_node)
+    yield _gauge(
+        "cronwheel_tzdata_mismatched_nodes",
+        "Live nodes whose tz database version is not the cluster's.",
+        len(tz["mismatched"]),
+    )
+    yield _gauge(
+        "cronwheel_tzdata_mismatch",
+        "1 when a live node, or this process, uses another tz database than the cluster's.",
+        int(tz["mismatch"]),
+    )
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

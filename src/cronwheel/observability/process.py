@@ -78,6 +78,16 @@ class ProcessMetrics:
             "Epoch of the lease this scheduler last held.",
             registry=r,
         )
+        self.tz_refused = Gauge(
+            "cronwheel_dispatcher_tz_refused",
+            "1 while this scheduler may not lead: its tz database is not the cluster's.",
+            registry=r,
+        )
+        self.tz_moved = Counter(
+            "cronwheel_dispatcher_tz_moved_firings",
+            "Job cursors re-resolved (firings moved) when this leader adopted its tz database.",
+            registry=r,
+        )
         self.reaped = Counter(
             "cronwheel_dispatcher_reaped",
             "Firings the reaper changed (expired claims re-queued, ...).",

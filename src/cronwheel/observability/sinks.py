@@ -13,10 +13,14 @@ from datetime import datetime, timedelta
 
 import structlog
 
+from cronwheel.dispatch.tzdata import Adoption
 from cronwheel.domain.models import ClaimedFiring, Firing, FiringId
 from cronwheel.domain.policies import MissedRange
 from cronwheel.observability.process import ProcessMetrics, process_metrics
 from cronwheel.store.protocol import EnqueueResult, JobAdvance
+
+# tz_firing_moved lines logged per adoption (the summary line counts them all)
+TZ_MOVES_LOGGED = 100
 
 
 class DispatcherSink:
@@ -94,6 +98,35 @@ class DispatcherSink:
     def store_unavailable(self, error: str) -> None:
         self.m.store_errors.inc()
         self.log.warning("store_unavailable", error=error)
+
+    def tz_leadership_refused(self, holder: str, reason: str | None) -> None:
+        self.m.tz_refused.set(0 if reason is None else 1)
+        if reason is None:
+            self.log.info("tz_leadership_allowed", holder=holder)
+        else:
+            self.log.warning("tz_leadership_refused", holder=holder, reason=reason)
+
+    def tz_adopted(self, adoption: Adoption) -> None:
+        moved = set(adoption.moved)
+        self.m.tz_moved.inc(len(moved))
+        self.log.warning(
+            "tz_database_adopted",
+            old=None if adoption.old is None else adoption.old.describe(),
+            new=adoption.new.describe(),
+            zones_changed=len(adoption.zones),
+            moved=len(moved),
+            failed=adoption.failed,
+        )
+        logged = [m for m in adoption.moves if m.job_id in moved]
+        for move in logged[:TZ_MOVES_LOGGED]:  # every one is a job event in the store
+            self.log.warning(
+                "tz_firing_moved",
+                namespace=move.namespace,
+                job=move.job,
+                old=move.old.isoformat(),
+                new=None if move.new is None else move.new.isoformat(),
+                detail=move.detail,
+            )
 
 
 class WorkerSink:

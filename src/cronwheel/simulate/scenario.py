@@ -12,7 +12,7 @@ from typing import Any
 from cronwheel.domain.fates import Occurrence
 from cronwheel.domain.jobs import build_policies
 from cronwheel.domain.models import Job, JobSpec
-from cronwheel.domain.schedules import NowSchedule, format_instant, parse_instant
+from cronwheel.domain.schedules import CronSchedule, NowSchedule, format_instant, parse_instant
 from cronwheel.errors import CronwheelError, ValidationError
 from cronwheel.wire import schedule_from_json
 
@@ -185,10 +185,22 @@ def _spec_from_json(item: Any, where: str) -> JobSpec:
     try:
         schedule = schedule_from_json(item["schedule"])
     except CronwheelError as exc:
-        exc.field = f"{where}.schedule" + (f".{exc.field}" if exc.field else "")
+        inner = exc.field or "schedule"  # the codec names its fields from "schedule"
+        exc.field = f"{where}." + (inner if inner.startswith("schedule") else f"schedule.{inner}")
         raise
     except (KeyError, TypeError, ValueError) as exc:
         raise ValidationError(f"not a schedule ({exc})", field=f"{where}.schedule") from None
+    if (
+        isinstance(schedule, CronSchedule)
+        and schedule.stored_calendar
+        and not schedule.calendar_def
+    ):
+        raise ValidationError(
+            f"{schedule.calendar!r} is a calendar of a namespace: give its rules in the file "
+            '("calendar_def": {"holidays", "exclude", "include", "weekdays"}) or simulate the '
+            "store's jobs",
+            field=f"{where}.schedule.calendar",
+        )
     policies = item.get("policies") or {}
     if not isinstance(policies, dict):
         raise ValidationError("must be an object", field=f"{where}.policies")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any, Protocol
@@ -27,7 +28,7 @@ from cronwheel.domain.models import (
     policies_json,
 )
 from cronwheel.domain.schedules import Schedule, schedule_from_dict
-from cronwheel.store.protocol import ApiToken
+from cronwheel.store.protocol import ApiToken, TzRecord
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -272,6 +273,8 @@ def node_from_row(row: Row) -> NodeInfo:
         heartbeat_at=req_instant(row["heartbeat_at"]),
         wake_addr=row["wake_addr"],
         info=_load(row["info"]) or {},
+        tz_source=row["tz_source"],
+        tz_version=row["tz_version"],
     )
 
 
@@ -309,3 +312,48 @@ def token_from_row(row: Row) -> ApiToken:
         created_at=req_instant(row["created_at"]),
         revoked_at=opt_instant(row["revoked_at"]),
     )
+
+
+def tz_record_from_text(value: str | None) -> TzRecord | None:
+    """The meta row's JSON as a record (None: no leader recorded one yet)."""
+    if not value:
+        return None
+    doc = json.loads(value)
+    return TzRecord(
+        source=str(doc["source"]), version=str(doc["version"]), zones=dict(doc.get("zones", {}))
+    )
+
+
+def tz_record_text(record: TzRecord) -> str:
+    return json.dumps(
+        {"source": record.source, "version": record.version, "zones": record.zones},
+        sort_keys=True,
+    )
+
+
+def tz_files_text(files: Mapping[str, bytes]) -> str:
+    """A tz database's compiled zone files as one JSON text: names and sizes, and the
+    files one after the other in one zlib stream (base64), which shares the bytes of
+    the many identical ones (links): ~100 kB for the whole database."""
+    names = sorted(files)
+    blob = zlib.compress(b"".join(files[n] for n in names), 6)
+    return json.dumps(
+        {
+            "names": names,
+            "sizes": [len(files[n]) for n in names],
+            "data": base64.b64encode(blob).decode(),
+        }
+    )
+
+
+def tz_files_from_text(value: str | None) -> dict[str, bytes]:
+    if not value:
+        return {}
+    doc = json.loads(value)
+    data = zlib.decompress(base64.b64decode(doc["data"]))
+    out: dict[str, bytes] = {}
+    at = 0
+    for name, size in zip(doc["names"], doc["sizes"], strict=True):
+        out[name] = data[at : at + size]
+        at += size
+    return out

@@ -47,7 +47,8 @@ from cronwheel.domain.results import (  # re-exported: the stores import it from
     CancelResult as CancelResult,  # noqa: PLC0414
 )
 from cronwheel.domain.skips import SkipResult
-from cronwheel.errors import CronwheelError
+from cronwheel.store.bulk_port import BulkPort  # re-exported (__all__)
+from cronwheel.store.calendar_port import CalendarChange, CalendarPort  # re-exported
 from cronwheel.store.quota_port import QuotaPort  # re-exported (__all__)
 from cronwheel.store.records import (  # re-exported (__all__): callers import them here
     JOB_STATES,
@@ -58,12 +59,15 @@ from cronwheel.store.records import (  # re-exported (__all__): callers import t
     AddedFirings,
     ApiToken,
     Completion,
+    CursorMove,
     EnqueueResult,
     JobAdvance,
     PlannedFiring,
     ServedTask,
     StoreStatus,
+    TzRecord,
 )
+from cronwheel.store.tz_port import TzPort  # re-exported (__all__)
 from cronwheel.wakeup import Wakeup
 
 __all__ = [
@@ -79,8 +83,12 @@ __all__ = [
     "ApiJobsPort",
     "ApiStore",
     "ApiToken",
+    "BulkPort",
+    "CalendarChange",
+    "CalendarPort",
     "CancelResult",
     "Completion",
+    "CursorMove",
     "DispatchPort",
     "EnqueueResult",
     "JobAdvance",
@@ -90,14 +98,17 @@ __all__ = [
     "ServedTask",
     "Store",
     "StoreStatus",
+    "TzPort",
+    "TzRecord",
     "WorkerPort",
 ]
 
 DISPATCHER_LEASE = "dispatcher"
 
 
-class DispatchPort(Protocol):
-    """The dispatcher's port: leadership, due jobs, fenced enqueues, the reaper."""
+class DispatchPort(TzPort, Protocol):
+    """The dispatcher's port: leadership, due jobs, fenced enqueues, the reaper (and, from
+    TzPort, the cluster's tz database)."""
 
     def acquire_lease(self, name: str, holder: str, ttl: timedelta) -> Lease | None:
         """Renew the lease if ``holder`` holds it unexpired, else take it over if it has
@@ -247,16 +258,6 @@ class JobsPort(Protocol):
         large registrations: no per-job round trip."""
         ...
 
-    def create_jobs_batch(
-        self, items: Sequence[tuple[JobSpec, datetime | None]], *, all_or_nothing: bool = False
-    ) -> list[Job | CronwheelError]:
-        """In ONE transaction (COPY on PostgreSQL), per item the job ``create_job`` makes
-        (``spec`` as given) or its error: ConflictError for a name taken (or taken by an
-        earlier item), QuotaExceededError for a schedule under ``min_interval``; the
-        ``jobs`` quota charged in the transaction (over it: the batch refused). With
-        ``all_or_nothing`` any item's error raises BatchError and writes nothing."""
-        ...
-
     def upsert_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> tuple[Job, bool]:
         """Create, or replace the spec of the job with this name; return (job, changed).
 
@@ -310,13 +311,6 @@ class JobsPort(Protocol):
 
     def enqueue_now(self, spec: JobSpec) -> Firing:
         """Create a one-shot job and its QUEUED firing due now, in one transaction."""
-        ...
-
-    def enqueue_now_batch(
-        self, specs: Sequence[JobSpec], *, all_or_nothing: bool = False
-    ) -> list[Firing | CronwheelError]:
-        """``enqueue_now`` of each spec in ONE transaction, one wake-up; charged together to
-        ``firings_per_minute``. Per item as create_jobs_batch (ConflictError: name taken)."""
         ...
 
     def get_firing(self, firing_id: FiringId) -> Firing:
@@ -399,7 +393,9 @@ class AdminPort(Protocol):
         ...
 
 
-class Store(DispatchPort, WorkerPort, JobsPort, AdminPort, QuotaPort, Protocol):
+class Store(
+    DispatchPort, WorkerPort, JobsPort, BulkPort, AdminPort, QuotaPort, CalendarPort, Protocol
+):
     """Every port at once: what one store implementation provides."""
 
 

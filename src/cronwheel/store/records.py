@@ -72,6 +72,33 @@ WORKER_ALIVE_WITHIN = timedelta(seconds=30)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TzRecord:
+    """The cluster's tz database, recorded by the leader that adopted it: its source
+    and version, and a digest of each zone's compiled file (domain.tzdb.zone_digests),
+    so the next version's leader can tell which zones' rules changed."""
+
+    source: str
+    version: str
+    zones: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return f"{self.version} ({self.source})"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CursorMove:
+    """A job's cursor re-resolved under another tz database: from ``old`` (the stored
+    cursor, compared and swapped) to ``new``; ``detail`` says why, for `jobs explain`."""
+
+    job_id: JobId
+    old: datetime
+    new: datetime | None
+    detail: str
+    namespace: str = ""  # the job's namespace and name, for logs
+    job: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ServedTask:
     """A task name some worker served: when one first and last reported it."""
 
@@ -90,6 +117,7 @@ class StoreStatus:
     oldest_queued_due_at: datetime | None
     nodes: list[NodeInfo]
     lateness_ms: list[float]  # recent first-attempt successes' lateness, newest first (bounded)
+    tzdata: TzRecord | None = None  # the cluster's tz database, as its leader recorded it
 
 
 JOB_STATES = ("active", "paused", "done")  # search_jobs(state=...): see its docstring

@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 from cronwheel import failpoints
 from cronwheel.domain.clock import Clock
 from cronwheel.domain.models import ClaimedFiring, FiringId, NodeInfo
+from cronwheel.domain.tzdb import tz_database
 from cronwheel.errors import StoreUnavailableError
 from cronwheel.store.protocol import Completion, WorkerPort
 from cronwheel.worker.attempt import Attempts
@@ -254,6 +255,7 @@ class Worker:
 
         wakeup = self.store.open_wakeup(wake)
         wake_addr = wakeup.address
+        tzdb = tz_database()
         node = NodeInfo(
             id=self.worker_id,
             kind="worker",
@@ -263,6 +265,8 @@ class Worker:
             heartbeat_at=self.clock.now(),
             wake_addr=wake_addr,
             info={"tasks": self.registry.names(), "concurrency": self.config.concurrency},
+            tz_source=tzdb.source,
+            tz_version=tzdb.version,
         )
         await self._call(self.store.register_node, node)
         self.events.worker_started(self.worker_id, self.registry.names(), self.config.concurrency)

@@ -19,6 +19,7 @@ from cronwheel.store.protocol import (
     SERVED_TASKS_REFRESH,
     ApiToken,
     StoreStatus,
+    TzRecord,
 )
 
 D = TypeVar("D", bound=Dialect)
@@ -99,6 +100,8 @@ class AdminFlows(Generic[D]):
             "started_at": self.db.instant(node.started_at),
             "wake_addr": node.wake_addr,
             "info": json.dumps(node.info),
+            "tz_source": node.tz_source,
+            "tz_version": node.tz_version,
         }
         served = {"id": node.id, "refresh": self.db.duration(timedelta(0))}
 
@@ -168,9 +171,14 @@ class AdminFlows(Generic[D]):
                 oldest_queued_due_at=codec.opt_instant(jobs["oldest"]),
                 nodes=[codec.node_from_row(r) for r in tx.all("list_nodes")],
                 lateness_ms=[float(r["lateness_ms"]) for r in lateness],
+                tzdata=self._tz_record_in(tx),
             )
 
         return self.db.read(body)
+
+    def _tz_record_in(self, tx: Tx) -> TzRecord | None:
+        row = tx.one("get_tzdata")
+        return None if row is None else codec.tz_record_from_text(row["value"])
 
     # -- the ids users see -------------------------------------------------------------
     def id_key(self) -> bytes:

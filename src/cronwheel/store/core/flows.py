@@ -37,9 +37,11 @@ from cronwheel.store.claiming import ClaimAsk
 from cronwheel.store.codec import Row
 from cronwheel.store.core import filters
 from cronwheel.store.core.bulk import BulkFlows, job_exists
+from cronwheel.store.core.calendars import CalendarFlows
 from cronwheel.store.core.dialect import Dialect, Tx
 from cronwheel.store.core.skips import SkipFlows
 from cronwheel.store.core.tasks import TaskFlows
+from cronwheel.store.core.tzdata import TzFlows
 from cronwheel.store.protocol import (
     AddedFirings,
     CancelResult,
@@ -52,11 +54,11 @@ D = TypeVar("D", bound=Dialect)
 _BEGINNING = datetime(1, 1, 2, tzinfo=UTC)
 
 
-class CoreStore(BulkFlows[D], SkipFlows[D], TaskFlows[D]):
+class CoreStore(BulkFlows[D], SkipFlows[D], TaskFlows[D], CalendarFlows[D], TzFlows[D]):
     """The engine-independent flows of the Store and ApiStore protocols (the admin
     half, and the plumbing, in core/admin.py; skipping occurrences in core/skips.py;
     served tasks in core/tasks.py; quotas in core/quotas.py; bulk writes in
-    core/bulk.py)."""
+    core/bulk.py; the tz database in core/tzdata.py)."""
 
     # -- engine hooks -------------------------------------------------------------------
     @abstractmethod

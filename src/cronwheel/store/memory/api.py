@@ -13,12 +13,12 @@ from cronwheel.errors import ConflictError, NotFoundError, StoreUnavailableError
 from cronwheel.store import codec
 from cronwheel.store.codec import to_us
 from cronwheel.store.memory import work
-from cronwheel.store.memory.jobs import JobMethods
+from cronwheel.store.memory.calendars import CalendarMethods
 from cronwheel.store.memory.rows import IdempotencyRow
 from cronwheel.store.protocol import TOKEN_ROLES, AddedFirings, ApiToken
 
 
-class ApiMethods(JobMethods):
+class ApiMethods(CalendarMethods):
     def ping(self) -> None:
         with self.data.lock:
             if self._closed:  # the port's answer for a store that does not answer

@@ -16,7 +16,7 @@ from cronwheel.store.core.bulk import job_exists
 from cronwheel.store.memory import work
 from cronwheel.store.memory.quotas import QuotaMethods
 
-_SPEC_COLUMNS = (
+SPEC_COLUMNS = (
     "task",
     "schedule",
     "payload",
@@ -147,7 +147,7 @@ class JobMethods(QuotaMethods):
                     row.next_fire_at = opt_us(first_fire_at)
                 if row.bounds != params["bounds"]:
                     row.remaining_runs = params["remaining_runs"]
-                for key in _SPEC_COLUMNS:  # `paused` is the operator's, kept
+                for key in SPEC_COLUMNS:  # `paused` is the operator's, kept
                     setattr(row, key, params[key])
                 row.updated_at = now
             data.jobs_version += 1

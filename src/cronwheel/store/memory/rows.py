@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cronwheel.domain.calendars import CalendarRecord
 from cronwheel.domain.quotas import Quota
 from cronwheel.store.protocol import ApiToken
 
@@ -128,6 +129,8 @@ class NodeRow(_Row):
     heartbeat_at: int
     wake_addr: str | None
     info: str  # JSON text: a caller's later change to its dict never reaches the store
+    tz_source: str | None = None
+    tz_version: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -173,9 +176,12 @@ class MemoryData:
     maybe_active: set[int] = field(default_factory=set)
     fair_clocks: dict[str, int] = field(default_factory=dict)  # µs, per namespace
     quotas: dict[str, Quota] = field(default_factory=dict)  # a namespace's own quota
+    calendars: dict[tuple[str, str], CalendarRecord] = field(default_factory=dict)
     # quota counters: (namespace, quota, window start µs; 0 for ever) -> count
     quota_usage: dict[tuple[str, str, int], int] = field(default_factory=dict)
     jobs_version: int = 0
+    tzdata: str | None = None  # the meta row 'tzdata': the cluster's tz database (JSON)
+    tzdata_files: str | None = None  # the meta row 'tzdata_files': its zone files (JSON)
     wakeups: list[Callable[[], None]] = field(default_factory=list)
     _ids: dict[str, int] = field(default_factory=dict)
 

@@ -49,6 +49,7 @@ from cronwheel.store.codec import duration_us, from_us, opt_us, to_us
 from cronwheel.store.memory import work
 from cronwheel.store.memory.api import ApiMethods
 from cronwheel.store.memory.rows import FiringRow, LeaseRow, MemoryData, NodeRow
+from cronwheel.store.memory.tzdata import TzMethods
 from cronwheel.store.protocol import (
     DISPATCHER_LEASE,
     SERVED_TASKS_REFRESH,
@@ -66,7 +67,7 @@ SCHEMA_VERSION = 1  # no schema to migrate: the version a fresh store reports
 _STATUS_WINDOW_US = 3_600_000_000
 
 
-class MemoryStore(ApiMethods):
+class MemoryStore(ApiMethods, TzMethods):
     """The Store in this process's memory (see the module docstring)."""
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -336,9 +337,12 @@ class MemoryStore(ApiMethods):
                     heartbeat_at=now,
                     wake_addr=node.wake_addr,
                     info=info,
+                    tz_source=node.tz_source,
+                    tz_version=node.tz_version,
                 )
             else:
                 row.heartbeat_at, row.wake_addr, row.info = now, node.wake_addr, info
+                row.tz_source, row.tz_version = node.tz_source, node.tz_version
             _record_served(data, data.nodes[node.id], now, refresh_us=0)
 
     def heartbeat_node(self, node_id: str) -> None:
@@ -428,6 +432,7 @@ class MemoryStore(ApiMethods):
                 oldest_queued_due_at=None if oldest is None else from_us(oldest),
                 nodes=self.list_nodes(),
                 lateness_ms=[((f.started_at or 0) - f.scheduled_for) / 1000 for f in recent],
+                tzdata=codec.tz_record_from_text(data.tzdata),
             )
 
 

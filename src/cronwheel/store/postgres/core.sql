@@ -153,6 +153,15 @@ SET holder = excluded.holder,
 WHERE leases.expires_at <= :now OR leases.holder = excluded.holder
 RETURNING *
 
+-- name: fence_check
+-- A leader write's fence (an enqueue, a tz database adoption). FOR SHARE: a takeover
+-- (acquire_lease updates this row) waits until this write commits or rolls back, and
+-- a write that waited behind a takeover re-reads the row and finds the new
+-- holder/epoch: the fence and the writes are one atomic step.
+SELECT epoch FROM leases
+WHERE name = %(name)s AND holder = %(holder)s AND epoch = %(epoch)s AND expires_at > :now
+FOR SHARE
+
 -- name: release_lease
 -- Expires the lease now, if this holder and epoch still hold it.
 UPDATE leases SET expires_at = :now
@@ -248,11 +257,13 @@ RETURNING *
 
 -- name: register_node
 -- A node (scheduler, worker, api) announces itself, or re-announces. [nodes primary key]
-INSERT INTO nodes (id, kind, hostname, pid, started_at, heartbeat_at, wake_addr, info)
+INSERT INTO nodes (id, kind, hostname, pid, started_at, heartbeat_at, wake_addr, info,
+                   tz_source, tz_version)
 VALUES (%(id)s, %(kind)s, %(hostname)s, %(pid)s, %(started_at)s, :now, %(wake_addr)s,
-        %(info)s::jsonb)
+        %(info)s::jsonb, %(tz_source)s, %(tz_version)s)
 ON CONFLICT (id) DO UPDATE
-SET heartbeat_at = excluded.heartbeat_at, wake_addr = excluded.wake_addr, info = excluded.info
+SET heartbeat_at = excluded.heartbeat_at, wake_addr = excluded.wake_addr, info = excluded.info,
+    tz_source = excluded.tz_source, tz_version = excluded.tz_version
 
 -- name: heartbeat_node
 -- A node is alive: its kind and new heartbeat (a worker's served tasks are refreshed

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, LiteralString, TypeVar
+from typing import Any, LiteralString, Protocol, TypeVar
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -87,8 +87,21 @@ class DbTime:
         return {"_pin": self.frozen_at, "_off": self.offset}
 
 
+class Result(Protocol):
+    """What a unit of work reads of an executed statement (a psycopg cursor is one)."""
+
+    @property
+    def description(self) -> Any: ...
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchall(self) -> list[DictRow]: ...
+
+
 class PgTx:
-    """A unit of work on one pooled connection (see Database.write/read)."""
+    """A unit of work on one pooled connection (see Database.write/read); a caller's
+    connection overrides ``execute`` (store/postgres/caller.py)."""
 
     __slots__ = ("conn", "db")
 
@@ -96,8 +109,13 @@ class PgTx:
         self.conn = conn
         self.db = db
 
+    def execute(self, text: str, params: Mapping[str, Any] | None = None) -> Result:
+        """One statement of this package's SQL (never user text); the time hooks added
+        to ``params`` (see DbTime)."""
+        return self.conn.execute(query(text), self.db.params(params))
+
     def all(self, name: str, params: Mapping[str, Any] | None = None) -> list[DictRow]:
-        cur = self.conn.execute(query(self.db.q[name]), self.db.params(params))
+        cur = self.execute(self.db.q[name], params)
         return cur.fetchall() if cur.description is not None else []
 
     def one(self, name: str, params: Mapping[str, Any] | None = None) -> DictRow | None:
@@ -105,13 +123,12 @@ class PgTx:
         return rows[0] if rows else None
 
     def run(self, name: str, params: Mapping[str, Any] | None = None) -> int:
-        return self.conn.execute(query(self.db.q[name]), self.db.params(params)).rowcount
+        return self.execute(self.db.q[name], params).rowcount
 
     def filtered(
         self, name: str, where: str, params: Mapping[str, Any] | None = None
     ) -> list[DictRow]:
-        text = self.db.q[name].replace(_WHERE, where)
-        return self.conn.execute(query(text), self.db.params(params)).fetchall()
+        return self.execute(self.db.q[name].replace(_WHERE, where), params).fetchall()
 
     def script(self, text: str) -> None:
         self.conn.execute(query(text))  # no parameters: many statements
@@ -248,12 +265,8 @@ class Database:
                         f"postgresql: {_first_line(exc)}", field="store"
                     ) from exc
                 time.sleep(0.05 * attempt)
-            except psycopg.InterfaceError as exc:  # e.g. a connection closed under us
-                raise StoreUnavailableError(
-                    f"postgresql: {_first_line(exc)}", field="store"
-                ) from exc
-            except psycopg.Error as exc:
-                raise StoreError(f"postgresql: {_first_line(exc)}", field="store") from exc
+            except psycopg.Error as exc:  # InterfaceError: e.g. a connection closed under us
+                raise store_error(exc) from exc
 
     # -- the Dialect of the store core ---------------------------------------------
     def write(self, body: Callable[[PgTx], T], *, atomic: bool = True, durable: bool = True) -> T:
@@ -297,6 +310,15 @@ class Database:
     def starts_with(self, column: str, param: str) -> str:
         # starts_with: '%' and '_' in a prefix are literal, never LIKE patterns
         return f"starts_with({column}, %({param})s)"
+
+
+def store_error(exc: psycopg.Error) -> StoreError:
+    """A driver error that is not retried, as cronwheel's: a transient one (connection
+    lost, timeout, serialization failure, deadlock) is StoreUnavailableError."""
+    # OperationalError covers SerializationFailure and DeadlockDetected (class 40)
+    transient = isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+    kind = StoreUnavailableError if transient else StoreError
+    return kind(f"postgresql: {_first_line(exc)}", field="store")
 
 
 def _first_line(exc: BaseException) -> str:

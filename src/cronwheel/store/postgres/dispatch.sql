@@ -10,14 +10,6 @@ SELECT :now AS now
 -- Wakes the workers listening on cronwheel_work (delivered at commit).
 SELECT pg_notify('cronwheel_work', '')
 
--- name: fence_check
--- FOR SHARE: a takeover (acquire_lease updates this row) waits until this enqueue
--- commits or rolls back, and an enqueue that waited behind a takeover re-reads the
--- row and finds the new holder/epoch: the fence and the writes are one atomic step.
-SELECT epoch FROM leases
-WHERE name = %(name)s AND holder = %(holder)s AND epoch = %(epoch)s AND expires_at > :now
-FOR SHARE
-
 -- name: enqueue_advance
 -- Step 1 of an enqueue round: CAS every cursor (the run limit shrinks by the number of
 -- firings, and the cursor is cleared when it is used up), and lock the fair clocks of

@@ -337,3 +337,22 @@ INSERT INTO quota_usage (namespace, quota, window_start, used)
 SELECT namespace, 'jobs', 0, count(*) FROM jobs
 WHERE schedule->>'kind' <> 'now' GROUP BY namespace;
 CREATE INDEX firings_held_namespace ON firings (namespace) WHERE state IN ('claimed', 'running');
+
+-- name: migration_11
+-- Calendars stored by name in a namespace (domain/calendars.py): the days a cron job
+-- naming one may fire on. A job keeps a copy of the rules in its schedule (its
+-- `calendar_def`), rewritten with its cursor when the calendar changes.
+CREATE TABLE calendars (
+    namespace  text        NOT NULL,
+    name       text        NOT NULL,
+    rules      jsonb       NOT NULL,            -- CalendarRules.to_dict()
+    updated_at timestamptz NOT NULL,
+    PRIMARY KEY (namespace, name)
+);
+
+-- name: migration_12
+-- The tz database each node computes instants with (domain/tzdb.py): its source
+-- ('bundled', 'system' or a directory) and IANA version. The cluster's own is the
+-- meta row 'tzdata', written by the leader that adopted it (core/tzdata.py).
+ALTER TABLE nodes ADD COLUMN tz_source text;
+ALTER TABLE nodes ADD COLUMN tz_version text;

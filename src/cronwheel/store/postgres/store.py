@@ -11,11 +11,14 @@ signature compatibility with SqliteStore and is ignored.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from cronwheel.domain.clock import Clock
+from cronwheel.errors import StoreError
+from cronwheel.store.postgres.caller import CallerDatabase, Link
 from cronwheel.store.postgres.claims import PgClaims
 from cronwheel.store.postgres.db import Database, DbTime
 from cronwheel.store.postgres.dispatch import PgDispatch
@@ -50,6 +53,22 @@ class PostgresStore(PgDispatch, PgClaims):
             url, schema=schema, pool_size=pool_size, timeout_s=timeout_s, time=self.db_time
         )
         self._planned_tasks = set()
+        self._identity: tuple[str, str] | None = None  # see on_link
+
+    def on_link(self, link: Link) -> PostgresStore:
+        """This store writing in the caller's transaction on ``link`` (transactional
+        enqueue, store/postgres/caller.py); the pool stays this store's."""
+        if self._identity is None:
+            # what a caller's connection needs to reach this store: the search path of
+            # the store's sessions (its schema) and its id_key secret, read once
+            settings, row = self.db.read(lambda tx: (tx.one("caller_settings"), tx.one("id_key")))
+            if settings is None or row is None:
+                raise StoreError("the store has no id key: run 'cronwheel migrate'", field="store")
+            self._identity = (str(settings["search_path"]), str(row["value"]))
+        search_path, key = self._identity
+        view = copy.copy(self)
+        view.db = CallerDatabase(self.db, link, search_path=search_path, key=key)
+        return view
 
     @property
     def time_offset(self) -> timedelta:

@@ -139,6 +139,12 @@ SET holder = excluded.holder,
 WHERE leases.expires_at <= :now OR leases.holder = excluded.holder
 RETURNING *
 
+-- name: fence_check
+-- A leader write's fence (an enqueue, a tz database adoption): this holder and epoch
+-- hold an unexpired lease. [leases primary key]
+SELECT epoch FROM leases
+WHERE name = :name AND holder = :holder AND epoch = :epoch AND expires_at > :now
+
 -- name: release_lease
 -- Expires the lease now, if this holder and epoch still hold it.
 UPDATE leases SET expires_at = :now WHERE name = :name AND holder = :holder AND epoch = :epoch
@@ -222,10 +228,13 @@ RETURNING *
 
 -- name: register_node
 -- A node (scheduler, worker, api) announces itself, or re-announces. [nodes primary key]
-INSERT INTO nodes (id, kind, hostname, pid, started_at, heartbeat_at, wake_addr, info)
-VALUES (:id, :kind, :hostname, :pid, :started_at, :now, :wake_addr, :info)
+INSERT INTO nodes (id, kind, hostname, pid, started_at, heartbeat_at, wake_addr, info,
+                   tz_source, tz_version)
+VALUES (:id, :kind, :hostname, :pid, :started_at, :now, :wake_addr, :info, :tz_source,
+        :tz_version)
 ON CONFLICT (id) DO UPDATE
-SET heartbeat_at = excluded.heartbeat_at, wake_addr = excluded.wake_addr, info = excluded.info
+SET heartbeat_at = excluded.heartbeat_at, wake_addr = excluded.wake_addr, info = excluded.info,
+    tz_source = excluded.tz_source, tz_version = excluded.tz_version
 
 -- name: heartbeat_node
 -- A node is alive: its kind and new heartbeat (a worker's served tasks are refreshed

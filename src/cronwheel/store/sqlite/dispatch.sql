@@ -30,11 +30,6 @@ FROM jobs WHERE id = :job_id
 ON CONFLICT (job_id, scheduled_for) DO NOTHING
 RETURNING *
 
--- name: fence_check
--- The enqueue's fence: this holder and epoch hold an unexpired lease. [leases primary key]
-SELECT epoch FROM leases
-WHERE name = :name AND holder = :holder AND epoch = :epoch AND expires_at > :now
-
 -- name: advance_job
 -- The cursor compare-and-swap of one job; the run budget shrinks by :runs and the
 -- cursor is cleared when it is used up. [jobs primary key]
