@@ -179,3 +179,24 @@ def test_unserved_tasks_are_refused_per_item(api: Api) -> None:
     doc = api.call("POST", "/v1/jobs/batch", json={"items": items}).json()
     assert [d["status"] for d in doc["items"]] == [201, 422, 201]
     assert doc["items"][1]["error"]["field"] == "items[1].task"
+
+
+def test_batch_jobs_naming_a_stored_calendar_are_bound_to_it(api: Api) -> None:
+    """As POST /v1/jobs: a job naming a stored calendar keeps its rules; one naming a
+    calendar the namespace does not have is that item's 422 (schedule.calendar)."""
+    office = {"holidays": "DE-BY", "exclude": ["2026-03-03"], "weekdays": "mon-fri"}
+    assert api.call("PUT", "/v1/calendars/office", "admin", json=office).status_code == 201
+    cron = {"kind": "cron", "cron": "0 9 * * *", "tz": "Europe/Berlin"}
+    items = [
+        {"name": f"standup-{i}", "task": "t", "schedule": cron | {"calendar": "office"}}
+        for i in range(3)
+    ]
+    items.insert(1, {"name": "nope", "task": "t", "schedule": cron | {"calendar": "nope"}})
+    doc = api.call("POST", "/v1/jobs/batch", json={"items": items}).json()
+    assert [d["status"] for d in doc["items"]] == [201, 422, 201, 201]
+    assert doc["items"][1]["error"]["field"] == "items[1].schedule.calendar"
+    for d in doc["items"][::2]:
+        assert d["job"]["schedule"]["calendar_def"]["exclude"] == ["2026-03-03"]
+    single = api.call("GET", "/v1/jobs/standup-0", params={"upcoming": 2}).json()
+    # Monday 2, (Tuesday 3 excluded), Wednesday 4
+    assert [t["utc"][:10] for t in single["next_fire_times"]] == ["2026-03-02", "2026-03-04"]
