@@ -316,3 +316,20 @@ def test_app_enqueue_many_runs_with_the_tasks_policies(harness: Harness) -> None
     with pytest.raises(BatchError):
         app.enqueue_many([{"task": "resize"}, {"args": [1]}], all_or_nothing=True)
     assert len(harness.store.list_firings()) == 2
+
+
+def test_a_batch_of_runs_rings_the_workers_once() -> None:
+    """One wake-up per batch, not per run (the memory store's in-process hints; SQLite
+    rings its doorbell once per transaction, PostgreSQL's NOTIFY is one per commit)."""
+    from cronwheel.domain.clock import FakeClock
+    from cronwheel.store.memory import MemoryStore
+    from tests.contract.conftest import T0
+
+    store = MemoryStore(clock=FakeClock(T0))
+    rings: list[int] = []
+    wakeup = store.open_wakeup(lambda: rings.append(1))
+    made = store.enqueue_now_batch([_now_spec(f"r{i}") for i in range(50)])
+    assert len(made) == 50 and len(rings) == 1
+    store.create_jobs_batch([(spec(f"j{i}"), T0) for i in range(5)])  # no firing
+    assert len(rings) == 1
+    wakeup.close()
