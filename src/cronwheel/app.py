@@ -35,6 +35,7 @@ from cronwheel.domain.models import Firing, Job, JobPolicies, JobSpec, validate_
 from cronwheel.domain.schedules import NowSchedule, Schedule
 from cronwheel.domain.tzdb import use_tz_database
 from cronwheel.errors import ValidationError
+from cronwheel.observability.tracing_switch import tracing_wanted
 from cronwheel.store.calendar_port import calendar_rules_of
 from cronwheel.store.protocol import CalendarChange, Store
 from cronwheel.store.url import DEFAULT_STORE_URL, open_store
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+W = TypeVar("W", Job, Firing)
 
 
 @dataclass(slots=True)
@@ -97,12 +99,17 @@ class App:
         clock: Clock | None = None,
         allow_unknown_task: bool = False,
         tzdata: str | None = None,
+        tracing: bool | None = None,
     ) -> None:
         """``tzdata`` chooses this process's tz database ('bundled', 'system' or a
         directory; domain/tzdb.py); None keeps the current one (CRONWHEEL_TZDATA, else
-        'bundled'). A bad value raises ValidationError naming ``tzdata``."""
+        'bundled'). A bad value raises ValidationError naming ``tzdata``.
+        ``tracing``: OpenTelemetry spans for enqueue, claim and run, the enqueuer's trace
+        continued in the handler (README "Tracing"; the ``otel`` extra); None: as
+        ``CRONWHEEL_TRACING`` says (off when unset)."""
         if tzdata is not None:
             use_tz_database(tzdata, field="tzdata")
+        self.tracing = tracing_wanted(tracing)
         self.store_url = store_url
         self.namespace = namespace
         # refuse jobs (schedule, enqueue) whose task no worker has served (see README)
@@ -270,10 +277,13 @@ class App:
         )
         spec = bind_calendar(spec, calendar_rules_of(self.store))
         first = spec_first_fire_at(spec, self.clock.now(), allow_past=allow_past)
-        if replace:
-            job, _ = store.upsert_job(spec, first_fire_at=first)
-            return job
-        return store.create_job(spec, first_fire_at=first)
+
+        def write(spec: JobSpec) -> Job:
+            if replace:
+                return store.upsert_job(spec, first_fire_at=first)[0]
+            return store.create_job(spec, first_fire_at=first)
+
+        return self._traced(spec, write, "cronwheel.schedule") if self.tracing else write(spec)
 
     def enqueue(
         self, task: str | Task[Any, Any], /, *args: Any, connection: Any = None, **kwargs: Any
@@ -351,6 +361,8 @@ class App:
         task_name = task.name if isinstance(task, Task) else task
         self._require_served(task_name, None)
         spec = self._now_spec(task_name, args, kwargs)
+        if self.tracing:
+            return self._traced(spec, store.enqueue_now, "cronwheel.enqueue")
         return store.enqueue_now(spec)
 
     def schedule_many(
@@ -480,6 +492,14 @@ class App:
             require_served_task(task, served)
 
         return check
+
+    def _traced(self, spec: JobSpec, write: Callable[[JobSpec], W], name: str) -> W:
+        """``write(spec)`` in a producer span, its context carried with the job
+        (observability/tracing.py)."""
+        from cronwheel.observability.tracing import traced_write
+        from cronwheel.web.ids import ids_for
+
+        return traced_write(spec, write, name=name, ids=lambda: ids_for(self.store))
 
     def _require_served(self, task: str, allow: bool | None) -> None:
         self._served_check(allow)(task)

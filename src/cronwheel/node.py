@@ -27,6 +27,7 @@ import structlog
 
 from cronwheel.app import App
 from cronwheel.dispatch.dispatcher import Dispatcher, DispatcherConfig
+from cronwheel.domain.clock import StoreClock, sample_clock
 from cronwheel.domain.models import NodeInfo
 from cronwheel.domain.tzdb import tz_database
 from cronwheel.errors import StoreUnavailableError, ValidationError
@@ -120,7 +121,11 @@ def run_scheduler(app: App, config: DispatcherConfig | None = None) -> None:
                 schedule=job.spec.schedule.describe(),
                 next_fire_at=None if job.next_fire_at is None else job.next_fire_at.isoformat(),
             )
-    dispatcher = Dispatcher(store, app.clock, config=config, events=DispatcherSink())
+    # the dispatcher acts on the store's clock, as workers do (domain/clock.py): its wheel
+    # fires a job `lead` before its instant by the store's time, not this host's
+    clock = StoreClock(app.clock)
+    _retry_store(lambda: _sample_store_clock(store, clock, 3), stop)
+    dispatcher = Dispatcher(store, clock, config=config, events=DispatcherSink())
     tzdb = tz_database()
 
     wake.append(dispatcher.wake)
@@ -135,9 +140,10 @@ def run_scheduler(app: App, config: DispatcherConfig | None = None) -> None:
         heartbeat_at=app.clock.now(),
         tz_source=tzdb.source,
         tz_version=tzdb.version,
+        clock=clock.estimate() if clock.measured else None,
     )
     _retry_store(lambda: store.register_node(node), stop)
-    beat = threading.Thread(target=_node_heartbeat, args=(store, node.id, stop), daemon=True)
+    beat = threading.Thread(target=_node_heartbeat, args=(store, node.id, clock, stop), daemon=True)
     beat.start()
     log.info("scheduler_started", holder=dispatcher.holder)
     try:
@@ -148,12 +154,40 @@ def run_scheduler(app: App, config: DispatcherConfig | None = None) -> None:
         log.info("scheduler_stopped", holder=dispatcher.holder, enqueued=dispatcher.stats.enqueued)
 
 
-def _node_heartbeat(store: Any, node_id: str, stop: threading.Event) -> None:
-    while not stop.wait(2.0):
+def _sample_store_clock(store: Any, clock: StoreClock, n: int = 1) -> None:
+    for _ in range(n):
+        clock.add(sample_clock(clock.local, store.now))
+
+
+def _node_heartbeat(store: Any, node_id: str, clock: StoreClock, stop: threading.Event) -> None:
+    """A scheduler's node heartbeat every 2 s, and a round trip to the store's clock
+    every second (its dispatcher's clock). A flag is reported (log, node registry); the
+    dispatcher keeps its place: it acts on the store's time whatever its host's says."""
+    flag: str | None = None
+    tick = 0
+    while not stop.wait(1.0):
+        tick += 1
         try:
-            store.heartbeat_node(node_id)
+            flag = _clock_beat(store, node_id, clock, flag, beat=tick % 2 == 0)
         except StoreUnavailableError as exc:
             log.warning("store_unavailable", error=str(exc))
+
+
+def _clock_beat(
+    store: Any, node_id: str, clock: StoreClock, flag: str | None, *, beat: bool
+) -> str | None:
+    """One round trip to the store's clock, a change of flag logged, and (``beat``) the
+    node's heartbeat with its clock; the flag now."""
+    _sample_store_clock(store, clock)
+    estimate = clock.estimate()
+    if estimate.flag != flag:
+        if estimate.flag is None:
+            log.info("clock_recovered", node_id=node_id, offset_s=estimate.offset)
+        else:
+            log.warning("clock_flagged", node_id=node_id, reason=estimate.flag)
+    if beat:
+        store.heartbeat_node(node_id, estimate)
+    return estimate.flag
 
 
 def _retry_store(fn: Any, stop: threading.Event) -> None:
@@ -175,7 +209,14 @@ def run_worker(
 
     ``task_kinds`` (from ``load_task_file``) is closed (its HTTP client) on the way out.
     """
-    worker = Worker(app.store, app.registry, app.clock, config=config, events=WorkerSink())
+    hooks = None
+    if app.tracing:  # README "Tracing": only then is OpenTelemetry imported
+        from cronwheel.observability.tracing import Tracing
+
+        hooks = Tracing()
+    worker = Worker(
+        app.store, app.registry, app.clock, config=config, events=WorkerSink(), hooks=hooks
+    )
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -31,6 +31,7 @@ def create_app(
     max_body: int = DEFAULT_MAX_BODY,
     allowed_hosts: Iterable[str] | None = None,
     trusted_proxies: Iterable[str] = (),
+    tracing: bool | None = None,
 ) -> FastAPI:
     """The API over ``store`` (which the caller opens, migrates and closes), with the
     dashboard at ``/`` and ``/ui/...`` and Prometheus at ``/metrics``.
@@ -40,10 +41,11 @@ def create_app(
     caller that checks it elsewhere. ``trusted_proxies``: IP addresses or networks whose
     ``X-Forwarded-Proto``/``X-Forwarded-For`` are believed (none by default). Serving the
     app with uvicorn, pass ``proxy_headers=False``: the app does this itself.
+    ``tracing``: as ``create_api``'s (README "Tracing").
     """
     hosts = None if allowed_hosts is None else parse_allowed_hosts(allowed_hosts)
     proxies = parse_trusted_proxies(trusted_proxies)
-    app = create_api(store, auth_required=auth_required, max_body=max_body)
+    app = create_api(store, auth_required=auth_required, max_body=max_body, tracing=tracing)
     mount(app)
     app.add_middleware(BrowserGuard, allowed_hosts=hosts)
     if proxies:

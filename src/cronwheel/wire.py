@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from cronwheel.domain.attempts import Attempt, AttemptOutcome, first_lateness
 from cronwheel.domain.batch import BatchResult
+from cronwheel.domain.clock import ClockEstimate
 from cronwheel.domain.firing import FiringState, format_instant
 from cronwheel.domain.models import (
     DURATION_POLICIES,
@@ -136,6 +137,27 @@ def job_from_json(doc: Mapping[str, Any]) -> Job:
 
 
 # -- firings ---------------------------------------------------------------------------
+def node_clock_to_json(clock: ClockEstimate | None) -> dict[str, Any] | None:
+    """A node's clock as it last reported it (``/v1/status``, ``cronwheel status``):
+    its offset to the store's clock and that offset's uncertainty in milliseconds, and
+    why it is flagged (null: it is not); null when it has not measured it."""
+    if clock is None:
+        return None
+    return {
+        "offset_ms": round(clock.offset * 1000, 3),
+        "uncertainty_ms": round(clock.uncertainty * 1000, 3),
+        "flagged": clock.flag is not None,
+        "flag": clock.flag,
+    }
+
+
+def clock_text(clock: Mapping[str, Any] | None) -> str:
+    """A node's clock (:func:`node_clock_to_json`) in words: its offset ± uncertainty."""
+    if clock is None:
+        return "not measured"
+    return f"{clock['offset_ms']:+.1f} ms ± {clock['uncertainty_ms']:.1f}"
+
+
 def lateness_ms(lateness: timedelta | None) -> float | None:
     return None if lateness is None else round(lateness.total_seconds() * 1000, 3)
 

@@ -46,6 +46,7 @@ def _full(h: Harness, name: str) -> JobSpec:
         start_at=t - 60 * S,
         end_at=t + 86400 * S,
         max_runs=5,
+        trace_context={"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
     )
 
 
@@ -68,6 +69,20 @@ def test_a_batch_job_is_the_job_create_job_makes(harness: Harness) -> None:
     assert {j.name for j in due} == set()  # both paused
     store.set_paused("team-a", "bulk", False)
     assert [j.name for j in store.due_jobs(t + S, limit=10)] == ["bulk"]
+
+
+def test_a_batch_job_carries_its_trace_context(harness: Harness) -> None:
+    """jobs.trace_context is written by the bulk path as by create_job: each claim of
+    the job's firings carries it."""
+    from tests.contract.test_store_contract import _fire
+
+    t = harness.now()
+    ctx = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    (job,) = harness.store.create_jobs_batch([(replace(spec("traced"), trace_context=ctx), t)])
+    assert not isinstance(job, Exception)
+    _fire(harness, job, t)
+    (claimed,) = harness.store.claim("w", tasks=["t"], limit=1)
+    assert claimed.trace_context == ctx
 
 
 def test_per_item_a_taken_name_is_that_items_conflict(harness: Harness) -> None:

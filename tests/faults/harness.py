@@ -353,7 +353,19 @@ class Cluster:
         return self._client
 
     # -- processes --------------------------------------------------------------------
-    def _start(self, role: str, name: str, args: list[str], failpoints: str | None) -> Proc:
+    def _start(
+        self,
+        role: str,
+        name: str,
+        args: list[str],
+        failpoints: str | None,
+        *,
+        wrap: list[str] | None = None,
+        env_extra: dict[str, str] | None = None,
+        app_ref: str = APP_REF,
+    ) -> Proc:
+        """``wrap``: a command the process runs under (``faketime -f +3s``); ``env_extra``:
+        more environment (libfaketime's settings); ``app_ref``: the app it loads."""
         self._seq += 1
         app_name = f"fault-{name}"
         env = dict(os.environ)
@@ -372,15 +384,17 @@ class Cluster:
         )
         if failpoints:
             env["CRONWHEEL_FAILPOINTS"] = failpoints
+        env.update(env_extra or {})
         log_path = self.tmp / f"{name}.log"
         out = (self.tmp / f"{name}.out").open("wb")
         err = log_path.open("wb")
         argv = [
+            *(wrap or []),
             sys.executable,
             "-m",
             "cronwheel",
             role,
-            *([] if role == "api" else [APP_REF]),
+            *([] if role == "api" else [app_ref]),
             "--store",
             self.store_url(app_name),
             *args,
@@ -399,17 +413,35 @@ class Cluster:
         return proc
 
     def start_scheduler(
-        self, name: str | None = None, *, failpoints: str | None = None, lease_ttl: float = 0
+        self,
+        name: str | None = None,
+        *,
+        failpoints: str | None = None,
+        lease_ttl: float = 0,
+        wrap: list[str] | None = None,
+        env_extra: dict[str, str] | None = None,
     ) -> Proc:
         name = name or f"s{self._seq + 1}"
         ttl = lease_ttl or self.sizes.lease_ttl
-        return self._start("scheduler", name, ["--lease-ttl", str(ttl)], failpoints)
+        args = ["--lease-ttl", str(ttl)]
+        return self._start("scheduler", name, args, failpoints, wrap=wrap, env_extra=env_extra)
 
     def start_worker(
-        self, name: str | None = None, *, failpoints: str | None = None, concurrency: int = 8
+        self,
+        name: str | None = None,
+        *,
+        failpoints: str | None = None,
+        concurrency: int = 8,
+        args: list[str] | None = None,
+        wrap: list[str] | None = None,
+        env_extra: dict[str, str] | None = None,
+        app_ref: str = APP_REF,
     ) -> Proc:
         name = name or f"w{self._seq + 1}"
-        return self._start("worker", name, ["--concurrency", str(concurrency)], failpoints)
+        argv = ["--concurrency", str(concurrency), *(args or [])]
+        return self._start(
+            "worker", name, argv, failpoints, wrap=wrap, env_extra=env_extra, app_ref=app_ref
+        )
 
     def start_api(self, port: int, name: str = "api") -> Proc:
         """``cronwheel api`` on 127.0.0.1:``port`` (no auth: loopback); wait for

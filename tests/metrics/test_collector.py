@@ -19,7 +19,7 @@ import httpx
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
-from cronwheel.domain.clock import FakeClock
+from cronwheel.domain.clock import ClockEstimate, FakeClock
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import ClaimedFiring, Firing, FiringId, NodeInfo
 from cronwheel.errors import FiringNotFoundError, StoreUnavailableError
@@ -92,6 +92,27 @@ def test_gauges_tell_leader_queue_nodes_and_jobs(store: SqliteStore, clock: Fake
     assert value(text, "cronwheel_leader_up") == 1
     assert value(text, "cronwheel_leader_epoch") == 2
     assert value(text, "cronwheel_node_is_leader", node="sched-1") == 1
+
+
+def test_node_clocks_are_gauges_per_node(store: SqliteStore) -> None:
+    """What each node last reported of its clock: offset, uncertainty, flag; a node
+    that has not measured it has no series."""
+    for node_id in ("w1", "w2", "w3"):
+        store.register_node(
+            NodeInfo(id=node_id, kind="worker", hostname="h", pid=1, started_at=T0, heartbeat_at=T0)
+        )
+    store.heartbeat_node("w1", ClockEstimate(-3.0, 0.0005))
+    store.heartbeat_node("w2", ClockEstimate(12.0, 0.002, "clock offset +12.000 s is beyond ±10 s"))
+    text = scrape(ClusterCollector(store))
+    assert value(text, "cronwheel_node_clock_offset_seconds", kind="worker", node="w1") == -3.0
+    assert value(text, "cronwheel_node_clock_uncertainty_seconds", kind="worker", node="w1") == (
+        0.0005
+    )
+    assert value(text, "cronwheel_node_clock_flagged", kind="worker", node="w1") == 0
+    assert value(text, "cronwheel_node_clock_flagged", kind="worker", node="w2") == 1
+    assert value(text, "cronwheel_node_clock_offset_seconds", kind="worker", node="w2") == 12.0
+    assert value(text, "cronwheel_node_clock_offset_seconds", kind="worker", node="w3") is None
+    assert value(text, "cronwheel_node_clock_flagged", kind="worker", node="w3") is None
 
 
 def test_stuck_claims_are_running_firings_past_their_lease(

@@ -56,3 +56,37 @@ def test_the_documented_names_import_from_the_package() -> None:
     assert set(cronwheel.__all__) <= set(dir(cronwheel))
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         _ = cronwheel.nothing_here
+
+
+# an App enqueues a firing and a worker runs it: with tracing off, nothing of
+# OpenTelemetry is imported, installed or not. (Not the API's process: FastAPI imports
+# it by itself when it is installed, for its own telemetry.)
+_RUN_ONE = """
+import asyncio, os
+from cronwheel import App
+from cronwheel.worker.worker import Worker
+app = App("memory://", allow_unknown_task=True)
+@app.task
+def t(ctx): pass
+app.enqueue("t")
+assert asyncio.run(Worker(app.store, app.registry, app.clock).drain_once()) == 1
+assert app.tracing is (os.environ.get("CRONWHEEL_TRACING") == "1")
+"""
+
+
+@pytest.mark.parametrize(("switch", "imported"), [("0", False), ("1", True)])
+def test_opentelemetry_is_imported_only_when_tracing_is_on(switch: str, imported: bool) -> None:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CRONWHEEL_"))}
+    listing = "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    result = subprocess.run(
+        [sys.executable, "-c", f"{_RUN_ONE}\nimport json, sys\n{listing}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env=env | {"CRONWHEEL_TRACING": switch},
+    )
+    loaded = set(json.loads(result.stdout.strip().splitlines()[-1]))
+    assert ("opentelemetry" in loaded) is imported

@@ -45,3 +45,28 @@ def test_a_bad_worker_config_names_the_field() -> None:
     with pytest.raises(ValidationError) as info:
         WorkerConfig(isolation="fork")  # type: ignore[arg-type]
     assert info.value.field == "isolation"
+
+
+def test_clock_bounds_reach_the_worker(started: list[WorkerConfig], tmp_path: Any) -> None:
+    store = f"sqlite:///{tmp_path / 'cw.db'}"
+    args = ["--max-clock-offset", "2.5", "--max-clock-uncertainty", "20"]
+    result = CliRunner().invoke(cli, ["worker", "--store", store, *args])
+    assert result.exit_code == 0, result.output
+    bounds = started[-1].clock_bounds
+    assert bounds.max_offset.total_seconds() == 2.5
+    assert bounds.max_uncertainty.total_seconds() == 0.020
+    CliRunner().invoke(cli, ["worker", "--store", store])
+    assert started[-1].clock_bounds.max_offset.total_seconds() == 10
+    assert started[-1].clock_bounds.max_uncertainty.total_seconds() == 0.050
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("--max-clock-offset", "0"), ("--max-clock-uncertainty", "-5")]
+)
+def test_a_bad_clock_bound_is_a_usage_error(
+    started: list[WorkerConfig], option: str, value: str
+) -> None:
+    result = CliRunner().invoke(cli, ["worker", option, value])
+    assert result.exit_code == 2
+    assert option in result.output
+    assert started == []

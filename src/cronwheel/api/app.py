@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from cronwheel.api.errors import install_error_handlers
 from cronwheel.api.guard import DEFAULT_MAX_BODY, BodyGuard
 from cronwheel.api.schemas import ErrorOut
+from cronwheel.observability.tracing_switch import tracing_wanted
 from cronwheel.store.protocol import ApiStore
 
 _ERROR = {"model": ErrorOut}
@@ -31,9 +32,15 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 def create_api(
-    store: ApiStore, *, auth_required: bool = True, max_body: int = DEFAULT_MAX_BODY
+    store: ApiStore,
+    *,
+    auth_required: bool = True,
+    max_body: int = DEFAULT_MAX_BODY,
+    tracing: bool | None = None,
 ) -> FastAPI:
     """The HTTP API over ``store`` (which the caller opens, migrates and closes).
+    ``tracing``: carry the requests' trace contexts with the jobs and firings they make
+    (api/traced.py); None: as ``CRONWHEEL_TRACING`` says.
 
     Endpoints are sync: FastAPI runs them in its thread pool, and the store
     serializes what it must.
@@ -60,6 +67,7 @@ def create_api(
     )
     app.state.store = store
     app.state.auth_required = auth_required
+    app.state.tracing = tracing_wanted(tracing)
     install_error_handlers(app)
     app.include_router(routes_jobs.router)
     app.include_router(routes_skip.router)

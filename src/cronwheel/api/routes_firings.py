@@ -9,6 +9,7 @@ import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
@@ -24,14 +25,9 @@ from cronwheel.api.convert import (
 )
 from cronwheel.api.errors import HttpError
 from cronwheel.api.routes_jobs import JobName
-from cronwheel.api.schemas import (
-    CancelOut,
-    EnqueueIn,
-    FiringList,
-    FiringOut,
-    FiringStateName,
-)
+from cronwheel.api.schemas import CancelOut, EnqueueIn, FiringList, FiringOut, FiringStateName
 from cronwheel.api.schemas_batch import BatchErrorOut, BatchOut, FiringsBatchIn
+from cronwheel.api.traced import traced
 from cronwheel.domain.attempts import Attempt
 from cronwheel.domain.batch import run_batch
 from cronwheel.domain.error_text import error_summary
@@ -224,7 +220,8 @@ def enqueue(
         require_served_task(spec.task, [t.task for t in store.served_tasks()])
     ids = ids_of(request)
     if idempotency_key is None:
-        return firing_to_json(ids.firing(store.enqueue_now(spec)))
+        firing = traced(request, spec, store.enqueue_now, name="cronwheel.enqueue")
+        return firing_to_json(ids.firing(firing))
     if not _KEY_RE.fullmatch(idempotency_key):
         raise HttpError(
             400,
@@ -233,10 +230,15 @@ def enqueue(
             field="Idempotency-Key",
         )
     canonical = json.dumps(body.model_dump(), sort_keys=True, ensure_ascii=False)
-    firing, created = store.enqueue_now_once(
+    firing, created = traced(
+        request,
         spec,
-        key_hash=hashlib.sha256(idempotency_key.encode("ascii")).hexdigest(),
-        request_hash=hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
+        partial(
+            store.enqueue_now_once,
+            key_hash=hashlib.sha256(idempotency_key.encode("ascii")).hexdigest(),
+            request_hash=hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
+        ),
+        name="cronwheel.enqueue",
     )
     if not created:
         response.status_code = 200

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from datetime import datetime
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -35,6 +36,7 @@ from cronwheel.api.schemas import (
     TriggerIn,
 )
 from cronwheel.api.schemas_batch import BatchErrorOut, BatchOut, JobsBatchIn
+from cronwheel.api.traced import traced
 from cronwheel.domain.batch import run_batch
 from cronwheel.domain.jobs import (
     bind_calendar,
@@ -95,7 +97,9 @@ def create_job(body: JobCreate, principal: Writer, request: Request) -> dict[str
     spec = _spec(store, principal, body.name, body, bool(body.paused))
     _require_served(store, spec.task, body.allow_unknown_task)
     first = spec_first_fire_at(spec, store.now(), allow_past=body.allow_past)
-    return job_out(ids_of(request), store.create_job(spec, first_fire_at=first), upcoming=UPCOMING)
+    create = partial(store.create_job, first_fire_at=first)
+    job = traced(request, spec, create, name="cronwheel.schedule")
+    return job_out(ids_of(request), job, upcoming=UPCOMING)
 
 
 @router.post(
@@ -150,7 +154,8 @@ def put_job(
         first = existing.next_fire_at  # unchanged: an `at` now past is no error
     else:
         first = spec_first_fire_at(spec, store.now(), allow_past=body.allow_past)
-    job, changed = store.upsert_job(spec, first_fire_at=first)
+    upsert = partial(store.upsert_job, first_fire_at=first)
+    job, changed = traced(request, spec, upsert, name="cronwheel.schedule")
     if body.paused is not None and job.paused != body.paused:
         job, changed = store.set_paused(principal.namespace, name, body.paused), True
     response.status_code = 201 if existing is None else 200

@@ -20,6 +20,7 @@ from cronwheel.errors import CronwheelError, ValidationError
 from cronwheel.observability.tzdata import tz_status
 from cronwheel.store.calendar_port import calendar_rules_of
 from cronwheel.store.protocol import WORKER_ALIVE_WITHIN
+from cronwheel.wire import node_clock_to_json
 
 router = APIRouter(tags=["cluster"])
 
@@ -62,6 +63,7 @@ def status(principal: Anyone, request: Request) -> dict[str, Any]:
                 "pid": n.pid,
                 "heartbeat_at": format_instant(n.heartbeat_at),
                 "heartbeat_age_s": round((s.now - n.heartbeat_at).total_seconds(), 1),
+                "clock": node_clock_to_json(n.clock),
                 "tz_source": n.tz_source,
                 "tz_version": n.tz_version,
             }

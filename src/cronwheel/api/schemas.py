@@ -346,6 +346,13 @@ class PreviewOut(_Out):
     items: list[PreviewItem]
 
 
+class NodeClockOut(_Out):
+    offset_ms: float = Field(description="the store's clock minus the node's (+: node behind)")
+    uncertainty_ms: float = Field(description="how far that estimate may be off")
+    flagged: bool = Field(description="past its bounds: a flagged worker claims nothing")
+    flag: str | None = Field(description="why it is flagged")
+
+
 class NodeOut(_Out):
     id: str
     kind: str
@@ -353,6 +360,7 @@ class NodeOut(_Out):
     pid: int
     heartbeat_at: str
     heartbeat_age_s: float
+    clock: NodeClockOut | None = Field(description="its clock as last reported (null: unknown)")
     tz_source: str | None = Field(description="where its tz database comes from")
     tz_version: str | None = Field(description="its tz database's IANA version")
 

@@ -13,7 +13,14 @@ from __future__ import annotations
 
 import click
 
-from cronwheel.cli.common import F, log_options, setup_logs, store_option, tzdata_option
+from cronwheel.cli.common import (
+    F,
+    log_options,
+    setup_logs,
+    store_option,
+    tracing_option,
+    tzdata_option,
+)
 from cronwheel.web.browser import is_loopback
 
 __all__ = ["api_command", "browser_options", "is_loopback"]
@@ -79,6 +86,7 @@ def browser_options(f: F) -> F:
 )
 @browser_options
 @tzdata_option
+@tracing_option
 @log_options
 def api_command(
     store_url: str,

@@ -60,6 +60,37 @@ def tzdata_option(f: F) -> F:
     )(f)
 
 
+def _use_tracing(_ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    """Turn tracing on for this process and the processes it starts (serve's children)
+    through CRONWHEEL_TRACING (observability/tracing_switch.py)."""
+    if not value:
+        return value
+    import os
+
+    from cronwheel.errors import ValidationError
+    from cronwheel.observability.tracing_switch import TRACING_ENV, tracing_wanted
+
+    try:
+        tracing_wanted(True, field="--tracing")
+    except ValidationError as exc:
+        raise click.BadParameter(exc.message, param_hint=exc.field or "--tracing") from None
+    os.environ[TRACING_ENV] = "1"
+    return value
+
+
+def tracing_option(f: F) -> F:
+    return click.option(
+        "--tracing",
+        is_flag=True,
+        default=False,
+        expose_value=False,
+        is_eager=True,
+        callback=_use_tracing,
+        help="OpenTelemetry spans for enqueue, claim and run, through the application's "
+        "tracer provider (env CRONWHEEL_TRACING=1; needs cronwheel[otel]; README 'Tracing').",
+    )(f)
+
+
 def log_options(f: F) -> F:
     f = click.option(
         "--log-level",

@@ -10,6 +10,7 @@ from cronwheel.domain.firing import format_instant
 from cronwheel.domain.models import Firing, Job, JobEvent
 from cronwheel.observability.tzdata import tz_status
 from cronwheel.store.protocol import StoreStatus
+from cronwheel.wire import clock_text, node_clock_to_json
 
 
 def _console() -> Any:
@@ -224,6 +225,7 @@ def status_dict(s: StoreStatus) -> dict[str, Any]:
                 "pid": n.pid,
                 "heartbeat_at": _ts(n.heartbeat_at),
                 "heartbeat_age_s": round((s.now - n.heartbeat_at).total_seconds(), 1),
+                "clock": node_clock_to_json(n.clock),
                 "tz_source": n.tz_source,
                 "tz_version": n.tz_version,
             }
@@ -267,14 +269,30 @@ def status_view(doc: dict[str, Any]) -> None:
     quotas_view(console, doc.get("quotas", []))
     console.print(escape(tz_line(doc["tzdata"])).replace("MISMATCH", "[red]MISMATCH[/red]"))
     table = Table(title="nodes", title_justify="left")
-    for col in ("kind", "id", "pid", "last heartbeat", "tz database"):
+    for col in ("kind", "id", "pid", "last heartbeat", "tz database", "clock offset"):
         table.add_column(col)
     for n in doc["nodes"]:
         tz = "?" if n["tz_version"] is None else f"{n['tz_version']} ({n['tz_source']})"
         table.add_row(
-            n["kind"], n["id"], str(n["pid"]), f"{n['heartbeat_age_s']} s ago", escape(tz)
+            n["kind"],
+            n["id"],
+            str(n["pid"]),
+            f"{n['heartbeat_age_s']} s ago",
+            escape(tz),
+            clock_cell(n),
         )
     console.print(table)
+
+
+def clock_cell(node: dict[str, Any]) -> str:
+    """A node's clock offset to the store's ± its uncertainty; flagged in red."""
+    from rich.markup import escape
+
+    clock = node.get("clock")
+    text = clock_text(clock)
+    if clock is not None and clock["flagged"]:
+        return f"[red]{text}  flagged: {escape(clock['flag'])}[/red]"
+    return text
 
 
 def tz_line(tz: dict[str, Any]) -> str:

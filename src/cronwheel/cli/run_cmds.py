@@ -15,6 +15,7 @@ from cronwheel.cli.common import (
     open_cli_store,
     setup_logs,
     store_option,
+    tracing_option,
     tzdata_option,
 )
 
@@ -108,6 +109,7 @@ def tasks_option(f: F) -> F:
     help="Scheduler metrics on PORT, worker i on PORT+i (default: off).",
 )
 @tzdata_option
+@tracing_option
 @log_options
 def serve_command(
     app_ref: str | None,
@@ -223,17 +225,36 @@ def scheduler_command(
     "instant starts from local timers). A worker that dies strands them until their "
     "visibility timeout: 0 holds none.",
 )
+@click.option(
+    "--max-clock-offset",
+    type=click.FloatRange(0, 3600, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Seconds this host's clock may be off the store's (the offset is corrected "
+    "for); past it the worker is flagged and claims nothing until it is back within.",
+)
+@click.option(
+    "--max-clock-uncertainty",
+    type=click.FloatRange(0, 60_000, min_open=True),
+    default=50.0,
+    show_default=True,
+    help="Milliseconds the estimate of that offset may be unsure by (half the best "
+    "recent round trip to the store); past it the worker is flagged too.",
+)
 @click.option("--role", default="worker", hidden=True)
 @tasks_option
 @isolation_option
 @metrics_port_option
 @tzdata_option
+@tracing_option
 @log_options
 def worker_command(
     app_ref: str | None,
     store_url: str,
     concurrency: int,
     early_claims: int,
+    max_clock_offset: float,
+    max_clock_uncertainty: float,
     role: str,
     tasks_file: str | None,
     isolation: str,
@@ -247,6 +268,7 @@ def worker_command(
     --tasks FILE adds HTTP calls and shell commands defined in the worker's own
     configuration; the API can only refer to them by name.
     """
+    from cronwheel.domain.clock import ClockBounds
     from cronwheel.node import load_app, load_task_file, run_worker
     from cronwheel.worker.worker import WorkerConfig
 
@@ -258,6 +280,10 @@ def worker_command(
         concurrency=concurrency,
         early_claims=early_claims,
         isolation="process" if isolation == "process" else "auto",
+        clock_bounds=ClockBounds(
+            max_offset=timedelta(seconds=max_clock_offset),
+            max_uncertainty=timedelta(milliseconds=max_clock_uncertainty),
+        ),
     )
     run_worker(app, config, task_kinds=kinds)
 

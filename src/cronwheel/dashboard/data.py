@@ -30,7 +30,7 @@ from cronwheel.observability.lateness import (
 from cronwheel.observability.tzdata import tz_status
 from cronwheel.store.protocol import ApiStore, StoreStatus
 from cronwheel.web.ids import ids_for
-from cronwheel.wire import job_state
+from cronwheel.wire import clock_text, job_state, node_clock_to_json
 
 from .words import cron_words
 
@@ -160,6 +160,8 @@ class NodeRow:
     leader: bool
     tz: str = "?"  # the tz database it reports: "2025b (bundled)"
     tz_mismatch: bool = False  # live, and not the cluster's tz database version
+    clock: str = "not measured"  # its offset to the store's clock ± uncertainty
+    clock_flag: str | None = None  # why its clock is flagged (a worker claims nothing)
 
 
 @dataclass(slots=True)
@@ -221,6 +223,8 @@ def overview(store: ApiStore, namespace: str | None, *, cluster: bool) -> Overvi
             leader=alive and lease is not None and lease.holder == n.id,
             tz="?" if n.tz_version is None else f"{n.tz_version} ({n.tz_source})",
             tz_mismatch=any(m["id"] == n.id for m in tz["mismatched"]),
+            clock=clock_text(node_clock_to_json(n.clock)),
+            clock_flag=None if n.clock is None else n.clock.flag,
         )
         for n in (s.nodes if cluster else [])
     ]

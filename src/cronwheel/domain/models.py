@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NewType
 
+from cronwheel.domain.clock import ClockEstimate
 from cronwheel.domain.firing import FiringState, format_instant, idempotency_key
 from cronwheel.domain.overlap import OverlapPolicy
 from cronwheel.domain.policies import MisfirePolicy
@@ -239,6 +240,10 @@ class JobSpec:
     start_at: datetime | None = None  # no firing before this instant
     end_at: datetime | None = None  # no firing after this instant
     max_runs: int | None = None  # the job ends after this many firings
+    # the W3C trace context (traceparent, tracestate) where the job was registered or
+    # enqueued, when tracing is on (observability/tracing.py); not part of the spec: it
+    # changes no hash and no equality
+    trace_context: dict[str, str] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         validate_name(self.name)
@@ -432,6 +437,8 @@ class ClaimedFiring:
     claim_token: str
     lease_until: datetime
     policies: JobPolicies
+    # its job's trace context (JobSpec.trace_context), None when none was captured
+    trace_context: dict[str, str] | None = None
 
     @property
     def started(self) -> bool:
@@ -461,6 +468,9 @@ class NodeInfo:
     heartbeat_at: datetime
     wake_addr: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    # its clock's offset to the store's and whether it is flagged, as it last reported
+    # them (domain/clock.py); None until it has
+    clock: ClockEstimate | None = None
     # the tz database the node computes instants with (domain.tzdb.TzDatabase)
     tz_source: str | None = None
     tz_version: str | None = None

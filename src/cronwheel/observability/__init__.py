@@ -11,4 +11,7 @@
 - ``logs``: structlog's configuration (console or JSON lines).
 - ``errorlog``: the HTTP server's unexpected errors, one short line each, written by
   a thread (never on the event loop).
+- ``tracing_switch``: whether tracing is on (no OpenTelemetry import); ``tracing``: the
+  OpenTelemetry spans (producer, claim, run) and the worker's hooks, imported only when
+  it is on (README "Tracing").
 """

@@ -250,6 +250,24 @@ class ClusterCollector(Collector):
         leader = GaugeMetricFamily(
             "cronwheel_node_is_leader", "1 for the scheduler holding a live lease.", labels=["node"]
         )
+        offsets = GaugeMetricFamily(
+            "cronwheel_node_clock_offset_seconds",
+            "Each node's clock offset to the store's clock (the store's minus the node's,"
+            " as the node last measured it; nodes that have not measured it are left out).",
+            labels=["kind", "node"],
+        )
+        uncertainties = GaugeMetricFamily(
+            "cronwheel_node_clock_uncertainty_seconds",
+            "How far each node's clock offset estimate may be off (half its best round"
+            " trip to the store, grown with its age).",
+            labels=["kind", "node"],
+        )
+        flagged = GaugeMetricFamily(
+            "cronwheel_node_clock_flagged",
+            "1 for a node whose clock offset or its uncertainty is past its bounds (a"
+            " flagged worker claims no firing until it recovers).",
+            labels=["kind", "node"],
+        )
         tally: dict[tuple[str, str], int] = defaultdict(int)
         for kind in ("scheduler", "worker"):
             tally[(kind, "alive")] = 0
@@ -258,11 +276,15 @@ class ClusterCollector(Collector):
             age = max(0.0, (now - n.heartbeat_at).total_seconds())
             tally[(n.kind, "alive" if age <= self.node_stale_s else "stale")] += 1
             ages.add_metric([n.kind, n.id], age)
+            if n.clock is not None:
+                offsets.add_metric([n.kind, n.id], n.clock.offset)
+                uncertainties.add_metric([n.kind, n.id], n.clock.uncertainty)
+                flagged.add_metric([n.kind, n.id], int(n.clock.flag is not None))
             if n.kind == "scheduler":
                 leader.add_metric([n.id], int(alive and lease is not None and lease.holder == n.id))
         for (kind, liveness), count in sorted(tally.items()):
             nodes.add_metric([kind, liveness], count)
-        yield from (nodes, ages, leader)
+        yield from (nodes, ages, leader, offsets, uncertainties, flagged)
         yield from _tz_metrics(s, timedelta(seconds=self.node_stale_s))
         unserved = GaugeMetricFamily(
             "cronwheel_unserved_firings",

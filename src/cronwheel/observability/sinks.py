@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from cronwheel.dispatch.tzdata import Adoption
+from cronwheel.domain.clock import ClockEstimate
 from cronwheel.domain.models import ClaimedFiring, Firing, FiringId
 from cronwheel.domain.policies import MissedRange
 from cronwheel.observability.process import ProcessMetrics, process_metrics
@@ -219,3 +220,20 @@ class WorkerSink:
         else:
             self.log.warning("store_unavailable", error=error, retry_in_s=retry_in_s)
         self.m.store_errors.inc()
+
+    def clock_flagged(self, worker_id: str, clock: ClockEstimate) -> None:
+        self.log.warning(
+            "clock_flagged",
+            worker_id=worker_id,
+            reason=clock.flag,
+            offset_s=round(clock.offset, 6),
+            uncertainty_s=round(clock.uncertainty, 6),
+        )
+
+    def clock_recovered(self, worker_id: str, clock: ClockEstimate) -> None:
+        self.log.info(
+            "clock_recovered",
+            worker_id=worker_id,
+            offset_s=round(clock.offset, 6),
+            uncertainty_s=round(clock.uncertainty, 6),
+        )

@@ -11,6 +11,7 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 from cronwheel.domain.attempts import Attempt, AttemptOutcome
+from cronwheel.domain.clock import ClockEstimate
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import (
     ClaimedFiring,
@@ -98,6 +99,9 @@ def job_params(spec: JobSpec) -> dict[str, Any]:
         else duration_us(policies.start_deadline),
         "bounds": bounds_json(spec.bounds_dict()),
         "remaining_runs": spec.max_runs,
+        "trace_context": None
+        if not spec.trace_context
+        else json.dumps(spec.trace_context, sort_keys=True),
     }
 
 
@@ -244,10 +248,13 @@ def attempt_from_row(row: Row) -> Attempt:
 
 
 def claimed_from_rows(
-    rows: Iterable[Row], stored_policies: Callable[[Row], Any]
+    rows: Iterable[Row],
+    stored_policies: Callable[[Row], Any],
+    stored_trace: Callable[[Row], Any] | None = None,
 ) -> list[ClaimedFiring]:
     """Claimed firing rows as ClaimedFirings, in claim order (virtual deadline, then id);
-    ``stored_policies`` gives a row's job policies as stored."""
+    ``stored_policies`` gives a row's job policies as stored, ``stored_trace`` its job's
+    trace context as stored (JSON text or None)."""
     claimed = []
     for r in sorted(rows, key=lambda r: (r["vdeadline"], r["id"])):
         firing = firing_from_row(r)
@@ -258,9 +265,25 @@ def claimed_from_rows(
                 claim_token=r["claim_token"],
                 lease_until=firing.lease_until,
                 policies=policies_from_stored(stored_policies(r)),
+                trace_context=None if stored_trace is None else _trace(stored_trace(r)),
             )
         )
     return claimed
+
+
+def _trace(stored: Any) -> dict[str, str] | None:
+    return None if stored is None else {str(k): str(v) for k, v in _load(stored).items()}
+
+
+def clock_params(clock: ClockEstimate | None) -> dict[str, Any]:
+    """A node's reported clock as the nodes table's three columns."""
+    if clock is None:
+        return {"clock_offset": None, "clock_uncertainty": None, "clock_flag": None}
+    return {
+        "clock_offset": clock.offset,
+        "clock_uncertainty": clock.uncertainty,
+        "clock_flag": clock.flag,
+    }
 
 
 def node_from_row(row: Row) -> NodeInfo:
@@ -273,6 +296,11 @@ def node_from_row(row: Row) -> NodeInfo:
         heartbeat_at=req_instant(row["heartbeat_at"]),
         wake_addr=row["wake_addr"],
         info=_load(row["info"]) or {},
+        clock=None
+        if row["clock_offset"] is None
+        else ClockEstimate(
+            float(row["clock_offset"]), float(row["clock_uncertainty"]), row["clock_flag"]
+        ),
         tz_source=row["tz_source"],
         tz_version=row["tz_version"],
     )

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from cronwheel.domain.attempts import Attempt
+from cronwheel.domain.clock import ClockEstimate
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import (
     ClaimedFiring,
@@ -235,9 +236,15 @@ class WorkerPort(Protocol):
         send the hint after they commit. A lost hint costs only latency."""
         ...
 
+    def now(self) -> datetime:
+        """The store's clock, which nodes act on (domain/clock.py StoreClock)."""
+        ...
+
     def register_node(self, node: NodeInfo) -> None: ...
 
-    def heartbeat_node(self, node_id: str) -> None: ...
+    def heartbeat_node(self, node_id: str, clock: ClockEstimate | None = None) -> None:
+        """The node is alive; ``clock``: its offset to the store's clock (None: unknown)."""
+        ...
 
     def remove_node(self, node_id: str) -> None: ...
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import random
 import traceback
 from datetime import timedelta
@@ -29,6 +30,7 @@ from cronwheel.worker.config import WorkerConfig, WorkerStats
 from cronwheel.worker.context import Context
 from cronwheel.worker.events import WorkerEvents
 from cronwheel.worker.executing import Executing, Handler
+from cronwheel.worker.hooks import AttemptHooks, AttemptScope
 from cronwheel.worker.processes import HandlerError, ProcessRunner
 from cronwheel.worker.registry import Isolation, TaskDef, TaskRegistry
 from cronwheel.worker.threads import HandlerThreads
@@ -55,6 +57,7 @@ class Attempts:
         self.executing = Executing(_nothing_lost)
         self.processes = ProcessRunner(kill_grace=timedelta(seconds=5))
         self.isolation: Literal["auto", "process"] = "auto"
+        self.hooks: AttemptHooks | None = None  # worker/hooks.py: tracing plugs in here
 
     def isolate(self, config: WorkerConfig, executing: Executing) -> None:
         """The worker's isolation settings and its register of executing handlers."""
@@ -98,34 +101,44 @@ class Attempts:
         started = self.clock.now()
         lateness_ms = (started - firing.scheduled_for).total_seconds() * 1000
         self.events.firing_started(firing, lateness_ms)
+        scope = None if self.hooks is None else self.hooks.attempt_started(claim, ctx, lateness_ms)
         error: str | None = None
+        failure: BaseException | None = None  # what ended it, for the hooks
         cancelled = False
         retry_after: timedelta | None = None
         try:
-            await self._run_handler(claim, ctx, timeout_s)
-        except TimeoutError:
-            error = f"timed out after {timeout_s} s"
+            await self._run_handler(claim, ctx, timeout_s, scope)
+        except TimeoutError as exc:
+            error, failure = f"timed out after {timeout_s} s", exc
             ctx.request_cancel()
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
+                if scope is not None:
+                    scope.ended("interrupted", exc, None, None)
                 raise  # the worker itself is stopping
-            cancelled, error = True, "cancelled: the handler was interrupted"
+            cancelled, error, failure = True, "cancelled: the handler was interrupted", exc
         except Cancel as exc:
-            cancelled, error = True, f"cancelled: {exc.reason}"
+            cancelled, error, failure = True, f"cancelled: {exc.reason}", exc
         except Retry as exc:
-            error, retry_after = f"retry requested: {exc.reason}", exc.after
+            error, retry_after, failure = f"retry requested: {exc.reason}", exc.after, exc
         except HandlerError as exc:  # raised in a child process: its traceback
-            error = exc.text
+            error, failure = exc.text, exc
         except CronwheelError as exc:
-            error = f"{type(exc).__name__}: {exc}"
-        except Exception:
-            error = traceback.format_exc()[-ERROR_MAX:]
+            error, failure = f"{type(exc).__name__}: {exc}", exc
+        except Exception as exc:
+            error, failure = traceback.format_exc()[-ERROR_MAX:], exc
+        except BaseException as exc:
+            if scope is not None:
+                scope.ended("interrupted", exc, None, None)
+            raise
         if error is not None:  # secrets out before it is written (or logged), then bounded
             error = bound_error(self.registry.redact(error))
         finished = self.clock.now()
         if cancelled:
             self.events.firing_cancelled(firing)
+            if scope is not None:
+                scope.ended("cancelled", failure, error, None)
             return Completion(
                 firing_id=firing.id,
                 claim_token=claim.claim_token,
@@ -141,6 +154,8 @@ class Attempts:
             self.events.firing_succeeded(
                 firing, lateness_ms, (finished - started).total_seconds() * 1000
             )
+            if scope is not None:
+                scope.ended("succeeded", None, None, None)
             return Completion(
                 firing_id=firing.id,
                 claim_token=claim.claim_token,
@@ -160,6 +175,8 @@ class Attempts:
                 )
             )
         self.events.firing_failed(firing, retry_at, error_summary(error) or error)
+        if scope is not None:
+            scope.ended("failed" if retry_at is None else "retrying", failure, error, retry_at)
         return Completion(
             firing_id=firing.id,
             claim_token=claim.claim_token,
@@ -171,12 +188,19 @@ class Attempts:
         )
 
     async def _run_handler(
-        self, claim: ClaimedFiring, ctx: Context, timeout_s: float | None
+        self,
+        claim: ClaimedFiring,
+        ctx: Context,
+        timeout_s: float | None,
+        scope: AttemptScope | None = None,
     ) -> None:
         firing = claim.firing
         task = self.registry.get(firing.task)
         if self.isolation_of(task) == "process":
-            child = self.processes.attempt(task, ctx, firing)
+            entry = None
+            if scope is not None and self.hooks is not None and self.hooks.child_entry:
+                entry = (self.hooks.child_entry, scope.child_carrier())
+            child = self.processes.attempt(task, ctx, firing, entry)
             with self.executing.executing(claim, child.stop) as running:
                 try:
                     await child.run(timeout_s, claim.policies.cancel_grace.total_seconds())
@@ -184,7 +208,7 @@ class Attempts:
                     self.executing.ended(running)  # its process is gone (reaped)
             return
         with self.executing.executing(claim, lambda _: ctx.request_cancel()) as running:
-            await self._run_in_process(task, firing, ctx, timeout_s, running)
+            await self._run_in_process(task, firing, ctx, timeout_s, running, scope is not None)
 
     async def _run_in_process(
         self,
@@ -193,11 +217,14 @@ class Attempts:
         ctx: Context,
         timeout_s: float | None,
         running: Handler,
+        in_context: bool = False,
     ) -> None:
         """Run the task in this process; an async handler is cancelled — once — when
         cancellation is requested, when it times out, or when the worker stops (a shell
         task reads a second cancel as "kill now", so it must not get one by accident).
-        ``running`` is marked ended when the handler's code has really returned."""
+        ``running`` is marked ended when the handler's code has really returned. With
+        ``in_context`` a sync handler runs in a copy of the current context variables
+        (the attempt's hooks set them: worker/hooks.py)."""
         loop = asyncio.get_running_loop()
         handler: asyncio.Future[Any]
         cancelled = False
@@ -218,6 +245,8 @@ class Attempts:
             ctx.on_cancel(from_any_thread)
         else:
             call = partial(task.fn, ctx, *firing.args, **firing.kwargs)
+            if in_context:
+                call = partial(contextvars.copy_context().run, call)
             handler = self.threads.submit(partial(_then, call, loop, running, self.executing))
             if timeout_s is None:
                 # a thread cannot be interrupted, so there is nothing to shield it from;

@@ -34,6 +34,7 @@ from cronwheel.domain.models import Firing
 from cronwheel.errors import CronwheelError
 from cronwheel.signals import Cancel, Retry
 from cronwheel.worker.context import Context, make_context
+from cronwheel.worker.hooks import ChildEntry
 from cronwheel.worker.registry import TaskDef, TaskRegistry
 
 ERROR_MAX = 8000
@@ -97,9 +98,12 @@ def child_main(
     claim_token: str,
     worker_id: str,
     conn: Any,
+    entry: tuple[ChildEntry, dict[str, str]] | None = None,
 ) -> None:
     """Run one attempt's handler in this (child) process; report over ``conn``. ``shown``:
-    the firing with the ids users see (its context's ids, as in the worker's process)."""
+    the firing with the ids users see (its context's ids, as in the worker's process);
+    ``entry``: the worker's hooks' entry and the context it continues (worker/hooks.py),
+    called around the handler."""
     # a fresh signal state: SIGTERM kills (the worker's stop), Ctrl-C in the worker's
     # terminal is the worker's business (it finishes its handlers)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
@@ -113,10 +117,17 @@ def child_main(
     outcome: tuple[str, Any] = ("ok", None)
     try:
         task = find_task(modules, task_name)
-        if task.is_async:
-            asyncio.run(task.fn(ctx, *firing.args, **firing.kwargs))
+
+        def call() -> None:
+            if task.is_async:
+                asyncio.run(task.fn(ctx, *firing.args, **firing.kwargs))
+            else:
+                task.fn(ctx, *firing.args, **firing.kwargs)
+
+        if entry is None:
+            call()
         else:
-            task.fn(ctx, *firing.args, **firing.kwargs)
+            entry[0](entry[1], call)
     except BaseException as exc:  # everything goes back to the worker
         outcome = _outcome(exc)
     conn.send(outcome)

@@ -7,9 +7,12 @@ import socket
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Literal
 
+from cronwheel.domain.clock import ClockBounds
+from cronwheel.domain.models import NodeInfo
+from cronwheel.domain.tzdb import tz_database
 from cronwheel.errors import ValidationError
 
 
@@ -34,12 +37,20 @@ class WorkerConfig:
     # a child process that was sent SIGTERM (stopped: revoked, timed out, cancel grace
     # passed) and still runs after this long is sent SIGKILL
     kill_grace: timedelta = timedelta(seconds=5)
+    # the worker acts on the store's clock (domain/clock.py StoreClock): it measures its
+    # offset to it every `clock_sample_interval`, and claims nothing while that offset
+    # or its uncertainty is past `clock_bounds` (it is flagged)
+    clock_bounds: ClockBounds = field(default_factory=ClockBounds)
+    clock_sample_interval: timedelta = timedelta(seconds=1)
 
     def __post_init__(self) -> None:
         if self.isolation not in ("auto", "process"):
             raise ValidationError("must be auto or process", field="isolation")
         if not isinstance(self.kill_grace, timedelta) or self.kill_grace < timedelta(0):
             raise ValidationError("must be a non-negative duration", field="kill_grace")
+        interval = self.clock_sample_interval
+        if not isinstance(interval, timedelta) or interval <= timedelta(0):
+            raise ValidationError("must be a positive duration", field="clock_sample_interval")
 
 
 @dataclass(slots=True)
@@ -65,3 +76,20 @@ def finished_within(finished: deque[float], since: float) -> int:
             break
         n += 1
     return n
+
+
+def worker_node(worker_id: str, tasks: list[str], config: WorkerConfig, now: datetime) -> NodeInfo:
+    """The node registry's row of a worker starting now (its tasks: what it serves; the
+    tz database it computes instants with)."""
+    tzdb = tz_database()
+    return NodeInfo(
+        id=worker_id,
+        kind="worker",
+        hostname=socket.gethostname(),
+        pid=os.getpid(),
+        started_at=now,
+        heartbeat_at=now,
+        info={"tasks": tasks, "concurrency": config.concurrency},
+        tz_source=tzdb.source,
+        tz_version=tzdb.version,
+    )

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
+from cronwheel.domain.clock import ClockEstimate
 from cronwheel.domain.models import ClaimedFiring, Firing, FiringId
 
 
@@ -51,6 +52,13 @@ class WorkerEvents(Protocol):
 
     def store_unavailable(self, error: str, retry_in_s: float | None = None) -> None: ...
 
+    def clock_flagged(self, worker_id: str, clock: ClockEstimate) -> None:
+        """The worker's clock passed its bounds (``clock.flag`` says how): it claims
+        nothing until :meth:`clock_recovered`."""
+        ...
+
+    def clock_recovered(self, worker_id: str, clock: ClockEstimate) -> None: ...
+
 
 class QuietWorkerEvents:
     """Reports nothing: for a worker built without a sink."""
@@ -89,4 +97,10 @@ class QuietWorkerEvents:
         pass
 
     def store_unavailable(self, error: str, retry_in_s: float | None = None) -> None:
+        pass
+
+    def clock_flagged(self, worker_id: str, clock: ClockEstimate) -> None:
+        pass
+
+    def clock_recovered(self, worker_id: str, clock: ClockEstimate) -> None:
         pass

@@ -39,7 +39,11 @@ from cronwheel.errors import CronwheelError
 from cronwheel.signals import Cancel, Retry
 from cronwheel.worker.child import child_main
 from cronwheel.worker.context import Context
+from cronwheel.worker.hooks import ChildEntry
 from cronwheel.worker.registry import TaskDef
+
+# the hooks' entry of a child and the context it continues (worker/hooks.py)
+Entry = tuple[ChildEntry, dict[str, str]]
 
 # called once a stopped child is gone: (firing, why it was stopped, the last signal
 # sent, the wall-clock instant it was found gone)
@@ -86,8 +90,10 @@ class ProcessRunner:
         with contextlib.suppress(ValueError, RuntimeError):
             _context().set_forkserver_preload(preload)
 
-    def attempt(self, task: TaskDef, ctx: Context, firing: Firing) -> ChildAttempt:
-        return ChildAttempt(self, task, ctx, firing)
+    def attempt(
+        self, task: TaskDef, ctx: Context, firing: Firing, entry: Entry | None = None
+    ) -> ChildAttempt:
+        return ChildAttempt(self, task, ctx, firing, entry)
 
     def shutdown(self) -> None:
         """SIGKILL every child still running (the worker is exiting)."""
@@ -99,11 +105,19 @@ class ChildAttempt:
     """One attempt's child process: :meth:`run` it, :meth:`stop` it from anywhere on
     the loop (idempotent)."""
 
-    def __init__(self, runner: ProcessRunner, task: TaskDef, ctx: Context, firing: Firing) -> None:
+    def __init__(
+        self,
+        runner: ProcessRunner,
+        task: TaskDef,
+        ctx: Context,
+        firing: Firing,
+        entry: Entry | None = None,
+    ) -> None:
         self.runner = runner
         self.task = task
         self.ctx = ctx
         self.firing = firing
+        self.entry = entry
         self.stopping: str | None = None
         self.last_signal = ""
         self._proc: Any = None
@@ -128,6 +142,7 @@ class ChildAttempt:
             self.ctx.claim_token,
             self.ctx.worker_id,
             child,
+            self.entry,
         )
         proc = mp.Process(target=child_main, args=args, name=f"cronwheel-attempt-{self.firing.id}")
         exited: asyncio.Future[None] = loop.create_future()

@@ -5,52 +5,58 @@
   the leader's reaper re-queues its firings (at-least-once).
 - Each claim carries a fresh token; every completion is a compare-and-swap on
   it, so a stale (zombie) worker's late result is rejected.
-- A claim starts the due firings it has free slots for in its own transaction
-  (RUNNING: their handlers are called as it returns) and holds the others
-  (CLAIMED). A held firing — claimed up to ``prefetch`` ahead of its instant, or
-  ahead of a free slot — is started at its instant, in a free slot, by the store's
-  compare-and-swap (worker/starts.py, batched): a cancel that came first makes it
-  fail, and its handler is never called. While every claim held is
-  such an early one (a crowd is about to fall due), the worker claims up to
-  ``early_claims`` more than its concurrency, so that at the instant it starts
-  them as fast as slots free up instead of claiming them one round trip at a
-  time; at most ``concurrency`` handlers run at once all the same.
-- Sync handlers run in a thread pool, async handlers on the event loop, process-
-  isolated ones in child processes the worker can kill (worker/processes.py). A
-  handler of a job waits until no revoked handler of that job still executes here
-  (worker/executing.py). Store calls go through dedicated threads so the loop never
-  blocks on I/O.
+- A claim starts the due firings it has free slots for (RUNNING) and holds the
+  others (CLAIMED: up to ``prefetch`` ahead of their instant, or of a free slot); a
+  held one is started at its instant, in a free slot, by the store's compare-and-swap
+  (worker/starts.py, batched), which a cancel that came first makes fail. While every
+  claim held is an early one (a crowd is about to fall due), the worker claims up to
+  ``early_claims`` beyond its concurrency, to start them as slots free up; at most
+  ``concurrency`` handlers run at once all the same.
+- It acts on the store's clock (worker/clock_watch.py); flagged (offset or its
+  uncertainty past ``clock_bounds``) it claims nothing and starts what it holds.
+- Sync handlers run in a thread pool, async ones on the event loop, process-isolated
+  ones in children the worker can kill (worker/processes.py); a job's handler waits
+  for its revoked handlers here to end (worker/executing.py). Store calls run on
+  dedicated threads: the loop never blocks on I/O.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
-import socket
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
 
 from cronwheel import failpoints
-from cronwheel.domain.clock import Clock
-from cronwheel.domain.models import ClaimedFiring, FiringId, NodeInfo
-from cronwheel.domain.tzdb import tz_database
+from cronwheel.domain.clock import Clock, ClockEstimate
+from cronwheel.domain.models import ClaimedFiring, FiringId
 from cronwheel.errors import StoreUnavailableError
 from cronwheel.store.protocol import Completion, WorkerPort
 from cronwheel.worker.attempt import Attempts
-from cronwheel.worker.config import WorkerConfig, WorkerStats, finished_within, make_worker_id
+from cronwheel.worker.clock_watch import ClockWatch
+from cronwheel.worker.config import (
+    WorkerConfig,
+    WorkerStats,
+    finished_within,
+    make_worker_id,
+    worker_node,
+)
 from cronwheel.worker.context import Context, ids_of, make_context
 from cronwheel.worker.events import QuietWorkerEvents, WorkerEvents
 from cronwheel.worker.executing import Executing
+from cronwheel.worker.hooks import AttemptHooks
 from cronwheel.worker.registry import TaskRegistry
 from cronwheel.worker.slots import Slots
 from cronwheel.worker.starts import Starter
 from cronwheel.worker.threads import HandlerThreads
+from cronwheel.worker.waits import wait_any
 
 __all__ = ["Worker", "WorkerConfig", "WorkerStats", "make_worker_id"]
 
@@ -68,13 +74,16 @@ class Worker:
         worker_id: str | None = None,
         rng: random.Random | None = None,
         events: WorkerEvents | None = None,
+        hooks: AttemptHooks | None = None,
     ) -> None:
-        """``events`` receives what happens (metrics, logs); by default nothing does."""
+        """``events``: what happens (metrics, logs); ``hooks``: tracing (worker/hooks.py)."""
         self.store = store
         self.events: WorkerEvents = events or QuietWorkerEvents()
         self.registry = registry
-        self.clock = clock
         self.config = config or WorkerConfig()
+        # every instant it acts on is the store's (its host's clock + the offset measured)
+        self._watch = ClockWatch(clock, store, self.config, self.events)
+        self.clock = self._watch.clock
         self.worker_id = worker_id or make_worker_id()
         self.stats = WorkerStats()
         # two store threads: claims on one, completions and heartbeats on the other, so
@@ -87,9 +96,10 @@ class Worker:
         self._starter = Starter(self._store_start)
         self._threads = HandlerThreads(self.config.concurrency)
         self._attempts = Attempts(
-            registry, clock, self.events, self.stats, self._threads, rng or random.Random()
+            registry, self.clock, self.events, self.stats, self._threads, rng or random.Random()
         )
         self._attempts.isolate(self.config, Executing(self._still_held))
+        self.hooks = self._attempts.hooks = hooks
         self._executing = self._attempts.executing
         self._active: dict[FiringId, tuple[ClaimedFiring, Context]] = {}
         self._done: list[Completion] = []
@@ -122,6 +132,9 @@ class Worker:
             return await self._call_out(self.store.heartbeat, self.worker_id, claims)
         except StoreUnavailableError:
             return set()
+
+    async def _report_clock(self, estimate: ClockEstimate | None) -> None:
+        await self._call_out(self.store.heartbeat_node, self.worker_id, estimate)
 
     async def _store_start(self, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
         loop = asyncio.get_running_loop()
@@ -227,6 +240,7 @@ class Worker:
     # -- test/driver helper ---------------------------------------------------------------
     async def drain_once(self) -> int:
         """Claim everything claimable now, run it concurrently, record the outcomes."""
+        began = time.time_ns()
         claims = await self._call(
             self.store.claim,
             self.worker_id,
@@ -236,6 +250,8 @@ class Worker:
         )
         self.stats.claimed += len(claims)
         self.events.claimed(claims)
+        if claims and self.hooks is not None:
+            self.hooks.claimed(self.worker_id, claims, began)
         await asyncio.gather(*(self._execute_and_report(c) for c in claims))
         await self.flush()
         return len(claims)
@@ -253,26 +269,16 @@ class Worker:
         def wake() -> None:
             loop.call_soon_threadsafe(rung.set)
 
+        await self._watch.start(self.worker_id)
         wakeup = self.store.open_wakeup(wake)
-        wake_addr = wakeup.address
-        tzdb = tz_database()
-        node = NodeInfo(
-            id=self.worker_id,
-            kind="worker",
-            hostname=socket.gethostname(),
-            pid=os.getpid(),
-            started_at=self.clock.now(),
-            heartbeat_at=self.clock.now(),
-            wake_addr=wake_addr,
-            info={"tasks": self.registry.names(), "concurrency": self.config.concurrency},
-            tz_source=tzdb.source,
-            tz_version=tzdb.version,
-        )
+        node = worker_node(self.worker_id, self.registry.names(), self.config, self.clock.now())
+        node = replace(node, wake_addr=wakeup.address, clock=self._watch.reported())
         await self._call(self.store.register_node, node)
         self.events.worker_started(self.worker_id, self.registry.names(), self.config.concurrency)
         loops = [
             asyncio.create_task(self._heartbeat_loop(stop)),
             asyncio.create_task(self._flush_loop(stop)),
+            asyncio.create_task(self._watch.run(self.worker_id, stop, self._report_clock)),
         ]
         running: set[asyncio.Task[None]] = set()
         try:
@@ -293,6 +299,7 @@ class Worker:
             self._db.shutdown(wait=False)
             self._db_out.shutdown(wait=False)
             self._db_start.shutdown(wait=False)
+            self._watch.close()
             self._threads.shutdown()
             self._attempts.processes.shutdown()
             self.events.worker_stopped(self.worker_id)
@@ -304,6 +311,8 @@ class Worker:
         names = self.registry.names()
         backoff = 0.1
         while not stop.is_set():
+            if await self._watch.held_back(stop):
+                continue  # flagged: no new claim (what is held still starts)
             rung.clear()
             self._slot_freed.clear()
             free = self._room()
@@ -323,6 +332,7 @@ class Worker:
                 assert self._run_slots is not None
                 spare = self.config.concurrency - len(self._active)
                 taken = self._run_slots.take(min(free, spare))
+                began = time.time_ns()
                 try:
                     with self._claiming():
                         accepted, claims = await self._call(
@@ -342,7 +352,7 @@ class Worker:
                     if not isinstance(exc, StoreUnavailableError):
                         raise
                     self.events.store_unavailable(str(exc), backoff)
-                    await _wait_any([stop.wait()], backoff)
+                    await wait_any([stop.wait()], backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
                 self._recorded(done, accepted)
@@ -351,6 +361,8 @@ class Worker:
                     failpoints.hit("worker.after_claim")
                 self.stats.claimed += claimed
                 self.events.claimed(claims)
+                if claimed and self.hooks is not None:
+                    self.hooks.claimed(self.worker_id, claims, began)
                 self._run_slots.give(taken - sum(1 for c in claims if c.started))
                 for claim in claims:
                     # register before the task starts so `free` is right on the next pass
@@ -367,7 +379,7 @@ class Worker:
                 if free > 0
                 else [stop.wait(), self._slot_freed.wait()]
             )
-            await _wait_any(waits, await self._idle_timeout(free))
+            await wait_any(waits, await self._idle_timeout(free))
 
     @contextlib.contextmanager
     def _claiming(self) -> Iterator[None]:
@@ -454,7 +466,7 @@ class Worker:
             )
             if target > mono:
                 self._claim_added.clear()
-                await _wait_any([stop.wait(), self._claim_added.wait()], target - mono)
+                await wait_any([stop.wait(), self._claim_added.wait()], target - mono)
                 if stop.is_set():
                     break
                 if self._claim_added.is_set() and self.clock.monotonic() < target:
@@ -483,15 +495,6 @@ class Worker:
                 mono = self.clock.monotonic()
                 if mono >= next_node_beat:
                     next_node_beat = mono + self.config.node_heartbeat.total_seconds()
-                    await self._call(self.store.heartbeat_node, self.worker_id)
+                    await self._report_clock(self._watch.reported())
             except StoreUnavailableError as exc:
                 self.events.store_unavailable(str(exc))
-
-
-async def _wait_any(aws: list[Any], timeout: float) -> None:
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in tasks:
-            t.cancel()

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
+from cronwheel.domain.clock import ClockEstimate
 from cronwheel.domain.models import Lease, NodeInfo
 from cronwheel.errors import NotFoundError, StoreError, StoreUnavailableError
 from cronwheel.store import codec
@@ -102,7 +103,7 @@ class AdminFlows(Generic[D]):
             "info": json.dumps(node.info),
             "tz_source": node.tz_source,
             "tz_version": node.tz_version,
-        }
+        } | codec.clock_params(node.clock)
         served = {"id": node.id, "refresh": self.db.duration(timedelta(0))}
 
         def body(tx: Tx) -> Sequence[Row]:
@@ -113,15 +114,15 @@ class AdminFlows(Generic[D]):
         if recorded:
             self._served_recorded()[node.id] = codec.req_instant(recorded[0]["last_seen"])
 
-    def heartbeat_node(self, node_id: str) -> None:
-        """The node's heartbeat; a worker's served tasks are refreshed on at most one
-        heartbeat a minute (by the store's clock) of this handle, so most heartbeats are
-        the one UPDATE."""
+    def heartbeat_node(self, node_id: str, clock: ClockEstimate | None = None) -> None:
+        """The node's heartbeat, with its clock as it measures it now; a worker's served
+        tasks are refreshed on at most one heartbeat a minute (by the store's clock) of
+        this handle, so most heartbeats are the one UPDATE."""
         served = {"id": node_id, "refresh": self.db.duration(SERVED_TASKS_REFRESH)}
         last = self._served_recorded()
 
         def body(tx: Tx) -> datetime | None:
-            row = tx.one("heartbeat_node", {"id": node_id})
+            row = tx.one("heartbeat_node", {"id": node_id} | codec.clock_params(clock))
             if row is None or row["kind"] != "worker":
                 return None
             beat = codec.req_instant(row["heartbeat_at"])

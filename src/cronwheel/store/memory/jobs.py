@@ -149,6 +149,8 @@ class JobMethods(QuotaMethods):
                     row.remaining_runs = params["remaining_runs"]
                 for key in SPEC_COLUMNS:  # `paused` is the operator's, kept
                     setattr(row, key, params[key])
+                if params["trace_context"] is not None:  # else the one it has is kept
+                    row.trace_context = params["trace_context"]
                 row.updated_at = now
             data.jobs_version += 1
             return codec.job_from_row(row), True

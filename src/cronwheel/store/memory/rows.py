@@ -59,6 +59,7 @@ class JobRow(_Row):
     start_deadline_us: int | None
     bounds: str
     remaining_runs: int | None
+    trace_context: str | None = None
     last_fired_at: int | None = None
     missed_total: int = 0
 
@@ -129,6 +130,9 @@ class NodeRow(_Row):
     heartbeat_at: int
     wake_addr: str | None
     info: str  # JSON text: a caller's later change to its dict never reaches the store
+    clock_offset: float | None = None
+    clock_uncertainty: float | None = None
+    clock_flag: str | None = None
     tz_source: str | None = None
     tz_version: str | None = None
 

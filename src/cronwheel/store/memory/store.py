@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from cronwheel.domain.attempts import Attempt, attempts_of
+from cronwheel.domain.clock import ClockEstimate
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import (
     ClaimedFiring,
@@ -215,7 +216,11 @@ class MemoryStore(ApiMethods, TzMethods):
         until = now + duration_us(ask.prefetch)
         room = self._running_room(data)
         rows = work.claim(data, ask.worker_id, ask.tasks, ask.limit, now, until, ask.starts, room)
-        return codec.claimed_from_rows(rows, lambda r: data.jobs[r["job_id"]].policies)
+        return codec.claimed_from_rows(
+            rows,
+            lambda r: data.jobs[r["job_id"]].policies,
+            lambda r: data.jobs[r["job_id"]].trace_context,
+        )
 
     def complete_and_claim(
         self,
@@ -343,13 +348,15 @@ class MemoryStore(ApiMethods, TzMethods):
             else:
                 row.heartbeat_at, row.wake_addr, row.info = now, node.wake_addr, info
                 row.tz_source, row.tz_version = node.tz_source, node.tz_version
+            _set_clock(data.nodes[node.id], node.clock)
             _record_served(data, data.nodes[node.id], now, refresh_us=0)
 
-    def heartbeat_node(self, node_id: str) -> None:
+    def heartbeat_node(self, node_id: str, clock: ClockEstimate | None = None) -> None:
         with self._tx() as data:
             row = data.nodes.get(node_id)
             if row is not None:
                 row.heartbeat_at = self._now_us()
+                _set_clock(row, clock)
                 refresh = duration_us(SERVED_TASKS_REFRESH)
                 _record_served(data, row, row.heartbeat_at, refresh_us=refresh)
 
@@ -482,3 +489,9 @@ def _lease(row: LeaseRow) -> Lease:
         expires_at=from_us(row.expires_at),
         acquired_at=from_us(row.acquired_at),
     )
+
+
+def _set_clock(row: NodeRow, clock: ClockEstimate | None) -> None:
+    """A node's reported clock (codec.clock_params: the SQL stores' three columns)."""
+    for name, value in codec.clock_params(clock).items():
+        setattr(row, name, value)

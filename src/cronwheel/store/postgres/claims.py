@@ -232,7 +232,9 @@ def _claimed(rows: Sequence[Row]) -> list[ClaimedFiring]:
     """Claimed rows (claim_fast's or claim_apply's) as ClaimedFirings, in claim order
     (claim_fast's row without a claim, when it claimed nothing, is left out)."""
     return codec.claimed_from_rows(
-        (r for r in rows if r["id"] is not None), lambda r: r["job_policies"]
+        (r for r in rows if r["id"] is not None),
+        lambda r: r["job_policies"],
+        lambda r: r["job_trace"],
     )
 
 

@@ -42,7 +42,7 @@ upd AS (
         buffered_at = NULL  -- a retry of it is hinted again (next_due_at)
     FROM pick p, jobs j
     WHERE f.id = ANY (ARRAY(SELECT id FROM pick)) AND p.id = f.id AND j.id = f.job_id
-    RETURNING f.*, j.policies::text AS job_policies
+    RETURNING f.*, j.policies::text AS job_policies, j.trace_context AS job_trace
 )
 SELECT s.ok AS simple, u.* FROM simple s LEFT JOIN upd u ON true
 
@@ -146,7 +146,7 @@ SET state = CASE WHEN x.ord <= %(start)s AND f.due_at <= :now THEN 'running'
 FROM jobs j, unnest(%(claim_ids)s::bigint[]) WITH ORDINALITY AS x (id, ord)
 WHERE f.id = ANY (%(claim_ids)s::bigint[]) AND f.id = x.id AND f.state = 'queued'
   AND j.id = f.job_id
-RETURNING f.*, j.policies::text AS job_policies
+RETURNING f.*, j.policies::text AS job_policies, j.trace_context AS job_trace
 
 -- name: mark_buffered
 -- Due firings kept waiting by their job's overlap policy: claim scans pass over them

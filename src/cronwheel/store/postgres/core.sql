@@ -43,12 +43,12 @@ SELECT 1 AS one
 INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
                   max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard,
                   max_concurrency, overlap, max_buffer, cancel_grace_us, start_deadline_us,
-                  bounds, remaining_runs)
+                  bounds, remaining_runs, trace_context)
 VALUES (%(namespace)s, %(name)s, %(task)s, %(schedule)s::jsonb, %(payload)s::json,
         %(policies)s::jsonb, %(spec_hash)s, %(priority)s, %(max_attempts)s, %(visibility_us)s,
         %(paused)s, %(next_fire_at)s, :now, :now, %(shard)s,
         %(max_concurrency)s, %(overlap)s, %(max_buffer)s, %(cancel_grace_us)s,
-        %(start_deadline_us)s, %(bounds)s::jsonb, %(remaining_runs)s)
+        %(start_deadline_us)s, %(bounds)s::jsonb, %(remaining_runs)s, %(trace_context)s)
 ON CONFLICT (namespace, name) DO NOTHING
 RETURNING *
 
@@ -58,7 +58,8 @@ SELECT * FROM jobs WHERE namespace = %(namespace)s AND name = %(name)s FOR UPDAT
 
 -- name: update_job_spec
 -- A changed spec; the cursor moves to next_fire_at only when the schedule changed,
--- the run budget restarts only when the bounds changed (every SET sees the old row).
+-- the run budget restarts only when the bounds changed (every SET sees the old row);
+-- a trace context is replaced only by another (a write without one keeps it).
 UPDATE jobs
 SET task = %(task)s, schedule = %(schedule)s::jsonb, payload = %(payload)s::json,
     policies = %(policies)s::jsonb, spec_hash = %(spec_hash)s, priority = %(priority)s,
@@ -70,7 +71,8 @@ SET task = %(task)s, schedule = %(schedule)s::jsonb, payload = %(payload)s::json
     cancel_grace_us = %(cancel_grace_us)s, start_deadline_us = %(start_deadline_us)s,
     remaining_runs = CASE WHEN bounds = %(bounds)s::jsonb THEN remaining_runs
                           ELSE %(remaining_runs)s END,
-    bounds = %(bounds)s::jsonb
+    bounds = %(bounds)s::jsonb,
+    trace_context = coalesce(%(trace_context)s, trace_context)
 WHERE id = %(id)s
 RETURNING *
 
@@ -256,19 +258,28 @@ WHERE id = %(id)s AND state = 'dead'
 RETURNING *
 
 -- name: register_node
--- A node (scheduler, worker, api) announces itself, or re-announces. [nodes primary key]
+-- A node (scheduler, worker, api) announces itself, or re-announces, with the tz
+-- database it computes instants with and its clock's offset to the store's (NULLs: not
+-- measured yet). [nodes primary key]
 INSERT INTO nodes (id, kind, hostname, pid, started_at, heartbeat_at, wake_addr, info,
-                   tz_source, tz_version)
+                   tz_source, tz_version, clock_offset, clock_uncertainty, clock_flag)
 VALUES (%(id)s, %(kind)s, %(hostname)s, %(pid)s, %(started_at)s, :now, %(wake_addr)s,
-        %(info)s::jsonb, %(tz_source)s, %(tz_version)s)
+        %(info)s::jsonb, %(tz_source)s, %(tz_version)s, %(clock_offset)s, %(clock_uncertainty)s,
+        %(clock_flag)s)
 ON CONFLICT (id) DO UPDATE
 SET heartbeat_at = excluded.heartbeat_at, wake_addr = excluded.wake_addr, info = excluded.info,
-    tz_source = excluded.tz_source, tz_version = excluded.tz_version
+    tz_source = excluded.tz_source, tz_version = excluded.tz_version,
+    clock_offset = excluded.clock_offset, clock_uncertainty = excluded.clock_uncertainty,
+    clock_flag = excluded.clock_flag
 
 -- name: heartbeat_node
 -- A node is alive: its kind and new heartbeat (a worker's served tasks are refreshed
--- from them, core/admin.py). [nodes primary key]
-UPDATE nodes SET heartbeat_at = :now WHERE id = %(id)s RETURNING kind, heartbeat_at
+-- from them, core/admin.py), with its clock's offset to the store's, its uncertainty
+-- and its flag (NULL: not measured). [nodes primary key]
+UPDATE nodes
+SET heartbeat_at = :now, clock_offset = %(clock_offset)s,
+    clock_uncertainty = %(clock_uncertainty)s, clock_flag = %(clock_flag)s
+WHERE id = %(id)s RETURNING kind, heartbeat_at
 
 -- name: remove_node
 -- A node that stopped cleanly. [nodes primary key]

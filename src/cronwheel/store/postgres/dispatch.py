@@ -58,6 +58,7 @@ _BULK_COLUMNS = (
     "start_deadline_us",
     "bounds",
     "remaining_runs",
+    "trace_context",
 )
 
 

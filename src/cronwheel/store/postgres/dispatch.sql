@@ -93,12 +93,14 @@ WITH job AS (
     INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
                       max_attempts, visibility_us, paused, next_fire_at, last_fired_at,
                       created_at, updated_at, shard, max_concurrency, overlap, max_buffer,
-                      cancel_grace_us, start_deadline_us, bounds, remaining_runs)
+                      cancel_grace_us, start_deadline_us, bounds, remaining_runs,
+                      trace_context)
     VALUES (%(namespace)s, %(name)s, %(task)s, %(schedule)s::jsonb, %(payload)s::json,
             %(policies)s::jsonb, %(spec_hash)s, %(priority)s, %(max_attempts)s,
             %(visibility_us)s, %(paused)s, NULL, :now, :now, :now, %(shard)s,
             %(max_concurrency)s, %(overlap)s, %(max_buffer)s, %(cancel_grace_us)s,
-            %(start_deadline_us)s, %(bounds)s::jsonb, %(remaining_runs)s)
+            %(start_deadline_us)s, %(bounds)s::jsonb, %(remaining_runs)s,
+            %(trace_context)s)
     RETURNING id, namespace, priority, created_at
 ),
 clock AS (
@@ -263,8 +265,8 @@ SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM revoked)
 CREATE TEMPORARY TABLE bulk_jobs ON COMMIT DROP AS
 SELECT 0::integer AS ord, namespace, name, task, schedule, payload, policies, spec_hash,
        priority, max_attempts, visibility_us, paused, shard, max_concurrency, overlap,
-       max_buffer, cancel_grace_us, start_deadline_us, bounds, remaining_runs, next_fire_at,
-       last_fired_at
+       max_buffer, cancel_grace_us, start_deadline_us, bounds, remaining_runs, trace_context,
+       next_fire_at, last_fired_at
 FROM jobs WITH NO DATA
 
 -- name: bulk_jobs_copy
@@ -273,7 +275,7 @@ FROM jobs WITH NO DATA
 COPY bulk_jobs (ord, namespace, name, task, schedule, payload, policies, spec_hash, priority,
                 max_attempts, visibility_us, paused, shard, max_concurrency, overlap,
                 max_buffer, cancel_grace_us, start_deadline_us, bounds, remaining_runs,
-                next_fire_at, last_fired_at) FROM STDIN
+                trace_context, next_fire_at, last_fired_at) FROM STDIN
 
 -- name: bulk_jobs_insert
 -- Bulk registration step 3: the jobs, in the items' order; a name its namespace has
@@ -282,11 +284,11 @@ COPY bulk_jobs (ord, namespace, name, task, schedule, payload, policies, spec_ha
 INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
                   max_attempts, visibility_us, paused, shard, max_concurrency, overlap,
                   max_buffer, cancel_grace_us, start_deadline_us, bounds, remaining_runs,
-                  next_fire_at, last_fired_at, created_at, updated_at)
+                  trace_context, next_fire_at, last_fired_at, created_at, updated_at)
 SELECT namespace, name, task, schedule, payload, policies, spec_hash, priority,
        max_attempts, visibility_us, paused, shard, max_concurrency, overlap, max_buffer,
-       cancel_grace_us, start_deadline_us, bounds, remaining_runs, next_fire_at,
-       last_fired_at, :now, :now
+       cancel_grace_us, start_deadline_us, bounds, remaining_runs, trace_context,
+       next_fire_at, last_fired_at, :now, :now
 FROM bulk_jobs ORDER BY ord
 ON CONFLICT (namespace, name) DO NOTHING
 RETURNING id, namespace, name, priority, created_at

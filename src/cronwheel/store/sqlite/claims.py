@@ -22,14 +22,15 @@ from cronwheel.store.core import CoreStore
 from cronwheel.store.protocol import Completion
 from cronwheel.store.sqlite.db import SqliteDb, SqliteTx
 
-_Claimed = tuple[Sequence[codec.Row], dict[int, str]]
+# the claimed rows; per job id, its stored policies and trace context
+_Claimed = tuple[Sequence[codec.Row], dict[int, tuple[str, str | None]]]
 
 
 class SqliteClaims(CoreStore[SqliteDb]):
     def _claim(self, ask: ClaimAsk) -> list[ClaimedFiring]:
         with self.db.transaction() as tx:
-            rows, policies = self._claim_in(tx, ask)
-        return codec.claimed_from_rows(rows, lambda r: policies[r["job_id"]])
+            rows, jobs = self._claim_in(tx, ask)
+        return _claimed(rows, jobs)
 
     def _complete_and_claim(
         self, completions: Sequence[Completion], ask: ClaimAsk
@@ -39,8 +40,8 @@ class SqliteClaims(CoreStore[SqliteDb]):
             accepted = self._complete_in(tx, completions)
             if not ask.wants:
                 return accepted, []
-            rows, policies = self._claim_in(tx, ask)
-        return accepted, codec.claimed_from_rows(rows, lambda r: policies[r["job_id"]])
+            rows, jobs = self._claim_in(tx, ask)
+        return accepted, _claimed(rows, jobs)
 
     def _claim_in(self, tx: SqliteTx, ask: ClaimAsk) -> _Claimed:
         """The claimed rows and their jobs' stored policies, as read in the transaction;
@@ -50,7 +51,7 @@ class SqliteClaims(CoreStore[SqliteDb]):
         if not rows:
             return [], {}
         job_ids = json.dumps(sorted({r["job_id"] for r in rows}))
-        policies = {r[0]: r[1] for r in tx.all("job_policies", {"ids": job_ids})}
+        policies = {r[0]: (r[1], r[2]) for r in tx.all("job_policies", {"ids": job_ids})}
         return rows, policies
 
     def _claim_rows(self, tx: SqliteTx, ask: ClaimAsk, until: int) -> Sequence[codec.Row]:
@@ -182,3 +183,11 @@ class SqliteClaims(CoreStore[SqliteDb]):
                     )
             accepted.append(row is not None)
         return accepted
+
+
+def _claimed(
+    rows: Sequence[codec.Row], jobs: dict[int, tuple[str, str | None]]
+) -> list[ClaimedFiring]:
+    return codec.claimed_from_rows(
+        rows, lambda r: jobs[r["job_id"]][0], lambda r: jobs[r["job_id"]][1]
+    )

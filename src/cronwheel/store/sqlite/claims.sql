@@ -41,8 +41,8 @@ WHERE firings.id = c.value AND firings.state = 'queued'
 RETURNING *
 
 -- name: job_policies
--- The stored policies of the claimed firings' jobs. [jobs primary key]
-SELECT id, policies FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
+-- The stored policies (and trace context) of the claimed firings' jobs. [jobs primary key]
+SELECT id, policies, trace_context FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
 
 -- name: running_count
 -- A capped job's held firings (claimed or running): what its cap counts. [firings_held_job]

@@ -39,11 +39,11 @@ SELECT 1 AS one
 INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
                   max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at, shard,
                   max_concurrency, overlap, max_buffer, cancel_grace_us, start_deadline_us,
-                  bounds, remaining_runs)
+                  bounds, remaining_runs, trace_context)
 VALUES (:namespace, :name, :task, :schedule, :payload, :policies, :spec_hash, :priority,
         :max_attempts, :visibility_us, :paused, :next_fire_at, :now, :now, :shard,
         :max_concurrency, :overlap, :max_buffer, :cancel_grace_us, :start_deadline_us,
-        :bounds, :remaining_runs)
+        :bounds, :remaining_runs, :trace_context)
 ON CONFLICT (namespace, name) DO NOTHING
 RETURNING *
 
@@ -53,7 +53,8 @@ SELECT * FROM jobs WHERE namespace = :namespace AND name = :name
 
 -- name: update_job_spec
 -- A changed spec; the cursor moves to :next_fire_at only when the schedule changed,
--- the run budget restarts only when the bounds changed (every SET sees the old row).
+-- the run budget restarts only when the bounds changed (every SET sees the old row);
+-- a trace context is replaced only by another (a write without one keeps it).
 UPDATE jobs
 SET task = :task, schedule = :schedule, payload = :payload, policies = :policies,
     spec_hash = :spec_hash, priority = :priority, max_attempts = :max_attempts,
@@ -63,7 +64,8 @@ SET task = :task, schedule = :schedule, payload = :payload, policies = :policies
     max_concurrency = :max_concurrency, overlap = :overlap, max_buffer = :max_buffer,
     cancel_grace_us = :cancel_grace_us, start_deadline_us = :start_deadline_us,
     remaining_runs = CASE WHEN bounds = :bounds THEN remaining_runs ELSE :remaining_runs END,
-    bounds = :bounds
+    bounds = :bounds,
+    trace_context = coalesce(:trace_context, trace_context)
 WHERE id = :id
 RETURNING *
 
@@ -227,19 +229,28 @@ WHERE id = :id AND state = 'dead'
 RETURNING *
 
 -- name: register_node
--- A node (scheduler, worker, api) announces itself, or re-announces. [nodes primary key]
+-- A node (scheduler, worker, api) announces itself, or re-announces, with the tz
+-- database it computes instants with and its clock's offset to the store's (NULLs: not
+-- measured yet). [nodes primary key]
 INSERT INTO nodes (id, kind, hostname, pid, started_at, heartbeat_at, wake_addr, info,
-                   tz_source, tz_version)
-VALUES (:id, :kind, :hostname, :pid, :started_at, :now, :wake_addr, :info, :tz_source,
-        :tz_version)
+                   tz_source, tz_version, clock_offset, clock_uncertainty, clock_flag)
+VALUES (:id, :kind, :hostname, :pid, :started_at, :now, :wake_addr,
+        :info, :tz_source, :tz_version, :clock_offset, :clock_uncertainty,
+        :clock_flag)
 ON CONFLICT (id) DO UPDATE
 SET heartbeat_at = excluded.heartbeat_at, wake_addr = excluded.wake_addr, info = excluded.info,
-    tz_source = excluded.tz_source, tz_version = excluded.tz_version
+    tz_source = excluded.tz_source, tz_version = excluded.tz_version,
+    clock_offset = excluded.clock_offset, clock_uncertainty = excluded.clock_uncertainty,
+    clock_flag = excluded.clock_flag
 
 -- name: heartbeat_node
 -- A node is alive: its kind and new heartbeat (a worker's served tasks are refreshed
--- from them, core/admin.py). [nodes primary key]
-UPDATE nodes SET heartbeat_at = :now WHERE id = :id RETURNING kind, heartbeat_at
+-- from them, core/admin.py), with its clock's offset to the store's, its uncertainty
+-- and its flag (NULL: not measured). [nodes primary key]
+UPDATE nodes
+SET heartbeat_at = :now, clock_offset = :clock_offset,
+    clock_uncertainty = :clock_uncertainty, clock_flag = :clock_flag
+WHERE id = :id RETURNING kind, heartbeat_at
 
 -- name: remove_node
 -- A node that stopped cleanly. [nodes primary key]

@@ -11,11 +11,11 @@ SELECT :now AS now
 INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
                   max_attempts, visibility_us, paused, next_fire_at, last_fired_at, created_at,
                   updated_at, shard, max_concurrency, overlap, max_buffer, cancel_grace_us,
-                  start_deadline_us, bounds, remaining_runs)
+                  start_deadline_us, bounds, remaining_runs, trace_context)
 VALUES (:namespace, :name, :task, :schedule, :payload, :policies, :spec_hash, :priority,
         :max_attempts, :visibility_us, :paused, NULL, :now, :now, :now, :shard,
         :max_concurrency, :overlap, :max_buffer, :cancel_grace_us, :start_deadline_us,
-        :bounds, :remaining_runs)
+        :bounds, :remaining_runs, :trace_context)
 RETURNING id, last_fired_at
 
 -- name: insert_job_firing

@@ -252,3 +252,16 @@ CREATE TABLE calendars (
 -- meta row 'tzdata', written by the leader that adopted it (core/tzdata.py).
 ALTER TABLE nodes ADD COLUMN tz_source TEXT;
 ALTER TABLE nodes ADD COLUMN tz_version TEXT;
+-- name: migration_13
+-- Tracing (observability/tracing.py): the W3C trace context (JSON: traceparent,
+-- tracestate) captured where the job was registered or enqueued; NULL when tracing
+-- was off. The worker's claim reads it with the job's policies.
+ALTER TABLE jobs ADD COLUMN trace_context TEXT;
+
+-- name: migration_14
+-- Node clocks (domain/clock.py): each node's offset to the store's clock and its
+-- uncertainty (seconds), and why the node is flagged (NULL: it is not), as it last
+-- reported them; NULL offset: not measured yet.
+ALTER TABLE nodes ADD COLUMN clock_offset REAL;
+ALTER TABLE nodes ADD COLUMN clock_uncertainty REAL;
+ALTER TABLE nodes ADD COLUMN clock_flag TEXT;

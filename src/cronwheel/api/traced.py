@@ -1,0 +1,28 @@
+"""The API's producer spans (README "Tracing"): with tracing on (``create_api(...,
+tracing=True)``, ``cronwheel api --tracing`` or ``CRONWHEEL_TRACING=1``), a write that
+registers a job or enqueues a firing stores the trace context of a ``cronwheel.enqueue``
+or ``cronwheel.schedule`` span, whose parent is the request's (its server span, else its
+``traceparent`` header). Off, nothing of OpenTelemetry is imported."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from fastapi import Request
+
+from cronwheel.api.convert import ids_of
+from cronwheel.domain.models import JobSpec
+
+T = TypeVar("T")
+
+
+def traced(request: Request, spec: JobSpec, write: Callable[[JobSpec], T], *, name: str) -> T:
+    """``write(spec)``, with the request's trace context carried when tracing is on."""
+    if not getattr(request.app.state, "tracing", False):
+        return write(spec)
+    from cronwheel.observability.tracing import traced_write
+
+    return traced_write(
+        spec, write, name=name, ids=lambda: ids_of(request), headers=request.headers
+    )
