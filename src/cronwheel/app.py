@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
-from cronwheel.domain.batch import BatchResult, run_batch
+from cronwheel.domain.batch import BatchResult, item_fields, run_batch
 from cronwheel.domain.calendars import CalendarRules
 from cronwheel.domain.clock import Clock, SystemClock
 from cronwheel.domain.jobs import (
@@ -372,16 +372,11 @@ class App:
         all_or_nothing: bool = False,
         allow_unknown_task: bool | None = None,
     ) -> BatchResult[Job]:
-        """Create many jobs in one transaction (the store's bulk path: COPY on PostgreSQL).
-
-        Each item is a mapping of :meth:`schedule`'s arguments: ``task`` and ``schedule``
-        (required), ``name`` (default: the task's), ``args``, ``kwargs``, ``allow_past``,
-        ``start_at``, ``end_at``, ``max_runs``, ``paused`` and policy keywords. Items are
-        created, never replaced: a name that exists (or that an earlier item took) is
-        that item's ConflictError. Returns a :class:`BatchResult`: per item, the Job or
-        its error, whose ``field`` names the item (``items[3].schedule``).
-        ``all_or_nothing``: any item's error raises BatchError with every item's error,
-        and nothing is written. A quota the batch exceeds refuses it whole."""
+        """Create many jobs in one transaction (the store's bulk path; README "Many jobs
+        at once"): each item a mapping of :meth:`schedule`'s arguments (``task`` and
+        ``schedule`` required), created, never replaced (a taken name is that item's
+        ConflictError). Per item, the Job or its error (``field``: ``items[3].schedule``);
+        ``all_or_nothing``: any item's error raises BatchError and nothing is written."""
         now = self.clock.now()
         served = self._served_check(allow_unknown_task)
         calendars = functools.cache(calendar_rules_of(self.store))  # each read once
@@ -398,7 +393,7 @@ class App:
             return policies[key]
 
         def prepare(item: Mapping[str, Any]) -> tuple[JobSpec, datetime | None]:
-            fields = _item_fields(item, ("task", "schedule"))
+            fields = item_fields(item, ("task", "schedule"))
             task = fields.pop("task")
             task_name = task.name if isinstance(task, Task) else task
             schedule = fields.pop("schedule")
@@ -435,14 +430,12 @@ class App:
         self, items: Iterable[Mapping[str, Any]], *, all_or_nothing: bool = False
     ) -> BatchResult[Firing]:
         """Run many tasks now, in one transaction with one wake-up for the workers: each
-        item a mapping with ``task`` (required), ``args`` and ``kwargs``. Returns a
-        :class:`BatchResult` of Firings (an item's error names it: ``items[3].task``);
-        ``all_or_nothing`` as in :meth:`schedule_many`. The firings count against the
-        namespace's firings-per-minute quota together: over it, the batch is refused."""
+        item a mapping with ``task`` (required), ``args`` and ``kwargs``; per item, the
+        Firing or its error; ``all_or_nothing`` as in :meth:`schedule_many`."""
         served = self._served_check(None)
 
         def prepare(item: Mapping[str, Any]) -> JobSpec:
-            fields = _item_fields(item, ("task",))
+            fields = item_fields(item, ("task",))
             task = fields.pop("task")
             task_name = task.name if isinstance(task, Task) else task
             served(task_name)
@@ -503,14 +496,3 @@ class App:
 
     def _require_served(self, task: str, allow: bool | None) -> None:
         self._served_check(allow)(task)
-
-
-def _item_fields(item: Mapping[str, Any], required: tuple[str, ...]) -> dict[str, Any]:
-    """A batch item's keyword arguments, its required ones present."""
-    if not isinstance(item, Mapping):
-        raise ValidationError("must be a mapping of keyword arguments", field=None)
-    fields = dict(item)
-    for key in required:
-        if fields.get(key) is None:
-            raise ValidationError("is required", field=key)
-    return fields

@@ -15,11 +15,11 @@ batch in both modes, as it refuses a single write.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from cronwheel.errors import BatchError, CronwheelError
+from cronwheel.errors import BatchError, CronwheelError, ValidationError
 
 BATCH_LIMIT = 1000  # items per request of the API's batch endpoints
 
@@ -59,6 +59,17 @@ class BatchResult(Generic[T]):
 
     def __len__(self) -> int:
         return len(self.items)
+
+
+def item_fields(item: Mapping[str, Any], required: tuple[str, ...]) -> dict[str, Any]:
+    """A batch item's keyword arguments (a copy), its ``required`` ones present."""
+    if not isinstance(item, Mapping):
+        raise ValidationError("must be a mapping of keyword arguments", field=None)
+    fields = dict(item)
+    for key in required:
+        if fields.get(key) is None:
+            raise ValidationError("is required", field=key)
+    return fields
 
 
 def settle(
