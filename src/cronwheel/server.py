@@ -20,8 +20,10 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from cronwheel.api import create_api
 from cronwheel.api.guard import DEFAULT_MAX_BODY
 from cronwheel.dashboard import mount
+from cronwheel.domain.clock import Clock, SystemClock
 from cronwheel.store.protocol import ApiStore
 from cronwheel.web.browser import BrowserGuard, parse_allowed_hosts, parse_trusted_proxies
+from cronwheel.web.tokens import TOKEN_CACHE_S, TokenCache
 
 
 def create_app(
@@ -32,6 +34,10 @@ def create_app(
     allowed_hosts: Iterable[str] | None = None,
     trusted_proxies: Iterable[str] = (),
     tracing: bool | None = None,
+    store_calls_on_loop: bool = False,
+    validate_responses: bool = True,
+    token_cache_s: float = TOKEN_CACHE_S,
+    clock: Clock | None = None,
 ) -> FastAPI:
     """The API over ``store`` (which the caller opens, migrates and closes), with the
     dashboard at ``/`` and ``/ui/...`` and Prometheus at ``/metrics``.
@@ -42,10 +48,24 @@ def create_app(
     ``X-Forwarded-Proto``/``X-Forwarded-For`` are believed (none by default). Serving the
     app with uvicorn, pass ``proxy_headers=False``: the app does this itself.
     ``tracing``: as ``create_api``'s (README "Tracing").
+
+    ``store_calls_on_loop``: run the API's store calls on the event loop (see
+    ``api.calls``; ``cronwheel api`` does for SQLite); ``validate_responses=False``:
+    write the API's answers with orjson, unvalidated (``cronwheel api`` does). Token
+    records are believed for ``token_cache_s`` seconds of ``clock``'s monotonic time
+    (``web.tokens.TokenCache``): the bound within which a revoked token stops working.
     """
     hosts = None if allowed_hosts is None else parse_allowed_hosts(allowed_hosts)
     proxies = parse_trusted_proxies(trusted_proxies)
-    app = create_api(store, auth_required=auth_required, max_body=max_body, tracing=tracing)
+    app = create_api(
+        store,
+        auth_required=auth_required,
+        max_body=max_body,
+        store_calls_on_loop=store_calls_on_loop,
+        validate_responses=validate_responses,
+        tracing=tracing,
+    )
+    app.state.token_cache = TokenCache((clock or SystemClock()).monotonic, token_cache_s)
     mount(app)
     app.add_middleware(BrowserGuard, allowed_hosts=hosts)
     if proxies:

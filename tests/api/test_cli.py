@@ -142,3 +142,18 @@ def test_local_mode_still_works(
     assert code == 0, err
     code, out, _ = run(["jobs", "list", "--json", "--store", store], capsys)
     assert [j["name"] for j in json.loads(out)] == ["l1"]
+
+
+def test_bench_api_needs_wrk_and_other_workloads_keep_their_duration_floor(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    code, out, err = run(["bench", "api", "--smoke"], capsys)
+    assert code == 2 and "wrk" in err and len(err.strip().splitlines()) == 1 and not out
+    code, _, err = run(["bench", "cron-mix", "--duration", "2"], capsys)
+    assert code == 2 and "--duration" in err and "at least 5 seconds" in err
+
+
+def test_api_workers_must_be_a_positive_count(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["api", "--workers", "0"], capsys)
+    assert code == 2 and "--workers" in err

@@ -34,7 +34,9 @@ _STORE.create_job(
 )
 _STORE.add_firings(NS, "a", [T0], note="fuzz")
 
-schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(_STORE, auth_required=True))
+schema = schemathesis.openapi.from_asgi(
+    "/openapi.json", create_app(_STORE, auth_required=True, validate_responses=False)
+)
 # valid and invalid inputs both (invalid ones must be 4xx, never 5xx)
 schema.config.generation.update(modes=list(schemathesis.GenerationMode))
 

@@ -13,6 +13,7 @@ import pytest
 
 from cronwheel.domain.models import FiringId
 from cronwheel.web.ids import ids_for
+from cronwheel.web.tokens import TOKEN_CACHE_S, issue_token
 from tests.api.conftest import NS, OTHER, Api
 
 BACKFILL = {"start": "2026-02-27T00:00:00Z", "end": "2026-02-28T12:00:00Z"}
@@ -131,7 +132,30 @@ def test_missing_malformed_revoked_credentials_are_401(api: Api) -> None:
         assert api.tokens["read"] not in r.text
     assert api.client.get("/v1/jobs", headers=api.h("read")).status_code == 200
     api.store.revoke_token(1)
+    # the server believes a token record it read for TOKEN_CACHE_S: the revocation bound
+    api.clock.advance(TOKEN_CACHE_S)
     assert api.client.get("/v1/jobs", headers=api.h("read")).status_code == 401
+
+
+def test_a_revoked_token_stops_working_within_the_cache_time(api: Api) -> None:
+    assert api.client.get("/v1/jobs", headers=api.h("write")).status_code == 200
+    api.store.revoke_token(2)  # the write token, read and cached by the request above
+    api.clock.advance(TOKEN_CACHE_S * 0.9)
+    assert api.client.get("/v1/jobs", headers=api.h("write")).status_code == 200
+    api.clock.advance(TOKEN_CACHE_S * 0.1)
+    r = api.client.get("/v1/jobs", headers=api.h("write"))
+    assert (r.status_code, r.json()["error"]["code"]) == (401, "unauthorized")
+    # a token created after a request with its id: not cached, works at once
+    fresh = issue_token(api.store, namespace=NS, role="read")[1]
+    assert api.client.get("/v1/jobs", headers=bearer(fresh)).status_code == 200
+    # a wrong secret with a cached id is refused (the secret is checked every time)
+    forged = "_".join(fresh.split("_", 2)[:2]) + "_" + "B" * 43
+    assert forged != fresh
+    assert api.client.get("/v1/jobs", headers=bearer(forged)).status_code == 401
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
 
 
 @pytest.mark.parametrize("param", ["token", "access_token", "ACCESS_TOKEN"])

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 
@@ -70,7 +72,8 @@ def test_bench_tz_steps_smoke() -> None:
     doc = json.loads(proc.stdout)
     assert doc["workload"] == "tz-steps"
     assert doc["from"] == "2026-12-01T00:00:00Z"
-    # the six smoke zones all change offset twice a year (Casablanca around Ramadan)
+    # the six smoke zones all change offset twice a year in the bundled tz database
+    # (Gaza around Ramadan; Casablanca no longer does after 2026 in tzdata 2026f)
     assert doc["zones"] == 6
     assert doc["transitions"] >= 24
     assert sorted(doc["expressions"]) == ["daily", "per-minute", "per-second"]
@@ -78,3 +81,26 @@ def test_bench_tz_steps_smoke() -> None:
         # every start point took its step: 7 points per transition, at and away
         assert figures["steps_at"] == figures["steps_away"] == 7 * doc["transitions"]
         assert figures["at_us"] > 0 and figures["away_us"] > 0
+
+
+@pytest.mark.slow
+def test_bench_api_smoke() -> None:
+    """wrk against `cronwheel api --auth --workers 2` on SQLite: every row answered 2xx."""
+    if shutil.which("wrk") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("wrk is not installed (.ci/run installs it)")
+        pytest.skip("wrk is not installed (Debian: apt-get install wrk)")
+    proc = subprocess.run(
+        [sys.executable, "-m", "cronwheel", "bench", "api", "--smoke", "--workers", "2", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert (doc["workload"], doc["store"], doc["api_workers"]) == ("api", "sqlite", 2)
+    assert list(doc["rows"]) == ["create", "upsert", "firing_get", "jobs_list", "status"]
+    for name, row in doc["rows"].items():
+        assert row["requests"] > 0 and row["errors"] == 0, (name, row)
+        assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["max_ms"], (name, row)

@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from cronwheel.api.calls import ServingMode
 from cronwheel.api.errors import install_error_handlers
 from cronwheel.api.guard import DEFAULT_MAX_BODY, BodyGuard
 from cronwheel.api.schemas import ErrorOut
@@ -37,13 +38,17 @@ def create_api(
     auth_required: bool = True,
     max_body: int = DEFAULT_MAX_BODY,
     tracing: bool | None = None,
+    store_calls_on_loop: bool = False,
+    validate_responses: bool = True,
 ) -> FastAPI:
     """The HTTP API over ``store`` (which the caller opens, migrates and closes).
     ``tracing``: carry the requests' trace contexts with the jobs and firings they make
     (api/traced.py); None: as ``CRONWHEEL_TRACING`` says.
 
-    Endpoints are sync: FastAPI runs them in its thread pool, and the store
-    serializes what it must.
+    Endpoints are plain functions calling the store: they run in the thread pool, or on
+    the event loop with ``store_calls_on_loop`` (for a store whose calls never overlap,
+    such as SQLite's one connection: see ``api.calls``). ``validate_responses=False``
+    writes the endpoints' documents with orjson, without FastAPI's response validation.
     """
     from importlib.metadata import version
 
@@ -64,10 +69,14 @@ def create_api(
         redoc_url=None,
         openapi_url="/openapi.json",
         responses=_RESPONSES,
+        # cronwheel's metrics are Prometheus (/metrics) and its logs structlog: FastAPI's
+        # own OpenTelemetry instrumentation looked up providers on every request
+        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
     app.state.store = store
     app.state.auth_required = auth_required
     app.state.tracing = tracing_wanted(tracing)
+    app.state.served_tasks = set()  # tasks seen served (routes_jobs.require_served)
     install_error_handlers(app)
     app.include_router(routes_jobs.router)
     app.include_router(routes_skip.router)
@@ -75,5 +84,9 @@ def create_api(
     app.include_router(routes_misc.router)
     app.include_router(routes_quota.router)
     app.include_router(routes_calendars.router)
+    if store_calls_on_loop or not validate_responses:
+        app.add_middleware(
+            ServingMode, on_loop=store_calls_on_loop, unchecked=not validate_responses
+        )
     app.add_middleware(BodyGuard, max_body=max_body)
     return app

@@ -3,7 +3,9 @@
 The namespace of every request is its token's; a resource of another namespace
 is answered exactly like one that does not exist (roles: see ``web.auth``). A
 missing or invalid token is 401 ``unauthorized``; a token whose role may not do
-this, or a cluster token on a namespace's route, is 403 ``forbidden``.
+this, or a cluster token on a namespace's route, is 403 ``forbidden``. Token records
+are cached by the app (``web.tokens.TokenCache``: a revoked token stops working within
+``TOKEN_CACHE_S``).
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from cronwheel.api.calls import store_call
 from cronwheel.api.errors import HttpError
-from cronwheel.web.auth import ANONYMOUS, Principal, missing_role, principal_of, store_of
+from cronwheel.web.auth import ANONYMOUS, Principal, missing_role, principal_for, store_of
 
 __all__ = ["Anyone", "Principal", "Reader", "Writer", "store_of"]
 
@@ -27,7 +30,7 @@ bearer = HTTPBearer(
 )
 
 
-def _principal(
+async def _principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal:
@@ -41,7 +44,12 @@ def _principal(
             field="Authorization",
             headers=_CHALLENGE,
         )
-    principal = principal_of(store_of(request), credentials.credentials)
+    text = credentials.credentials
+    cache = getattr(request.app.state, "token_cache", None)
+    if cache is not None and cache.fresh(text):
+        principal = principal_for(request, text)  # no store call: no thread needed
+    else:
+        principal = await store_call(principal_for, request, text)
     if principal is None:
         raise HttpError(
             401,

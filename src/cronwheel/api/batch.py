@@ -1,5 +1,5 @@
 """What the batch endpoints share (``POST /v1/jobs/batch``, ``POST /v1/firings/batch``):
-each item validated on its own, the served-task check read once, the per-item answer.
+each item validated on its own, the per-item answer.
 The modes and the item errors are domain/batch.py's, as for ``App.schedule_many``."""
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ from pydantic import ValidationError as PydanticValidationError
 from cronwheel.api.errors import item_doc, item_error
 from cronwheel.api.schemas_batch import BatchOut
 from cronwheel.domain.batch import BatchResult
-from cronwheel.domain.jobs import require_served_task
 from cronwheel.errors import CronwheelError
-from cronwheel.store.protocol import ApiStore
 from cronwheel.wire import batch_to_json
 
 M = TypeVar("M", bound=BaseModel)
@@ -29,20 +27,6 @@ def parse_item(model: type[M], raw: Any) -> M:
         return model.model_validate(raw)
     except PydanticValidationError as exc:
         raise item_error(exc) from None
-
-
-def served_once(store: ApiStore) -> Callable[[str], None]:
-    """The served-task check of a batch's items (422 naming ``task``), the store's
-    served tasks read at most once."""
-    served: list[str] | None = None
-
-    def check(task: str) -> None:
-        nonlocal served
-        if served is None:
-            served = [t.task for t in store.served_tasks()]
-        require_served_task(task, served)
-
-    return check
 
 
 def batch_out(result: BatchResult[T], shown: Callable[[T], dict[str, Any]]) -> Response:

@@ -15,7 +15,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from cronwheel.api.auth import Principal, Reader, Writer, store_of
-from cronwheel.api.batch import batch_out, parse_item, served_once
+from cronwheel.api.batch import batch_out, parse_item
+from cronwheel.api.calls import ApiRoute
 from cronwheel.api.convert import (
     AsciiInt,
     decode_cursor,
@@ -24,7 +25,7 @@ from cronwheel.api.convert import (
     query_instant,
 )
 from cronwheel.api.errors import HttpError
-from cronwheel.api.routes_jobs import JobName
+from cronwheel.api.routes_jobs import JobName, require_served
 from cronwheel.api.schemas import CancelOut, EnqueueIn, FiringList, FiringOut, FiringStateName
 from cronwheel.api.schemas_batch import BatchErrorOut, BatchOut, FiringsBatchIn
 from cronwheel.api.traced import traced
@@ -33,7 +34,6 @@ from cronwheel.domain.batch import run_batch
 from cronwheel.domain.error_text import error_summary
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.ids import IdCodec
-from cronwheel.domain.jobs import require_served_task
 from cronwheel.domain.models import Firing, FiringId, JobSpec
 from cronwheel.domain.results import CancelResult
 from cronwheel.domain.schedules import NowSchedule
@@ -42,7 +42,7 @@ from cronwheel.store.protocol import ApiStore
 from cronwheel.web.ids import internal_id
 from cronwheel.wire import cancel_to_json, firing_to_json
 
-router = APIRouter(tags=["firings"])
+router = APIRouter(tags=["firings"], route_class=ApiRoute)
 FiringIdPath = Annotated[AsciiInt, Path(ge=1, le=2**63 - 1, description="the firing's id")]
 # FiringIdPath is the shown id (domain/ids.py): _firing turns it into the store's.
 _KEY_RE = re.compile(r"[\x21-\x7e]{1,255}")
@@ -216,8 +216,8 @@ def enqueue(
     ever served it (once any worker registered), unless `allow_unknown_task`."""
     store = store_of(request)
     spec = _now_spec(principal, body)
-    if not body.allow_unknown_task:  # as App.enqueue: a task no worker has served
-        require_served_task(spec.task, [t.task for t in store.served_tasks()])
+    # as App.enqueue: a task no worker has served
+    require_served(request, spec.task, body.allow_unknown_task)
     ids = ids_of(request)
     if idempotency_key is None:
         firing = traced(request, spec, store.enqueue_now, name="cronwheel.enqueue")
@@ -270,13 +270,11 @@ def enqueue_batch(body: FiringsBatchIn, principal: Writer, request: Request) -> 
     item: `items[3].task`). `all_or_nothing` as for `POST /v1/jobs/batch`. The firings
     count against `firings_per_minute` together: over it, the batch is refused (429)."""
     store = store_of(request)
-    served = served_once(store)
 
     def prepare(raw: Any) -> JobSpec:
         item = parse_item(EnqueueIn, raw)
         spec = _now_spec(principal, item)
-        if not item.allow_unknown_task:
-            served(spec.task)
+        require_served(request, spec.task, item.allow_unknown_task)
         return spec
 
     result = run_batch(

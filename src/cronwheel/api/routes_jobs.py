@@ -11,7 +11,8 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import AfterValidator
 
 from cronwheel.api.auth import Principal, Reader, Writer, store_of
-from cronwheel.api.batch import batch_out, parse_item, served_once
+from cronwheel.api.batch import batch_out, parse_item
+from cronwheel.api.calls import ApiRoute
 from cronwheel.api.convert import (
     AsciiInt,
     decode_cursor,
@@ -55,7 +56,7 @@ from cronwheel.wire import firing_to_json
 
 UPCOMING = 5
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=ApiRoute)
 JobName = Annotated[
     str,
     Path(min_length=1, max_length=200, description="the job's name (URL-encoded)"),
@@ -95,7 +96,7 @@ def create_job(body: JobCreate, principal: Writer, request: Request) -> dict[str
     """409 `job_exists` when the name is taken."""
     store = store_of(request)
     spec = _spec(store, principal, body.name, body, bool(body.paused))
-    _require_served(store, spec.task, body.allow_unknown_task)
+    require_served(request, spec.task, body.allow_unknown_task)
     first = spec_first_fire_at(spec, store.now(), allow_past=body.allow_past)
     create = partial(store.create_job, first_fire_at=first)
     job = traced(request, spec, create, name="cronwheel.schedule")
@@ -117,14 +118,12 @@ def create_jobs_batch(body: JobsBatchIn, principal: Writer, request: Request) ->
     A quota the batch exceeds (`jobs`) refuses it whole."""
     store = store_of(request)
     now = store.now()
-    served = served_once(store)
     calendars = functools.cache(calendar_rules_of(store))
 
     def prepare(raw: Any) -> tuple[JobSpec, datetime | None]:
         item = parse_item(JobCreate, raw)
         spec = _spec(store, principal, item.name, item, bool(item.paused), calendars)
-        if not item.allow_unknown_task:
-            served(spec.task)
+        require_served(request, spec.task, item.allow_unknown_task)
         return spec, spec_first_fire_at(spec, now, allow_past=item.allow_past)
 
     result = run_batch(
@@ -149,7 +148,7 @@ def put_job(
     paused = body.paused if body.paused is not None else bool(existing and existing.paused)
     spec = _spec(store, principal, name, body, paused)
     if existing is None or existing.spec.task != spec.task:
-        _require_served(store, spec.task, body.allow_unknown_task)
+        require_served(request, spec.task, body.allow_unknown_task)
     if existing is not None and existing.spec.spec_hash() == spec.spec_hash():
         first = existing.next_fire_at  # unchanged: an `at` now past is no error
     else:
@@ -162,11 +161,19 @@ def put_job(
     return job_out(ids_of(request), job, upcoming=UPCOMING, changed=changed)
 
 
-def _require_served(store: ApiStore, task: str, allow: bool) -> None:
+def require_served(request: Request, task: str, allow: bool) -> None:
     """A new job, or a job moved to another task: refuse a task no worker has served
-    (422 naming ``task``) unless the body allows it."""
-    if not allow:
-        require_served_task(task, [t.task for t in store.served_tasks()])
+    (422 naming ``task``) unless the body allows it. A task once served stays served
+    (the store never forgets one), so the tasks seen served are remembered by the app
+    (``app.state.served_tasks``) and a job of one of them needs no store call."""
+    if allow:
+        return
+    known: set[str] = request.app.state.served_tasks
+    if task in known:
+        return
+    served = [t.task for t in store_of(request).served_tasks()]
+    known.update(served)
+    require_served_task(task, served)
 
 
 def _find(store: ApiStore, namespace: str, name: str) -> Job | None:
@@ -243,7 +250,7 @@ def patch_job(name: JobName, body: JobPatch, principal: Writer, request: Request
         max_runs=old.max_runs,
     )
     if spec.task != old.task:
-        _require_served(store, spec.task, body.allow_unknown_task)
+        require_served(request, spec.task, body.allow_unknown_task)
     first = job.next_fire_at
     if schedule != old.schedule:
         first = spec_first_fire_at(spec, store.now(), allow_past=body.allow_past)

@@ -10,6 +10,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.routing import APIRoute
 
 from cronwheel.api.auth import Anyone, store_of
+from cronwheel.api.calls import ApiRoute
 from cronwheel.api.convert import instant
 from cronwheel.api.errors import error_response
 from cronwheel.api.schemas import HealthOut, PreviewIn, PreviewOut, StatusOut
@@ -22,7 +23,7 @@ from cronwheel.store.calendar_port import calendar_rules_of
 from cronwheel.store.protocol import WORKER_ALIVE_WITHIN
 from cronwheel.wire import node_clock_to_json
 
-router = APIRouter(tags=["cluster"])
+router = APIRouter(tags=["cluster"], route_class=ApiRoute)
 
 
 def _ts(value: Any) -> str | None:

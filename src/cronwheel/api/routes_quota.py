@@ -10,10 +10,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from cronwheel.api.auth import Reader, Writer, store_of
+from cronwheel.api.calls import ApiRoute
 from cronwheel.api.errors import HttpError
 from cronwheel.api.schemas import QuotaIn, QuotaOut
 
-router = APIRouter(prefix="/v1/quota", tags=["quota"])
+router = APIRouter(prefix="/v1/quota", tags=["quota"], route_class=ApiRoute)
 
 
 @router.get("", response_model=QuotaOut, summary="The namespace's quota and use")

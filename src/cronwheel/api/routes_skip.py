@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from cronwheel.api.auth import Writer, store_of
+from cronwheel.api.calls import ApiRoute
 from cronwheel.api.convert import ids_of, instant
 from cronwheel.api.routes_jobs import JobName
 from cronwheel.api.schemas import SkipIn, SkipOut
@@ -15,7 +16,7 @@ from cronwheel.domain.skips import occurrences_to_skip, skip_reason
 from cronwheel.errors import InvalidTransitionError
 from cronwheel.web.auth import who
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=ApiRoute)
 
 
 @router.post("/{name}/skip", response_model=SkipOut, summary="Skip occurrences")

@@ -45,7 +45,7 @@ SMOKE_ZONES = (
     "Australia/Lord_Howe",
     "America/Santiago",
     "Pacific/Chatham",
-    "Africa/Casablanca",
+    "Asia/Gaza",
 )
 OFFSETS = tuple(timedelta(seconds=s) for s in (-3 * 3600, -3600, -1, 0, 1, 3600, 3 * 3600))
 WINDOW = timedelta(days=730)

@@ -7,9 +7,18 @@ is off: request lines could carry credentials someone put in a query string.
 It answers only the Host names it is bound to (``--allowed-host`` adds more) and
 believes ``X-Forwarded-Proto``/``X-Forwarded-For`` from the ``--trusted-proxy``
 addresses only (uvicorn's own proxy-header handling is off): see ``web.browser``.
+
+``--workers N`` serves the port from N processes (uvicorn's supervisor binds the
+socket once and starts N children, each opening its own store connections and
+restarting one that dies). On a SQLite store the API's store calls run on each
+process's event loop (``api.calls``): its one connection serializes them anyway.
 """
 
 from __future__ import annotations
+
+import json
+import os
+from typing import Any
 
 import click
 
@@ -23,7 +32,9 @@ from cronwheel.cli.common import (
 )
 from cronwheel.web.browser import is_loopback
 
-__all__ = ["api_command", "browser_options", "is_loopback"]
+__all__ = ["api_command", "app_from_env", "browser_options", "is_loopback"]
+
+_SETTINGS_ENV = "CRONWHEEL_API_PROCESS"  # the settings a --workers child builds its app from
 
 
 def _hosts(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[str]:
@@ -84,6 +95,13 @@ def browser_options(f: F) -> F:
     show_default=True,
     help="Largest request body in bytes (413 beyond).",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Processes serving the port (each with its own store connections).",
+)
 @browser_options
 @tzdata_option
 @tracing_option
@@ -94,6 +112,7 @@ def api_command(
     port: int,
     auth: bool | None,
     max_body: int,
+    workers: int,
     allowed_hosts: list[str],
     trusted_proxies: list[str],
     log_level: str | None,
@@ -115,8 +134,18 @@ def api_command(
     import uvicorn
 
     from cronwheel.cli.common import open_cli_store
-    from cronwheel.server import create_app
+    from cronwheel.store.url import sqlite_path
 
+    settings: dict[str, Any] = {
+        "store_url": store_url,
+        "auth_required": bool(auth),
+        "max_body": max_body,
+        "allowed_hosts": None if hosts is None else sorted(hosts),
+        "trusted_proxies": trusted_proxies,
+        "store_calls_on_loop": sqlite_path(store_url) is not None,
+        "log_level": log_level,
+        "log_format": log_format,
+    }
     store = open_cli_store(store_url)
     try:
         if auth and not store.list_tokens():
@@ -125,15 +154,10 @@ def api_command(
                 "`cronwheel tokens create --namespace NS --role write`",
                 err=True,
             )
-        app = create_app(
-            store,
-            auth_required=bool(auth),
-            max_body=max_body,
-            allowed_hosts=hosts,
-            trusted_proxies=trusted_proxies,
-        )
         click.echo(
-            f"cronwheel api on http://{host}:{port} (auth {'on' if auth else 'off'})", err=True
+            f"cronwheel api on http://{host}:{port} (auth {'on' if auth else 'off'}"
+            + (f", {workers} processes)" if workers > 1 else ")"),
+            err=True,
         )
         if hosts is None:
             click.echo(
@@ -141,15 +165,59 @@ def api_command(
                 "with --allowed-host to refuse the others",
                 err=True,
             )
-        config = uvicorn.Config(
-            app,
-            host=host,
-            port=port,
-            access_log=False,
-            server_header=False,
-            proxy_headers=False,  # the app believes --trusted-proxy peers only
-            log_level=(log_level or "warning"),
-        )
-        uvicorn.Server(config).run()
+        options: dict[str, Any] = {
+            "host": host,
+            "port": port,
+            "access_log": False,
+            "server_header": False,
+            "proxy_headers": False,  # the app believes --trusted-proxy peers only
+            "log_level": (log_level or "warning"),
+        }
+        if workers == 1:
+            app = _app(store, settings)
+            uvicorn.Server(uvicorn.Config(app, **options)).run()
+            return
     finally:
         store.close()
+    from uvicorn.supervisors import Multiprocess
+
+    os.environ[_SETTINGS_ENV] = json.dumps(settings)  # the children inherit it
+    config = uvicorn.Config(f"{__name__}:app_from_env", factory=True, workers=workers, **options)
+    Multiprocess(config, sockets=[config.bind_socket()]).run()
+
+
+def _app(store: Any, settings: dict[str, Any]) -> Any:
+    from cronwheel.server import create_app
+
+    return create_app(
+        store,
+        auth_required=settings["auth_required"],
+        max_body=settings["max_body"],
+        allowed_hosts=settings["allowed_hosts"],
+        trusted_proxies=settings["trusted_proxies"],
+        store_calls_on_loop=settings["store_calls_on_loop"],
+        validate_responses=False,  # api.calls: the codec's shapes are checked by the tests
+    )
+
+
+def app_from_env() -> Any:
+    """The app of one ``--workers`` process: its own store, closed when it stops."""
+    from collections.abc import AsyncIterator
+    from contextlib import asynccontextmanager
+
+    from cronwheel.cli.common import open_cli_store
+
+    settings = json.loads(os.environ[_SETTINGS_ENV])
+    setup_logs(settings["log_level"], settings["log_format"], "api")
+    store = open_cli_store(settings["store_url"])
+    app = _app(store, settings)
+
+    @asynccontextmanager
+    async def closing(_app: Any) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            store.close()
+
+    app.router.lifespan_context = closing
+    return app

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from cronwheel.bench.runner import BenchResult
 
 _RUNNABLE = ["precision", "herd", "drain", "cron-mix", "scale", "failover", "limit", "bulk"]
-_WORKLOADS = [*_RUNNABLE, "tz-steps", "smoke", "all"]
+_WORKLOADS = [*_RUNNABLE, "api", "tz-steps", "smoke", "all"]
 DEFAULT_COUNT = {
     "precision": 200,
     "herd": 10_000,
@@ -43,7 +43,12 @@ SMOKE: list[tuple[str, int, dict[str, Any]]] = [
     help="Store URL (default: a fresh temporary SQLite file). With a PostgreSQL URL each "
     "run creates a temporary database on that server and drops it afterwards.",
 )
-@click.option("--workers", type=click.IntRange(1, 32), default=2, show_default=True)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 32),
+    default=None,
+    help="Worker processes (default 2); api: API processes (`cronwheel api --workers`, default 1).",
+)
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=64, show_default=True)
 @click.option(
     "--count",
@@ -56,10 +61,17 @@ SMOKE: list[tuple[str, int, dict[str, Any]]] = [
 )
 @click.option(
     "--duration",
-    type=click.FloatRange(5, 3600),
-    default=180.0,
+    type=click.FloatRange(1, 3600),
+    default=None,
+    help="cron-mix: seconds of firings to run and check (default 180, at least 5; under "
+    "120: seconds-resolution patterns). api: seconds of load per row (default 10).",
+)
+@click.option(
+    "--connections",
+    type=click.IntRange(1, 1000),
+    default=8,
     show_default=True,
-    help="cron-mix: seconds of firings to run and check (under 120: seconds-resolution patterns).",
+    help="api: wrk's keep-alive connections (one wrk thread).",
 )
 @click.option(
     "--lease-ttl",
@@ -85,16 +97,18 @@ SMOKE: list[tuple[str, int, dict[str, Any]]] = [
 @click.option(
     "--smoke",
     is_flag=True,
-    help="tz-steps: the CI size (six zones, one step per start point) instead of every zone.",
+    help="tz-steps: the CI size (six zones, one step per start point) instead of every "
+    "zone. api: 1 s per row, no warm-up.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def bench_command(
     workload: str,
     store_url: str | None,
-    workers: int,
+    workers: int | None,
     concurrency: int,
     count: int | None,
-    duration: float,
+    duration: float | None,
+    connections: int,
     lease_ttl: float,
     runs: int,
     from_: str | None,
@@ -116,20 +130,35 @@ def bench_command(
                enqueue, claims and completions (rows/s)
     bulk       App.schedule_many / enqueue_many of --count one-shot jobs and runs (vs
                App.schedule one per call), and API batches of 1,000 jobs and runs (ms)
+    api        (needs wrk) `cronwheel api --auth` under wrk: requests/s and latency
+               p50/p99 of job create, upsert (PUT), firing get, jobs list, status
     tz-steps   (no store) cost of one schedule step at vs away from DST transitions,
                every zone with a transition in the 2 years from --from (--smoke: 6 zones)
     smoke      small precision/herd/drain/cron-mix/limit runs (CI): zero lost/duplicated
-    all        every workload at its default size, one table
+    all        every workload at its default size, one table (not api or tz-steps)
     """
     from rich.progress import Progress
 
     if workload == "tz-steps":
         _tz_steps(from_, smoke=smoke, steps=count, as_json=as_json)
         return
+    if duration is not None and duration < 5:
+        raise click.BadParameter("at least 5 seconds", param_hint="--duration")
     from cronwheel.store.url import require_shared, sqlite_path
 
     if store_url is not None:
         require_shared(store_url, "bench")  # its scheduler and workers are processes
+    if workload == "api":
+        _api(
+            store_url,
+            workers=workers or 1,
+            duration=1.0 if smoke else (duration or 10.0),
+            connections=connections,
+            warm_up=not smoke,
+            runs=runs,
+            as_json=as_json,
+        )
+        return
     is_sqlite = store_url is None or sqlite_path(store_url) is not None
     if workload == "failover" and is_sqlite:
         raise click.UsageError(
@@ -148,9 +177,9 @@ def bench_command(
     else:
         plan = [(workload, count or DEFAULT_COUNT[workload], {})]
     options: dict[str, Any] = {
-        "workers": workers,
+        "workers": workers or 2,
         "concurrency": concurrency,
-        "duration_s": duration,
+        "duration_s": duration or 180.0,
         "lease_ttl_s": lease_ttl,
     }
     docs: list[dict[str, Any]] = []
@@ -184,6 +213,82 @@ def bench_command(
         )
     if any(d.get("due_plan_index_scan") is False for d in docs):
         raise click.ClickException("the due-jobs query is not an index range scan on jobs_due")
+
+
+def _api(
+    store_url: str | None,
+    *,
+    workers: int,
+    duration: float,
+    connections: int,
+    warm_up: bool,
+    runs: int,
+    as_json: bool,
+) -> None:
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from cronwheel.bench.api import run_api, wrk_path
+
+    if wrk_path() is None:
+        raise click.UsageError("bench api needs wrk on PATH (Debian: apt-get install wrk)")
+    per_run: list[dict[str, Any]] = []
+    with Progress(disable=as_json, transient=True) as progress:
+        for k in range(runs):
+            bar = progress.add_task("api" + (f" run {k + 1}/{runs}" if runs > 1 else ""))
+
+            def update(done: int, total: int, bar: Any = bar) -> None:
+                progress.update(bar, completed=done, total=total)
+
+            per_run.append(
+                run_api(
+                    store_url,
+                    api_workers=workers,
+                    duration_s=duration,
+                    connections=connections,
+                    progress=update,
+                    warm_up=warm_up,
+                )
+            )
+    doc = median_of_runs(per_run)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        table = Table(
+            title=f"cronwheel bench api: {doc['store']}, {doc['api_workers']} API process(es), "
+            f"wrk {doc['connections']} connections, {doc['duration_s']:g} s per row",
+            title_justify="left",
+        )
+        for col in (
+            "row",
+            "request",
+            "req/s",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "errors",
+            "CPU µs/req",
+        ):
+            table.add_column(col)
+        for name, r in doc["rows"].items():
+            table.add_row(
+                name,
+                r["request"],
+                str(r["rps"]),
+                str(r["p50_ms"]),
+                str(r["p99_ms"]),
+                str(r["max_ms"]),
+                str(r["errors"]),
+                str(r["cpu_us_per_request"]),
+            )
+        Console(width=200).print(table)
+    bad = [name for name, r in doc["rows"].items() if r["errors"]]
+    if bad:
+        raise click.ClickException(
+            "answers that were not 2xx (or socket errors): "
+            + ", ".join(f"{name}: {doc['rows'][name]['errors']}" for name in bad)
+        )
 
 
 def _tz_steps(from_: str | None, *, smoke: bool, steps: int | None, as_json: bool) -> None:

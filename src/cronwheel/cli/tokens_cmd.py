@@ -104,7 +104,8 @@ def list_command(namespace: str | None, as_json: bool, store_url: str) -> None:
 @click.argument("token_id", type=click.IntRange(1))
 @store_option
 def revoke_command(token_id: int, store_url: str) -> None:
-    """Revoke a token: requests with it are refused from now on."""
+    """Revoke a token: requests with it are refused within a second (an API server
+    believes a token record it read for 1 s)."""
     store = open_cli_store(store_url)
     try:
         record = store.revoke_token(token_id)

@@ -43,7 +43,7 @@ from cronwheel.web.auth import (
     auth_required,
     end_session,
     missing_role,
-    principal_of,
+    principal_for,
     session_text,
     start_session,
     store_of,
@@ -106,7 +106,7 @@ def viewer(request: Request) -> Principal | None:
     text = session_text(request)
     if not text:
         return None
-    return principal_of(store_of(request), text)
+    return principal_for(request, text)
 
 
 def _login_needed(request: Request) -> Response:
@@ -417,7 +417,7 @@ async def login(request: Request) -> Response:
     if not isinstance(text, str) or not text.strip():
         return JSONResponse(error_body("invalid_input", "send the token", "token"), 422)
     text = text.strip()
-    if principal_of(store_of(request), text) is None:
+    if principal_for(request, text) is None:
         return JSONResponse(error_body("unauthorized", "the token is not valid", "token"), 401)
     response = JSONResponse({"status": "ok"}, headers=SECURITY_HEADERS)
     start_session(response, request, text)

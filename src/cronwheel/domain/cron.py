@@ -279,12 +279,29 @@ class CronExpr:
                 budget.spend(steps)
 
 
+_PARSED: dict[str, CronExpr] = {}  # expressions parsed before (CronExpr is immutable)
+_PARSED_MAX = 1024
+
+
 def parse_cron(expr: str) -> CronExpr:
     """Parse a cron expression (syntax in the module docstring).
 
     Raises :class:`InvalidScheduleError` (field ``cron``) naming the field and the
-    offending value, including for expressions that can never fire.
+    offending value, including for expressions that can never fire. The last 1,024
+    expressions parsed are remembered (an API server parses the same few again and
+    again); errors are not.
     """
+    hit = _PARSED.get(expr) if isinstance(expr, str) else None
+    if hit is not None:
+        return hit
+    parsed = _parse(expr)
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.clear()
+    _PARSED[expr] = parsed
+    return parsed
+
+
+def _parse(expr: str) -> CronExpr:
     if not isinstance(expr, str):
         raise _fail(f"expected a string, got {type(expr).__name__}")
     if len(expr) > MAX_EXPRESSION_LENGTH:

@@ -50,7 +50,9 @@ class IdCodec:
     """Internal id <-> shown id of a job or a firing, under one cluster secret (``key``,
     at least 16 bytes)."""
 
-    __slots__ = ("_keys",)
+    __slots__ = ("_keys", "_memo")
+
+    MEMO_MAX = 65_536  # (kind, direction, id) answers remembered: 8 HMACs each
 
     def __init__(self, key: bytes) -> None:
         if len(key) < 16:
@@ -62,6 +64,7 @@ class IdCodec:
             )
             for kind in KINDS
         }
+        self._memo: dict[tuple[str, bool, int], int] = {}
 
     def _f(self, states: tuple[Any, Any], half: int) -> int:
         """HMAC-SHA256(round key, half) from the key's precomputed inner and outer
@@ -88,14 +91,28 @@ class IdCodec:
         """The shown id of the job or firing whose store id is ``internal`` (1..MAX_ID)."""
         if not 1 <= internal <= MAX_ID:
             raise ValueError(f"id {internal} is outside 1..2**{BITS}")
-        return self._permute(kind, internal - 1) + 1
+        key = (kind, True, internal)
+        shown = self._memo.get(key)
+        if shown is None:
+            shown = self._remember(key, self._permute(kind, internal - 1) + 1)
+        return shown
 
     def decode(self, kind: Kind, shown: int) -> int | None:
         """The store's id of a shown job or firing id; None when ``shown`` cannot be one
         (out of range)."""
         if not 1 <= shown <= MAX_ID:
             return None
-        return self._unpermute(kind, shown - 1) + 1
+        key = (kind, False, shown)
+        internal = self._memo.get(key)
+        if internal is None:
+            internal = self._remember(key, self._unpermute(kind, shown - 1) + 1)
+        return internal
+
+    def _remember(self, key: tuple[str, bool, int], value: int) -> int:
+        if len(self._memo) >= self.MEMO_MAX:
+            self._memo.clear()
+        self._memo[key] = value
+        return value
 
     def job(self, job: Job) -> Job:
         """The job as users see it (its shown id)."""

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cronwheel.store.protocol import ApiStore
-from cronwheel.web.tokens import CLUSTER, verify_token
+from cronwheel.web.tokens import CLUSTER, TokenCache, verify_token
 
 COOKIE = "cronwheel_token"
 COOKIE_MAX_AGE = 12 * 3600
@@ -63,9 +63,9 @@ def auth_required(request: Request) -> bool:
     return bool(request.app.state.auth_required)
 
 
-def principal_of(store: ApiStore, text: str) -> Principal | None:
+def principal_of(store: ApiStore, text: str, cache: TokenCache | None = None) -> Principal | None:
     """The principal a token text stands for; None when it is not a valid token."""
-    token = verify_token(store, text)
+    token = verify_token(store, text, cache)
     if token is None:
         return None
     return Principal(
@@ -74,6 +74,13 @@ def principal_of(store: ApiStore, text: str) -> Principal | None:
         token_id=token.id,
         cluster=token.namespace == CLUSTER,
     )
+
+
+def principal_for(request: Request, text: str) -> Principal | None:
+    """:func:`principal_of` through the app's token cache (``app.state.token_cache``,
+    set by ``server.create_app``), if it has one."""
+    cache = getattr(request.app.state, "token_cache", None)
+    return principal_of(store_of(request), text, cache)
 
 
 def bearer_text(request: Request) -> str | None:

@@ -21,6 +21,7 @@ the ``--trusted-proxy`` addresses only).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
@@ -124,6 +125,7 @@ def allowed_hosts_for(bind: str, extra: Iterable[str] = ()) -> frozenset[str] | 
     return frozenset(names)
 
 
+@functools.lru_cache(maxsize=256)  # every request's Host: the same few texts
 def _split_host_port(value: str) -> tuple[str, int | None] | None:
     """``name``, ``name:port``, ``[v6]`` or ``[v6]:port`` -> (name, port); None if malformed."""
     if value.startswith("["):
