@@ -200,3 +200,23 @@ def test_batch_jobs_naming_a_stored_calendar_are_bound_to_it(api: Api) -> None:
     single = api.call("GET", "/v1/jobs/standup-0", params={"upcoming": 2}).json()
     # Monday 2, (Tuesday 3 excluded), Wednesday 4
     assert [t["utc"][:10] for t in single["next_fire_times"]] == ["2026-03-02", "2026-03-04"]
+
+
+def test_a_batch_reads_the_served_tasks_once(api: Api) -> None:
+    """With no worker ever registered every task is accepted, and a batch asks the store
+    for the served tasks once per task, not once per item."""
+    reads: list[int] = []
+    served = api.store.served_tasks
+
+    def counting(**kw):  # type: ignore[no-untyped-def]
+        reads.append(1)
+        return served(**kw)
+
+    api.store.served_tasks = counting  # type: ignore[method-assign]
+    items = [_job(f"j{i}", task="report" if i % 2 else "other") for i in range(20)]
+    assert api.call("POST", "/v1/jobs/batch", json={"items": items}).json()["created"] == 20
+    assert len(reads) <= 2
+    reads.clear()
+    runs = {"items": [{"task": "resize"}] * 20}
+    assert api.call("POST", "/v1/firings/batch", json=runs).json()["created"] == 20
+    assert len(reads) <= 1

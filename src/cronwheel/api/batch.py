@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from fastapi import Response
+from fastapi import Request, Response
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
@@ -27,6 +27,22 @@ def parse_item(model: type[M], raw: Any) -> M:
         return model.model_validate(raw)
     except PydanticValidationError as exc:
         raise item_error(exc) from None
+
+
+def served_once(request: Request) -> Callable[[str, bool], None]:
+    """``require_served`` for a batch's items: each task checked once per request (with
+    no worker ever registered, ``require_served`` asks the store each time)."""
+    from cronwheel.api.routes_jobs import require_served
+
+    passed: set[str] = set()
+
+    def check(task: str, allow: bool) -> None:
+        if allow or task in passed:
+            return
+        require_served(request, task, allow)
+        passed.add(task)
+
+    return check
 
 
 def batch_out(result: BatchResult[T], shown: Callable[[T], dict[str, Any]]) -> Response:

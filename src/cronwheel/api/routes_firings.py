@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from cronwheel.api.auth import Principal, Reader, Writer, store_of
-from cronwheel.api.batch import batch_out, parse_item
+from cronwheel.api.batch import batch_out, parse_item, served_once
 from cronwheel.api.calls import ApiRoute
 from cronwheel.api.convert import (
     AsciiInt,
@@ -270,11 +270,12 @@ def enqueue_batch(body: FiringsBatchIn, principal: Writer, request: Request) -> 
     item: `items[3].task`). `all_or_nothing` as for `POST /v1/jobs/batch`. The firings
     count against `firings_per_minute` together: over it, the batch is refused (429)."""
     store = store_of(request)
+    served = served_once(request)
 
     def prepare(raw: Any) -> JobSpec:
         item = parse_item(EnqueueIn, raw)
         spec = _now_spec(principal, item)
-        require_served(request, spec.task, item.allow_unknown_task)
+        served(spec.task, item.allow_unknown_task)
         return spec
 
     result = run_batch(

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import AfterValidator
 
 from cronwheel.api.auth import Principal, Reader, Writer, store_of
-from cronwheel.api.batch import batch_out, parse_item
+from cronwheel.api.batch import batch_out, parse_item, served_once
 from cronwheel.api.calls import ApiRoute
 from cronwheel.api.convert import (
     AsciiInt,
@@ -119,11 +119,12 @@ def create_jobs_batch(body: JobsBatchIn, principal: Writer, request: Request) ->
     store = store_of(request)
     now = store.now()
     calendars = functools.cache(calendar_rules_of(store))
+    served = served_once(request)
 
     def prepare(raw: Any) -> tuple[JobSpec, datetime | None]:
         item = parse_item(JobCreate, raw)
         spec = _spec(store, principal, item.name, item, bool(item.paused), calendars)
-        require_served(request, spec.task, item.allow_unknown_task)
+        served(spec.task, item.allow_unknown_task)
         return spec, spec_first_fire_at(spec, now, allow_past=item.allow_past)
 
     result = run_batch(
