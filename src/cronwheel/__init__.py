@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cronwheel.app import App, Task
-    from cronwheel.client import Client
+    from cronwheel.client import AsyncClient, Client
     from cronwheel.domain.clock import Clock, FakeClock, SystemClock
     from cronwheel.domain.firing import FiringState, idempotency_key
     from cronwheel.domain.models import Firing, Job, JobPolicies, JobSpec
@@ -40,6 +40,7 @@ _WHERE = {
     "App": "cronwheel.app",
     "Task": "cronwheel.app",
     "Client": "cronwheel.client",
+    "AsyncClient": "cronwheel.client",
     "Clock": "cronwheel.domain.clock",
     "FakeClock": "cronwheel.domain.clock",
     "SystemClock": "cronwheel.domain.clock",
@@ -74,6 +75,7 @@ _WHERE = {
 
 __all__ = [
     "App",
+    "AsyncClient",
     "Cancel",
     "Client",
     "Clock",

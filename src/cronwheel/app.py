@@ -15,12 +15,14 @@ the same code changes nothing and a changed schedule moves the job's cursor.
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
+from cronwheel.domain.batch import BatchResult, item_fields, run_batch
 from cronwheel.domain.calendars import CalendarRules
 from cronwheel.domain.clock import Clock, SystemClock
 from cronwheel.domain.jobs import (
@@ -358,8 +360,103 @@ class App:
     ) -> Firing:
         task_name = task.name if isinstance(task, Task) else task
         self._require_served(task_name, None)
+        spec = self._now_spec(task_name, args, kwargs)
+        if self.tracing:
+            return self._traced(spec, store.enqueue_now, "cronwheel.enqueue")
+        return store.enqueue_now(spec)
+
+    def schedule_many(
+        self,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        all_or_nothing: bool = False,
+        allow_unknown_task: bool | None = None,
+    ) -> BatchResult[Job]:
+        """Create many jobs in one transaction (the store's bulk path; README "Many jobs
+        at once"): each item a mapping of :meth:`schedule`'s arguments (``task`` and
+        ``schedule`` required), created, never replaced (a taken name is that item's
+        ConflictError). Per item, the Job or its error (``field``: ``items[3].schedule``);
+        ``all_or_nothing``: any item's error raises BatchError and nothing is written."""
+        now = self.clock.now()
+        served = self._served_check(allow_unknown_task)
+        calendars = functools.cache(calendar_rules_of(self.store))  # each read once
+        policies: dict[Any, JobPolicies] = {}  # many items share their policy keywords
+
+        def policies_of(fields: dict[str, Any]) -> JobPolicies:
+            try:
+                key: Any = tuple(sorted(fields.items()))
+                hash(key)
+            except TypeError:
+                return build_policies(**fields)
+            if key not in policies:
+                policies[key] = build_policies(**fields)
+            return policies[key]
+
+        def prepare(item: Mapping[str, Any]) -> tuple[JobSpec, datetime | None]:
+            fields = item_fields(item, ("task", "schedule"))
+            task = fields.pop("task")
+            task_name = task.name if isinstance(task, Task) else task
+            schedule = fields.pop("schedule")
+            if not callable(getattr(schedule, "next_after", None)):
+                raise ValidationError(
+                    "must be a schedule (cron(), every(), at() or now())", field="schedule"
+                )
+            served(task_name)
+            allow_past = bool(fields.pop("allow_past", False))
+            spec = JobSpec(
+                name=fields.pop("name", None) or task_name,
+                task=task_name,
+                schedule=schedule,
+                args=tuple(fields.pop("args", ())),
+                kwargs=dict(fields.pop("kwargs", None) or {}),
+                namespace=self.namespace,
+                start_at=fields.pop("start_at", None),
+                end_at=fields.pop("end_at", None),
+                max_runs=fields.pop("max_runs", None),
+                paused=bool(fields.pop("paused", False)),
+                policies=policies_of(fields),
+            )
+            spec = bind_calendar(spec, calendars)
+            return spec, spec_first_fire_at(spec, now, allow_past=allow_past)
+
+        return run_batch(
+            list(items),
+            prepare,
+            lambda specs, atomic: self.store.create_jobs_batch(specs, all_or_nothing=atomic),
+            all_or_nothing=all_or_nothing,
+        )
+
+    def enqueue_many(
+        self, items: Iterable[Mapping[str, Any]], *, all_or_nothing: bool = False
+    ) -> BatchResult[Firing]:
+        """Run many tasks now, in one transaction with one wake-up for the workers: each
+        item a mapping with ``task`` (required), ``args`` and ``kwargs``; per item, the
+        Firing or its error; ``all_or_nothing`` as in :meth:`schedule_many`."""
+        served = self._served_check(None)
+
+        def prepare(item: Mapping[str, Any]) -> JobSpec:
+            fields = item_fields(item, ("task",))
+            task = fields.pop("task")
+            task_name = task.name if isinstance(task, Task) else task
+            served(task_name)
+            args, kwargs = fields.pop("args", ()), fields.pop("kwargs", None) or {}
+            if fields:
+                raise ValidationError(
+                    "is not an enqueue field (task, args, kwargs)", field=next(iter(fields))
+                )
+            return self._now_spec(task_name, tuple(args), dict(kwargs))
+
+        return run_batch(
+            list(items),
+            prepare,
+            lambda specs, atomic: self.store.enqueue_now_batch(specs, all_or_nothing=atomic),
+            all_or_nothing=all_or_nothing,
+        )
+
+    def _now_spec(self, task_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> JobSpec:
+        """The one-shot job of an immediate run: a unique name, the task's policies."""
         base = self.tasks.get(task_name)
-        spec = JobSpec(
+        return JobSpec(
             name=f"{task_name}@{uuid.uuid4().hex[:12]}",
             task=task_name,
             schedule=NowSchedule(),
@@ -368,9 +465,26 @@ class App:
             namespace=self.namespace,
             policies=base.policies if base is not None else JobPolicies(),
         )
-        if self.tracing:
-            return self._traced(spec, store.enqueue_now, "cronwheel.enqueue")
-        return store.enqueue_now(spec)
+
+    def _served_check(self, allow: bool | None) -> Callable[[str], None]:
+        """The served-task check of one or many tasks: a task no worker has served is
+        refused (ValidationError naming ``task``) unless ``allow`` (default: the App's);
+        the store's served tasks are read at most once per check."""
+        allowed = self.allow_unknown_task if allow is None else allow
+        served: list[str] | None = None
+
+        def check(task: str) -> None:
+            nonlocal served
+            if allowed or task in self._served:
+                return
+            validate_task(task)  # a malformed name is refused as such, not as unknown
+            if served is None:
+                served = [t.task for t in self.store.served_tasks()]
+                # a served task stays served (the table only grows)
+                self._served.update(served)
+            require_served_task(task, served)
+
+        return check
 
     def _traced(self, spec: JobSpec, write: Callable[[JobSpec], W], name: str) -> W:
         """``write(spec)`` in a producer span, its context carried with the job
@@ -381,10 +495,4 @@ class App:
         return traced_write(spec, write, name=name, ids=lambda: ids_for(self.store))
 
     def _require_served(self, task: str, allow: bool | None) -> None:
-        if (self.allow_unknown_task if allow is None else allow) or task in self._served:
-            return
-        validate_task(task)  # a malformed name is refused as such, not as unknown
-        served = [t.task for t in self.store.served_tasks()]
-        require_served_task(task, served)
-        # a served task stays served (the table only grows): enqueue pays one read per task
-        self._served.update(served)
+        self._served_check(allow)(task)

@@ -18,6 +18,7 @@ that names it (``schedule.cron``, ``tz``, ``args`` ...)::
     ├── QuotaExceededError                 a namespace quota refuses the write (422 or 429)
     ├── PermissionDeniedError              the caller may not do this (403)
     ├── InvalidTransitionError             a firing state change the state machine forbids
+    ├── BatchError                         an all-or-nothing batch refused: every item's error
     ├── StoreError                         the store failed in a way that is not transient
     │   └── StoreUnavailableError          transient: retry later (locked, connection lost)
     └── LeaseLostError                     a leader write was fenced out: step down now
@@ -121,6 +122,28 @@ class PermissionDeniedError(CronwheelError):
 
 class InvalidTransitionError(CronwheelError):
     code = "invalid_transition"
+
+
+class BatchError(CronwheelError):
+    """An all-or-nothing batch (``App.schedule_many``, ``POST /v1/jobs/batch`` ...) that
+    was refused whole because some of its items were: nothing was written. ``errors``
+    holds every refused item's ``(index, error)``, in order; each error's ``field`` is
+    prefixed with its item (``items[3].schedule``), and so is this error's (the first's)."""
+
+    code = "invalid_batch"
+
+    def __init__(self, errors: list[tuple[int, CronwheelError]], total: int) -> None:
+        assert errors, "a batch is refused for its items' errors"
+        conflicts = all(isinstance(e, ConflictError) for _, e in errors)
+        first = errors[0][1]
+        super().__init__(
+            f"{len(errors)} of {total} items refused, nothing was written (the first: {first})",
+            field=first.field,
+            code="batch_conflict" if conflicts else "invalid_batch",
+        )
+        self.errors = errors
+        self.total = total
+        self.conflicts = conflicts
 
 
 class StoreError(CronwheelError):

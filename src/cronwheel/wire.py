@@ -11,12 +11,14 @@ no web framework, no HTTP client, no store.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from functools import lru_cache
+from typing import Any, TypeVar
 
 from cronwheel.domain.attempts import Attempt, AttemptOutcome, first_lateness
+from cronwheel.domain.batch import BatchResult
 from cronwheel.domain.clock import ClockEstimate
 from cronwheel.domain.firing import FiringState, format_instant
 from cronwheel.domain.models import (
@@ -31,6 +33,9 @@ from cronwheel.domain.models import (
 from cronwheel.domain.results import CancelResult
 from cronwheel.domain.schedules import Schedule, parse_instant, schedule_from_dict
 from cronwheel.domain.skips import SkipResult
+from cronwheel.errors import CronwheelError
+
+T = TypeVar("T")
 
 
 def _ts(value: datetime | None) -> str | None:
@@ -47,6 +52,13 @@ def _req_instant(value: Any) -> datetime:
 
 # -- policies and schedules ----------------------------------------------------------
 def policies_to_json(policies: JobPolicies) -> dict[str, Any]:
+    return dict(_policies_doc(policies))
+
+
+@lru_cache(maxsize=1024)
+def _policies_doc(policies: JobPolicies) -> dict[str, Any]:
+    """Cached (copied out by policies_to_json): a listing or a batch of a thousand jobs
+    shares a few policy values."""
     return {k.removesuffix("_s"): v for k, v in policies.to_dict().items()}
 
 
@@ -247,3 +259,29 @@ def skip_results_from_json(doc: Mapping[str, Any]) -> list[SkipResult]:
         )
         for r in doc["results"]
     ]
+
+
+# -- batches -----------------------------------------------------------------------------
+def batch_to_json(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A batch's answer from its item documents, in order: each ``{"index", "status":
+    201, "job"|"firing": ...}`` or ``{"index", "status", "error": {code, message,
+    field}}``."""
+    created = sum(1 for doc in items if doc["status"] == 201)
+    return {"created": created, "refused": len(items) - created, "items": list(items)}
+
+
+def batch_from_json(
+    doc: Mapping[str, Any],
+    key: str,
+    made: Callable[[Mapping[str, Any]], T],
+    refused: Callable[[int, Mapping[str, Any]], CronwheelError],
+) -> BatchResult[T]:
+    """A batch's answer as a BatchResult: ``made(item[key])`` for each created item,
+    ``refused(status, item["error"])`` for each refused one."""
+    results: list[T | CronwheelError] = []
+    for item in sorted(doc["items"], key=lambda i: int(i["index"])):
+        if item.get(key) is not None:
+            results.append(made(item[key]))
+        else:
+            results.append(refused(int(item["status"]), item["error"]))
+    return BatchResult(results)

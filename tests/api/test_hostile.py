@@ -3,6 +3,8 @@ stores nothing (jobs, firings and idempotency keys are counted before and after)
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.api.conftest import Api
@@ -306,7 +308,223 @@ CATALOG: list[tuple[str, str, str, bytes, dict[str, str], int, str]] = [
     ("firing-id-zero", "GET", "/v1/firings/0", b"", {}, 400, "invalid_input"),
     ("firing-id-huge", "GET", "/v1/firings/99999999999999999999999", b"", {}, 400, "invalid_input"),
     ("token-in-query", "GET", "/v1/jobs?access_token=x", b"", {}, 400, "credentials_in_query"),
+    # -- batches: what refuses the whole request (an item's own errors: BATCH_ITEMS) ---
+    (
+        "batch-too-large-streamed",
+        "POST",
+        "/v1/jobs/batch",
+        b'{"items": [' + b",".join([job()] * 2000) + b"]}",
+        JSON,
+        413,
+        "payload_too_large",
+    ),
+    (
+        "batch-too-many-items",
+        "POST",
+        "/v1/firings/batch",
+        b'{"items": [' + b",".join([b"{}"] * 1001) + b"]}",
+        JSON,
+        422,
+        "invalid_input",
+    ),
+    ("batch-items-object", "POST", "/v1/jobs/batch", b'{"items": {}}', JSON, 422, "invalid_input"),
+    (
+        "batch-items-null",
+        "POST",
+        "/v1/firings/batch",
+        b'{"items": null}',
+        JSON,
+        422,
+        "invalid_input",
+    ),
+    ("batch-no-items", "POST", "/v1/jobs/batch", b"{}", JSON, 422, "invalid_input"),
+    (
+        "batch-unknown-field",
+        "POST",
+        "/v1/jobs/batch",
+        b'{"items": [], "atomic": true}',
+        JSON,
+        422,
+        "invalid_input",
+    ),
+    (
+        "batch-mode-text",
+        "POST",
+        "/v1/jobs/batch",
+        b'{"items": [], "all_or_nothing": "yes"}',
+        JSON,
+        422,
+        "invalid_input",
+    ),
+    (
+        "batch-item-duplicate-key",
+        "POST",
+        "/v1/jobs/batch",
+        b'{"items": [' + job(b', "task": "u"') + b"]}",
+        JSON,
+        400,
+        "invalid_json",
+    ),
+    (
+        "batch-item-deep",
+        "POST",
+        "/v1/firings/batch",
+        b'{"items": [{"task": "t", "args": ' + b"[" * 40 + b"]" * 40 + b"}]}",
+        JSON,
+        400,
+        "invalid_json",
+    ),
+    (
+        "batch-item-nan",
+        "POST",
+        "/v1/firings/batch",
+        b'{"items": [{"task": "t", "args": [NaN]}]}',
+        JSON,
+        400,
+        "invalid_json",
+    ),
+    (
+        "batch-all-or-nothing-not-a-list",
+        "POST",
+        "/v1/firings/batch",
+        b'{"items": "t", "all_or_nothing": true}',
+        JSON,
+        422,
+        "invalid_input",
+    ),
 ]
+
+# A hostile item in a batch: its own error (status, code, field under items[1]), the
+# items around it written; all or nothing, the batch refused and nothing stored.
+BATCH_ITEMS: list[tuple[str, str, object, int, str, str]] = [
+    ("item-null", "/v1/jobs/batch", None, 422, "invalid_input", "items[1]"),
+    ("item-list", "/v1/jobs/batch", [], 422, "invalid_input", "items[1]"),
+    ("item-text", "/v1/firings/batch", "run", 422, "invalid_input", "items[1]"),
+    ("item-number", "/v1/firings/batch", 7, 422, "invalid_input", "items[1]"),
+    (
+        "item-unknown-field",
+        "/v1/jobs/batch",
+        {"name": "u", "task": "t", "schedule": {"kind": "now"}, "shell": "rm"},
+        422,
+        "invalid_input",
+        "items[1].shell",
+    ),
+    (
+        "item-name-dotdot",
+        "/v1/jobs/batch",
+        {"name": "a/../b", "task": "t", "schedule": {"kind": "now"}},
+        422,
+        "invalid_input",
+        "items[1].name",
+    ),
+    (
+        "item-name-nul",
+        "/v1/jobs/batch",
+        {"name": "a\u0000b", "task": "t", "schedule": {"kind": "now"}},
+        422,
+        "invalid_input",
+        "items[1].name",
+    ),
+    (
+        "item-name-too-long",
+        "/v1/jobs/batch",
+        {"name": "n" * 201, "task": "t", "schedule": {"kind": "now"}},
+        422,
+        "invalid_input",
+        "items[1].name",
+    ),
+    (
+        "item-cron-too-long",
+        "/v1/jobs/batch",
+        {"name": "c", "task": "t", "schedule": {"kind": "cron", "cron": "*" * 300}},
+        422,
+        "invalid_input",
+        "items[1].schedule.cron",
+    ),
+    (
+        "item-tz-path",
+        "/v1/jobs/batch",
+        {"name": "z", "task": "t", "schedule": {"kind": "cron", "cron": "* * * * *", "tz": "../x"}},
+        422,
+        "unknown_timezone",
+        "items[1].schedule.tz",
+    ),
+    (
+        "item-interval-zero",
+        "/v1/jobs/batch",
+        {"name": "e", "task": "t", "schedule": {"kind": "every", "interval": 0}},
+        422,
+        "invalid_schedule",
+        "items[1].schedule.interval",
+    ),
+    (
+        "item-name-as-number",
+        "/v1/jobs/batch",
+        {"name": 5, "task": "t", "schedule": {"kind": "now"}},
+        422,
+        "invalid_input",
+        "items[1].name",
+    ),
+    (
+        "item-task-shell",
+        "/v1/firings/batch",
+        {"task": "$(reboot)"},
+        422,
+        "invalid_input",
+        "items[1].task",
+    ),
+    (
+        "item-args-object",
+        "/v1/firings/batch",
+        {"task": "t", "args": {"a": 1}},
+        422,
+        "invalid_input",
+        "items[1].args",
+    ),
+    (
+        "item-kwargs-list",
+        "/v1/firings/batch",
+        {"task": "t", "kwargs": [1]},
+        422,
+        "invalid_input",
+        "items[1].kwargs",
+    ),
+]
+
+
+def _fine(path: str, i: int) -> dict[str, object]:
+    if path == "/v1/jobs/batch":
+        return {"name": f"fine-{i}", "task": "t", "schedule": {"kind": "every", "interval": 60}}
+    return {"task": "t", "args": [i]}
+
+
+@pytest.mark.parametrize(
+    ("path", "item", "status", "code", "field"),
+    [pytest.param(*row[1:], id=row[0]) for row in BATCH_ITEMS],
+)
+def test_hostile_batch_item(
+    api: Api, path: str, item: object, status: int, code: str, field: str
+) -> None:
+    before = api.counts()
+    text = json.dumps({"items": [_fine(path, 0), item, _fine(path, 2)]})
+    atomic = text[:-1] + ', "all_or_nothing": true}'
+    r = api.client.post(path, content=atomic, headers=api.h() | JSON)
+    assert r.status_code == status, r.text
+    doc = r.json()
+    assert doc["error"]["field"] == field and doc["error"]["code"] == "invalid_batch"
+    assert [(d["index"], d["status"], d["error"]["code"]) for d in doc["items"]] == [
+        (1, status, code)
+    ]
+    assert api.counts() == before
+    r = api.client.post(path, content=text, headers=api.h() | JSON)
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    assert [d["status"] for d in doc["items"]] == [201, status, 201]
+    error = doc["items"][1]["error"]
+    assert (error["code"], error["field"]) == (code, field) and error["message"]
+    jobs, firings, keys = api.counts()
+    made = (jobs - before[0], firings - before[1], keys - before[2])
+    assert made == ((2, 2, 0) if path == "/v1/firings/batch" else (2, 0, 0))
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,24 @@ def test_bench_smoke_loses_and_duplicates_nothing() -> None:
 
 
 @pytest.mark.slow
+def test_bench_bulk_small_loses_and_duplicates_nothing() -> None:
+    """``bench bulk`` at a small size: every job and run the bulk calls and the API
+    batches reported created is stored, once."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "cronwheel", "bench", "bulk", "--count", "300", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (doc,) = json.loads(proc.stdout)
+    assert doc["workload"] == "bulk" and doc["expected"] == 2 * 300 + 2 * 1000
+    assert doc["ran"] == doc["expected"] and doc["lost"] == doc["duplicated"] == 0
+    assert doc["schedule_many_s"] > 0 and doc["api_jobs_batch_1000_ms_p50"] > 0
+
+
+@pytest.mark.slow
 def test_bench_tz_steps_smoke() -> None:
     proc = subprocess.run(
         [

@@ -60,6 +60,42 @@ def test_jobs_quota(sec: Sec) -> None:
     sec.cron_job("c")
 
 
+def test_batches_count_against_the_quotas_as_single_writes_do(sec: Sec) -> None:
+    """A batch is charged in its own transaction: over ``jobs`` or ``firings_per_minute``
+    it is refused whole (nothing stored); a schedule denser than ``min_interval`` is
+    its item's refusal."""
+    sec.store.set_quota(NS, {"jobs": 2, "firings_per_minute": 3})
+    sec.cron_job("a")
+    before = sec.fingerprint()
+
+    def job(name: str, **schedule: Any) -> dict[str, Any]:
+        return {
+            "name": name,
+            "task": "report",
+            "schedule": schedule or {"kind": "cron", "cron": "0 9 * * *"},
+            "allow_unknown_task": True,
+        }
+
+    r = sec.call("POST", "/v1/jobs/batch", json={"items": [job("b"), job("c")]})
+    _refused(r, 422, "quota.jobs")
+    assert sec.fingerprint() == before
+    fast = {"kind": "every", "interval": "1ms"}
+    doc = sec.call("POST", "/v1/jobs/batch", json={"items": [job("flood", **fast), job("b")]})
+    assert doc.status_code == 200, doc.text
+    (flood, b) = doc.json()["items"]
+    assert (flood["status"], flood["error"]["code"]) == (422, "quota_exceeded")
+    assert flood["error"]["field"] == "items[0].schedule" and b["status"] == 201
+    before = sec.fingerprint()
+    runs = {"items": [{"task": "report", "allow_unknown_task": True}] * 4}
+    r = sec.call("POST", "/v1/firings/batch", json=runs)
+    _refused(r, 429, "quota.firings_per_minute")
+    assert 1 <= int(r.headers["Retry-After"]) <= 60
+    assert sec.fingerprint() == before
+    assert sec.call("POST", "/v1/firings/batch", "other-write", json=runs).status_code == 200
+    runs["items"] = runs["items"][:3]
+    assert sec.call("POST", "/v1/firings/batch", json=runs).json()["created"] == 3
+
+
 def test_min_interval_quota(sec: Sec) -> None:
     sec.cron_job("daily")
     before = sec.fingerprint()

@@ -17,9 +17,11 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError as PydanticValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cronwheel.errors import (
+    BatchError,
     ConflictError,
     CronwheelError,
     InvalidScheduleError,
@@ -83,6 +85,8 @@ def status_and_code(exc: CronwheelError) -> tuple[int, str]:
     if isinstance(exc, NotFoundError):
         # one code for every "no such thing (in your namespace)": no existence oracle
         return 404, "not_found"
+    if isinstance(exc, BatchError):  # 409 when every refused item is a conflict
+        return (409 if exc.conflicts else 422), exc.code
     if isinstance(exc, ConflictError | InvalidTransitionError):
         return 409, exc.code
     if isinstance(exc, StoreUnavailableError):
@@ -107,6 +111,14 @@ def field_path(loc: Sequence[Any]) -> str | None:
     return ".".join(parts) or None
 
 
+def _message(error: Mapping[str, Any]) -> str:
+    """A pydantic error's words: our validators' own, without pydantic's prefix."""
+    cause = (error.get("ctx") or {}).get("error")
+    if error.get("type") == "value_error" and cause is not None:
+        return str(cause)
+    return str(error.get("msg", "invalid value"))
+
+
 def _validation_response(exc: RequestValidationError) -> JSONResponse:
     errors = exc.errors()
     if not errors:
@@ -117,13 +129,28 @@ def _validation_response(exc: RequestValidationError) -> JSONResponse:
     # a malformed body is a 422 (its meaning is wrong); a malformed query,
     # path or header is a malformed request: 400
     status = 422 if where == "body" else 400
-    message = str(first.get("msg", "invalid value"))
-    cause = (first.get("ctx") or {}).get("error")
-    if first.get("type") == "value_error" and cause is not None:
-        message = str(cause)  # our validators' own words, without pydantic's prefix
+    message = _message(first)
     if first.get("type") == "missing" and where == "body" and len(loc) == 1:
         message = "a JSON object body is required"
     return error_response(status, "invalid_input", message, field_path(loc[1:]))
+
+
+def item_error(exc: PydanticValidationError) -> ValidationError:
+    """One batch item's pydantic error as cronwheel's (its first error's words and field,
+    relative to the item)."""
+    errors = exc.errors()
+    if not errors:
+        return ValidationError("invalid item")
+    first = errors[0]
+    if first.get("type") in ("model_type", "dict_type") and not first.get("loc"):
+        return ValidationError("must be a JSON object")
+    return ValidationError(_message(first), field=field_path(list(first.get("loc", ()))))
+
+
+def item_doc(index: int, exc: CronwheelError) -> dict[str, Any]:
+    """A refused batch item in a response: its place, status and error."""
+    status, code = status_and_code(exc)
+    return {"index": index, "status": status} | error_body(code, exc.message, exc.field)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -135,6 +162,10 @@ def install_error_handlers(app: FastAPI) -> None:
             record_refusal(exc.namespace or "", exc.quota)
             if exc.retry_after is not None:
                 headers = {"Retry-After": str(exc.retry_after)}
+        if isinstance(exc, BatchError):  # every refused item's error, nothing written
+            body = error_body(code, exc.message, exc.field)
+            body["items"] = [item_doc(i, e) for i, e in exc.errors]
+            return JSONResponse(body, status_code=status)
         return error_response(status, code, exc.message, exc.field, headers)
 
     async def on_http_error(_request: Request, exc: Exception) -> JSONResponse:

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from cronwheel.api.auth import Principal, Reader, Writer, store_of
+from cronwheel.api.batch import batch_out, parse_item, served_once
 from cronwheel.api.calls import ApiRoute
 from cronwheel.api.convert import (
     AsciiInt,
@@ -26,8 +27,10 @@ from cronwheel.api.convert import (
 from cronwheel.api.errors import HttpError
 from cronwheel.api.routes_jobs import JobName, require_served
 from cronwheel.api.schemas import CancelOut, EnqueueIn, FiringList, FiringOut, FiringStateName
+from cronwheel.api.schemas_batch import BatchErrorOut, BatchOut, FiringsBatchIn
 from cronwheel.api.traced import traced
 from cronwheel.domain.attempts import Attempt
+from cronwheel.domain.batch import run_batch
 from cronwheel.domain.error_text import error_summary
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.ids import IdCodec
@@ -212,14 +215,7 @@ def enqueue(
     """A one-off firing of `task` due now (201); 422 naming `task` when no worker has
     ever served it (once any worker registered), unless `allow_unknown_task`."""
     store = store_of(request)
-    spec = JobSpec(
-        name=f"{body.task}@{uuid.uuid4().hex[:12]}",
-        task=body.task,
-        schedule=NowSchedule(),
-        args=tuple(body.args),
-        kwargs=body.kwargs,
-        namespace=principal.namespace,
-    )
+    spec = _now_spec(principal, body)
     # as App.enqueue: a task no worker has served
     require_served(request, spec.task, body.allow_unknown_task)
     ids = ids_of(request)
@@ -247,3 +243,46 @@ def enqueue(
     if not created:
         response.status_code = 200
     return firing_to_json(ids.firing(firing))
+
+
+def _now_spec(principal: Principal, body: EnqueueIn) -> JobSpec:
+    """The one-shot job of an immediate run (a unique name)."""
+    return JobSpec(
+        name=f"{body.task}@{uuid.uuid4().hex[:12]}",
+        task=body.task,
+        schedule=NowSchedule(),
+        args=tuple(body.args),
+        kwargs=body.kwargs,
+        namespace=principal.namespace,
+    )
+
+
+@router.post(
+    "/v1/firings/batch",
+    response_model=BatchOut,
+    summary="Run many tasks now",
+    responses={409: {"model": BatchErrorOut}, 422: {"model": BatchErrorOut}},
+)
+def enqueue_batch(body: FiringsBatchIn, principal: Writer, request: Request) -> Response:
+    """Each item as `POST /v1/firings` takes it (no idempotency key), all queued in one
+    transaction with one wake-up for the workers. Each item's answer: `status` 201 with
+    its `firing`, or the status and `error` of its single request (`field` names the
+    item: `items[3].task`). `all_or_nothing` as for `POST /v1/jobs/batch`. The firings
+    count against `firings_per_minute` together: over it, the batch is refused (429)."""
+    store = store_of(request)
+    served = served_once(request)
+
+    def prepare(raw: Any) -> JobSpec:
+        item = parse_item(EnqueueIn, raw)
+        spec = _now_spec(principal, item)
+        served(spec.task, item.allow_unknown_task)
+        return spec
+
+    result = run_batch(
+        body.items,
+        prepare,
+        lambda specs, atomic: store.enqueue_now_batch(specs, all_or_nothing=atomic),
+        all_or_nothing=body.all_or_nothing,
+    )
+    ids = ids_of(request)
+    return batch_out(result, lambda firing: {"firing": firing_to_json(ids.firing(firing))})

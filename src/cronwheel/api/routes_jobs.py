@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from datetime import datetime
 from functools import partial
 from typing import Annotated, Any
 
@@ -9,6 +11,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import AfterValidator
 
 from cronwheel.api.auth import Principal, Reader, Writer, store_of
+from cronwheel.api.batch import batch_out, parse_item, served_once
 from cronwheel.api.calls import ApiRoute
 from cronwheel.api.convert import (
     AsciiInt,
@@ -33,7 +36,9 @@ from cronwheel.api.schemas import (
     JobState,
     TriggerIn,
 )
+from cronwheel.api.schemas_batch import BatchErrorOut, BatchOut, JobsBatchIn
 from cronwheel.api.traced import traced
+from cronwheel.domain.batch import run_batch
 from cronwheel.domain.jobs import (
     bind_calendar,
     bind_schedule,
@@ -45,7 +50,7 @@ from cronwheel.domain.policies import instants_between
 from cronwheel.domain.schedules import LISTING_STEPS, next_after_within
 from cronwheel.domain.transitions import StepBudget
 from cronwheel.errors import ConflictError, JobNotFoundError, ValidationError
-from cronwheel.store.calendar_port import calendar_rules_of
+from cronwheel.store.calendar_port import Lookup, calendar_rules_of
 from cronwheel.store.protocol import ApiStore
 from cronwheel.wire import firing_to_json
 
@@ -59,9 +64,17 @@ JobName = Annotated[
 ]
 
 
-def _spec(store: ApiStore, principal: Principal, name: str, body: JobBody, paused: bool) -> JobSpec:
+def _spec(
+    store: ApiStore,
+    principal: Principal,
+    name: str,
+    body: JobBody,
+    paused: bool,
+    lookup: Lookup | None = None,
+) -> JobSpec:
     """The job a body describes, its stored calendar's rules bound (422 naming
-    ``schedule.calendar`` when the namespace has no such calendar)."""
+    ``schedule.calendar`` when the namespace has no such calendar); ``lookup``: the
+    calendars' (a batch's, each read once)."""
     spec = JobSpec(
         name=name,
         task=body.task,
@@ -75,7 +88,7 @@ def _spec(store: ApiStore, principal: Principal, name: str, body: JobBody, pause
         end_at=None if body.end_at is None else instant(body.end_at, "end_at"),
         max_runs=body.max_runs,
     )
-    return bind_calendar(spec, calendar_rules_of(store))
+    return bind_calendar(spec, lookup or calendar_rules_of(store))
 
 
 @router.post("", status_code=201, response_model=JobOut, summary="Create a job")
@@ -88,6 +101,40 @@ def create_job(body: JobCreate, principal: Writer, request: Request) -> dict[str
     create = partial(store.create_job, first_fire_at=first)
     job = traced(request, spec, create, name="cronwheel.schedule")
     return job_out(ids_of(request), job, upcoming=UPCOMING)
+
+
+@router.post(
+    "/batch",
+    response_model=BatchOut,
+    summary="Create many jobs",
+    responses={409: {"model": BatchErrorOut}, 422: {"model": BatchErrorOut}},
+)
+def create_jobs_batch(body: JobsBatchIn, principal: Writer, request: Request) -> Response:
+    """Each item as `POST /v1/jobs` takes it, all written in one transaction. Each item's
+    answer: `status` 201 with its `job`, or the status and `error` of its single request
+    (`field` names the item: `items[3].schedule`; a taken name, or one an earlier item
+    took: 409 `job_exists`). `all_or_nothing`: one refused item refuses the batch (422,
+    or 409 when every refused item is a conflict, listing each) and nothing is written.
+    A quota the batch exceeds (`jobs`) refuses it whole."""
+    store = store_of(request)
+    now = store.now()
+    calendars = functools.cache(calendar_rules_of(store))
+    served = served_once(request)
+
+    def prepare(raw: Any) -> tuple[JobSpec, datetime | None]:
+        item = parse_item(JobCreate, raw)
+        spec = _spec(store, principal, item.name, item, bool(item.paused), calendars)
+        served(spec.task, item.allow_unknown_task)
+        return spec, spec_first_fire_at(spec, now, allow_past=item.allow_past)
+
+    result = run_batch(
+        body.items,
+        prepare,
+        lambda specs, atomic: store.create_jobs_batch(specs, all_or_nothing=atomic),
+        all_or_nothing=body.all_or_nothing,
+    )
+    ids = ids_of(request)
+    return batch_out(result, lambda job: {"job": job_out(ids, job)})
 
 
 @router.put("/{name}", response_model=JobOut, summary="Create or update a job by name")

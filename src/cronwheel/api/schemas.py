@@ -1,4 +1,5 @@
-"""Request and response bodies: the API's schemas live only here.
+"""Request and response bodies: the API's schemas live only here (the batch endpoints'
+in ``schemas_batch.py``).
 
 Requests are strict (``"job_id": "1"`` is not an integer, unknown fields are
 refused). Instants are RFC 3339 strings with an offset, parsed by the domain's

@@ -12,7 +12,7 @@ import click
 if TYPE_CHECKING:
     from cronwheel.bench.runner import BenchResult
 
-_RUNNABLE = ["precision", "herd", "drain", "cron-mix", "scale", "failover", "limit"]
+_RUNNABLE = ["precision", "herd", "drain", "cron-mix", "scale", "failover", "limit", "bulk"]
 _WORKLOADS = [*_RUNNABLE, "api", "tz-steps", "smoke", "all"]
 DEFAULT_COUNT = {
     "precision": 200,
@@ -22,6 +22,7 @@ DEFAULT_COUNT = {
     "scale": 1_000_000,
     "failover": 200,
     "limit": 50_000,
+    "bulk": 10_000,
 }
 # bench smoke: sized for CI (well under a minute), asserting correctness only
 SMOKE: list[tuple[str, int, dict[str, Any]]] = [
@@ -54,7 +55,8 @@ SMOKE: list[tuple[str, int, dict[str, Any]]] = [
     type=click.IntRange(1, 10_000_000),
     default=None,
     help="Size (default per workload: precision 200, herd 10000, drain 20000, "
-    "cron-mix 100000 jobs, scale 1000000 jobs, failover 200, limit 50000 rows; "
+    "cron-mix 100000 jobs, scale 1000000 jobs, failover 200, limit 50000 rows, "
+    "bulk 10000 jobs and runs; "
     "tz-steps: successive steps per start point, 1).",
 )
 @click.option(
@@ -126,6 +128,8 @@ def bench_command(
     failover   (PostgreSQL) SIGKILL the leader of 2 schedulers: takeover time
     limit      the store's own rates: single-row commits, batched inserts,
                enqueue, claims and completions (rows/s)
+    bulk       App.schedule_many / enqueue_many of --count one-shot jobs and runs (vs
+               App.schedule one per call), and API batches of 1,000 jobs and runs (ms)
     api        (needs wrk) `cronwheel api --auth` under wrk: requests/s and latency
                p50/p99 of job create, upsert (PUT), firing get, jobs list, status
     tz-steps   (no store) cost of one schedule step at vs away from DST transitions,
@@ -396,6 +400,12 @@ def run_workload(
 
         return run_limit(
             store_url, count=n, single_s=options.get("single_s", 3.0), progress=progress
+        )
+    if name == "bulk":
+        from cronwheel.bench.bulk import run_bulk
+
+        return run_bulk(
+            store_url, count=n, single_s=options.get("single_s", 2.0), progress=progress
         )
     raise click.UsageError(f"unknown workload {name!r}")
 

@@ -17,8 +17,9 @@ shown ids of consecutive objects look like independent random numbers below 2**5
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import hmac
-from typing import Literal
+from typing import Any, Literal
 
 from cronwheel.domain.models import Firing, FiringId, Job, JobId
 from cronwheel.domain.skips import SkipResult
@@ -33,6 +34,18 @@ Kind = Literal["job", "firing"]
 KINDS: tuple[Kind, ...] = ("job", "firing")
 
 
+_IPAD = bytes(x ^ 0x36 for x in range(256))
+_OPAD = bytes(x ^ 0x5C for x in range(256))
+
+
+def _hmac_states(key: bytes) -> tuple[Any, Any]:
+    """HMAC-SHA256's inner and outer hash states after the padded key (RFC 2104)."""
+    if len(key) > 64:
+        key = hashlib.sha256(key).digest()
+    block = key.ljust(64, b"\0")
+    return hashlib.sha256(block.translate(_IPAD)), hashlib.sha256(block.translate(_OPAD))
+
+
 class IdCodec:
     """Internal id <-> shown id of a job or a firing, under one cluster secret (``key``,
     at least 16 bytes)."""
@@ -44,18 +57,23 @@ class IdCodec:
     def __init__(self, key: bytes) -> None:
         if len(key) < 16:
             raise ValueError("the id key must be at least 16 bytes")
-        self._keys: dict[str, tuple[bytes, ...]] = {
+        self._keys: dict[str, tuple[tuple[Any, Any], ...]] = {
             kind: tuple(
-                hmac.digest(key, f"cronwheel-{kind}-id-round-{i}".encode(), "sha256")
+                _hmac_states(hmac.digest(key, f"cronwheel-{kind}-id-round-{i}".encode(), "sha256"))
                 for i in range(ROUNDS)
             )
             for kind in KINDS
         }
         self._memo: dict[tuple[str, bool, int], int] = {}
 
-    def _f(self, round_key: bytes, half: int) -> int:
-        digest = hmac.digest(round_key, half.to_bytes(4, "big"), "sha256")
-        return int.from_bytes(digest[:4], "big") & _MASK
+    def _f(self, states: tuple[Any, Any], half: int) -> int:
+        """HMAC-SHA256(round key, half) from the key's precomputed inner and outer
+        states (RFC 2104): the same digest as ``hmac.digest``, at a quarter of its cost
+        (a batch of 1,000 jobs encodes 8,000 of these)."""
+        inner, outer = states[0].copy(), states[1].copy()
+        inner.update(half.to_bytes(4, "big"))
+        outer.update(inner.digest())
+        return int.from_bytes(outer.digest()[:4], "big") & _MASK
 
     def _permute(self, kind: Kind, x: int) -> int:
         left, right = x >> _HALF, x & _MASK

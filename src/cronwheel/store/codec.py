@@ -41,6 +41,9 @@ class Row(Protocol):
 
 
 SHARDS = 256
+_SORTED_JSON = json.JSONEncoder(
+    sort_keys=True
+)  # made once: json.dumps(sort_keys=...) makes one per call
 
 
 def duration_us(delta: timedelta) -> int:
@@ -72,14 +75,16 @@ def shard_of(namespace: str, name: str) -> int:
 
 def job_params(spec: JobSpec) -> dict[str, Any]:
     policies = spec.policies
+    payload = spec.payload
+    schedule = spec.schedule.to_dict()
     return {
         "namespace": spec.namespace,
         "name": spec.name,
         "task": spec.task,
-        "schedule": json.dumps(spec.schedule.to_dict(), sort_keys=True),
-        "payload": spec.payload,
+        "schedule": _SORTED_JSON.encode(schedule),
+        "payload": payload,
         "policies": policies_json(policies),
-        "spec_hash": spec.spec_hash(),
+        "spec_hash": spec.spec_hash(payload=payload, schedule=schedule),
         "priority": float(policies.priority),
         "max_attempts": policies.max_attempts,
         "visibility_us": int(policies.visibility_timeout.total_seconds() * 1_000_000),
@@ -174,6 +179,23 @@ def job_from_row(row: Row) -> Job:
         remaining_runs=row["remaining_runs"],
         created_at=req_instant(row["created_at"]),
         updated_at=req_instant(row["updated_at"]),
+    )
+
+
+def new_job(row: Row, spec: JobSpec, first_fire_at: datetime | None) -> Job:
+    """A job just inserted from ``spec`` (its row gives ``id`` and ``created_at``): what
+    ``job_from_row`` of its full row gives, without reading the row back."""
+    created = req_instant(row["created_at"])
+    return Job(
+        id=JobId(row["id"]),
+        spec=spec,
+        next_fire_at=opt_instant(first_fire_at),
+        last_fired_at=None,
+        paused=bool(spec.paused),
+        missed_total=0,
+        remaining_runs=spec.max_runs,
+        created_at=created,
+        updated_at=created,
     )
 
 

@@ -48,6 +48,7 @@ from cronwheel.domain.results import (  # re-exported: the stores import it from
     CancelResult as CancelResult,  # noqa: PLC0414
 )
 from cronwheel.domain.skips import SkipResult
+from cronwheel.store.bulk_port import BulkPort as BulkPort  # noqa: PLC0414 (JobsPort's)
 from cronwheel.store.calendar_port import CalendarChange, CalendarPort  # re-exported
 from cronwheel.store.quota_port import QuotaPort  # re-exported (__all__)
 from cronwheel.store.records import (  # re-exported (__all__): callers import them here
@@ -247,7 +248,7 @@ class WorkerPort(Protocol):
     def remove_node(self, node_id: str) -> None: ...
 
 
-class JobsPort(Protocol):
+class JobsPort(BulkPort, Protocol):
     """Jobs and firings for the Python API and the CLI."""
 
     def create_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> Job:

@@ -36,6 +36,7 @@ from cronwheel.store import codec
 from cronwheel.store.claiming import ClaimAsk
 from cronwheel.store.codec import Row
 from cronwheel.store.core import filters
+from cronwheel.store.core.bulk import BulkFlows, job_exists
 from cronwheel.store.core.calendars import CalendarFlows
 from cronwheel.store.core.dialect import Dialect, Tx
 from cronwheel.store.core.skips import SkipFlows
@@ -53,19 +54,11 @@ D = TypeVar("D", bound=Dialect)
 _BEGINNING = datetime(1, 1, 2, tzinfo=UTC)
 
 
-def job_exists(spec: JobSpec, *, naming_namespace: bool = False) -> ConflictError:
-    """The error of a job created under a name its namespace already has."""
-    where = f" in namespace {spec.namespace!r}" if naming_namespace else ""
-    return ConflictError(
-        f"a job named {spec.name!r} already exists{where}", field="name", code="job_exists"
-    )
-
-
-class CoreStore(SkipFlows[D], TaskFlows[D], CalendarFlows[D], TzFlows[D]):
+class CoreStore(BulkFlows[D], SkipFlows[D], TaskFlows[D], CalendarFlows[D], TzFlows[D]):
     """The engine-independent flows of the Store and ApiStore protocols (the admin
     half, and the plumbing, in core/admin.py; skipping occurrences in core/skips.py;
-    served tasks in core/tasks.py; quotas in core/quotas.py; the tz database in
-    core/tzdata.py)."""
+    served tasks in core/tasks.py; quotas in core/quotas.py; bulk writes in
+    core/bulk.py; the tz database in core/tzdata.py)."""
 
     # -- engine hooks -------------------------------------------------------------------
     @abstractmethod

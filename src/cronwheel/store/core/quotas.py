@@ -151,11 +151,18 @@ class QuotaFlows(Generic[D]):
     def _uncharge_job(self, tx: Tx, namespace: str) -> None:
         self._charge(tx, namespace, "jobs", 0, -1)
 
-    def _check_schedule(self, tx: Tx, spec: JobSpec, first: Any) -> None:
-        """The schedule's shortest gap against the namespace's ``min_interval`` (422)."""
+    def _check_schedule(
+        self, tx: Tx, spec: JobSpec, first: Any, quotas: dict[str, Quota] | None = None
+    ) -> None:
+        """The schedule's shortest gap against the namespace's ``min_interval`` (422);
+        ``quotas``: the quotas a batch read so far (one read per namespace)."""
         gap = min_gap(spec.schedule, first)
-        if gap is not None:
-            check_interval(self._quota_in(tx, spec.namespace), spec.namespace, gap)
+        if gap is None:
+            return
+        quotas = {} if quotas is None else quotas
+        if spec.namespace not in quotas:
+            quotas[spec.namespace] = self._quota_in(tx, spec.namespace)
+        check_interval(quotas[spec.namespace], spec.namespace, gap)
 
     def _charge_rate(self, tx: Tx, namespace: str, quota: str, limit: int, n: int) -> None:
         """Count ``n`` firings against a rate quota (``firings_per_minute``,

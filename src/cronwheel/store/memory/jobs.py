@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from cronwheel.domain.batch import settle
 from cronwheel.domain.firing import FiringState
-from cronwheel.domain.models import Job, JobEvent, JobId, JobSpec
+from cronwheel.domain.models import Firing, Job, JobEvent, JobId, JobSpec
 from cronwheel.domain.skips import SkipResult
-from cronwheel.errors import ConflictError, JobNotFoundError
+from cronwheel.errors import ConflictError, CronwheelError, JobNotFoundError, QuotaExceededError
 from cronwheel.store import codec
 from cronwheel.store.codec import opt_us, to_us
+from cronwheel.store.core.bulk import job_exists
 from cronwheel.store.memory import work
 from cronwheel.store.memory.quotas import QuotaMethods
 
@@ -63,6 +65,68 @@ class JobMethods(QuotaMethods):
             self._charge_jobs_in(data, charge)
             data.jobs_version += 1
         return len(items)
+
+    def create_jobs_batch(
+        self, items: Sequence[tuple[JobSpec, datetime | None]], *, all_or_nothing: bool = False
+    ) -> list[Job | CronwheelError]:
+        """As the SQL stores: each item's schedule checked, then its name; the created
+        ones charged to the jobs quota (over it: the batch refused, nothing written)."""
+        with self._tx() as data:
+            out: list[Job | CronwheelError | None] = []
+            taken: set[tuple[str, str]] = set()
+            todo: list[int] = []
+            for i, (spec, first) in enumerate(items):
+                key = (spec.namespace, spec.name)
+                try:
+                    self._check_schedules(data, [(spec, first)])
+                except QuotaExceededError as exc:
+                    out.append(exc)
+                    continue
+                if key in data.job_names or key in taken:
+                    out.append(job_exists(spec))
+                    continue
+                taken.add(key)
+                todo.append(i)
+                out.append(None)
+            if any(isinstance(r, CronwheelError) for r in out) and all_or_nothing:
+                settle(out, all_or_nothing)  # raises BatchError
+            charge = self._jobs_room(data, [items[i][0] for i in todo])
+            now = self._now_us()
+            for i in todo:
+                row = self._new_job(data, *items[i], now)
+                out[i] = codec.new_job({"id": row.id, "created_at": now}, *items[i])
+            self._charge_jobs_in(data, charge)
+            if todo:
+                data.jobs_version += 1
+            return [r for r in out if r is not None]
+
+    def enqueue_now_batch(
+        self, specs: Sequence[JobSpec], *, all_or_nothing: bool = False
+    ) -> list[Firing | CronwheelError]:
+        with self._tx() as data:
+            out: list[Firing | CronwheelError | None] = []
+            taken: set[tuple[str, str]] = set()
+            for spec in specs:
+                key = (spec.namespace, spec.name)
+                out.append(job_exists(spec) if key in data.job_names or key in taken else None)
+                taken.add(key)
+            if any(r is not None for r in out) and all_or_nothing:
+                settle(out, all_or_nothing)  # raises BatchError
+            per_namespace: dict[str, int] = {}
+            for spec, r in zip(specs, out, strict=True):
+                if r is None:
+                    per_namespace[spec.namespace] = per_namespace.get(spec.namespace, 0) + 1
+            for namespace, n in sorted(per_namespace.items()):
+                self._firings_room(data, namespace, n)
+            for i, spec in enumerate(specs):
+                if out[i] is None:
+                    out[i] = codec.firing_from_row(self._enqueue_now_in(data, spec))
+            for namespace, n in per_namespace.items():
+                self._add(data, namespace, "firings_per_minute", n)
+            done = [r for r in out if r is not None]
+        if per_namespace:
+            self._wake()
+        return done
 
     def upsert_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> tuple[Job, bool]:
         params = codec.job_params(spec)

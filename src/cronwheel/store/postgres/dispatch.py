@@ -25,16 +25,41 @@ from cronwheel.errors import ConflictError, JobNotFoundError, LeaseLostError
 from cronwheel.store import codec
 from cronwheel.store.codec import Row
 from cronwheel.store.core import CoreStore, FairClocks, Tx
-from cronwheel.store.core.flows import job_exists
+from cronwheel.store.core.bulk import by_name, job_exists
 from cronwheel.store.postgres.db import Database, PgTx, query
 from cronwheel.store.postgres.params import (
     advance_params,
+    clock_params,
     fair_deadline_at,
     insert_params,
     rounds,
     utc,
 )
 from cronwheel.store.protocol import EnqueueResult, JobAdvance
+
+# the columns of bulk_jobs_copy (dispatch.sql) after `ord`, before the two instants
+_BULK_COLUMNS = (
+    "namespace",
+    "name",
+    "task",
+    "schedule",
+    "payload",
+    "policies",
+    "spec_hash",
+    "priority",
+    "max_attempts",
+    "visibility_us",
+    "paused",
+    "shard",
+    "max_concurrency",
+    "overlap",
+    "max_buffer",
+    "cancel_grace_us",
+    "start_deadline_us",
+    "bounds",
+    "remaining_runs",
+    "trace_context",
+)
 
 
 class PgDispatch(CoreStore[Database]):
@@ -71,6 +96,45 @@ class PgDispatch(CoreStore[Database]):
             return len(rows)
 
         return self.db.write(body)
+
+    def _insert_jobs_in(self, tx: Tx, rows: Sequence[dict[str, Any]]) -> list[Row | None]:
+        return self._bulk_jobs(tx, rows, fired_at=None)
+
+    def _bulk_jobs(
+        self, tx: Tx, rows: Sequence[dict[str, Any]], *, fired_at: datetime | None
+    ) -> list[Row | None]:
+        """COPY the rows into a temporary table, then one INSERT ... SELECT of them in
+        order, passing over names that exist: each item's new row (id, namespace,
+        name, priority, created_at), or None where its name was taken."""
+        assert isinstance(tx, PgTx)
+        if not rows:
+            return []
+        tx.run("bulk_jobs_table")
+        with tx.conn.cursor() as cur, cur.copy(query(tx.db.q["bulk_jobs_copy"])) as copy:
+            for i, r in enumerate(rows):
+                copy.write_row([i, *[r[k] for k in _BULK_COLUMNS], r["next_fire_at"], fired_at])
+        return by_name(rows, tx.all("bulk_jobs_insert"))
+
+    def _enqueue_now_many_in(self, tx: Tx, specs: Sequence[JobSpec]) -> list[Row | None]:
+        """The one-shot jobs (bulk_jobs), their namespaces' fair clocks locked, then their
+        firings due now in one INSERT and the clocks written back; one wake-up."""
+        clock = tx.one("now")
+        assert clock is not None
+        at = utc(clock["now"])
+        params = [codec.job_params(spec) | {"next_fire_at": None} for spec in specs]
+        jobs = self._bulk_jobs(tx, params, fired_at=at)
+        made = [j for j in jobs if j is not None]
+        if not made:
+            return [None] * len(specs)
+        fair = FairClocks()
+        namespaces = sorted({j["namespace"] for j in made})
+        for c in tx.all("bulk_lock_clocks", {"ns": namespaces}):
+            fair.seen(c["namespace"], c["vclock"])
+        vds = [fair_deadline_at(fair, j["namespace"], float(j["priority"]), at) for j in made]
+        firing_params = {"f_job": [j["id"] for j in made], "f_vd": vds, "at": at}
+        firings = tx.all("bulk_now_firings", firing_params | clock_params(fair))
+        by_job = {f["job_id"]: f for f in firings}
+        return [None if j is None else by_job[j["id"]] for j in jobs]
 
     def _enqueue_now_in(self, tx: Tx, spec: JobSpec) -> Row:
         """The one-shot job (fired now) and its namespace's fair clock, locked; then its

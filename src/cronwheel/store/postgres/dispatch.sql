@@ -258,3 +258,70 @@ missed AS (
 )
 SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM revoked)
        + (SELECT count(*) FROM missed) AS n
+
+-- name: bulk_jobs_table
+-- Bulk registration step 1: a temporary table (dropped at commit) shaped like the
+-- new rows of jobs, with each item's place (`ord`), for COPY.
+CREATE TEMPORARY TABLE bulk_jobs ON COMMIT DROP AS
+SELECT 0::integer AS ord, namespace, name, task, schedule, payload, policies, spec_hash,
+       priority, max_attempts, visibility_us, paused, shard, max_concurrency, overlap,
+       max_buffer, cancel_grace_us, start_deadline_us, bounds, remaining_runs, trace_context,
+       next_fire_at, last_fired_at
+FROM jobs WITH NO DATA
+
+-- name: bulk_jobs_copy
+-- Bulk registration step 2: the items, by COPY (the columns of bulk_jobs_table, in
+-- order: store/postgres/dispatch.py writes its rows in this order).
+COPY bulk_jobs (ord, namespace, name, task, schedule, payload, policies, spec_hash, priority,
+                max_attempts, visibility_us, paused, shard, max_concurrency, overlap,
+                max_buffer, cancel_grace_us, start_deadline_us, bounds, remaining_runs,
+                trace_context, next_fire_at, last_fired_at) FROM STDIN
+
+-- name: bulk_jobs_insert
+-- Bulk registration step 3: the jobs, in the items' order; a name its namespace has
+-- (or that an earlier item of the batch took) is passed over, so the caller reports it
+-- as the item's conflict. [jobs (namespace, name) unique]
+INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
+                  max_attempts, visibility_us, paused, shard, max_concurrency, overlap,
+                  max_buffer, cancel_grace_us, start_deadline_us, bounds, remaining_runs,
+                  trace_context, next_fire_at, last_fired_at, created_at, updated_at)
+SELECT namespace, name, task, schedule, payload, policies, spec_hash, priority,
+       max_attempts, visibility_us, paused, shard, max_concurrency, overlap, max_buffer,
+       cancel_grace_us, start_deadline_us, bounds, remaining_runs, trace_context,
+       next_fire_at, last_fired_at, :now, :now
+FROM bulk_jobs ORDER BY ord
+ON CONFLICT (namespace, name) DO NOTHING
+RETURNING id, namespace, name, priority, created_at
+
+-- name: bulk_lock_clocks
+-- enqueue_now_batch: the fair clocks of the batch's namespaces, created if missing and
+-- locked, in name order (as enqueue_advance locks them).
+INSERT INTO fair_clocks AS c (namespace, vclock)
+SELECT DISTINCT n, 0 FROM unnest(%(ns)s::text[]) AS n ORDER BY n
+ON CONFLICT (namespace) DO UPDATE SET vclock = c.vclock
+RETURNING c.namespace, c.vclock
+
+-- name: bulk_now_firings
+-- enqueue_now_batch: each new one-shot job's firing, due now (vdeadline from the fair
+-- clocks, computed by the caller), the clocks written back, one wake-up for the batch
+-- (the uncorrelated pg_notify subquery runs once; delivered at commit).
+WITH f AS (
+    SELECT * FROM unnest(%(f_job)s::bigint[], %(f_vd)s::timestamptz[])
+        WITH ORDINALITY AS f (job_id, vd, ord)
+),
+ins AS (
+    INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for, due_at,
+                         vdeadline, state, max_attempts, priority, visibility_us, enqueued_at,
+                         enqueued_epoch, note, shard)
+    SELECT j.id, j.namespace, j.name, j.task, j.payload, %(at)s, %(at)s, f.vd,
+           'queued', j.max_attempts, j.priority, j.visibility_us, :now, NULL, NULL, j.shard
+    FROM f JOIN jobs j ON j.id = f.job_id
+    ORDER BY f.ord
+    RETURNING *
+),
+clk AS (
+    UPDATE fair_clocks c SET vclock = greatest(c.vclock, x.vclock)
+    FROM unnest(%(c_ns)s::text[], %(c_clock)s::bigint[]) AS x (namespace, vclock)
+    WHERE c.namespace = x.namespace
+)
+SELECT ins.*, (SELECT pg_notify('cronwheel_work', '')::text) AS notified FROM ins

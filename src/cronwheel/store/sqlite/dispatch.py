@@ -15,9 +15,9 @@ from cronwheel.errors import ConflictError, JobNotFoundError, LeaseLostError
 from cronwheel.store import codec
 from cronwheel.store.codec import Row, opt_us, to_us
 from cronwheel.store.core import CoreStore, FairClocks, Tx
-from cronwheel.store.core.flows import job_exists
+from cronwheel.store.core.bulk import by_name, job_exists
 from cronwheel.store.protocol import EnqueueResult, JobAdvance
-from cronwheel.store.sqlite.db import SqliteDb
+from cronwheel.store.sqlite.db import SqliteDb, SqliteTx
 
 
 class _JobClocks:
@@ -28,7 +28,11 @@ class _JobClocks:
         self.fair = FairClocks()
         self._jobs: dict[int, tuple[str, float]] = {}
 
-    def deadline(self, job_id: int, due_us: int) -> int:
+    def deadline(self, job_id: int, due_us: int, known: tuple[str, float] | None = None) -> int:
+        """``known``: the job's namespace and priority, when the caller has them (a job
+        it just inserted): no read once its namespace's clock is known."""
+        if known is not None and known[0] in self.fair.clocks:
+            self._jobs.setdefault(job_id, known)
         if job_id not in self._jobs:
             row = self.tx.one("fair_clock", {"job_id": job_id})
             assert row is not None
@@ -63,23 +67,57 @@ class SqliteDispatch(CoreStore[SqliteDb]):
             tx.run("bump_jobs_version")
         return len(rows)
 
-    def _enqueue_now_in(self, tx: Tx, spec: JobSpec) -> Row:
+    def _insert_jobs_in(self, tx: Tx, rows: Sequence[dict[str, Any]]) -> list[Row | None]:
+        """One executemany of insert_job (a taken name inserts nothing), then the new
+        rows read back by id: under the writer lock they are the ids above the highest."""
+        assert isinstance(tx, SqliteTx)
+        if not rows:
+            return []
+        before = tx.one("jobs_max_id")
+        assert before is not None
+        tx.many("insert_job", rows)
+        return by_name(rows, tx.all("jobs_after_id", {"after_id": before["id"]}))
+
+    def _now_firing(self, tx: Tx, spec: JobSpec, clocks: _JobClocks) -> Row | None:
+        """The one-shot job of ``spec`` (fired now) and its firing due now; None when the
+        name is taken."""
+        params = codec.job_params(spec)
         try:
-            job = tx.one("insert_now_job", codec.job_params(spec))
+            job = tx.one("insert_now_job", params)
         except sqlite3.IntegrityError:
-            raise job_exists(spec) from None
+            return None
         assert job is not None
         now = job["last_fired_at"]  # the unit of work's clock: the firing is due now
-        clocks = _JobClocks(tx)
-        params = {"job_id": job["id"], "scheduled_for": now, "due_at": now}
+        known = (spec.namespace, params["priority"])
+        firing = {"job_id": job["id"], "scheduled_for": now, "due_at": now}
         row = tx.one(
             "insert_job_firing",
-            params | {"vdeadline": clocks.deadline(job["id"], now), "note": None, "overlap": None},
+            firing
+            | {
+                "vdeadline": clocks.deadline(job["id"], now, known),
+                "note": None,
+                "overlap": None,
+            },
         )
         assert row is not None
+        return row
+
+    def _enqueue_now_in(self, tx: Tx, spec: JobSpec) -> Row:
+        clocks = _JobClocks(tx)
+        row = self._now_firing(tx, spec, clocks)
+        if row is None:
+            raise job_exists(spec)
         clocks.save()
         tx.wake_workers()
         return row
+
+    def _enqueue_now_many_in(self, tx: Tx, specs: Sequence[JobSpec]) -> list[Row | None]:
+        clocks = _JobClocks(tx)
+        rows = [self._now_firing(tx, spec, clocks) for spec in specs]
+        clocks.save()
+        if any(r is not None for r in rows):
+            tx.wake_workers()  # one doorbell for the batch
+        return rows
 
     def _add_firings_in(
         self, tx: Tx, namespace: str, name: str, instants: list[datetime], extra: dict[str, Any]

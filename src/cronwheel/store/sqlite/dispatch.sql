@@ -138,3 +138,12 @@ WHERE id IN (
       AND f.due_at < :now - j.start_deadline_us
     LIMIT :limit
 )
+
+-- name: jobs_max_id
+-- Bulk registration: the highest job id so far (AUTOINCREMENT: every new one is higher).
+SELECT coalesce(max(id), 0) AS id FROM jobs
+
+-- name: jobs_after_id
+-- Bulk registration: the jobs just inserted under the writer lock (ids above the
+-- highest before). [jobs primary key]
+SELECT id, namespace, name, created_at FROM jobs WHERE id > :after_id ORDER BY id
