@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NewType
 from cronwheel.domain.firing import FiringState, format_instant, idempotency_key
 from cronwheel.domain.overlap import OverlapPolicy
 from cronwheel.domain.policies import MisfirePolicy
+from cronwheel.domain.retention import check_keep_for, check_keep_last
 from cronwheel.errors import ValidationError
 
 if TYPE_CHECKING:
@@ -88,6 +89,17 @@ def _opt_s(value: timedelta | None) -> float | None:
     return None if value is None else value.total_seconds()
 
 
+def _retention_dict(keep_for: timedelta | None, keep_last: int | None) -> dict[str, Any]:
+    """A job's retention overrides, only when set: a job without them keeps the
+    policies document (and spec hash) it had before they existed."""
+    out: dict[str, Any] = {}
+    if keep_for is not None:
+        out["keep_for_s"] = keep_for.total_seconds()
+    if keep_last is not None:
+        out["keep_last"] = keep_last
+    return out
+
+
 def _positive(value: timedelta, field_name: str) -> timedelta:
     if not isinstance(value, timedelta) or value <= timedelta(0):
         raise ValidationError("must be a positive duration", field=field_name)
@@ -115,6 +127,8 @@ class JobPolicies:
     start_deadline: timedelta | None = None
     jitter: timedelta = timedelta(0)
     lateness_objective: timedelta | None = None  # p99 start lateness this job must meet
+    keep_for: timedelta | None = None  # None: the namespace's retention (domain/retention.py)
+    keep_last: int | None = None  # None: the namespace's retention
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_attempts, int) or not 1 <= self.max_attempts <= 1000:
@@ -163,6 +177,10 @@ class JobPolicies:
             raise ValidationError("must be a duration from 0 to 1 day", field="jitter")
         if self.lateness_objective is not None:
             _positive(self.lateness_objective, "lateness_objective")
+        if self.keep_for is not None:
+            check_keep_for(self.keep_for)
+        if self.keep_last is not None:
+            check_keep_last(self.keep_last)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -183,7 +201,7 @@ class JobPolicies:
             "start_deadline_s": _opt_s(self.start_deadline),
             "jitter_s": self.jitter.total_seconds(),
             "lateness_objective_s": _opt_s(self.lateness_objective),
-        }
+        } | _retention_dict(self.keep_for, self.keep_last)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> JobPolicies:
@@ -210,6 +228,8 @@ class JobPolicies:
             lateness_objective=(
                 None if d.get("lateness_objective_s") is None else td("lateness_objective_s")
             ),
+            keep_for=None if d.get("keep_for_s") is None else td("keep_for_s"),
+            keep_last=None if d.get("keep_last") is None else int(d["keep_last"]),
         )
 
 

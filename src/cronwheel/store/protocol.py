@@ -66,6 +66,7 @@ from cronwheel.store.records import (  # re-exported (__all__): callers import t
     StoreStatus,
     TzRecord,
 )
+from cronwheel.store.retention_port import RetentionPort  # re-exported (__all__)
 from cronwheel.store.tz_port import TzPort  # re-exported (__all__)
 from cronwheel.wakeup import Wakeup
 
@@ -93,6 +94,7 @@ __all__ = [
     "JobsPort",
     "PlannedFiring",
     "QuotaPort",
+    "RetentionPort",
     "ServedTask",
     "Store",
     "StoreStatus",
@@ -104,9 +106,9 @@ __all__ = [
 DISPATCHER_LEASE = "dispatcher"
 
 
-class DispatchPort(TzPort, Protocol):
+class DispatchPort(TzPort, RetentionPort, Protocol):
     """The dispatcher's port: leadership, due jobs, fenced enqueues, the reaper (and, from
-    TzPort, the cluster's tz database)."""
+    TzPort, the cluster's tz database; from RetentionPort, the retention pass)."""
 
     def acquire_lease(self, name: str, holder: str, ttl: timedelta) -> Lease | None:
         """Renew the lease if ``holder`` holds it unexpired, else take it over if it has

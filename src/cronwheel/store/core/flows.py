@@ -38,6 +38,7 @@ from cronwheel.store.codec import Row
 from cronwheel.store.core import filters
 from cronwheel.store.core.calendars import CalendarFlows
 from cronwheel.store.core.dialect import Dialect, Tx
+from cronwheel.store.core.retention import RetentionFlows
 from cronwheel.store.core.skips import SkipFlows
 from cronwheel.store.core.tasks import TaskFlows
 from cronwheel.store.core.tzdata import TzFlows
@@ -61,7 +62,7 @@ def job_exists(spec: JobSpec, *, naming_namespace: bool = False) -> ConflictErro
     )
 
 
-class CoreStore(SkipFlows[D], TaskFlows[D], CalendarFlows[D], TzFlows[D]):
+class CoreStore(SkipFlows[D], TaskFlows[D], CalendarFlows[D], RetentionFlows[D], TzFlows[D]):
     """The engine-independent flows of the Store and ApiStore protocols (the admin
     half, and the plumbing, in core/admin.py; skipping occurrences in core/skips.py;
     served tasks in core/tasks.py; quotas in core/quotas.py; the tz database in

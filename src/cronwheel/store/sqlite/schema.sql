@@ -252,3 +252,16 @@ CREATE TABLE calendars (
 -- meta row 'tzdata', written by the leader that adopted it (core/tzdata.py).
 ALTER TABLE nodes ADD COLUMN tz_source TEXT;
 ALTER TABLE nodes ADD COLUMN tz_version TEXT;
+
+-- name: migration_13
+-- History retention (domain/retention.py): a namespace's own policy (none: keep finished
+-- firings 7 days and the last one per outcome per job), and the index that answers
+-- "how many newer firings of this job ended the same way" for keep_last, a walk of at
+-- most keep_last entries per firing pruning looks at.
+CREATE TABLE retention (
+    namespace   TEXT    PRIMARY KEY,
+    keep_for_us INTEGER NOT NULL,
+    keep_last   INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL
+);
+CREATE INDEX firings_outcome ON firings (job_id, state, scheduled_for) WHERE finished_at IS NOT NULL;
