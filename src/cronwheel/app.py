@@ -17,7 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from cronwheel.domain.calendars import CalendarRules
@@ -29,6 +29,8 @@ from cronwheel.domain.jobs import (
     spec_first_fire_at,
 )
 from cronwheel.domain.models import Firing, Job, JobPolicies, JobSpec, validate_task
+from cronwheel.domain.policy_table import parse_seconds_or_duration
+from cronwheel.domain.retention import Retention
 from cronwheel.domain.schedules import NowSchedule, Schedule
 from cronwheel.domain.tzdb import use_tz_database
 from cronwheel.store.calendar_port import calendar_rules_of
@@ -213,6 +215,25 @@ class App:
             }
         )
         return self.store.set_calendar(self.namespace, name, rules)
+
+    def retention(
+        self, *, keep_for: timedelta | float | str | None = None, keep_last: int | None = None
+    ) -> Retention:
+        """The namespace's retention policy (domain/retention.py), changed first when
+        ``keep_for`` (a timedelta, seconds or text such as ``"30d"``) and/or
+        ``keep_last`` are given. Jobs override it with their keep_for/keep_last."""
+        changes: dict[str, Any] = {}
+        if keep_for is not None:
+            changes["keep_for"] = (
+                parse_seconds_or_duration(keep_for, "keep_for")
+                if isinstance(keep_for, str)
+                else keep_for
+            )
+        if keep_last is not None:
+            changes["keep_last"] = keep_last
+        if changes:
+            return self.store.set_retention(self.namespace, changes)
+        return self.store.get_retention(self.namespace)
 
     def schedule(
         self,

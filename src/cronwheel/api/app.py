@@ -46,6 +46,7 @@ def create_api(
         routes_jobs,
         routes_misc,
         routes_quota,
+        routes_retention,
         routes_skip,
     )
 
@@ -66,6 +67,7 @@ def create_api(
     app.include_router(routes_firings.router)
     app.include_router(routes_misc.router)
     app.include_router(routes_quota.router)
+    app.include_router(routes_retention.router)
     app.include_router(routes_calendars.router)
     app.add_middleware(BodyGuard, max_body=max_body)
     return app

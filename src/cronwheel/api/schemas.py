@@ -418,6 +418,18 @@ class QuotaIn(_In):
     backfill_per_day: int | None = Field(None, ge=0)
 
 
+class RetentionOut(_Out):  # domain/retention.py; custom false: the default
+    namespace: str
+    custom: bool
+    keep_for_s: float
+    keep_last: int
+
+
+class RetentionIn(_In):
+    keep_for: Duration | int | None = Field(None, examples=["7d", 86400])
+    keep_last: int | None = None
+
+
 class CalendarIn(_In):
     """A calendar's rules: what it excludes (holidays, explicit dates, days off its
     weekdays), and the dates it never excludes."""
@@ -476,15 +488,12 @@ class StatusOut(_Out):
     running: int
     oldest_queued_due_at: str | None
     backlog: dict[str, int]
-    unserved: dict[str, int] = Field(
-        description="queued firings per task no worker that heartbeated within 30 s serves"
-    )
-    quota: QuotaOut | None = Field(
-        description="the namespace's quota and what it uses of it (null: a cluster token)"
-    )
+    unserved: dict[str, int] = Field(description="queued firings per task no live worker serves")
+    quota: QuotaOut | None = Field(description="the namespace's quota and use (null: cluster)")
     tzdata: TzStatusOut | None = Field(
         None, description="the cluster's tz database and who differs (null: a namespace token)"
     )
+    retention: RetentionOut | None = Field(None, description="the namespace's retention")
 
 
 class HealthOut(_Out):
