@@ -42,7 +42,8 @@ from cronwheel.store.core.quotas import QuotaFlows
 D = TypeVar("D", bound=Dialect)
 
 _BEGINNING = datetime(1, 1, 2, tzinfo=UTC)
-# quota counters of windows older than this are deleted by a pass (a day's is the longest)
+# quota counters of windows and finish counters of minutes older than this are deleted
+# by a pass (a quota's day is the longest window read)
 QUOTA_WINDOWS_KEPT = timedelta(days=2)
 
 
@@ -92,6 +93,42 @@ class RetentionFlows(QuotaFlows[D]):
         """The namespace back on the default policy."""
         self.db.write(lambda tx: tx.run("retention_reset", {"namespace": namespace}))
 
+    # -- the soak benchmark's history --------------------------------------------------
+    def load_history(
+        self,
+        *,
+        first_job: int,
+        jobs: int,
+        start: datetime,
+        step: timedelta,
+        count: int,
+        one_shots: bool = False,
+    ) -> int:
+        """Generate ``count`` finished firings in the engine (bench/soak.py): the i-th of
+        job ``first_job + i % jobs`` (consecutive ids) at ``start + i * step``; with
+        ``one_shots``, each moved to a `now` one-shot job of its own, a copy of
+        ``first_job`` (as ``app.enqueue`` leaves them). One transaction."""
+        params = {
+            "first_job": first_job,
+            "jobs": jobs,
+            "start": self.db.instant(start),
+            "step_us": step // timedelta(microseconds=1),
+            "count": count,
+        }
+
+        def body(tx: Tx) -> int:
+            top = tx.one("max_firing_id")
+            assert top is not None
+            first = int(top["id"]) + 1
+            n = tx.run("load_history", params)
+            if one_shots:
+                moved = {"first_firing": first, "template": first_job}
+                tx.run("load_history_one_shots", moved)
+                tx.run("move_to_one_shots", moved)
+            return n
+
+        return self.db.write(body)
+
     # -- pruning ------------------------------------------------------------------------
     def prune_history(
         self,
@@ -117,7 +154,12 @@ class RetentionFlows(QuotaFlows[D]):
         report = PruneReport(dry_run=dry_run)
         if cursor is None and not dry_run:
             before = codec.to_us(now - QUOTA_WINDOWS_KEPT)
-            self.db.write(lambda tx: tx.run("prune_quota_windows", {"before_us": before}))
+
+            def counters(tx: Tx) -> None:
+                tx.run("prune_quota_windows", {"before_us": before})
+                tx.run("prune_finished_counts", {"before_minute": before // 60_000_000})
+
+            self.db.write(counters)
         after_at, after_id = cursor or (_BEGINNING, 0)
         batches = 0
         while True:

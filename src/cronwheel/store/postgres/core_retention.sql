@@ -93,7 +93,55 @@ WHERE id = %(id)s
 -- the current window is ever read. [quota_usage primary key]
 DELETE FROM quota_usage WHERE window_start > 0 AND window_start < %(before_us)s
 
+-- name: prune_finished_counts
+-- Finish counters of minutes before %(before_minute)s (status reads the last hour's only).
+-- [finished_counts primary key]
+DELETE FROM finished_counts WHERE minute < %(before_minute)s
+
 -- name: incremental_vacuum
 -- Nothing on PostgreSQL: autovacuum returns the space of deleted rows to the table
 -- (a harmless statement, so that both engines define the name).
 SELECT 1
+
+-- name: load_history
+-- The soak benchmark's history (bench/soak.py), generated in the server: %(count)s
+-- finished firings of the jobs %(first_job)s .. + %(jobs)s - 1 (consecutive ids of one
+-- bulk registration), the i-th scheduled at %(start)s + i * %(step_us)s µs, started
+-- 10 ms and finished 60 ms later, one in a hundred DEAD. [jobs primary key]
+INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for, due_at,
+                     vdeadline, state, attempt, max_attempts, priority, visibility_us,
+                     worker_id, enqueued_at, started_at, finished_at, shard, claimed_at)
+SELECT j.id, j.namespace, j.name, j.task, j.payload, n.t, n.t, n.t,
+       CASE WHEN n.i %% 100 = 99 THEN 'dead' ELSE 'succeeded' END, 1, j.max_attempts,
+       j.priority, j.visibility_us, 'soak', n.t - interval '500 ms', n.t + interval '10 ms',
+       n.t + interval '60 ms', j.shard, n.t
+FROM (SELECT i, %(start)s::timestamptz + i * %(step_us)s * interval '1 microsecond' AS t
+      FROM generate_series(0, %(count)s - 1) i) n
+JOIN jobs j ON j.id = %(first_job)s + n.i %% %(jobs)s
+
+-- name: load_history_one_shots
+-- The soak benchmark's immediate jobs (``app.enqueue``): a `now` one-shot job per firing
+-- of history loaded since %(first_firing)s whose job is %(template)s (copies of its
+-- row, named by the firing). [firings primary key]
+INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
+                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at,
+                  shard, max_concurrency, overlap, max_buffer, cancel_grace_us,
+                  start_deadline_us, bounds, remaining_runs)
+SELECT t.namespace, 'once-' || f.id, t.task, '{"kind": "now"}', t.payload, t.policies,
+       t.spec_hash, t.priority, t.max_attempts, t.visibility_us, false, NULL, f.enqueued_at,
+       f.enqueued_at, t.shard, t.max_concurrency, t.overlap, t.max_buffer, t.cancel_grace_us,
+       t.start_deadline_us, t.bounds, 1
+FROM firings f JOIN jobs t ON t.id = %(template)s
+WHERE f.id >= %(first_firing)s AND f.job_id = %(template)s
+
+-- name: move_to_one_shots
+-- The firings load_history_one_shots made jobs for, each moved to its job.
+-- [jobs (namespace, name) unique]
+UPDATE firings f SET job_id = j.id, job_name = j.name
+FROM jobs j
+WHERE f.id >= %(first_firing)s AND f.job_id = %(template)s
+  AND j.namespace = f.namespace AND j.name = 'once-' || f.id
+
+-- name: max_firing_id
+-- The highest firing id (0: none). [firings primary key]
+SELECT coalesce(max(id), 0) AS id FROM firings

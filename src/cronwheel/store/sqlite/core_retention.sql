@@ -93,7 +93,55 @@ WHERE id = :id
 -- current window is ever read. [quota_usage primary key]
 DELETE FROM quota_usage WHERE window_start > 0 AND window_start < :before_us
 
+-- name: prune_finished_counts
+-- Finish counters of minutes before :before_minute (status reads the last hour's only).
+-- [finished_counts primary key]
+DELETE FROM finished_counts WHERE minute < :before_minute
+
 -- name: incremental_vacuum
 -- Free pages returned to the file system, at most 512 (2 MiB) per call so that the
 -- writer lock is held briefly (the file is in auto_vacuum=INCREMENTAL mode).
 PRAGMA incremental_vacuum(512)
+
+-- name: load_history
+-- The soak benchmark's history (bench/soak.py), generated in the engine: :count
+-- finished firings of the jobs :first_job .. :first_job + :jobs - 1 (consecutive ids of
+-- one bulk registration), the i-th scheduled at :start + i * :step_us, started 10 ms and
+-- finished 60 ms later, one in a hundred DEAD. [jobs primary key]
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < :count)
+INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for, due_at,
+                     vdeadline, state, attempt, max_attempts, priority, visibility_us,
+                     worker_id, enqueued_at, started_at, finished_at, shard, claimed_at)
+SELECT j.id, j.namespace, j.name, j.task, j.payload, t, t, t,
+       CASE WHEN n.i % 100 = 99 THEN 'dead' ELSE 'succeeded' END, 1, j.max_attempts,
+       j.priority, j.visibility_us, 'soak', t - 500000, t + 10000, t + 60000, j.shard, t
+FROM (SELECT i, :start + i * :step_us AS t FROM n) n
+JOIN jobs j ON j.id = :first_job + n.i % :jobs
+
+-- name: load_history_one_shots
+-- The soak benchmark's immediate jobs (``app.enqueue``): a `now` one-shot job per firing
+-- of history loaded since :first_firing whose job is :template (copies of its row, named
+-- by the firing), each firing moved to its own job. [firings primary key]
+INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
+                  max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at,
+                  shard, max_concurrency, overlap, max_buffer, cancel_grace_us,
+                  start_deadline_us, bounds, remaining_runs)
+SELECT t.namespace, 'once-' || f.id, t.task, '{"kind": "now"}', t.payload, t.policies,
+       t.spec_hash, t.priority, t.max_attempts, t.visibility_us, 0, NULL, f.enqueued_at,
+       f.enqueued_at, t.shard, t.max_concurrency, t.overlap, t.max_buffer, t.cancel_grace_us,
+       t.start_deadline_us, t.bounds, 1
+FROM firings f JOIN jobs t ON t.id = :template
+WHERE f.id >= :first_firing AND f.job_id = :template
+
+-- name: move_to_one_shots
+-- The firings load_history_one_shots made jobs for, each moved to its job.
+-- [jobs (namespace, name) unique]
+UPDATE firings SET job_id = (SELECT j.id FROM jobs j
+                             WHERE j.namespace = firings.namespace
+                               AND j.name = 'once-' || firings.id),
+                   job_name = 'once-' || id
+WHERE id >= :first_firing AND job_id = :template
+
+-- name: max_firing_id
+-- The highest firing id (0: none). [firings primary key]
+SELECT coalesce(max(id), 0) AS id FROM firings

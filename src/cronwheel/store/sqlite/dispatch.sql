@@ -111,13 +111,15 @@ VALUES (:firing_id, :attempt, :worker_id, :claimed_at, :started_at, :finished_at
 
 -- name: cancel_deadline_passed
 -- The reaper: running firings asked to stop longer than their job's cancel grace
--- ago end cancelled, the lease revoked (a late result is rejected).
+-- ago end cancelled, the lease revoked (a late result is rejected). [firings_held_job:
+-- its predicate written out, so that the reaper's pass reads only the held firings]
 UPDATE firings
 SET state = 'cancelled', finished_at = :now, claim_token = NULL, lease_until = NULL,
     reason = 'cancel grace expired: lease revoked, a late result will be rejected'
 WHERE id IN (
     SELECT f.id FROM firings f JOIN jobs j ON j.id = f.job_id
-    WHERE f.state = 'running' AND f.cancel_requested_at IS NOT NULL
+    WHERE f.state IN ('claimed', 'running') AND f.state = 'running'
+      AND f.cancel_requested_at IS NOT NULL
       AND f.cancel_requested_at + j.cancel_grace_us < :now
     LIMIT :limit
 )
