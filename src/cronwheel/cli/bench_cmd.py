@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from cronwheel.bench.runner import BenchResult
 
 _RUNNABLE = ["precision", "herd", "drain", "cron-mix", "scale", "failover", "limit"]
-_WORKLOADS = [*_RUNNABLE, "tz-steps", "smoke", "all"]
+_WORKLOADS = [*_RUNNABLE, "tz-steps", "soak", "smoke", "all"]
 DEFAULT_COUNT = {
     "precision": 200,
     "herd": 10_000,
@@ -85,6 +85,19 @@ SMOKE: list[tuple[str, int, dict[str, Any]]] = [
     is_flag=True,
     help="tz-steps: the CI size (six zones, one step per start point) instead of every zone.",
 )
+@click.option(
+    "--days",
+    type=click.FloatRange(0.001, 400),
+    default=None,
+    help="soak: days of history loaded (default: 30 on PostgreSQL, 7 on SQLite).",
+)
+@click.option(
+    "--rate",
+    type=click.IntRange(1000, 100_000_000),
+    default=1_000_000,
+    show_default=True,
+    help="soak: firings of history per day.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def bench_command(
     workload: str,
@@ -97,6 +110,8 @@ def bench_command(
     runs: int,
     from_: str | None,
     smoke: bool,
+    days: float | None,
+    rate: int,
     as_json: bool,
 ) -> None:
     """Run a benchmark workload against a real store and real processes.
@@ -112,6 +127,9 @@ def bench_command(
     failover   (PostgreSQL) SIGKILL the leader of 2 schedulers: takeover time
     limit      the store's own rates: single-row commits, batched inserts,
                enqueue, claims and completions (rows/s)
+    soak       --days of history at --rate firings/day loaded, then hot paths, herd,
+               drain, precision, /metrics, status, dashboard, explain: ratios to an
+               empty store; a drain while the retention pass drops a day; size
     tz-steps   (no store) cost of one schedule step at vs away from DST transitions,
                every zone with a transition in the 2 years from --from (--smoke: 6 zones)
     smoke      small precision/herd/drain/cron-mix/limit runs (CI): zero lost/duplicated
@@ -132,6 +150,12 @@ def bench_command(
             "failover needs a PostgreSQL store (--store postgresql://...): SQLite is one "
             "file on one host, where a second scheduler has nothing to take over"
         )
+    if workload == "soak":
+        from cronwheel.cli.soak_view import soak
+
+        default_days = 7.0 if is_sqlite else 30.0
+        soak(store_url, days or default_days, rate, count, workers, concurrency, as_json)
+        return
     plan: list[tuple[str, int, dict[str, Any]]]
     if workload == "smoke":
         plan = SMOKE

@@ -129,6 +129,12 @@ class RetentionFlows(QuotaFlows[D]):
 
         return self.db.write(body)
 
+    def database_size(self) -> int:
+        """The store's size on disk in bytes (the soak benchmark's steady-state check)."""
+        row = self.db.read(lambda tx: tx.one("database_size"))
+        assert row is not None
+        return int(row["bytes"])
+
     # -- pruning ------------------------------------------------------------------------
     def prune_history(
         self,

@@ -145,3 +145,7 @@ WHERE f.id >= %(first_firing)s AND f.job_id = %(template)s
 -- name: max_firing_id
 -- The highest firing id (0: none). [firings primary key]
 SELECT coalesce(max(id), 0) AS id FROM firings
+
+-- name: database_size
+-- The database's size in bytes, for the soak benchmark.
+SELECT pg_database_size(current_database()) AS bytes

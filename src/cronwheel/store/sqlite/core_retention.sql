@@ -145,3 +145,7 @@ WHERE id >= :first_firing AND job_id = :template
 -- name: max_firing_id
 -- The highest firing id (0: none). [firings primary key]
 SELECT coalesce(max(id), 0) AS id FROM firings
+
+-- name: database_size
+-- The file's size in bytes (pages in use and free), for the soak benchmark.
+SELECT p.page_count * s.page_size AS bytes FROM pragma_page_count() p, pragma_page_size() s

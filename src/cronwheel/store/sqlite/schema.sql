@@ -273,6 +273,9 @@ CREATE INDEX firings_outcome ON firings (job_id, state, scheduled_for) WHERE fin
 -- concurrent completions over rows on PostgreSQL, mirrored here.
 CREATE INDEX firings_active ON firings (id) WHERE state IN ('queued', 'claimed', 'running');
 CREATE INDEX jobs_paused ON jobs (namespace) WHERE paused = 1;
+-- deleting a firing (pruning, a job's deletion) looks its idempotency keys up by this,
+-- not by a scan of every key (PostgreSQL has had it since migration_2)
+CREATE INDEX idempotency_keys_firing ON idempotency_keys (firing_id);
 CREATE TABLE finished_counts (
     minute    INTEGER NOT NULL,                 -- finished_at in whole minutes since the epoch
     namespace TEXT    NOT NULL,
