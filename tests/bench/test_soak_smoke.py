@@ -15,16 +15,16 @@ import pytest
 
 from tests.conftest import PG_URL, require_service
 
-DAYS = os.environ.get("CRONWHEEL_SOAK_DAYS", "0.02")
+DAYS = os.environ.get("CRONWHEEL_SOAK_DAYS", "0.25")
 
 
 def _soak(*store: str) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-m", "cronwheel", "bench", "soak", "--days", DAYS, "--count", "200",
-         "--json", *store],
+        [sys.executable, "-m", "cronwheel", "bench", "soak", "--days", DAYS,
+         "--rate", "100000", "--count", "100", "--json", *store],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=850,
         check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -32,8 +32,8 @@ def _soak(*store: str) -> dict:
 
 
 def _check(doc: dict) -> None:
-    empty, loaded = doc["empty"], doc["loaded"]
-    assert empty["history_firings"] == 0 and loaded["history_firings"] >= 20_000
+    empty, loaded = doc["baseline"], doc["loaded"]
+    assert 0 < empty["history_firings"] < loaded["history_firings"]
     for side in (empty, loaded):
         assert side["lost"] == 0 and side["duplicated"] == 0, side
         assert side["drain_jobs_per_s"] and side["herd_firings_per_s"]
@@ -43,11 +43,13 @@ def _check(doc: dict) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_soak_smoke_on_sqlite() -> None:
     _check(_soak())
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_soak_smoke_on_postgres() -> None:
     try:
         psycopg.connect(PG_URL, connect_timeout=5).close()

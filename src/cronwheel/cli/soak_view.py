@@ -1,5 +1,5 @@
 """``cronwheel bench soak``: the run (bench/soak.py) with a progress bar, and its
-table of figures, empty store against loaded, with the ratios."""
+table of figures, a store with three hours of history against one with days, with the ratios."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def soak(
         click.echo(json.dumps(doc, indent=2))
     else:
         _table(doc)
-    empty, loaded = doc["empty"], doc["loaded"]
+    empty, loaded = doc["baseline"], doc["loaded"]
     if empty["lost"] or empty["duplicated"] or loaded["lost"] or loaded["duplicated"]:
         raise click.ClickException("lost or duplicated firings in the soak's runs")
 
@@ -51,13 +51,13 @@ def _table(doc: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    empty, loaded, ratios = doc["empty"], doc["loaded"], doc["ratios"]
+    empty, loaded, ratios = doc["baseline"], doc["loaded"], doc["ratios"]
     table = Table(
         title=f"soak: {loaded['store']}, {loaded['history_firings']} firings of history "
         f"({loaded['days']:g} days), load average {doc['load_average']}",
         title_justify="left",
     )
-    for col in ("figure", "empty", "loaded", "ratio"):
+    for col in ("figure", "baseline (3 h)", "loaded", "ratio"):
         table.add_column(col)
     for key, ratio in ratios.items():
         table.add_row(key, str(empty.get(key, "")), str(loaded.get(key, "")), str(ratio))

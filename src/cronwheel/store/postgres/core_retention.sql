@@ -115,7 +115,7 @@ SELECT j.id, j.namespace, j.name, j.task, j.payload, n.t, n.t, n.t,
        CASE WHEN n.i %% 100 = 99 THEN 'dead' ELSE 'succeeded' END, 1, j.max_attempts,
        j.priority, j.visibility_us, 'soak', n.t - interval '500 ms', n.t + interval '10 ms',
        n.t + interval '60 ms', j.shard, n.t
-FROM (SELECT i, %(start)s::timestamptz + i * %(step_us)s * interval '1 microsecond' AS t
+FROM (SELECT i, %(start)s::timestamptz + (i::bigint * %(step_us)s::bigint) * interval '1 microsecond' AS t
       FROM generate_series(0, %(count)s - 1) i) n
 JOIN jobs j ON j.id = %(first_job)s + n.i %% %(jobs)s
 
