@@ -204,10 +204,12 @@ def _side(
             doc["store_bytes"] = size
             doc["bytes_per_firing"] = round(size / held)
             doc["steady_state_bytes"] = round(days * rate * size / held)
-            before = store.prune_history(dry_run=True, batch=10_000).deleted
             # the oldest day goes (half the history when there is less than two days)
-            store.set_retention("default", {"keep_for": max(days - 1, days / 2) * 86400})
-            due = store.prune_history(dry_run=True, batch=10_000).deleted
+            keep_for = max(days - 1, days / 2) * DAY
+            cutoff = store.now() - keep_for
+            counter: Any = store  # the SQL engines' count (store/core/retention.py)
+            before = counter.count_finished_before(cutoff)
+            store.set_retention("default", {"keep_for": keep_for})
             pruning = drain_on(
                 url,
                 store,
@@ -219,10 +221,9 @@ def _side(
                 floor=floor,
                 prefix="drain-pruning",
             )
-            left = store.prune_history(dry_run=True, batch=10_000).deleted
             doc["drain_while_pruning_jobs_per_s"] = pruning.figures.get("jobs_per_s")
-            doc["pruned_during_drain"] = due - left
-            doc["prunable_before"] = {"kept": before, "one_day": due}
+            doc["pruned_during_drain"] = before - counter.count_finished_before(cutoff)
+            doc["prunable_when_drain_started"] = before
             doc["lost"] += pruning.lost
             doc["duplicated"] += pruning.duplicated
         return doc

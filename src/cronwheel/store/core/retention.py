@@ -135,6 +135,13 @@ class RetentionFlows(QuotaFlows[D]):
         assert row is not None
         return int(row["bytes"])
 
+    def count_finished_before(self, before: datetime) -> int:
+        """Finished firings that finished before ``before`` (an index range count)."""
+        params = {"before": self.db.instant(before)}
+        row = self.db.read(lambda tx: tx.one("count_finished_before", params))
+        assert row is not None
+        return int(row["n"])
+
     # -- pruning ------------------------------------------------------------------------
     def prune_history(
         self,

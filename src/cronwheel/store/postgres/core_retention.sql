@@ -149,3 +149,8 @@ SELECT coalesce(max(id), 0) AS id FROM firings
 -- name: database_size
 -- The database's size in bytes, for the soak benchmark.
 SELECT pg_database_size(current_database()) AS bytes
+
+-- name: count_finished_before
+-- Finished firings that finished before %(before)s (the soak benchmark's measure of
+-- what the retention pass deleted). [firings_finished]
+SELECT count(*) AS n FROM firings WHERE finished_at IS NOT NULL AND finished_at < %(before)s

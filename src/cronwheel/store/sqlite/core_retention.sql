@@ -149,3 +149,8 @@ SELECT coalesce(max(id), 0) AS id FROM firings
 -- name: database_size
 -- The file's size in bytes (pages in use and free), for the soak benchmark.
 SELECT p.page_count * s.page_size AS bytes FROM pragma_page_count() p, pragma_page_size() s
+
+-- name: count_finished_before
+-- Finished firings that finished before :before (the soak benchmark's measure of
+-- what the retention pass deleted). [firings_finished]
+SELECT count(*) AS n FROM firings WHERE finished_at IS NOT NULL AND finished_at < :before
