@@ -154,3 +154,26 @@ def test_a_pass_in_batches_continues_from_its_cursor(harness: Harness) -> None:
         sorted([FiringState.QUEUED, FiringState.CLAIMED]),
         sorted([FiringState.QUEUED, FiringState.RUNNING]),
     )
+
+
+def test_sqlite_pruning_returns_the_space_to_the_file(tmp_path) -> None:
+    from cronwheel.domain.clock import FakeClock
+    from cronwheel.store.sqlite import SqliteStore
+    from tests.contract.conftest import T0
+
+    clock = FakeClock(T0)
+    store = SqliteStore(str(tmp_path / "v.db"), clock=clock)
+    store.migrate()
+    try:
+        store.create_jobs([(spec(f"j{i}"), None) for i in range(10)])
+        first = store.get_job("default", "j0").id
+        store.load_history(
+            first_job=first, jobs=10, start=T0 - 2 * DAY, step=timedelta(seconds=2), count=40_000
+        )
+        full = store.database_size()
+        clock.advance(10 * DAY)
+        # the last of each outcome of each job stays: 10 successes, one job's last DEAD
+        assert store.prune_history().deleted == 40_000 - 11
+        assert store.database_size() < full / 4  # the freed pages left the file
+    finally:
+        store.close()

@@ -59,7 +59,6 @@ class RetentionFlows(QuotaFlows[D]):
     """Retention policies and pruning (see the module doc)."""
 
     prune_batch = 500  # firings a batch looks at (SQLite: fewer, see SqliteDispatch)
-    vacuum_after_prune = False  # SQLite: return freed pages to the file after a batch
 
     # -- policies -----------------------------------------------------------------------
     def get_retention(self, namespace: str) -> Retention:
@@ -237,8 +236,10 @@ class RetentionFlows(QuotaFlows[D]):
                 self._add_pruned_in(tx, job_id, items)
 
         self.db.write(body)
-        if self.vacuum_after_prune:
-            self.db.write(lambda tx: tx.all("incremental_vacuum"), atomic=False)
+        self._after_prune_batch()
+
+    def _after_prune_batch(self) -> None:
+        """What the engine does after a batch (SQLite: returns the freed pages)."""
 
     def _add_pruned_in(self, tx: Tx, job_id: int, items: list[tuple[str, datetime]]) -> None:
         row = tx.one("pruned_event_get", {"job_id": job_id})

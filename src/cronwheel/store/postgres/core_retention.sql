@@ -98,11 +98,6 @@ DELETE FROM quota_usage WHERE window_start > 0 AND window_start < %(before_us)s
 -- [finished_counts primary key]
 DELETE FROM finished_counts WHERE minute < %(before_minute)s
 
--- name: incremental_vacuum
--- Nothing on PostgreSQL: autovacuum returns the space of deleted rows to the table
--- (a harmless statement, so that both engines define the name).
-SELECT 1
-
 -- name: load_history
 -- The soak benchmark's history (bench/soak.py), generated in the server: %(count)s
 -- finished firings of the jobs %(first_job)s .. + %(jobs)s - 1 (consecutive ids of one

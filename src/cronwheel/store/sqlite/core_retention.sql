@@ -98,11 +98,6 @@ DELETE FROM quota_usage WHERE window_start > 0 AND window_start < :before_us
 -- [finished_counts primary key]
 DELETE FROM finished_counts WHERE minute < :before_minute
 
--- name: incremental_vacuum
--- Free pages returned to the file system, at most 512 (2 MiB) per call so that the
--- writer lock is held briefly (the file is in auto_vacuum=INCREMENTAL mode).
-PRAGMA incremental_vacuum(512)
-
 -- name: load_history
 -- The soak benchmark's history (bench/soak.py), generated in the engine: :count
 -- finished firings of the jobs :first_job .. :first_job + :jobs - 1 (consecutive ids of

@@ -140,3 +140,13 @@ WHERE id IN (
       AND f.due_at < :now - j.start_deadline_us
     LIMIT :limit
 )
+
+-- name: freelist_count
+-- Free pages in the file (pruning frees them; see incremental_vacuum).
+SELECT freelist_count AS n FROM pragma_freelist_count()
+
+-- name: incremental_vacuum
+-- One free page returned to the file system (auto_vacuum=INCREMENTAL). One page per
+-- statement: the pragma yields a row per page, and Python's sqlite3 steps a statement
+-- without result columns once, so the caller repeats it.
+PRAGMA incremental_vacuum(1)
