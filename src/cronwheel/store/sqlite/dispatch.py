@@ -48,7 +48,7 @@ class _JobClocks:
 class SqliteDispatch(CoreStore[SqliteDb]):
     # a pruning batch's write holds the writer lock: small enough that a claim waiting
     # behind it waits a few milliseconds (measured in tests/contract/test_retention.py)
-    prune_batch = 100
+    prune_batch = 50
     vacuum_pages = 512  # free pages returned to the file system after a batch, at most
 
     def _after_prune_batch(self) -> None:
