@@ -360,7 +360,8 @@ class HaCluster:
 
     def start_patroni(self, node: str) -> None:
         if self.pid(node) is None:
-            self._spawn(node, ["patroni", str(self.base / "conf" / f"{node}.yml")], as_postgres=True)
+            cfg = str(self.base / "conf" / f"{node}.yml")
+            self._spawn(node, ["patroni", cfg], as_postgres=True)
 
     def start_haproxy(self) -> None:
         if self.pid("haproxy") is None:
@@ -393,9 +394,7 @@ class HaCluster:
     # -- observation ---------------------------------------------------------------------
     def etcd_healthy(self, member: str | None = None) -> bool:
         members = [member] if member else list(ETCD)
-        return all(
-            http_json(f"http://{HOST}:{ETCD_CLIENT[m]}/health")[0] == 200 for m in members
-        )
+        return all(http_json(f"http://{HOST}:{ETCD_CLIENT[m]}/health")[0] == 200 for m in members)
 
     def node_state(self, node: str) -> dict[str, Any] | None:
         status, body = http_json(f"http://{HOST}:{API_PORTS[node]}/patroni", timeout=1.0)
@@ -465,7 +464,11 @@ class HaCluster:
     def patronictl(self, *args: str) -> str:
         cfg = str(self.base / "conf" / f"{NODES[0]}.yml")
         res = subprocess.run(
-            ["patronictl", "-c", cfg, *args], capture_output=True, text=True, timeout=30
+            ["patronictl", "-c", cfg, *args],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         return res.stdout + res.stderr
 
@@ -505,7 +508,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "start":
             c.start()
             print(f"leader {c.leader()}, timeline {c.timeline()}")
-            print(f"multi-host: {MULTI_HOST_URL}\nhaproxy:    {HAPROXY_URL}\npgbouncer:  {PGBOUNCER_URL}")
+            print(f"multi-host: {MULTI_HOST_URL}\nhaproxy:    {HAPROXY_URL}")
+            print(f"pgbouncer:  {PGBOUNCER_URL}")
         elif args.command == "stop":
             c.stop()
         elif args.command == "clean":
