@@ -186,17 +186,20 @@ def check(
     disrupted_pids: dict[int, str] | None = None,
     lease_samples: list[LeaseSample] | None = None,
     acquired: list[AcquiredEvent] | None = None,
+    effects_conn: Any = None,
 ) -> Report:
     """Compare ``expectations`` with the database and the execution log of a scenario.
 
     ``conn``: a psycopg connection (dict rows) on the scenario's database.
     ``disrupted_pids``: worker pids the test killed or froze, with why; a duplicate
     execution with a run on one of them is allowed (and reported).
+    ``effects_conn``: where the effect table is, when not on ``conn``'s database (the
+    HA suite keeps it off the cluster whose failovers it tests).
     """
     disrupted = disrupted_pids or {}
     report = Report()
     firings = fetch_firings(conn)
-    effects = fetch_effects(conn)
+    effects = fetch_effects(effects_conn if effects_conn is not None else conn)
     cursors = fetch_cursors(conn)
     log = read_log(log_path)
     done = Counter(e["key"] for e in log if e["phase"] == "done")

@@ -13,6 +13,28 @@ Error mapping (the only place psycopg exceptions are turned into cronwheel's):
 
 Domain errors raised by the transaction body (ConflictError, LeaseLostError, ...)
 pass through untouched and roll the transaction back.
+
+High availability (README "Production deployment"):
+
+- the URL may name several hosts (libpq multi-host, ``target_session_attrs=read-write``)
+  or a router to the leader (HAProxy); a connection lost in a failover is discarded
+  by the pool and the next one is made to whichever host is the primary then: no
+  restart of the process;
+- every checkout of the primary pool reads the server's role and PostgreSQL timeline
+  (one round trip, the one that already checked the connection answers): a standby is
+  discarded, and a timeline LOWER than one this process has seen — a demoted or
+  split-brained former primary still accepting connections — is refused
+  (StoreUnavailableError) before anything is written on it. The leader's epoch carries
+  the timeline (core.sql ``acquire_lease``);
+- ``replica_hosts=h:p,...`` in the URL opens a second pool
+  (``target_session_attrs=prefer-standby``) for the reads that may be stale: status,
+  listings of jobs, firings, nodes (``read_replica``). Every lease, claim, enqueue and
+  the reads those decisions use stay on the primary;
+- ``pooler=transaction`` (PgBouncer in transaction mode): no server-side prepared
+  statements (``prepare_threshold=None``), no session settings in the startup packet
+  (the database's own ``TimeZone`` must be UTC: checked on each new connection), and
+  no LISTEN through the pooler: ``listen_hosts=h:p,...`` names direct hosts for it,
+  else workers poll (store.py ``open_wakeup``).
 """
 
 from __future__ import annotations
@@ -27,6 +49,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, LiteralString, Protocol, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -50,6 +73,72 @@ NOW_SQL = "(coalesce(%(_pin)s::timestamptz, now()) + %(_off)s::interval)"
 _WHERE = "/*where*/"
 _TX_RETRIES = 5  # serialization failures and deadlocks
 _READ_RETRIES = 2  # connection errors on reads
+
+# The server's role and timeline in one round trip: 0 on a standby (pg_current_wal_lsn
+# fails in recovery; CASE never evaluates it there), else the timeline of the WAL being
+# written, which a promotion increments at once (pg_control_checkpoint() lags until the
+# end-of-recovery checkpoint).
+_ROLE_SQL = (
+    "SELECT CASE WHEN pg_is_in_recovery() THEN 0 ELSE "
+    "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint END AS tl,"
+    " current_setting('TimeZone') AS tz"
+)
+# URL parameters that are cronwheel's, not libpq's (removed before connecting)
+_OWN_PARAMS = ("pooler", "replica_hosts", "listen_hosts")
+
+
+@dataclass(frozen=True, slots=True)
+class PgUrl:
+    """A store URL split into what libpq takes and cronwheel's own parameters."""
+
+    libpq: str
+    pooler: str | None = None  # "transaction"
+    replica_hosts: str | None = None  # "h:p,h:p"
+    listen_hosts: str | None = None
+
+
+def parse_url(url: str) -> PgUrl:
+    """Split cronwheel's parameters off a ``postgresql://`` URL; a bad one names itself."""
+    parts = urlsplit(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    own = {k: v for k, v in pairs if k in _OWN_PARAMS}
+    rest = [(k, v) for k, v in pairs if k not in _OWN_PARAMS]
+    pooler = own.get("pooler")
+    if pooler is not None and pooler != "transaction":
+        raise StoreError(
+            f"bad URL parameter pooler={pooler!r}: the only value is 'transaction' "
+            "(PgBouncer pool_mode=transaction; a session pooler needs no parameter)",
+            field="store",
+        )
+    for key in ("replica_hosts", "listen_hosts"):
+        if key in own:
+            _hosts(own[key], key)
+    libpq = urlunsplit(parts._replace(query=urlencode(rest)))
+    return PgUrl(libpq, pooler, own.get("replica_hosts"), own.get("listen_hosts"))
+
+
+def _hosts(value: str, key: str) -> tuple[str, str]:
+    """``h1:p1,h2:p2`` as libpq's (host, port) lists."""
+    hosts, ports = [], []
+    for item in value.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise StoreError(
+                f"bad URL parameter {key}={value!r}: expected host:port[,host:port...]",
+                field="store",
+            )
+        hosts.append(host)
+        ports.append(port)
+    return ",".join(hosts), ",".join(ports)
+
+
+def with_hosts(conninfo: str, value: str, key: str, attrs: str) -> str:
+    """``conninfo`` pointed at the hosts of ``value`` with ``target_session_attrs``."""
+    params = conninfo_to_dict(conninfo)
+    params["host"], params["port"] = _hosts(value, key)
+    params.pop("hostaddr", None)
+    params["target_session_attrs"] = attrs
+    return make_conninfo("", **params)
 
 
 def load_sql() -> dict[str, str]:
@@ -152,19 +241,42 @@ class Database:
     ) -> None:
         self.time = time
         self.q = load_sql()
-        self.conninfo = _conninfo(url, schema)
+        self.url = parse_url(url)
+        self.pooled = self.url.pooler == "transaction"
+        if self.pooled and schema is not None:
+            raise StoreError(
+                "pooler=transaction cannot confine a store to a schema (search_path is "
+                "session state); use the database's default search_path",
+                field="schema",
+            )
+        self.conninfo = _conninfo(self.url.libpq, schema, pooled=self.pooled)
+        # the highest PostgreSQL timeline this process has seen on a primary (see
+        # _checkout): a lower one later is a former primary, never written to
+        self.timeline = 0
         # transactions rolled back by the server and retried here, by SQLSTATE class
         # (observability; tests assert that lock ordering keeps deadlocks at zero)
         self.retried: dict[str, int] = {"deadlock": 0, "serialization": 0}
         self._retried_lock = threading.Lock()
         self._timeout_s = timeout_s
         self._max_size = pool_size
-        self.pool: ConnectionPool[Conn] = ConnectionPool(
-            self.conninfo,
+        self.pool = self._pool(self.conninfo, pool_size, timeout_s, "cronwheel")
+        self.replica_pool: ConnectionPool[Conn] | None = None
+        if self.url.replica_hosts is not None:
+            replicas = with_hosts(
+                self.conninfo, self.url.replica_hosts, "replica_hosts", "prefer-standby"
+            )
+            self.replica_pool = self._pool(replicas, pool_size, timeout_s, "cronwheel-replica")
+
+    def _pool(self, conninfo: str, size: int, timeout_s: float, name: str) -> ConnectionPool[Conn]:
+        kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
+        if self.pooled:
+            kwargs["prepare_threshold"] = None  # a pooled server connection is not ours
+        pool: ConnectionPool[Conn] = ConnectionPool(
+            conninfo,
             connection_class=Conn,
-            kwargs={"autocommit": True, "row_factory": dict_row},
+            kwargs=kwargs,
             min_size=1,
-            max_size=pool_size,
+            max_size=size,
             # no `check=`: psycopg_pool sleeps 1 s, 2 s, 4 s ... between failed checks,
             # which after a server restart stalls a leader past its lease. _checkout
             # checks each connection itself and retries at once instead.
@@ -173,32 +285,75 @@ class Database:
             # fresh one, so the pool is back the moment the server is (the default
             # backs off for up to 5 minutes); callers see StoreUnavailableError meanwhile
             reconnect_timeout=0,
-            name="cronwheel",
+            name=name,
             open=False,
         )
-        self.pool.open(wait=False)
+        pool.open(wait=False)
+        return pool
 
     def close(self) -> None:
         self.pool.close()
+        if self.replica_pool is not None:
+            self.replica_pool.close()
 
     @contextmanager
-    def _checkout(self) -> Iterator[Conn]:
+    def _checkout(self, *, replica: bool = False) -> Iterator[Conn]:
         """A pooled connection known to answer: one cheap round trip per checkout. A
         broken one (server restarted, session terminated) goes back to the pool, which
-        discards it, and the next is tried at once — within the pool's size."""
+        discards it, and the next is tried at once — within the pool's size.
+
+        On the primary pool that round trip also reads the server's role and timeline:
+        a standby (a host demoted under a router or a plain URL) is closed and the next
+        connection tried; a timeline below the highest seen is refused (module doc)."""
+        pool = self.replica_pool if replica and self.replica_pool is not None else self.pool
         for _ in range(self._max_size + 1):
-            conn = self.pool.getconn(timeout=self._timeout_s)
+            conn = pool.getconn(timeout=self._timeout_s)
             try:
-                conn.execute("")
+                if pool is self.pool:
+                    self._require_primary(conn)
+                else:
+                    conn.execute("")
             except psycopg.Error:
-                self.pool.putconn(conn)
+                pool.putconn(conn)
                 continue
+            except StoreError:
+                conn.close()
+                pool.putconn(conn)
+                raise
             try:
                 yield conn
             finally:
-                self.pool.putconn(conn)
+                pool.putconn(conn)
             return
-        raise psycopg.OperationalError("no connection of the pool answers")
+        raise psycopg.OperationalError("no connection of the pool answers a primary's role")
+
+    def _require_primary(self, conn: Conn) -> None:
+        row = conn.execute(_ROLE_SQL).fetchone()
+        assert row is not None
+        if self.pooled and row["tz"] not in ("UTC", "Etc/UTC"):
+            # through a transaction pooler the startup packet carries no ``options``:
+            # the server's own TimeZone must be the store's
+            raise StoreError(
+                f"pooler=transaction: the database's TimeZone is {row['tz']!r}, not UTC; "
+                "run ALTER DATABASE <name> SET timezone = 'UTC' (no session setting "
+                "survives a transaction pooler)",
+                field="store",
+            )
+        tl = int(row["tl"])
+        if tl == 0:  # a standby: never written to; the pool replaces a closed connection
+            conn.close()
+            raise psycopg.OperationalError("the server is a standby")
+        with self._retried_lock:
+            seen = self.timeline
+            if tl >= seen:
+                self.timeline = tl
+        if tl < seen:
+            raise StoreUnavailableError(
+                f"postgresql: the server is on timeline {tl} after timeline {seen} was seen: "
+                "a former primary (demoted, or cut off by a failover); nothing is written "
+                "to it",
+                field="store",
+            )
 
     def params(self, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
         out = self.time.params()
@@ -213,6 +368,7 @@ class Database:
         write: bool,
         atomic: bool = True,
         durable: bool = True,
+        replica: bool = False,
     ) -> T:
         """Run ``body`` on a pooled connection.
 
@@ -233,7 +389,7 @@ class Database:
         while True:
             attempt += 1
             try:
-                with self._checkout() as conn:
+                with self._checkout(replica=replica) as conn:
                     if write and not durable:
                         with conn.transaction():
                             conn.execute("SET LOCAL synchronous_commit TO off")
@@ -276,6 +432,10 @@ class Database:
 
     def read(self, body: Callable[[PgTx], T]) -> T:
         return self.run(lambda conn: body(PgTx(conn, self)), write=False)
+
+    def read_replica(self, body: Callable[[PgTx], T]) -> T:
+        """A read that may be served by a replica (``replica_hosts``), a little stale."""
+        return self.run(lambda conn: body(PgTx(conn, self)), write=False, replica=True)
 
     def now(self) -> datetime:
         row = self.read(lambda tx: tx.one("now"))
@@ -326,19 +486,23 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _conninfo(url: str, schema: str | None) -> str:
-    """The URL's parameters, plus UTC session time zone and the schema's search_path."""
+def _conninfo(url: str, schema: str | None, *, pooled: bool = False) -> str:
+    """The URL's parameters, plus UTC session time zone and the schema's search_path
+    (through a transaction pooler, none: see Database._require_primary)."""
     try:
         params = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
         raise StoreError(f"bad PostgreSQL URL: {exc}", field="store") from exc
+    params.setdefault("application_name", f"cronwheel:{os.getpid()}")
+    params.setdefault("connect_timeout", 5)
+    if pooled:
+        return make_conninfo("", **params)
     options = [str(params.pop("options", "") or "").strip(), "-c TimeZone=UTC"]
     if schema is not None:
         if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):
             raise StoreError(f"bad schema name {schema!r}", field="schema")
         options.append(f"-c search_path={schema}")
     params["options"] = " ".join(o for o in options if o)
-    # one name per process, so an operator can tell sessions apart in pg_stat_activity
-    params.setdefault("application_name", f"cronwheel:{os.getpid()}")
-    params.setdefault("connect_timeout", 5)
+    # application_name (above): one per process, so an operator can tell sessions apart
+    # in pg_stat_activity
     return make_conninfo("", **params)
