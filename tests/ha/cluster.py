@@ -44,7 +44,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +113,8 @@ class HaCluster:
 
     base: Path = DEFAULT_DIR
     sync: bool = False  # Patroni synchronous_mode (no acknowledged commit lost on failover)
+    # the processes this object started (kept: a dropped Popen of a live child warns)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
     # -- paths and users -------------------------------------------------------------
     @property
@@ -152,21 +154,25 @@ class HaCluster:
             start_new_session=True,  # its own process group: signals reach runuser's child
         )
         out.close()
+        old = self.procs.get(name)
+        if old is not None:
+            old.poll()  # exited: reap it before forgetting it
+        self.procs[name] = proc
         self.pids.mkdir(parents=True, exist_ok=True)
         (self.pids / name).write_text(str(proc.pid))
         return proc.pid
 
     def pid(self, name: str) -> int | None:
-        """The process group this script started as ``name`` if it still runs."""
+        """The process group this script started as ``name`` if a member still runs
+        (zombies do not count: a test process is their parent and may not reap them)."""
         path = self.pids / name
         if not path.exists():
             return None
         pid = int(path.read_text())
-        try:
-            os.killpg(pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return None
-        return pid
+        proc = self.procs.get(name)
+        if proc is not None and proc.pid == pid:
+            proc.poll()  # reaps it
+        return pid if _group_alive(pid) else None
 
     def signal(self, name: str, sig: int) -> None:
         pid = self.pid(name)
@@ -188,8 +194,10 @@ class HaCluster:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
             _wait(lambda: self.pid(name) is None, 10, f"{name} to die")
-        # a child reaped by nobody (we are not its parent after a restart) is gone from
-        # the group once it exits; the pid file stays as a record
+        proc = self.procs.get(name)
+        if proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
 
     def postmaster_pid(self, node: str) -> int | None:
         path = self.data_dir(node) / "postmaster.pid"
@@ -471,6 +479,20 @@ class HaCluster:
             timeout=30,
         )
         return res.stdout + res.stderr
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` runs (is not a zombie)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def _bin(name: str) -> str:
