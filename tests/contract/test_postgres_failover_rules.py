@@ -6,6 +6,7 @@ backwards, replica reads and transaction-pooler mode."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -58,6 +59,10 @@ def test_own_url_parameters_are_split_off_and_validated() -> None:
     assert (u.pooler, u.replica_hosts, u.listen_hosts) == ("transaction", "a:5441,b:5442", "a:5441")
     with pytest.raises(StoreError, match="pooler='session'"):
         parse_url("postgresql://u@a/db?pooler=session")
+    assert parse_url("postgresql://u@h/db?stall_timeout=2.5").stall_timeout == 2.5
+    for stall in ("x", "-1", "1e9"):
+        with pytest.raises(StoreError, match="stall_timeout"):
+            parse_url(f"postgresql://u@h/db?stall_timeout={stall}")
     for bad in ("a", "a:", ":5", "a:x", "a:70000", "a:1,,b:2"):
         with pytest.raises(StoreError, match="replica_hosts") as err:
             parse_url(f"postgresql://u@h/db?replica_hosts={bad}")
@@ -151,5 +156,20 @@ def test_replica_reads_use_their_own_pool(h: Harness) -> None:
         assert after - before == 2
         store.get_lease(DISPATCHER_LEASE)
         assert store.db.replica_pool.get_stats().get("requests_num", 0) == after
+    finally:
+        store.close()
+
+
+def test_a_stalled_unit_of_work_fails_within_stall_timeout(h: Harness) -> None:
+    """A server that stops answering (here: a statement that sleeps) costs a call
+    ``stall_timeout``, not a TCP timeout; the pool goes on with fresh connections."""
+    url = f"{PG_URL}?stall_timeout=0.5"
+    store = PostgresStore(url, schema=_pg(h).schema, pool_size=2)
+    try:
+        t = time.monotonic()
+        with pytest.raises(StoreUnavailableError):
+            store.db.write(lambda tx: tx.conn.execute("SELECT pg_sleep(10)"))
+        assert time.monotonic() - t < 5
+        store.ping()
     finally:
         store.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -87,14 +88,35 @@ class HaScenario(Cluster):
         self.ha = ha
         self.via = via
         self.load: ImmediateLoad | None = None
-        store_host = None
-        store_query = ""
+        self.promoted_at = 0.0
+        # stall_timeout: a frozen primary costs a process 5 s, not the default 30
+        store_host = MULTI
+        store_query = f"{RW}&stall_timeout=5"
         if via == "pgbouncer":
             store_host = f"postgresql://postgres@{HOST}:{PGBOUNCER_PORT}"
-            store_query = f"pooler=transaction&listen_hosts={HOSTS}"
+            store_query = f"pooler=transaction&listen_hosts={HOSTS}&stall_timeout=5"
         super().__init__(
             tmp_path, pg_host=MULTI, url_query=RW, store_host=store_host, store_query=store_query
         )
+
+    def sql(self, text: str, params: Any = None, *, retry_s: float = 20.0) -> list[dict[str, Any]]:
+        """The test's own statement, with the stall rule of the store: a session on a
+        frozen server is shut after 5 s and the statement retried on a new one."""
+        timer = threading.Timer(5.0, self._shut_conn)
+        timer.start()
+        try:
+            return super().sql(text, params, retry_s=retry_s)
+        finally:
+            timer.cancel()
+
+    def _shut_conn(self) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            fd = conn.pgconn.socket
+            with socket.socket(fileno=os.dup(fd)) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
 
     # -- load ---------------------------------------------------------------------------
     def start_load(self, vt: float) -> None:
@@ -153,7 +175,9 @@ class HaScenario(Cluster):
         return int(rows[0]["tl"])
 
     def wait_new_primary(self, old: str, timeout: float) -> str:
-        return str(
+        """The new Patroni leader's name, once it runs as the primary; the wall-clock
+        instant it was seen so is :attr:`promoted_at`."""
+        lead = str(
             wait_until(
                 lambda: (lead := self.ha.leader()) not in (None, old) and lead,
                 timeout,
@@ -161,10 +185,15 @@ class HaScenario(Cluster):
                 message=f"a leader other than {old}",
             )
         )
+        self.promoted_at = time.time()
+        return lead
 
     def recovery_figures(self, t_fault: float, timeline: int) -> dict[str, Any]:
-        """Seconds from the fault to the first firing a leader enqueued under an epoch
-        of ``timeline`` (the new primary's), and to the first firing finished after it."""
+        """Seconds from the fault to the new primary (as Patroni reports it), to the
+        first firing a leader enqueued under an epoch of ``timeline`` (the new
+        primary's), and to the first firing finished on the new primary (a finish
+        stamped after the promotion was seen)."""
+        since = self.promoted_at
         first_enqueue = wait_until(
             lambda: self.sql(
                 "SELECT min(enqueued_at) AS t FROM firings WHERE enqueued_epoch >> 32 = %s",
@@ -178,7 +207,7 @@ class HaScenario(Cluster):
         first_done = wait_until(
             lambda: self.sql(
                 "SELECT min(finished_at) AS t FROM firings WHERE finished_at > %s",
-                (datetime.fromtimestamp(t_fault, UTC),),
+                (datetime.fromtimestamp(since, UTC),),
                 retry_s=60,
             )[0]["t"],
             90,
@@ -186,6 +215,7 @@ class HaScenario(Cluster):
             message="a firing finished after the fault",
         )
         return {
+            "to_new_primary_s": round(since - t_fault, 2),
             "to_first_enqueue_s": round(first_enqueue.timestamp() - t_fault, 2),
             "to_drain_resumed_s": round(first_done.timestamp() - t_fault, 2),
             "loadavg_1m": load_average(),

@@ -30,6 +30,12 @@ High availability (README "Production deployment"):
   (``target_session_attrs=prefer-standby``) for the reads that may be stale: status,
   listings of jobs, firings, nodes (``read_replica``). Every lease, claim, enqueue and
   the reads those decisions use stay on the primary;
+- a server that stops answering without closing its connections (a frozen primary,
+  a partition that drops packets) would block a call until TCP gives up — hours. A
+  watchdog shuts the socket of any unit of work running longer than ``stall_timeout``
+  (URL parameter, seconds, default 30; ``0`` disables; migrations are exempt): the
+  call fails as a lost connection would (StoreUnavailableError; reads are retried on
+  a fresh connection, which the multi-host URL makes to the new primary);
 - ``pooler=transaction`` (PgBouncer in transaction mode): no server-side prepared
   statements (``prepare_threshold=None``), no session settings in the startup packet
   (the database's own ``TimeZone`` must be UTC: checked on each new connection), and
@@ -39,9 +45,11 @@ High availability (README "Production deployment"):
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -62,6 +70,7 @@ from cronwheel.store.sql import load_package_queries, load_queries
 
 T = TypeVar("T")
 Conn = psycopg.Connection[DictRow]
+log = logging.getLogger(__name__)
 
 _PKG = "cronwheel.store.postgres"
 _NOW = re.compile(r"(?<![:\w]):now\b")
@@ -84,7 +93,8 @@ _ROLE_SQL = (
     " current_setting('TimeZone') AS tz"
 )
 # URL parameters that are cronwheel's, not libpq's (removed before connecting)
-_OWN_PARAMS = ("pooler", "replica_hosts", "listen_hosts")
+_OWN_PARAMS = ("pooler", "replica_hosts", "listen_hosts", "stall_timeout")
+_STALL_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +105,7 @@ class PgUrl:
     pooler: str | None = None  # "transaction"
     replica_hosts: str | None = None  # "h:p,h:p"
     listen_hosts: str | None = None
+    stall_timeout: float = _STALL_S
 
 
 def parse_url(url: str) -> PgUrl:
@@ -113,8 +124,20 @@ def parse_url(url: str) -> PgUrl:
     for key in ("replica_hosts", "listen_hosts"):
         if key in own:
             _hosts(own[key], key)
+    stall = _STALL_S
+    if "stall_timeout" in own:
+        try:
+            stall = float(own["stall_timeout"])
+        except ValueError:
+            stall = -1.0
+        if not 0 <= stall < 86_400:
+            raise StoreError(
+                f"bad URL parameter stall_timeout={own['stall_timeout']!r}: seconds, "
+                "0 (off) to 86399",
+                field="store",
+            )
     libpq = urlunsplit(parts._replace(query=urlencode(rest)))
-    return PgUrl(libpq, pooler, own.get("replica_hosts"), own.get("listen_hosts"))
+    return PgUrl(libpq, pooler, own.get("replica_hosts"), own.get("listen_hosts"), stall)
 
 
 def _hosts(value: str, key: str) -> tuple[str, str]:
@@ -220,6 +243,7 @@ class PgTx:
         return self.execute(self.db.q[name].replace(_WHERE, where), params).fetchall()
 
     def script(self, text: str) -> None:
+        self.db.unwatch(self.conn)  # a migration may legitimately take long
         self.conn.execute(query(text))  # no parameters: many statements
 
     def wake_workers(self) -> None:
@@ -259,6 +283,9 @@ class Database:
         self._retried_lock = threading.Lock()
         self._timeout_s = timeout_s
         self._max_size = pool_size
+        self._watched: dict[int, tuple[float, Conn]] = {}
+        self._watchdog: threading.Thread | None = None
+        self._closed = threading.Event()
         self.pool = self._pool(self.conninfo, pool_size, timeout_s, "cronwheel")
         self.replica_pool: ConnectionPool[Conn] | None = None
         if self.url.replica_hosts is not None:
@@ -292,9 +319,38 @@ class Database:
         return pool
 
     def close(self) -> None:
+        self._closed.set()
         self.pool.close()
         if self.replica_pool is not None:
             self.replica_pool.close()
+
+    # -- the stall watchdog (module doc) ------------------------------------------------
+    def watch(self, conn: Conn) -> None:
+        stall = self.url.stall_timeout
+        if stall <= 0:
+            return
+        with self._retried_lock:
+            self._watched[id(conn)] = (time.monotonic() + stall, conn)
+            if self._watchdog is None:
+                self._watchdog = threading.Thread(
+                    target=self._watch_loop, name="cronwheel-pg-watchdog", daemon=True
+                )
+                self._watchdog.start()
+
+    def unwatch(self, conn: Conn) -> None:
+        with self._retried_lock:
+            self._watched.pop(id(conn), None)
+
+    def _watch_loop(self) -> None:
+        tick = min(1.0, self.url.stall_timeout / 4)
+        while not self._closed.wait(tick):
+            now = time.monotonic()
+            with self._retried_lock:
+                late = [c for k, (t, c) in list(self._watched.items()) if t <= now]
+                for c in late:
+                    self._watched.pop(id(c), None)
+            for c in late:
+                _shut(c)
 
     @contextmanager
     def _checkout(self, *, replica: bool = False) -> Iterator[Conn]:
@@ -308,21 +364,25 @@ class Database:
         pool = self.replica_pool if replica and self.replica_pool is not None else self.pool
         for _ in range(self._max_size + 1):
             conn = pool.getconn(timeout=self._timeout_s)
+            self.watch(conn)  # from the ping on: a frozen server stalls that too
             try:
                 if pool is self.pool:
                     self._require_primary(conn)
                 else:
                     conn.execute("")
             except psycopg.Error:
+                self.unwatch(conn)
                 pool.putconn(conn)
                 continue
             except StoreError:
+                self.unwatch(conn)
                 conn.close()
                 pool.putconn(conn)
                 raise
             try:
                 yield conn
             finally:
+                self.unwatch(conn)
                 pool.putconn(conn)
             return
         raise psycopg.OperationalError("no connection of the pool answers a primary's role")
@@ -470,6 +530,18 @@ class Database:
     def starts_with(self, column: str, param: str) -> str:
         # starts_with: '%' and '_' in a prefix are literal, never LIKE patterns
         return f"starts_with({column}, %({param})s)"
+
+
+def _shut(conn: Conn) -> None:
+    """Shut a stalled connection's socket: the call blocked on it fails at once as on a
+    lost connection (a frozen server still ACKs at the TCP level, so nothing else would)."""
+    try:
+        fd = conn.pgconn.socket
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, psycopg.Error):
+        pass  # already closed
+    log.warning("postgresql: a unit of work stalled past stall_timeout; connection shut")
 
 
 def store_error(exc: psycopg.Error) -> StoreError:
