@@ -26,6 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from cronwheel import App
 from cronwheel.errors import CronwheelError
 from tests.faults.harness import Cluster, JobHandle, wait_until
@@ -113,7 +115,7 @@ class HaScenario(Cluster):
         conn = self._conn
         if conn is None:
             return
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError, psycopg.Error):
             fd = conn.pgconn.socket
             with socket.socket(fileno=os.dup(fd)) as sock:
                 sock.shutdown(socket.SHUT_RDWR)
