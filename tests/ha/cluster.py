@@ -395,6 +395,14 @@ class HaCluster:
                     capture_output=True, timeout=30, check=False,
                 )  # fmt: skip
 
+        # every process this object started has exited and been reaped
+        for name, proc in self.procs.items():
+            if proc.poll() is None:
+                print(f"cronwheel-ha: {name} (pid {proc.pid}) outlived its group; killed")
+                proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+
     def clean(self) -> None:
         self.stop()
         shutil.rmtree(self.base, ignore_errors=True)

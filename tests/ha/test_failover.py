@@ -21,7 +21,7 @@ import pytest
 from tests.faults.harness import wait_until
 from tests.faults.ledger import Report
 from tests.ha.cluster import ETCD, TTL
-from tests.ha.scenario import HaScenario
+from tests.ha.scenario import HaScenario, load_average
 
 pytestmark = pytest.mark.slow
 
@@ -144,6 +144,7 @@ def test_an_etcd_member_lost(scenario: HaScenario) -> None:
         fault=f"SIGKILL {member}",
         leader_unchanged=True,
         to_first_enqueue_s=round(first.timestamp() - t, 2),
+        loadavg_1m=load_average(),
     )
     s.ha.start_etcd(member)
     wait_until(lambda: s.ha.etcd_healthy(member), 30, message=f"{member} back")
@@ -225,5 +226,19 @@ def test_pgbouncer_restart_under_load(pooled: HaScenario) -> None:
         0.1,
         message="enqueues after the restart",
     )
-    s.figures.update(fault="pgbouncer restart", to_first_enqueue_s=round(first.timestamp() - t, 2))
+    done: Any = wait_until(
+        lambda: s.sql(
+            "SELECT min(finished_at) AS t FROM firings WHERE finished_at > to_timestamp(%s)",
+            (t + s.figures["pgbouncer_down_s"],),
+        )[0]["t"],
+        RECOVERY_S,
+        0.1,
+        message="a firing finished after the restart",
+    )
+    s.figures.update(
+        fault="pgbouncer restart",
+        to_first_enqueue_s=round(first.timestamp() - t, 2),
+        to_drain_resumed_s=round(done.timestamp() - t, 2),
+        loadavg_1m=load_average(),
+    )
     _assert_clean(s, _end(s))
