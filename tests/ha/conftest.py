@@ -53,10 +53,10 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaCluster]:
 
 
 def _scenario(
-    tmp_path: Path, ha: HaCluster, request: pytest.FixtureRequest, via: str
+    tmp_path: Path, ha: HaCluster, request: pytest.FixtureRequest, via: str, listen: bool = True
 ) -> Iterator[HaScenario]:
     ha.wait_healthy(120)  # the previous scenario's node is back and streaming
-    s = HaScenario(tmp_path, ha, via=via)
+    s = HaScenario(tmp_path, ha, via=via, listen=listen)
     try:
         yield s
     finally:
@@ -79,3 +79,11 @@ def scenario(tmp_path: Path, ha: HaCluster, request: pytest.FixtureRequest) -> I
 def pooled(tmp_path: Path, ha: HaCluster, request: pytest.FixtureRequest) -> Iterator[HaScenario]:
     """Processes through PgBouncer (transaction mode) -> HAProxy -> the leader."""
     yield from _scenario(tmp_path, ha, request, "pgbouncer")
+
+
+@pytest.fixture
+def pooled_only(
+    tmp_path: Path, ha: HaCluster, request: pytest.FixtureRequest
+) -> Iterator[HaScenario]:
+    """Through PgBouncer only: no direct LISTEN connections (workers poll)."""
+    yield from _scenario(tmp_path, ha, request, "pgbouncer", listen=False)

@@ -86,7 +86,11 @@ class ImmediateLoad:
 
 
 class HaScenario(Cluster):
-    def __init__(self, tmp_path: Path, ha: HaCluster, *, via: str = "multi") -> None:
+    def __init__(
+        self, tmp_path: Path, ha: HaCluster, *, via: str = "multi", listen: bool = True
+    ) -> None:
+        """``listen=False`` (PgBouncer only): no ``listen_hosts``, the workers poll, and
+        every server connection of the scenario is PgBouncer's."""
         self.ha = ha
         self.via = via
         self.load: ImmediateLoad | None = None
@@ -96,7 +100,10 @@ class HaScenario(Cluster):
         store_query = f"{RW}&stall_timeout=5"
         if via == "pgbouncer":
             store_host = f"postgresql://postgres@{HOST}:{PGBOUNCER_PORT}"
-            store_query = f"pooler=transaction&listen_hosts={HOSTS}&stall_timeout=5"
+            listen_hosts = f"&listen_hosts={HOSTS}" if listen else ""
+            # a unit of work may wait in PgBouncer's queue for a server connection
+            # (40 workers on 10): the stall bound must exceed that wait
+            store_query = f"pooler=transaction{listen_hosts}&stall_timeout=20"
         super().__init__(
             tmp_path, pg_host=MULTI, url_query=RW, store_host=store_host, store_query=store_query
         )
