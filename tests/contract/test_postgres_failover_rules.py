@@ -15,7 +15,7 @@ import pytest
 
 from cronwheel.errors import LeaseLostError, StoreError, StoreUnavailableError
 from cronwheel.store.postgres import PostgresStore
-from cronwheel.store.postgres.db import parse_url
+from cronwheel.store.postgres.ha import parse_url
 from cronwheel.store.postgres.listen import PgListenWakeup, PollOnly
 from cronwheel.store.protocol import DISPATCHER_LEASE
 from tests.conftest import PG_URL

@@ -318,7 +318,7 @@ class Cluster:
         self._conn: psycopg.Connection[Any] | None = None
         self._client: App | None = None
         self._seq = 0
-        for admin_url in dict.fromkeys([self.admin_url, ADMIN_URL]):
+        for admin_url in self._admin_urls():
             with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as admin:
                 admin.execute(f'CREATE DATABASE "{self.db_name}"')
         with psycopg.connect(self.effects_db_url, autocommit=True) as conn:
@@ -332,6 +332,13 @@ class Cluster:
     def admin_url(self) -> str:
         """The maintenance database of the scenario's server."""
         return f"{self.pg_host}/postgres" + (f"?{self.url_query}" if self.url_query else "")
+
+    def _admin_urls(self) -> list[str]:
+        """Where the scenario's database is created: its server, and the default one
+        too when the effect table lives there (another server)."""
+        if self.pg_host == PG_HOST:
+            return [ADMIN_URL]
+        return [self.admin_url, ADMIN_URL]
 
     def url(self, app_name: str) -> str:
         query = self.url_query + "&" if self.url_query else ""
@@ -635,7 +642,7 @@ class Cluster:
                 self._conn.close()
             self._conn = None
         ensure_postgres_up()
-        for admin_url in dict.fromkeys([self.admin_url, ADMIN_URL]):
+        for admin_url in self._admin_urls():
             with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as admin:
                 admin.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
 

@@ -11,6 +11,8 @@ a handler that ran is never re-run merely because the database was away.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import signal
 import time
@@ -91,6 +93,43 @@ def test_primary_node_killed(scenario: HaScenario) -> None:
     s.figures.update(fault="SIGKILL primary node", old=old, new=new, timeline=tl)
     s.figures.update(s.recovery_figures(t, tl))
     s.ha.start_patroni(old)  # it rejoins as a replica (pg_rewind if needed)
+    _assert_clean(s, _end(s))
+
+
+@pytest.mark.timeout(300)
+def test_primary_postmaster_killed(scenario: HaScenario) -> None:
+    """SIGKILL of the primary's postmaster and backends only: Patroni, alive, restarts
+    PostgreSQL in place (crash recovery) while it holds the leader key — a restart, not
+    a failover, unless the restart outlasts the TTL."""
+    s = scenario
+    _start(s)
+    old = s.ha.leader()
+    assert old is not None
+    old_tl = s.timeline()
+    pm = s.ha.postmaster_pid(old)
+    assert pm is not None
+    t = time.time()
+    for pid in [pm, *s.node_pids(old)]:
+        if pid != s.ha.pid(old):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def restarted_or_moved() -> bool:
+        pid = s.ha.postmaster_pid(old)
+        return (pid is not None and pid != pm) or s.ha.leader() != old
+
+    wait_until(
+        restarted_or_moved,
+        RECOVERY_S,
+        0.1,
+        message="PostgreSQL restarted or failed over",
+    )
+    s.wait_new_primary("", RECOVERY_S)  # any running leader
+    new = s.ha.leader()
+    tl = s.timeline()
+    s.figures.update(fault="SIGKILL postmaster", old=old, new=new, timeline=tl)
+    s.figures["failover"] = tl != old_tl
+    s.figures.update(s.recovery_figures(t, tl))
     _assert_clean(s, _end(s))
 
 

@@ -45,11 +45,9 @@ High availability (README "Production deployment"):
 
 from __future__ import annotations
 
-import logging
 import os
 import random
 import re
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -57,7 +55,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, LiteralString, Protocol, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -66,11 +63,11 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from cronwheel.errors import CronwheelError, StoreError, StoreUnavailableError
+from cronwheel.store.postgres.ha import ROLE_SQL, StallWatchdog, parse_url, with_hosts
 from cronwheel.store.sql import load_package_queries, load_queries
 
 T = TypeVar("T")
 Conn = psycopg.Connection[DictRow]
-log = logging.getLogger(__name__)
 
 _PKG = "cronwheel.store.postgres"
 _NOW = re.compile(r"(?<![:\w]):now\b")
@@ -82,86 +79,6 @@ NOW_SQL = "(coalesce(%(_pin)s::timestamptz, now()) + %(_off)s::interval)"
 _WHERE = "/*where*/"
 _TX_RETRIES = 5  # serialization failures and deadlocks
 _READ_RETRIES = 2  # connection errors on reads
-
-# The server's role and timeline in one round trip: 0 on a standby (pg_current_wal_lsn
-# fails in recovery; CASE never evaluates it there), else the timeline of the WAL being
-# written, which a promotion increments at once (pg_control_checkpoint() lags until the
-# end-of-recovery checkpoint).
-_ROLE_SQL = (
-    "SELECT CASE WHEN pg_is_in_recovery() THEN 0 ELSE "
-    "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint END AS tl,"
-    " current_setting('TimeZone') AS tz"
-)
-# URL parameters that are cronwheel's, not libpq's (removed before connecting)
-_OWN_PARAMS = ("pooler", "replica_hosts", "listen_hosts", "stall_timeout")
-_STALL_S = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class PgUrl:
-    """A store URL split into what libpq takes and cronwheel's own parameters."""
-
-    libpq: str
-    pooler: str | None = None  # "transaction"
-    replica_hosts: str | None = None  # "h:p,h:p"
-    listen_hosts: str | None = None
-    stall_timeout: float = _STALL_S
-
-
-def parse_url(url: str) -> PgUrl:
-    """Split cronwheel's parameters off a ``postgresql://`` URL; a bad one names itself."""
-    parts = urlsplit(url)
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
-    own = {k: v for k, v in pairs if k in _OWN_PARAMS}
-    rest = [(k, v) for k, v in pairs if k not in _OWN_PARAMS]
-    pooler = own.get("pooler")
-    if pooler is not None and pooler != "transaction":
-        raise StoreError(
-            f"bad URL parameter pooler={pooler!r}: the only value is 'transaction' "
-            "(PgBouncer pool_mode=transaction; a session pooler needs no parameter)",
-            field="store",
-        )
-    for key in ("replica_hosts", "listen_hosts"):
-        if key in own:
-            _hosts(own[key], key)
-    stall = _STALL_S
-    if "stall_timeout" in own:
-        try:
-            stall = float(own["stall_timeout"])
-        except ValueError:
-            stall = -1.0
-        if not 0 <= stall < 86_400:
-            raise StoreError(
-                f"bad URL parameter stall_timeout={own['stall_timeout']!r}: seconds, "
-                "0 (off) to 86399",
-                field="store",
-            )
-    libpq = urlunsplit(parts._replace(query=urlencode(rest)))
-    return PgUrl(libpq, pooler, own.get("replica_hosts"), own.get("listen_hosts"), stall)
-
-
-def _hosts(value: str, key: str) -> tuple[str, str]:
-    """``h1:p1,h2:p2`` as libpq's (host, port) lists."""
-    hosts, ports = [], []
-    for item in value.split(","):
-        host, sep, port = item.strip().rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise StoreError(
-                f"bad URL parameter {key}={value!r}: expected host:port[,host:port...]",
-                field="store",
-            )
-        hosts.append(host)
-        ports.append(port)
-    return ",".join(hosts), ",".join(ports)
-
-
-def with_hosts(conninfo: str, value: str, key: str, attrs: str) -> str:
-    """``conninfo`` pointed at the hosts of ``value`` with ``target_session_attrs``."""
-    params = conninfo_to_dict(conninfo)
-    params["host"], params["port"] = _hosts(value, key)
-    params.pop("hostaddr", None)
-    params["target_session_attrs"] = attrs
-    return make_conninfo("", **params)
 
 
 def load_sql() -> dict[str, str]:
@@ -243,7 +160,7 @@ class PgTx:
         return self.execute(self.db.q[name].replace(_WHERE, where), params).fetchall()
 
     def script(self, text: str) -> None:
-        self.db.unwatch(self.conn)  # a migration may legitimately take long
+        self.db.stalls.unwatch(self.conn)  # a migration may legitimately take long
         self.conn.execute(query(text))  # no parameters: many statements
 
     def wake_workers(self) -> None:
@@ -283,9 +200,7 @@ class Database:
         self._retried_lock = threading.Lock()
         self._timeout_s = timeout_s
         self._max_size = pool_size
-        self._watched: dict[int, tuple[float, Conn]] = {}
-        self._watchdog: threading.Thread | None = None
-        self._closed = threading.Event()
+        self.stalls = StallWatchdog(self.url.stall_timeout)
         self.pool = self._pool(self.conninfo, pool_size, timeout_s, "cronwheel")
         self.replica_pool: ConnectionPool[Conn] | None = None
         if self.url.replica_hosts is not None:
@@ -319,38 +234,10 @@ class Database:
         return pool
 
     def close(self) -> None:
-        self._closed.set()
+        self.stalls.close()
         self.pool.close()
         if self.replica_pool is not None:
             self.replica_pool.close()
-
-    # -- the stall watchdog (module doc) ------------------------------------------------
-    def watch(self, conn: Conn) -> None:
-        stall = self.url.stall_timeout
-        if stall <= 0:
-            return
-        with self._retried_lock:
-            self._watched[id(conn)] = (time.monotonic() + stall, conn)
-            if self._watchdog is None:
-                self._watchdog = threading.Thread(
-                    target=self._watch_loop, name="cronwheel-pg-watchdog", daemon=True
-                )
-                self._watchdog.start()
-
-    def unwatch(self, conn: Conn) -> None:
-        with self._retried_lock:
-            self._watched.pop(id(conn), None)
-
-    def _watch_loop(self) -> None:
-        tick = min(1.0, self.url.stall_timeout / 4)
-        while not self._closed.wait(tick):
-            now = time.monotonic()
-            with self._retried_lock:
-                late = [c for k, (t, c) in list(self._watched.items()) if t <= now]
-                for c in late:
-                    self._watched.pop(id(c), None)
-            for c in late:
-                _shut(c)
 
     @contextmanager
     def _checkout(self, *, replica: bool = False) -> Iterator[Conn]:
@@ -364,31 +251,31 @@ class Database:
         pool = self.replica_pool if replica and self.replica_pool is not None else self.pool
         for _ in range(self._max_size + 1):
             conn = pool.getconn(timeout=self._timeout_s)
-            self.watch(conn)  # from the ping on: a frozen server stalls that too
+            self.stalls.watch(conn)  # from the ping on: a frozen server stalls that too
             try:
                 if pool is self.pool:
                     self._require_primary(conn)
                 else:
                     conn.execute("")
             except psycopg.Error:
-                self.unwatch(conn)
+                self.stalls.unwatch(conn)
                 pool.putconn(conn)
                 continue
             except StoreError:
-                self.unwatch(conn)
+                self.stalls.unwatch(conn)
                 conn.close()
                 pool.putconn(conn)
                 raise
             try:
                 yield conn
             finally:
-                self.unwatch(conn)
+                self.stalls.unwatch(conn)
                 pool.putconn(conn)
             return
         raise psycopg.OperationalError("no connection of the pool answers a primary's role")
 
     def _require_primary(self, conn: Conn) -> None:
-        row = conn.execute(_ROLE_SQL).fetchone()
+        row = conn.execute(ROLE_SQL).fetchone()
         assert row is not None
         if self.pooled and row["tz"] not in ("UTC", "Etc/UTC"):
             # through a transaction pooler the startup packet carries no ``options``:
@@ -530,18 +417,6 @@ class Database:
     def starts_with(self, column: str, param: str) -> str:
         # starts_with: '%' and '_' in a prefix are literal, never LIKE patterns
         return f"starts_with({column}, %({param})s)"
-
-
-def _shut(conn: Conn) -> None:
-    """Shut a stalled connection's socket: the call blocked on it fails at once as on a
-    lost connection (a frozen server still ACKs at the TCP level, so nothing else would)."""
-    try:
-        fd = conn.pgconn.socket
-        with socket.socket(fileno=os.dup(fd)) as sock:
-            sock.shutdown(socket.SHUT_RDWR)
-    except (OSError, psycopg.Error):
-        pass  # already closed
-    log.warning("postgresql: a unit of work stalled past stall_timeout; connection shut")
 
 
 def store_error(exc: psycopg.Error) -> StoreError:

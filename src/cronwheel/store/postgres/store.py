@@ -20,8 +20,9 @@ from cronwheel.domain.clock import Clock
 from cronwheel.errors import StoreError
 from cronwheel.store.postgres.caller import CallerDatabase, Link
 from cronwheel.store.postgres.claims import PgClaims
-from cronwheel.store.postgres.db import Database, DbTime, with_hosts
+from cronwheel.store.postgres.db import Database, DbTime
 from cronwheel.store.postgres.dispatch import PgDispatch
+from cronwheel.store.postgres.ha import with_hosts
 from cronwheel.store.postgres.listen import PgListenWakeup, PollOnly
 from cronwheel.wakeup import Wakeup
 
