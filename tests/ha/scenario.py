@@ -157,15 +157,18 @@ class HaScenario(Cluster):
         return {a.job_id: a.at for a in self.load.acks}
 
     # -- the database nodes -------------------------------------------------------------
+    def postmaster_pids(self, node: str) -> list[int]:
+        """The node's postmaster and every process under it (not Patroni)."""
+        pm = self.ha.postmaster_pid(node)
+        return [] if pm is None else [pm, *_children(pm)]
+
     def node_pids(self, node: str) -> list[int]:
         """Patroni's process group and the node's postmaster with every child."""
         pids: list[int] = []
         group = self.ha.pid(node)
         if group is not None:
             pids += _group_members(group)
-        pm = self.ha.postmaster_pid(node)
-        if pm is not None:
-            pids += [pm, *_children(pm)]
+        pids += self.postmaster_pids(node)
         return sorted(set(pids))
 
     def signal_node(self, node: str, sig: int) -> float:

@@ -79,6 +79,7 @@ NOW_SQL = "(coalesce(%(_pin)s::timestamptz, now()) + %(_off)s::interval)"
 _WHERE = "/*where*/"
 _TX_RETRIES = 5  # serialization failures and deadlocks
 _READ_RETRIES = 2  # connection errors on reads
+_GETCONN_SLICE_S = 0.5  # see Database._getconn
 
 
 def load_sql() -> dict[str, str]:
@@ -250,7 +251,7 @@ class Database:
         connection tried; a timeline below the highest seen is refused (module doc)."""
         pool = self.replica_pool if replica and self.replica_pool is not None else self.pool
         for _ in range(self._max_size + 1):
-            conn = pool.getconn(timeout=self._timeout_s)
+            conn = self._getconn(pool)
             self.stalls.watch(conn)  # from the ping on: a frozen server stalls that too
             try:
                 if pool is self.pool:
@@ -273,6 +274,21 @@ class Database:
                 pool.putconn(conn)
             return
         raise psycopg.OperationalError("no connection of the pool answers a primary's role")
+
+    def _getconn(self, pool: ConnectionPool[Conn]) -> Conn:
+        """A connection within the pool's timeout, asking in short slices: a client
+        waiting on the pool gets no new connection attempt after one failed (during a
+        failover no host is the primary for a few seconds), a new request makes one.
+        So the pool reconnects within half a second of the new primary, not at the end
+        of the timeout."""
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return pool.getconn(timeout=max(0.01, min(_GETCONN_SLICE_S, left)))
+            except PoolTimeout:
+                if time.monotonic() >= deadline:
+                    raise
 
     def _require_primary(self, conn: Conn) -> None:
         row = conn.execute(ROLE_SQL).fetchone()
