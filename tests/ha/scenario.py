@@ -49,6 +49,7 @@ class Ack:
     job_id: int
     name: str
     scheduled_for: datetime
+    sent: float = 0.0  # wall clock of the call: the commit happened in [sent, at]
 
 
 @dataclass
@@ -71,8 +72,9 @@ class ImmediateLoad:
         try:
             while not self._stop.is_set():
                 try:
+                    sent = time.time()
                     f = app.enqueue("record")
-                    self.acks.append(Ack(time.time(), f.job_id, f.job_name, f.scheduled_for))
+                    self.acks.append(Ack(time.time(), f.job_id, f.job_name, f.scheduled_for, sent))
                 except CronwheelError:
                     self.errors += 1  # outage: outcome unknown (see Scenario.expectations)
                 self._stop.wait(self.interval)
@@ -95,6 +97,8 @@ class HaScenario(Cluster):
         self.via = via
         self.load: ImmediateLoad | None = None
         self.promoted_at = 0.0
+        self.signalled_until = 0.0
+        self.reissued: list[Ack] = []
         # stall_timeout: a frozen primary costs a process 5 s, not the default 30
         store_host = MULTI
         store_query = f"{RW}&stall_timeout=5"
@@ -136,9 +140,15 @@ class HaScenario(Cluster):
         self.load.start()
 
     def finish_load(self, drain_timeout: float) -> None:
+        """Expectations for the acknowledged immediate firings. A job id acknowledged
+        twice was issued again by a new primary that lost the first job (asynchronous
+        replication: its sequence went back too): the later job is the expectation, the
+        earlier is in :attr:`reissued` for the test to judge."""
         assert self.load is not None
         self.load.stop()
-        for a in self.load.acks:
+        last = {a.job_id: a for a in self.load.acks}
+        self.reissued = [a for a in self.load.acks if last[a.job_id] is not a]
+        for a in last.values():
             self.jobs.append(JobHandle(a.name, Expectation(a.job_id, a.name, a.scheduled_for)))
         # enqueues whose commit the client never saw acknowledged, that did commit
         known = {h.expectation.job_id for h in self.jobs}
@@ -162,6 +172,15 @@ class HaScenario(Cluster):
         pm = self.ha.postmaster_pid(node)
         return [] if pm is None else [pm, *_children(pm)]
 
+    def walsenders(self, node: str) -> list[int]:
+        """The node's WAL sender processes (one per streaming replica)."""
+        out = []
+        for pid in self.postmaster_pids(node):
+            with contextlib.suppress(OSError):
+                if b"walsender" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    out.append(pid)
+        return out
+
     def node_pids(self, node: str) -> list[int]:
         """Patroni's process group and the node's postmaster with every child."""
         pids: list[int] = []
@@ -172,10 +191,14 @@ class HaScenario(Cluster):
         return sorted(set(pids))
 
     def signal_node(self, node: str, sig: int) -> float:
+        """Signal every process of the node; the instant the first signal went out (the
+        last one's is :attr:`signalled_until`)."""
+        pids = self.node_pids(node)  # scanning /proc first: the signals go out together
         t = time.time()
-        for pid in self.node_pids(node):
+        for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
+        self.signalled_until = time.time()
         return t
 
     def timeline(self) -> int:
