@@ -10,6 +10,7 @@ every PostgreSQL test. Figures are printed (``pytest -s``) and written to
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -44,7 +45,11 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaCluster]:
     try:
         yield c
     finally:
-        c.clean()
+        if os.environ.get("CRONWHEEL_HA_KEEP"):  # keep data and logs for a post-mortem
+            c.stop()
+            print(f"\n[ha] cluster stopped, kept in {base}")
+        else:
+            c.clean()
         if _FIGURES:
             path = tmp_path_factory.mktemp("ha") / "last_run.json"
             payload = {"size": "full" if SIZES.full else "smoke", "scenarios": _FIGURES}

@@ -163,7 +163,10 @@ def test_primary_frozen_past_ttl_then_resumed(scenario: HaScenario) -> None:
         ),
         RECOVERY_S,
         0.2,
-        message=f"{old} demoted and following",
+        message=lambda: (
+            f"{old} demoted and following:\n{s.ha.patronictl('list')}\n"
+            + "\n".join(s.ha.log(old).read_text(errors="replace").splitlines()[-40:])
+        ),
     )
     _assert_clean(s, _end(s))
 
