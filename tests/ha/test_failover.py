@@ -140,8 +140,8 @@ def test_primary_postmaster_killed(scenario: HaScenario) -> None:
 def test_primary_frozen_past_ttl_then_resumed(scenario: HaScenario) -> None:
     """SIGSTOP of the whole primary node past the Patroni TTL; a replica is promoted;
     SIGCONT: the old primary wakes up on the old timeline, is refused by every process
-    that saw the new one, and Patroni demotes it: the ledger is clean. Or (seen in 2 of
-    8 runs with Patroni 3.0.2 on etcd3) Patroni lets the resumed node take the leader
+    that saw the new one, and Patroni demotes it: the ledger is clean. Or (seen in 3 of
+    9 runs with Patroni 3.0.2 on etcd3) Patroni lets the resumed node take the leader
     lock back and rewinds the promoted one, discarding the newer timeline and its
     commits: then every process must refuse the older timeline and no leader write may
     land on it; the ledger cannot be clean (Patroni dropped acknowledged commits)."""
