@@ -1,13 +1,15 @@
 """The Store ports: the single source of truth, behind semantic methods.
 
-Split by who uses it: :class:`DispatchPort`, :class:`WorkerPort`, :class:`JobsPort`
-and :class:`ApiJobsPort` (jobs and firings), :class:`AdminPort` and
-:class:`ApiAdminPort` (schema, status, nodes, tokens); each component is typed against
-its port; :class:`Store` and :class:`ApiStore`, their unions, are what an
-implementation provides.
+The store is split by who uses it: :class:`DispatchPort` (the dispatcher),
+:class:`WorkerPort` (the worker), :class:`JobsPort` and :class:`ApiJobsPort`
+(the Python API, the CLI and the HTTP API: jobs and firings), :class:`AdminPort`
+and :class:`ApiAdminPort` (schema, status, nodes, tokens). Each component is typed
+against the port it uses; :class:`Store` and :class:`ApiStore` are their unions,
+what an implementation provides.
 
-Three implementations (SQLite, PostgreSQL, memory) pass one contract suite
-(``tests/contract``; the state machine in ``test_transitions.py``). They all keep:
+Three implementations (SQLite, PostgreSQL, and the in-process memory store for
+users' tests) pass one contract suite (``tests/contract``; the firing state machine
+in ``tests/contract/test_transitions.py``). Contracts every implementation keeps:
 
 - Instants in and out are aware UTC datetimes. Expiry of leases and claims is
   judged by the *store's* clock (``now()`` in SQL on PostgreSQL; on SQLite,
@@ -66,7 +68,6 @@ from cronwheel.store.records import (  # re-exported (__all__): callers import t
     StoreStatus,
     TzRecord,
 )
-from cronwheel.store.retention_port import RetentionPort  # re-exported (__all__)
 from cronwheel.store.tz_port import TzPort  # re-exported (__all__)
 from cronwheel.wakeup import Wakeup
 
@@ -94,7 +95,6 @@ __all__ = [
     "JobsPort",
     "PlannedFiring",
     "QuotaPort",
-    "RetentionPort",
     "ServedTask",
     "Store",
     "StoreStatus",
@@ -106,9 +106,9 @@ __all__ = [
 DISPATCHER_LEASE = "dispatcher"
 
 
-class DispatchPort(TzPort, RetentionPort, Protocol):
+class DispatchPort(TzPort, Protocol):
     """The dispatcher's port: leadership, due jobs, fenced enqueues, the reaper (and, from
-    TzPort, the cluster's tz database; from RetentionPort, the retention pass)."""
+    TzPort, the cluster's tz database)."""
 
     def acquire_lease(self, name: str, holder: str, ttl: timedelta) -> Lease | None:
         """Renew the lease if ``holder`` holds it unexpired, else take it over if it has
