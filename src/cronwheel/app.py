@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
+from cronwheel.app_settings import NamespaceSettings
 from cronwheel.domain.batch import BatchResult, item_fields, run_batch
-from cronwheel.domain.calendars import CalendarRules
 from cronwheel.domain.clock import Clock, SystemClock
 from cronwheel.domain.jobs import (
     bind_calendar,
@@ -31,13 +31,14 @@ from cronwheel.domain.jobs import (
     require_served_task,
     spec_first_fire_at,
 )
-from cronwheel.domain.models import Firing, Job, JobPolicies, JobSpec, validate_task
+from cronwheel.domain.models import Firing, Job, JobPolicies, JobSpec
+from cronwheel.domain.names import validate_task
 from cronwheel.domain.schedules import NowSchedule, Schedule
 from cronwheel.domain.tzdb import use_tz_database
 from cronwheel.errors import ValidationError
 from cronwheel.observability.tracing_switch import tracing_wanted
 from cronwheel.store.calendar_port import calendar_rules_of
-from cronwheel.store.protocol import CalendarChange, Store
+from cronwheel.store.protocol import Store
 from cronwheel.store.url import DEFAULT_STORE_URL, open_store
 from cronwheel.worker.context import Context
 from cronwheel.worker.registry import TaskRegistry
@@ -90,7 +91,7 @@ class _Bound:
     store: Store
 
 
-class App:
+class App(NamespaceSettings):
     def __init__(
         self,
         store_url: str = DEFAULT_STORE_URL,
@@ -210,30 +211,6 @@ class App:
             self.store.upsert_job(spec, first_fire_at=spec_first_fire_at(spec, now))
             for spec in specs
         ]
-
-    def calendar(
-        self,
-        name: str,
-        *,
-        holidays: str | None = None,
-        exclude: Sequence[date | str] = (),
-        include: Sequence[date | str] = (),
-        weekdays: str | None = None,
-    ) -> CalendarChange:
-        """Create or replace the namespace's calendar ``name`` (lower case), which cron
-        schedules name with ``calendar=name``: it excludes ``holidays`` (a built-in
-        calendar: ``"DE-BY"``), the ``exclude`` dates and the days not among ``weekdays``
-        (``"mon-fri"``); an ``include`` date is never excluded. The jobs naming it are
-        re-planned (``CalendarChange.replanned``)."""
-        rules = CalendarRules.from_dict(
-            {
-                "holidays": holidays,
-                "exclude": list(exclude),
-                "include": list(include),
-                "weekdays": weekdays,
-            }
-        )
-        return self.store.set_calendar(self.namespace, name, rules)
 
     def schedule(
         self,

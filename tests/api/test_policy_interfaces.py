@@ -49,6 +49,8 @@ SAMPLES: dict[str, tuple[str, Any, Any]] = {
     "start_deadline": ("10m", "10m", 600 * S),
     "jitter": ("5", 5, 5 * S),
     "lateness_objective": ("1.5", 1.5, 1.5 * S),
+    "keep_for": ("30d", "30d", 30 * 86400 * S),
+    "keep_last": ("5", 5, 5),
 }
 RETRIES = ("4", 4, 5)  # stored as max_attempts = retries + 1
 
@@ -72,6 +74,8 @@ BAD: dict[str, tuple[str, Any]] = {
     "start_deadline": ("never", "never"),
     "jitter": ("2d", "2d"),
     "lateness_objective": ("0", 0),
+    "keep_for": ("40000d", "40000d"),
+    "keep_last": ("1001", 1001),
 }
 
 # the flags of `jobs add` that are not policies

@@ -310,3 +310,11 @@ def test_skip_next_button_skips_the_next_occurrence_from_the_page_only(
     (f,) = store.list_firings()
     assert f.state.value == "skipped" and f.reason == "skipped by ops: from the dashboard"
     assert f.scheduled_for == datetime(2026, 3, 28, 12, 1, tzinfo=UTC)
+
+
+def test_overview_shows_the_retention_policy(client: TestClient, store: SqliteStore) -> None:
+    text = client.get("/ui/f/overview").text
+    assert 'id="retention"' in text and "7 d 0 h · last 1" in text and "the default" in text
+    store.set_retention("default", {"keep_for": 3 * 86400, "keep_last": 5})
+    text = client.get("/ui/f/overview").text
+    assert "3 d 0 h · last 5" in text and "this namespace's own" in text

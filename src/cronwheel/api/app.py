@@ -58,6 +58,7 @@ def create_api(
         routes_jobs,
         routes_misc,
         routes_quota,
+        routes_retention,
         routes_skip,
     )
 
@@ -83,6 +84,7 @@ def create_api(
     app.include_router(routes_firings.router)
     app.include_router(routes_misc.router)
     app.include_router(routes_quota.router)
+    app.include_router(routes_retention.router)
     app.include_router(routes_calendars.router)
     if store_calls_on_loop or not validate_responses:
         app.add_middleware(

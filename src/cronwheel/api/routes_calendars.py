@@ -11,7 +11,7 @@ from fastapi import APIRouter, Path, Request, Response
 
 from cronwheel.api.auth import Principal, Reader, Writer, store_of
 from cronwheel.api.errors import HttpError
-from cronwheel.api.schemas import CalendarIn, CalendarList, CalendarOut
+from cronwheel.api.schemas_calendars import CalendarIn, CalendarList, CalendarOut
 from cronwheel.domain.calendars import CalendarRecord, CalendarRules, check_stored_name
 from cronwheel.errors import CronwheelError
 from cronwheel.store.calendar_port import no_calendar

@@ -13,6 +13,7 @@ from cronwheel.api.auth import Anyone, store_of
 from cronwheel.api.calls import ApiRoute
 from cronwheel.api.convert import instant
 from cronwheel.api.errors import error_response
+from cronwheel.api.routes_retention import retention_doc
 from cronwheel.api.schemas import HealthOut, PreviewIn, PreviewOut, StatusOut
 from cronwheel.domain.firing import format_instant
 from cronwheel.domain.jobs import bind_schedule
@@ -80,6 +81,7 @@ def status(principal: Anyone, request: Request) -> dict[str, Any]:
         "unserved": store.unserved_queued(alive_within=WORKER_ALIVE_WITHIN, namespace=scoped),
         "quota": None if scoped is None else store.quota_usage(scoped)[0].to_dict(),
         "tzdata": tz_status(s) if cluster else None,
+        "retention": retention_doc(store, principal.namespace),
     }
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import ConfigDict, Field, create_model
 
+from cronwheel.api.schema_base import InModel as _In
+from cronwheel.api.schema_base import OutModel as _Out
 from cronwheel.domain.policy_table import POLICY_TABLE, Policy
 
 Instant = str
@@ -31,14 +33,6 @@ FiringStateName = Literal[
 AttemptOutcomeName = Literal[
     "claimed", "running", "succeeded", "failed", "lease_expired", "cancelled"
 ]
-
-
-class _In(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
-
-
-class _Out(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 # -- requests -------------------------------------------------------------------------
@@ -427,43 +421,16 @@ class QuotaIn(_In):
     backfill_per_day: int | None = Field(None, ge=0)
 
 
-class CalendarIn(_In):
-    """A calendar's rules: what it excludes (holidays, explicit dates, days off its
-    weekdays), and the dates it never excludes."""
-
-    holidays: str | None = Field(
-        None, max_length=64, examples=["DE-BY"], description="a built-in calendar's holidays"
-    )
-    exclude: list[str] = Field(
-        default_factory=list, max_length=1000, examples=[["2026-12-24", "2026-12-31"]]
-    )
-    include: list[str] = Field(
-        default_factory=list,
-        max_length=1000,
-        examples=[["2026-12-27"]],
-        description="dates never excluded (over a holiday or a day off its weekdays)",
-    )
-    weekdays: str | None = Field(
-        None, max_length=64, examples=["mon-fri"], description="cron's day-of-week syntax"
-    )
-
-
-class CalendarOut(_Out):
+class RetentionOut(_Out):  # domain/retention.py; custom false: the default
     namespace: str
-    name: str
-    holidays: str | None
-    exclude: list[str]
-    include: list[str]
-    weekdays: str | None
-    updated_at: str
-    jobs: list[str] = Field(description="the namespace's jobs that name it")
-    replanned: list[str] | None = Field(
-        None, description="on a write: the jobs whose schedule and next instant moved with it"
-    )
+    custom: bool
+    keep_for_s: float
+    keep_last: int
 
 
-class CalendarList(_Out):
-    items: list[CalendarOut]
+class RetentionIn(_In):
+    keep_for: Duration | int | None = Field(None, examples=["7d", 86400])
+    keep_last: int | None = None
 
 
 class StatusOut(_Out):
@@ -485,15 +452,12 @@ class StatusOut(_Out):
     running: int
     oldest_queued_due_at: str | None
     backlog: dict[str, int]
-    unserved: dict[str, int] = Field(
-        description="queued firings per task no worker that heartbeated within 30 s serves"
-    )
-    quota: QuotaOut | None = Field(
-        description="the namespace's quota and what it uses of it (null: a cluster token)"
-    )
+    unserved: dict[str, int] = Field(description="queued firings per task no live worker serves")
+    quota: QuotaOut | None = Field(description="the namespace's quota and use (null: cluster)")
     tzdata: TzStatusOut | None = Field(
         None, description="the cluster's tz database and who differs (null: a namespace token)"
     )
+    retention: RetentionOut | None = Field(None, description="the namespace's retention")
 
 
 class HealthOut(_Out):

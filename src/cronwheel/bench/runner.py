@@ -229,23 +229,25 @@ def server_started_at(url: str | None) -> str | None:
             time.sleep(1.0)
 
 
-def _finished(store: Store, n: int) -> bool:
+def _finished(store: Store, n: int, base: int = 0) -> bool:
+    """Nothing active, and ``n`` more finishes in status' last hour than ``base``."""
     st = store.status()
     return (
         st.counts.get("queued", 0) == 0
         and st.counts.get("claimed", 0) == 0
         and st.counts.get("running", 0) == 0
-        and (sum(v for k, v in st.counts.items() if k not in ACTIVE) >= n)
+        and (sum(v for k, v in st.counts.items() if k not in ACTIVE) >= n + base)
     )
 
 
-def collect(store: Store, result: BenchResult, job_ids: set[int]) -> list[float]:
-    """Fill ran/lost/duplicated/lateness from the store; return lateness values (ms)."""
+def collect(store: Store, result: BenchResult, job_ids: set[int], *, floor: int = 0) -> list[float]:
+    """Fill ran/lost/duplicated/lateness from the store; return lateness values (ms).
+    Only firings above id ``floor`` are read (the soak's history lies below it)."""
     per_job: dict[int, int] = {}
     lateness: list[float] = []
     before: int | None = None
     while True:
-        page = store.list_firings(before_id=before, limit=5000)
+        page = [f for f in store.list_firings(before_id=before, limit=5000) if f.id > floor]
         if not page:
             break
         for f in page:
@@ -301,16 +303,35 @@ def run_precision(
     progress: Callable[[int, int], None],
 ) -> BenchResult:
     with tempfile.TemporaryDirectory() as tmp, fresh_store(store_url, Path(tmp)) as (url, store):
-        result = BenchResult(workload="precision", store=store_kind(url), expected=count)
-        with Cluster(url, workers, concurrency, Path(tmp)):
-            start = SystemClock().now() + timedelta(seconds=4)
-            instants = [start + timedelta(milliseconds=spacing_ms * i) for i in range(count)]
-            ids = register_at_jobs(store, instants, "precision")
-            total_s = 4 + count * spacing_ms / 1000 + 30
-            wait_until(lambda: report_progress(store, count, progress), total_s)
-        collect(store, result, ids)
-        result.figures["spacing_ms"] = spacing_ms
-        return result
+        return precision_on(
+            url, store, Path(tmp), count, spacing_ms, workers, concurrency, progress
+        )
+
+
+def precision_on(
+    url: str,
+    store: Store,
+    tmp: Path,
+    count: int,
+    spacing_ms: int,
+    workers: int,
+    concurrency: int,
+    progress: Callable[[int, int], None],
+    *,
+    floor: int = 0,
+) -> BenchResult:
+    """The precision run on a given store (the soak's, with history below ``floor``)."""
+    result = BenchResult(workload="precision", store=store_kind(url), expected=count)
+    base = done_count(store)
+    with Cluster(url, workers, concurrency, tmp):
+        start = SystemClock().now() + timedelta(seconds=4)
+        instants = [start + timedelta(milliseconds=spacing_ms * i) for i in range(count)]
+        ids = register_at_jobs(store, instants, "precision")
+        total_s = 4 + count * spacing_ms / 1000 + 30
+        wait_until(lambda: report_progress(store, count, progress, base), total_s)
+    collect(store, result, ids, floor=floor)
+    result.figures["spacing_ms"] = spacing_ms
+    return result
 
 
 def run_herd(
@@ -322,23 +343,39 @@ def run_herd(
     progress: Callable[[int, int], None],
 ) -> BenchResult:
     with tempfile.TemporaryDirectory() as tmp, fresh_store(store_url, Path(tmp)) as (url, store):
-        result = BenchResult(workload="herd", store=store_kind(url), expected=count)
-        with Cluster(url, workers, concurrency, Path(tmp)):
-            t_reg = time.monotonic()
-            due = SystemClock().now() + timedelta(seconds=6 + count / 4000)
-            ids = register_at_jobs(store, [due] * count, "herd")
-            result.figures["register_s"] = round(time.monotonic() - t_reg, 3)
-            wait_until(
-                lambda: report_progress(store, count, progress),
-                (due - SystemClock().now()).total_seconds() + 120,
-                POLL_S,
-            )
-        lateness = collect(store, result, ids)
-        result.figures["last_started_after_s"] = rounded(max(lateness) / 1000 if lateness else None)
-        if lateness:
-            spread = max(lateness) - min(lateness)
-            result.figures["firings_per_s"] = round(len(lateness) / max(spread / 1000, 1e-3))
-        return result
+        return herd_on(url, store, Path(tmp), count, workers, concurrency, progress)
+
+
+def herd_on(
+    url: str,
+    store: Store,
+    tmp: Path,
+    count: int,
+    workers: int,
+    concurrency: int,
+    progress: Callable[[int, int], None],
+    *,
+    floor: int = 0,
+) -> BenchResult:
+    """The herd run on a given store (the soak's, with history below ``floor``)."""
+    result = BenchResult(workload="herd", store=store_kind(url), expected=count)
+    base = done_count(store)
+    with Cluster(url, workers, concurrency, tmp):
+        t_reg = time.monotonic()
+        due = SystemClock().now() + timedelta(seconds=6 + count / 4000)
+        ids = register_at_jobs(store, [due] * count, "herd")
+        result.figures["register_s"] = round(time.monotonic() - t_reg, 3)
+        wait_until(
+            lambda: report_progress(store, count, progress, base),
+            (due - SystemClock().now()).total_seconds() + 120,
+            POLL_S,
+        )
+    lateness = collect(store, result, ids, floor=floor)
+    result.figures["last_started_after_s"] = rounded(max(lateness) / 1000 if lateness else None)
+    if lateness:
+        spread = max(lateness) - min(lateness)
+        result.figures["firings_per_s"] = round(len(lateness) / max(spread / 1000, 1e-3))
+    return result
 
 
 def run_drain(
@@ -349,56 +386,76 @@ def run_drain(
     concurrency: int,
     progress: Callable[[int, int], None],
 ) -> BenchResult:
+    with tempfile.TemporaryDirectory() as tmp, fresh_store(store_url, Path(tmp)) as (url, store):
+        return drain_on(url, store, Path(tmp), count, workers, concurrency, progress)
+
+
+def drain_on(
+    url: str,
+    store: Store,
+    tmp: Path,
+    count: int,
+    workers: int,
+    concurrency: int,
+    progress: Callable[[int, int], None],
+    *,
+    floor: int = 0,
+    prefix: str = "drain",
+) -> BenchResult:
+    """The drain run on a given store (the soak's, with history below ``floor``)."""
     from cronwheel.domain.schedules import now as now_schedule
 
-    with tempfile.TemporaryDirectory() as tmp, fresh_store(store_url, Path(tmp)) as (url, store):
-        result = BenchResult(workload="drain", store=store_kind(url), expected=count)
-        ids: set[int] = set()
-        # Queue everything first, then start the processes: the figure is the drain
-        # rate of the workers, not the producer's enqueue rate.
-        for i in range(count):
-            spec = JobSpec(name=f"drain-{i}", task=TASK, schedule=now_schedule())
-            ids.add(store.enqueue_now(spec).job_id)
-        with Cluster(url, workers, concurrency, Path(tmp)):
-            wait_until(lambda: report_progress(store, count, progress), 300, POLL_S)
-        collect(store, result, ids)
-        firings = [f for f in all_firings(store) if f.job_id in ids and f.started_at]
-        if firings:
-            first = min(f.started_at for f in firings if f.started_at)
-            last = max(f.finished_at for f in firings if f.finished_at)
-            span = (last - first).total_seconds()
-            result.figures["jobs_per_s"] = round(len(firings) / max(span, 1e-3))
-            # The same rate once every worker is running: the worker processes start a
-            # second or so apart on 2 cores, and for that second one worker drains alone.
-            # From the latest of the workers' first starts to the last completion.
-            firsts: dict[str, Any] = {}
-            for f in firings:
-                if f.worker_id and f.started_at:
-                    firsts[f.worker_id] = min(firsts.get(f.worker_id, f.started_at), f.started_at)
-            if len(firsts) == workers:
-                all_up = max(firsts.values())
-                steady = [f for f in firings if f.started_at and f.started_at >= all_up]
-                span = (last - all_up).total_seconds()
-                result.figures["jobs_per_s_all_workers_up"] = round(len(steady) / max(span, 1e-3))
-        return result
+    result = BenchResult(workload="drain", store=store_kind(url), expected=count)
+    base = done_count(store)
+    ids: set[int] = set()
+    # Queue everything first, then start the processes: the figure is the drain
+    # rate of the workers, not the producer's enqueue rate.
+    for i in range(count):
+        spec = JobSpec(name=f"{prefix}-{i}", task=TASK, schedule=now_schedule())
+        ids.add(store.enqueue_now(spec).job_id)
+    with Cluster(url, workers, concurrency, tmp):
+        wait_until(lambda: report_progress(store, count, progress, base), 300, POLL_S)
+    collect(store, result, ids, floor=floor)
+    firings = [f for f in all_firings(store, floor=floor) if f.job_id in ids and f.started_at]
+    if firings:
+        first = min(f.started_at for f in firings if f.started_at)
+        last = max(f.finished_at for f in firings if f.finished_at)
+        span = (last - first).total_seconds()
+        result.figures["jobs_per_s"] = round(len(firings) / max(span, 1e-3))
+        # The same rate once every worker is running: the worker processes start a
+        # second or so apart on 2 cores, and for that second one worker drains alone.
+        # From the latest of the workers' first starts to the last completion.
+        firsts: dict[str, Any] = {}
+        for f in firings:
+            if f.worker_id and f.started_at:
+                firsts[f.worker_id] = min(firsts.get(f.worker_id, f.started_at), f.started_at)
+        if len(firsts) == workers:
+            all_up = max(firsts.values())
+            steady = [f for f in firings if f.started_at and f.started_at >= all_up]
+            span = (last - all_up).total_seconds()
+            result.figures["jobs_per_s_all_workers_up"] = round(len(steady) / max(span, 1e-3))
+    return result
 
 
-def all_firings(store: Store) -> list[Any]:
+def all_firings(store: Store, *, floor: int = 0) -> list[Any]:
     out: list[Any] = []
     before: int | None = None
-    while page := store.list_firings(before_id=before, limit=5000):
+    while page := [f for f in store.list_firings(before_id=before, limit=5000) if f.id > floor]:
         out += page
         before = page[-1].id
     return out
 
 
-def report_progress(store: Store, count: int, progress: Callable[[int, int], None]) -> bool:
-    """Update the progress bar; True when every expected firing has finished."""
-    progress(_done(store), count)
-    return _finished(store, count)
+def report_progress(
+    store: Store, count: int, progress: Callable[[int, int], None], base: int = 0
+) -> bool:
+    """Update the progress bar; True when every expected firing has finished (``base``:
+    the finishes status counted before the run)."""
+    progress(done_count(store) - base, count)
+    return _finished(store, count, base)
 
 
-def _done(store: Store) -> int:
+def done_count(store: Store) -> int:
     st = store.status()
     return sum(v for k, v in st.counts.items() if k not in ACTIVE)
 

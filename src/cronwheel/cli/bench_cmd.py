@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from cronwheel.bench.runner import BenchResult
 
 _RUNNABLE = ["precision", "herd", "drain", "cron-mix", "scale", "failover", "limit", "bulk"]
-_WORKLOADS = [*_RUNNABLE, "api", "tz-steps", "smoke", "all"]
+_WORKLOADS = [*_RUNNABLE, "api", "tz-steps", "soak", "smoke", "all"]
 DEFAULT_COUNT = {
     "precision": 200,
     "herd": 10_000,
@@ -100,6 +100,19 @@ SMOKE: list[tuple[str, int, dict[str, Any]]] = [
     help="tz-steps: the CI size (six zones, one step per start point) instead of every "
     "zone. api: 1 s per row, no warm-up.",
 )
+@click.option(
+    "--days",
+    type=click.FloatRange(0.001, 400),
+    default=None,
+    help="soak: days of history loaded (default: 30 on PostgreSQL, 7 on SQLite).",
+)
+@click.option(
+    "--rate",
+    type=click.IntRange(1000, 100_000_000),
+    default=1_000_000,
+    show_default=True,
+    help="soak: firings of history per day.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def bench_command(
     workload: str,
@@ -113,6 +126,8 @@ def bench_command(
     runs: int,
     from_: str | None,
     smoke: bool,
+    days: float | None,
+    rate: int,
     as_json: bool,
 ) -> None:
     """Run a benchmark workload against a real store and real processes.
@@ -128,10 +143,10 @@ def bench_command(
     failover   (PostgreSQL) SIGKILL the leader of 2 schedulers: takeover time
     limit      the store's own rates: single-row commits, batched inserts,
                enqueue, claims and completions (rows/s)
-    bulk       App.schedule_many / enqueue_many of --count one-shot jobs and runs (vs
-               App.schedule one per call), and API batches of 1,000 jobs and runs (ms)
-    api        (needs wrk) `cronwheel api --auth` under wrk: requests/s and latency
-               p50/p99 of job create, upsert (PUT), firing get, jobs list, status
+    bulk       schedule_many/enqueue_many of --count (vs one per call); API batches
+    api        (needs wrk) `cronwheel api --auth` under wrk: req/s, p50/p99 per endpoint
+    soak       --days of history at --rate/day, then hot paths, scrape, status, pages,
+               explain, a drain during retention: ratios to a near-empty store; size
     tz-steps   (no store) cost of one schedule step at vs away from DST transitions,
                every zone with a transition in the 2 years from --from (--smoke: 6 zones)
     smoke      small precision/herd/drain/cron-mix/limit runs (CI): zero lost/duplicated
@@ -165,6 +180,12 @@ def bench_command(
             "failover needs a PostgreSQL store (--store postgresql://...): SQLite is one "
             "file on one host, where a second scheduler has nothing to take over"
         )
+    if workload == "soak":
+        from cronwheel.cli.soak_view import soak
+
+        default_days = 7.0 if is_sqlite else 30.0
+        soak(store_url, days or default_days, rate, count, workers or 2, concurrency, as_json)
+        return
     plan: list[tuple[str, int, dict[str, Any]]]
     if workload == "smoke":
         plan = SMOKE

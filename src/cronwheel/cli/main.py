@@ -32,6 +32,7 @@ _COMMANDS: dict[str, str] = {
     "api": "cronwheel.cli.api_cmd:api_command",
     "tokens": "cronwheel.cli.tokens_cmd:tokens_group",
     "quota": "cronwheel.cli.quota_cmd:quota_group",
+    "history": "cronwheel.cli.history_cmd:history_group",
     "calendars": "cronwheel.cli.calendars_cmd:calendars_group",
     "simulate": "cronwheel.cli.simulate_cmd:simulate_command",
 }

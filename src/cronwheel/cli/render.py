@@ -267,6 +267,13 @@ def status_view(doc: dict[str, Any]) -> None:
     if objective:
         objective_view(console, objective)
     quotas_view(console, doc.get("quotas", []))
+    retention = doc.get("retention")
+    if retention:
+        others = len(retention["custom"])
+        console.print(
+            escape(f"retention ({retention['namespace']})  {retention['policy']}")
+            + (f"   ({others} namespaces with their own)" if others else "")
+        )
     console.print(escape(tz_line(doc["tzdata"])).replace("MISMATCH", "[red]MISMATCH[/red]"))
     table = Table(title="nodes", title_justify="left")
     for col in ("kind", "id", "pid", "last heartbeat", "tz database", "clock offset"):

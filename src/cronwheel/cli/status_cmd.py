@@ -25,7 +25,7 @@ def status_command(as_json: bool, namespace: str, store_url: str) -> None:
     its interval shows here first), and which jobs breach the lateness objective
     (p99 of their recent first attempts over CRONWHEEL_LATENESS_OBJECTIVE_MS, 200 ms
     by default), which queued firings wait on a task no live worker serves, and
-    each namespace's use of its quotas."""
+    each namespace's use of its quotas, and the namespace's retention policy."""
     from cronwheel.cli import render
 
     store = open_cli_store(store_url)
@@ -36,6 +36,11 @@ def status_command(as_json: bool, namespace: str, store_url: str) -> None:
         doc["backlog"] = store.job_backlog(namespace, limit=10)
         doc["lateness_objective"] = render.objective_dict(store, namespace)
         doc["quotas"] = [use.to_dict() for use in store.quota_usage()]
+        policy = store.get_retention(namespace)
+        doc["retention"] = {"namespace": namespace, "policy": policy.describe()}
+        doc["retention"] |= policy.to_dict() | {
+            "custom": {ns: p.to_dict() for ns, p in store.list_retention().items()}
+        }
     finally:
         store.close()
     if as_json:

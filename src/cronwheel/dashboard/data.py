@@ -187,6 +187,7 @@ class Overview:
     unserved: dict[str, int] = field(default_factory=dict)  # queued per task nobody serves
     cluster: bool = False  # the cluster's view: leader, nodes, every namespace's counts
     tz: dict[str, Any] = field(default_factory=dict)  # observability.tzdata.tz_status
+    retention: dict[str, Any] = field(default_factory=dict)  # keep_for (text), keep_last, custom
 
 
 def overview(store: ApiStore, namespace: str | None, *, cluster: bool) -> Overview:
@@ -252,7 +253,17 @@ def overview(store: ApiStore, namespace: str | None, *, cluster: bool) -> Overvi
         ),
         cluster=cluster,
         tz=tz,
+        retention=_retention(store, namespace or "default"),
     )
+
+
+def _retention(store: ApiStore, namespace: str) -> dict[str, Any]:
+    policy = store.get_retention(namespace)
+    return {
+        "keep_for": fmt_s(policy.keep_for.total_seconds()),
+        "keep_last": policy.keep_last,
+        "custom": namespace in store.list_retention(),
+    }
 
 
 # -- jobs ----------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from datetime import datetime, timedelta
 from cronwheel import failpoints
 from cronwheel.dispatch import tzdata
 from cronwheel.dispatch.events import DispatchEvents, QuietDispatchEvents
+from cronwheel.dispatch.retention import RetentionPass
 from cronwheel.dispatch.wheel import TimingWheel
 from cronwheel.domain.clock import Clock
 from cronwheel.domain.models import Job, JobId, Lease
@@ -74,6 +75,8 @@ class DispatcherConfig:
     scan_interval: timedelta = timedelta(seconds=1)
     change_poll: timedelta = timedelta(milliseconds=50)
     reap_interval: timedelta = timedelta(seconds=1)
+    retention_interval: timedelta = timedelta(minutes=5)
+    retention_pause: timedelta = timedelta(milliseconds=50)
     batch_size: int = 1000
     # firings/s assumed until enqueues have been timed; the estimate is then halved
     # (others share the store) when deciding how early a crowd must start
@@ -98,6 +101,7 @@ class DispatcherStats:
     fenced_writes: int = 0
     terms: int = 0
     reaped: int = 0
+    pruned: int = 0  # finished firings the retention pass deleted
     store_errors: int = 0
     schedule_errors: int = 0  # jobs ended because their next instant could not be computed
     tz_refusals: int = 0  # lease attempts skipped: this node's tz database is not the cluster's
@@ -147,7 +151,7 @@ class Dispatcher:
         self.store = store
         self.events: DispatchEvents = events or QuietDispatchEvents()
         self.clock = clock
-        self.config = config or DispatcherConfig()
+        self.config = c = config or DispatcherConfig()
         self.holder = holder or make_holder_id()
         self.lease: Lease | None = None
         self.stats = DispatcherStats()
@@ -159,6 +163,7 @@ class Dispatcher:
         self._scan_after: tuple[datetime, JobId] | None = None
         self._next_change_poll = 0.0
         self._next_reap = 0.0
+        self._retention = RetentionPass(store, self.config.retention_interval, c.retention_pause)
         self._jobs_version = -1
         self._wake = threading.Event()
         self._enqueue_rate = self.config.enqueue_rate  # firings/s, a moving average
@@ -197,6 +202,7 @@ class Dispatcher:
                 if reaped:
                     self.stats.reaped += reaped
                     self.events.reaped(reaped)
+            self.stats.pruned += self._retention.step(mono, self.clock.monotonic(), self.events)
         except LeaseLostError as exc:
             self._step_down(str(exc))
         except StoreUnavailableError as exc:
@@ -212,6 +218,7 @@ class Dispatcher:
     def _sleep_for(self) -> float:
         mono = self.clock.monotonic()
         until = min(self._next_renew, self._next_scan, self._next_reap, self._next_change_poll)
+        until = min(until, self._retention.due_at())
         expiry = self._wheel.next_expiry()
         if expiry is not None:
             until = min(until, mono + (expiry - self.clock.now()).total_seconds())

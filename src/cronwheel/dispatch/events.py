@@ -13,6 +13,7 @@ from typing import Protocol
 
 from cronwheel.dispatch.tzdata import Adoption
 from cronwheel.domain.policies import MissedRange
+from cronwheel.domain.retention import PruneReport
 from cronwheel.store.protocol import EnqueueResult, JobAdvance
 
 
@@ -54,6 +55,10 @@ class DispatchEvents(Protocol):
 
     def reaped(self, count: int) -> None:
         """The reaper changed ``count`` firings (expired claims re-queued, ...)."""
+        ...
+
+    def pruned(self, report: PruneReport) -> None:
+        """A batch of the retention pass deleted finished history (``report``)."""
         ...
 
     def store_unavailable(self, error: str) -> None: ...
@@ -105,6 +110,9 @@ class QuietDispatchEvents:
         pass
 
     def reaped(self, count: int) -> None:
+        pass
+
+    def pruned(self, report: PruneReport) -> None:
         pass
 
     def store_unavailable(self, error: str) -> None:

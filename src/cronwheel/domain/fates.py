@@ -24,6 +24,8 @@ gives each one its disposition from what the store recorded:
                  names the holiday and the calendar: "Heilige Drei Könige (DE-BY)")
     schedule_error the dispatcher could not compute the job's instants past an earlier
                  one (work budget exhausted, or none within the horizon): the job ended
+    pruned       its firing was deleted by the retention policy: the detail gives the
+                 counts per outcome kept of the pruned range (domain/retention.py)
     upcoming     in the future
     not_due      before the job existed (or its start_at), after its end_at or its last
                  run (max_runs), or no record at all (reported, never hidden)
@@ -38,12 +40,14 @@ from datetime import datetime, timedelta
 from cronwheel.domain.firing import FiringState, format_instant
 from cronwheel.domain.models import Firing, Job, JobEvent
 from cronwheel.domain.policies import COALESCED, SCHEDULE_ERROR
+from cronwheel.domain.retention import PRUNED_EVENT, pruned_counts
 from cronwheel.domain.schedules import CronSchedule
 from cronwheel.domain.skips import OPERATOR_SKIP
 from cronwheel.domain.transitions import MAX_JUMP, StepBudget
 from cronwheel.domain.tz import offset_at, resolve_wall
 
 MAX_OCCURRENCES = 2000
+_NO_RECORD = "no firing was recorded (history pruned?)"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,15 +193,34 @@ def explain(
     pauses = _pause_intervals(events, now)
     ended = _schedule_error(job, missed)
     missed = [e for e in missed if not (e.detail or "").startswith(SCHEDULE_ERROR)]
+    pruned = next((e for e in events if e.kind == PRUNED_EVENT and e.first_at and e.last_at), None)
     out: list[Occurrence] = []
     for n in _nominal(job, since, until, StepBudget() if budget is None else budget):
         if len(out) >= MAX_OCCURRENCES:
             break
         occurrence = _fate(job, n, now, by_instant, missed, pauses)
+        if pruned is not None and occurrence.detail.endswith(_NO_RECORD):
+            occurrence = _pruned(occurrence, pruned)
         if ended is not None and occurrence.fate in ("upcoming", "not_due"):
             occurrence = _ended(occurrence, ended)
         out.append(occurrence)
     return out
+
+
+def _pruned(o: Occurrence, event: JobEvent) -> Occurrence:
+    """An occurrence with no record inside the range the retention policy pruned."""
+    assert event.first_at is not None and event.last_at is not None
+    if o.instant is None or not event.first_at <= o.instant <= event.last_at:
+        return o
+    counts = ", ".join(f"{n} {state}" for state, n in pruned_counts(event.detail).items())
+    return Occurrence(
+        nominal=o.nominal,
+        instant=o.instant,
+        fate="pruned",
+        detail=f"history pruned: {event.count} firings between "
+        f"{format_instant(event.first_at)} and {format_instant(event.last_at)} "
+        f"were deleted by the retention policy ({counts})",
+    )
 
 
 def _schedule_error(job: Job, missed: list[JobEvent]) -> JobEvent | None:
@@ -307,7 +330,7 @@ def _fate(
         nominal=n.label,
         instant=t,
         fate="not_due",
-        detail=f"{prefix}no firing was recorded (history pruned?)",
+        detail=f"{prefix}{_NO_RECORD}",
     )
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from datetime import datetime, timedelta
@@ -13,57 +12,21 @@ from typing import TYPE_CHECKING, Any, NewType
 
 from cronwheel.domain.clock import ClockEstimate
 from cronwheel.domain.firing import FiringState, format_instant, idempotency_key
+from cronwheel.domain.names import validate_name, validate_namespace, validate_task
 from cronwheel.domain.overlap import OverlapPolicy
 from cronwheel.domain.policies import MisfirePolicy
+from cronwheel.domain.retention import check_keep_for, check_keep_last
 from cronwheel.errors import ValidationError
 
 if TYPE_CHECKING:
     from cronwheel.domain.schedules import Schedule
 
+
 JobId = NewType("JobId", int)
 FiringId = NewType("FiringId", int)
 Epoch = NewType("Epoch", int)
 
-NAME_MAX = 200
-NAMESPACE_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
-TASK_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
 PAYLOAD_MAX_BYTES = 256 * 1024
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_NAME_REFUSED = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
-
-
-def validate_name(name: object, field_name: str = "name") -> str:
-    """Job names are free text (stored byte-exactly) but bounded and printable."""
-    if not isinstance(name, str):
-        raise ValidationError("must be a string", field=field_name)
-    if not name or not name.strip():
-        raise ValidationError("must not be empty", field=field_name)
-    if len(name) > NAME_MAX:
-        raise ValidationError(f"must be at most {NAME_MAX} characters", field=field_name)
-    bad = _NAME_REFUSED.search(name)  # one scan in C (a batch names thousands of jobs)
-    if bad is not None and _CONTROL.search(name):
-        raise ValidationError("must not contain control characters", field=field_name)
-    if bad is not None:
-        raise ValidationError("must not contain lone surrogates", field=field_name)
-    return name
-
-
-def validate_namespace(namespace: object) -> str:
-    if not isinstance(namespace, str) or not NAMESPACE_RE.match(namespace):
-        raise ValidationError(
-            "must be 1-63 characters of a-z, 0-9, '_', '.', '-' starting with a letter or digit",
-            field="namespace",
-        )
-    return namespace
-
-
-def validate_task(task: object) -> str:
-    if not isinstance(task, str) or not TASK_RE.match(task):
-        raise ValidationError(
-            "must be a task name: a letter or '_' then letters, digits, '_', '.', ':' or '-'",
-            field="task",
-        )
-    return task
 
 
 # one encoder each, made once (json.dumps with options builds one per call: a bulk
@@ -94,6 +57,17 @@ def _opt_s(value: timedelta | None) -> float | None:
     return None if value is None else value.total_seconds()
 
 
+def _retention_dict(keep_for: timedelta | None, keep_last: int | None) -> dict[str, Any]:
+    """A job's retention overrides, only when set: a job without them keeps the
+    policies document (and spec hash) it had before they existed."""
+    out: dict[str, Any] = {}
+    if keep_for is not None:
+        out["keep_for_s"] = keep_for.total_seconds()
+    if keep_last is not None:
+        out["keep_last"] = keep_last
+    return out
+
+
 def _positive(value: timedelta, field_name: str) -> timedelta:
     if not isinstance(value, timedelta) or value <= timedelta(0):
         raise ValidationError("must be a positive duration", field=field_name)
@@ -121,6 +95,8 @@ class JobPolicies:
     start_deadline: timedelta | None = None
     jitter: timedelta = timedelta(0)
     lateness_objective: timedelta | None = None  # p99 start lateness this job must meet
+    keep_for: timedelta | None = None  # None: the namespace's retention (domain/retention.py)
+    keep_last: int | None = None  # None: the namespace's retention
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_attempts, int) or not 1 <= self.max_attempts <= 1000:
@@ -169,6 +145,10 @@ class JobPolicies:
             raise ValidationError("must be a duration from 0 to 1 day", field="jitter")
         if self.lateness_objective is not None:
             _positive(self.lateness_objective, "lateness_objective")
+        if self.keep_for is not None:
+            check_keep_for(self.keep_for)
+        if self.keep_last is not None:
+            check_keep_last(self.keep_last)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -189,7 +169,7 @@ class JobPolicies:
             "start_deadline_s": _opt_s(self.start_deadline),
             "jitter_s": self.jitter.total_seconds(),
             "lateness_objective_s": _opt_s(self.lateness_objective),
-        }
+        } | _retention_dict(self.keep_for, self.keep_last)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> JobPolicies:
@@ -216,6 +196,8 @@ class JobPolicies:
             lateness_objective=(
                 None if d.get("lateness_objective_s") is None else td("lateness_objective_s")
             ),
+            keep_for=None if d.get("keep_for_s") is None else td("keep_for_s"),
+            keep_last=None if d.get("keep_last") is None else int(d["keep_last"]),
         )
 
 

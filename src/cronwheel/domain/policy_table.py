@@ -184,6 +184,18 @@ POLICY_TABLE: tuple[Policy, ...] = (
         kind="duration",
         help="The p99 start lateness the job must meet (status flags breaches).",
     ),
+    Policy(
+        name="keep_for",
+        kind="duration",
+        help="Keep finished firings this long (none: the namespace's retention, 7 days).",
+    ),
+    Policy(
+        name="keep_last",
+        kind="int",
+        low=0,
+        high=1000,
+        help="Keep the last N firings per outcome (none: the namespace's retention, 1).",
+    ),
 )
 
 POLICIES_BY_NAME = {p.name: p for p in POLICY_TABLE}

@@ -216,7 +216,7 @@ class ClusterCollector(Collector):
         for state in ACTIVE_STATES:
             g.add_metric([state.value], s.counts.get(state.value, 0))
         yield g
-        yield _gauge("cronwheel_jobs", "Jobs registered.", s.jobs)
+        yield _gauge("cronwheel_jobs", "Jobs registered (immediate one-shots not counted).", s.jobs)
         yield _gauge("cronwheel_jobs_paused", "Jobs paused.", s.paused_jobs)
         oldest = 0.0
         if s.oldest_queued_due_at is not None:
@@ -297,7 +297,7 @@ class ClusterCollector(Collector):
             unserved.add_metric([task], count)
         yield unserved
         yield from self._active(now)
-        yield from self._per_job(s.jobs)
+        yield from self._per_job()
         yield from quota_metrics(store)
 
     def _active(self, now: datetime) -> Iterable[Metric]:
@@ -345,8 +345,11 @@ class ClusterCollector(Collector):
         )
         self._backlog = per_job
 
-    def _per_job(self, job_count: int) -> Iterable[Metric]:
-        jobs = list(self._all_jobs()) if job_count <= self.max_jobs else None
+    def _per_job(self) -> Iterable[Metric]:
+        # the jobs listed (immediate one-shots too), at most one past the bound: a
+        # bounded read whatever the store holds
+        listed = self._all_jobs()
+        jobs = listed if len(listed) <= self.max_jobs else None
         return per_job_series(
             self.store, jobs, lambda job: self._backlog.get((job.namespace, job.name), 0)
         )
@@ -360,7 +363,7 @@ class ClusterCollector(Collector):
             if len(page) < _PAGE:
                 break
             after = page[-1].id
-        return jobs[: self.max_jobs]
+        return jobs[: self.max_jobs + 1]
 
     def _cumulative(self) -> list[Metric]:
         t = self.tally

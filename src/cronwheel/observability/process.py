@@ -93,6 +93,11 @@ class ProcessMetrics:
             "Firings the reaper changed (expired claims re-queued, ...).",
             registry=r,
         )
+        self.pruned = Counter(
+            "cronwheel_dispatcher_pruned_firings",
+            "Finished firings the leader's retention pass deleted.",
+            registry=r,
+        )
         # -- worker
         self.claims = Counter("cronwheel_worker_claims", "Firings claimed.", registry=r)
         self.redeliveries = Counter(

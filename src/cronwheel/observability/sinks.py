@@ -17,6 +17,7 @@ from cronwheel.dispatch.tzdata import Adoption
 from cronwheel.domain.clock import ClockEstimate
 from cronwheel.domain.models import ClaimedFiring, Firing, FiringId
 from cronwheel.domain.policies import MissedRange
+from cronwheel.domain.retention import PruneReport
 from cronwheel.observability.process import ProcessMetrics, process_metrics
 from cronwheel.store.protocol import EnqueueResult, JobAdvance
 
@@ -95,6 +96,10 @@ class DispatcherSink:
     def reaped(self, count: int) -> None:
         self.m.reaped.inc(count)
         self.log.info("claims_requeued", count=count)
+
+    def pruned(self, report: PruneReport) -> None:
+        self.m.pruned.inc(report.deleted)
+        self.log.info("history_pruned", firings=report.firings, jobs=report.jobs)
 
     def store_unavailable(self, error: str) -> None:
         self.m.store_errors.inc()

@@ -77,7 +77,11 @@ class Simulation:
             # the defaults but two: one lease for the whole period (a scheduler is down
             # only in an outage), so no renewals; and, as the clock jumps to each job's
             # instant, a short lookahead (a long one makes a jump walk the wheel's ticks)
-            config=DispatcherConfig(lease_ttl=span, lookahead=timedelta(seconds=1)),
+            config=DispatcherConfig(
+                lease_ttl=span,
+                lookahead=timedelta(seconds=1),
+                retention_interval=timedelta(0),  # the what-if keeps all it simulated
+            ),
             holder=holder,
         )
 

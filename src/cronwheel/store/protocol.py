@@ -1,15 +1,13 @@
 """The Store ports: the single source of truth, behind semantic methods.
 
-The store is split by who uses it: :class:`DispatchPort` (the dispatcher),
-:class:`WorkerPort` (the worker), :class:`JobsPort` and :class:`ApiJobsPort`
-(the Python API, the CLI and the HTTP API: jobs and firings), :class:`AdminPort`
-and :class:`ApiAdminPort` (schema, status, nodes, tokens). Each component is typed
-against the port it uses; :class:`Store` and :class:`ApiStore` are their unions,
-what an implementation provides.
+Split by who uses it: :class:`DispatchPort`, :class:`WorkerPort`, :class:`JobsPort`
+and :class:`ApiJobsPort` (jobs and firings), :class:`AdminPort` and
+:class:`ApiAdminPort` (schema, status, nodes, tokens); each component is typed against
+its port; :class:`Store` and :class:`ApiStore`, their unions, are what an
+implementation provides.
 
-Three implementations (SQLite, PostgreSQL, and the in-process memory store for
-users' tests) pass one contract suite (``tests/contract``; the firing state machine
-in ``tests/contract/test_transitions.py``). Contracts every implementation keeps:
+Three implementations (SQLite, PostgreSQL, memory) pass one contract suite
+(``tests/contract``; the state machine in ``test_transitions.py``). They all keep:
 
 - Instants in and out are aware UTC datetimes. Expiry of leases and claims is
   judged by the *store's* clock (``now()`` in SQL on PostgreSQL; on SQLite,
@@ -68,6 +66,7 @@ from cronwheel.store.records import (  # re-exported (__all__): callers import t
     StoreStatus,
     TzRecord,
 )
+from cronwheel.store.retention_port import RetentionPort  # re-exported (__all__)
 from cronwheel.store.tz_port import TzPort  # re-exported (__all__)
 from cronwheel.wakeup import Wakeup
 
@@ -95,6 +94,7 @@ __all__ = [
     "JobsPort",
     "PlannedFiring",
     "QuotaPort",
+    "RetentionPort",
     "ServedTask",
     "Store",
     "StoreStatus",
@@ -106,9 +106,9 @@ __all__ = [
 DISPATCHER_LEASE = "dispatcher"
 
 
-class DispatchPort(TzPort, Protocol):
+class DispatchPort(TzPort, RetentionPort, Protocol):
     """The dispatcher's port: leadership, due jobs, fenced enqueues, the reaper (and, from
-    TzPort, the cluster's tz database)."""
+    TzPort, the cluster's tz database; from RetentionPort, the retention pass)."""
 
     def acquire_lease(self, name: str, holder: str, ttl: timedelta) -> Lease | None:
         """Renew the lease if ``holder`` holds it unexpired, else take it over if it has

@@ -15,7 +15,7 @@ import re
 import secrets
 from collections.abc import Callable
 
-from cronwheel.domain.models import validate_name, validate_namespace
+from cronwheel.domain.names import validate_name, validate_namespace
 from cronwheel.errors import ValidationError
 from cronwheel.store.protocol import TOKEN_ROLES, ApiAdminPort, ApiToken
 

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from cronwheel.domain.models import TASK_RE
+from cronwheel.domain.names import TASK_RE
 from cronwheel.signals import Retry
 from cronwheel.worker.context import Context
 from cronwheel.worker.procgroup import stop_group

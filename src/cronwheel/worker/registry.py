@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from cronwheel.domain.models import validate_task
+from cronwheel.domain.names import validate_task
 from cronwheel.errors import ConflictError, TaskNotFoundError, ValidationError
 from cronwheel.worker.redact import Redactor
 

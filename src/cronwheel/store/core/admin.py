@@ -156,7 +156,7 @@ class AdminFlows(Generic[D]):
         of, ns = ("", {}) if namespace is None else ("_of_namespace", {"namespace": namespace})
 
         def body(tx: Tx) -> StoreStatus:
-            counts: dict[str, int] = {}
+            counts: dict[str, int] = {"queued": 0, "claimed": 0, "running": 0}
             for row in tx.all(f"status_counts{of}", window | ns):
                 counts[row["state"]] = counts.get(row["state"], 0) + int(row["n"])
             jobs = tx.one(f"status_jobs{of}", ns or None)

@@ -39,6 +39,7 @@ from cronwheel.store.core import filters
 from cronwheel.store.core.bulk import BulkFlows, job_exists
 from cronwheel.store.core.calendars import CalendarFlows
 from cronwheel.store.core.dialect import Dialect, Tx
+from cronwheel.store.core.retention import RetentionFlows
 from cronwheel.store.core.skips import SkipFlows
 from cronwheel.store.core.tasks import TaskFlows
 from cronwheel.store.core.tzdata import TzFlows
@@ -54,7 +55,9 @@ D = TypeVar("D", bound=Dialect)
 _BEGINNING = datetime(1, 1, 2, tzinfo=UTC)
 
 
-class CoreStore(BulkFlows[D], SkipFlows[D], TaskFlows[D], CalendarFlows[D], TzFlows[D]):
+class CoreStore(
+    BulkFlows[D], SkipFlows[D], TaskFlows[D], CalendarFlows[D], RetentionFlows[D], TzFlows[D]
+):
     """The engine-independent flows of the Store and ApiStore protocols (the admin
     half, and the plumbing, in core/admin.py; skipping occurrences in core/skips.py;
     served tasks in core/tasks.py; quotas in core/quotas.py; bulk writes in

@@ -183,6 +183,7 @@ class MemoryData:
     calendars: dict[tuple[str, str], CalendarRecord] = field(default_factory=dict)
     # quota counters: (namespace, quota, window start µs; 0 for ever) -> count
     quota_usage: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    retention: dict[str, tuple[int, int]] = field(default_factory=dict)  # (keep_for µs, keep_last)
     jobs_version: int = 0
     tzdata: str | None = None  # the meta row 'tzdata': the cluster's tz database (JSON)
     tzdata_files: str | None = None  # the meta row 'tzdata_files': its zone files (JSON)
@@ -214,18 +215,21 @@ class MemoryData:
                 self.maybe_active.discard(fid)
         return rows
 
-    def delete_job(self, job: JobRow) -> None:
-        """The job and everything that cascades from it: firings, events, and the
-        idempotency keys of its firings."""
-        gone = {f.id for f in self.firings_of(job.id)}
+    def delete_firings(self, gone: set[int]) -> None:
+        """Firings and what cascades from them: their attempts and idempotency keys."""
         for fid in gone:
             f = self.firings.pop(fid)
             del self.firing_keys[(f.job_id, f.scheduled_for)]
         for attempt in [k for k in self.attempts if k[0] in gone]:
             del self.attempts[attempt]
-        for eid in [e.id for e in self.events.values() if e.job_id == job.id]:
-            del self.events[eid]
         for key in [k for k, v in self.idempotency.items() if v.firing_id in gone]:
             del self.idempotency[key]
+
+    def delete_job(self, job: JobRow) -> None:
+        """The job and everything that cascades from it: firings, events, and the
+        idempotency keys of its firings."""
+        self.delete_firings({f.id for f in self.firings_of(job.id)})
+        for eid in [e.id for e in self.events.values() if e.job_id == job.id]:
+            del self.events[eid]
         del self.job_names[(job.namespace, job.name)]
         del self.jobs[job.id]

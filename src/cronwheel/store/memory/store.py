@@ -49,6 +49,7 @@ from cronwheel.store.claiming import ClaimAsk
 from cronwheel.store.codec import duration_us, from_us, opt_us, to_us
 from cronwheel.store.memory import work
 from cronwheel.store.memory.api import ApiMethods
+from cronwheel.store.memory.retention import RetentionMethods
 from cronwheel.store.memory.rows import FiringRow, LeaseRow, MemoryData, NodeRow
 from cronwheel.store.memory.tzdata import TzMethods
 from cronwheel.store.protocol import (
@@ -68,7 +69,7 @@ SCHEMA_VERSION = 1  # no schema to migrate: the version a fresh store reports
 _STATUS_WINDOW_US = 3_600_000_000
 
 
-class MemoryStore(ApiMethods, TzMethods):
+class MemoryStore(ApiMethods, RetentionMethods, TzMethods):
     """The Store in this process's memory (see the module docstring)."""
 
     # -- lifecycle ----------------------------------------------------------------------

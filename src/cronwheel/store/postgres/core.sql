@@ -133,7 +133,7 @@ LIMIT %(limit)s
 SELECT * FROM job_events WHERE job_id = %(job_id)s ORDER BY id DESC LIMIT %(limit)s
 
 -- name: job_backlog
--- Queued, held and running firings per job of a namespace, most first.
+-- Queued, held and running firings per job of a namespace, most first. [firings_active]
 SELECT job_name, count(*) AS n FROM firings
 WHERE namespace = %(namespace)s AND state IN ('queued', 'claimed', 'running')
 GROUP BY job_name
@@ -294,24 +294,28 @@ SELECT * FROM nodes ORDER BY kind, id
 SELECT * FROM nodes WHERE heartbeat_at >= :now - %(within)s::interval ORDER BY kind, id
 
 -- name: status_counts
--- Queued, claimed and running now, and what finished within %(window)s. [firings_claim,
--- firings_lease, firings_finished]
+-- Queued, claimed and running now (partial indexes: bounded by the live work), and the
+-- finishes of the minutes within %(window)s, counted as they happened (finished_counts,
+-- at most 60 minutes of rows however long the history). [firings_claim, firings_lease,
+-- finished_counts primary key]
 SELECT 'queued' AS state, count(*) AS n FROM firings WHERE state = 'queued'
 UNION ALL
-SELECT 'claimed', count(*) FROM firings WHERE state = 'claimed'
+SELECT state, count(*) FROM firings WHERE state IN ('claimed', 'running') GROUP BY state
 UNION ALL
-SELECT 'running', count(*) FROM firings WHERE state = 'running'
-UNION ALL
-SELECT state, count(*) FROM firings
-WHERE finished_at IS NOT NULL AND finished_at >= :now - %(window)s::interval
+SELECT state, sum(n) FROM finished_counts
+WHERE minute >= floor(extract(epoch FROM :now - %(window)s::interval) / 60)::bigint
 GROUP BY state
 
 -- name: status_jobs
--- Jobs, paused jobs, the oldest queued firing's due instant, and the clock.
-SELECT count(*) AS n, count(*) FILTER (WHERE paused) AS p,
+-- Registered jobs (the jobs quota's counters: every job but immediate one-shots), paused
+-- jobs, the oldest queued firing's due instant, and the clock: no scan of the jobs,
+-- which hold a one-shot per `app.enqueue` until retention prunes it.
+-- [quota_usage, jobs_paused, firings_claim]
+SELECT (SELECT coalesce(sum(used), 0) FROM quota_usage
+        WHERE quota = 'jobs' AND window_start = 0) AS n,
+       (SELECT count(*) FROM jobs WHERE paused) AS p,
        (SELECT min(due_at) FROM firings WHERE state = 'queued') AS oldest,
        :now AS now
-FROM jobs
 
 -- name: recent_lateness
 -- Start lateness (ms) of the firings that succeeded within %(window)s at their first
@@ -324,23 +328,24 @@ LIMIT %(limit)s
 
 -- name: status_counts_of_namespace
 -- status_counts of one namespace's firings (what a namespace token may see).
--- [firings_claim, firings_lease, firings_finished]
+-- [firings_claim, firings_held_namespace, finished_counts primary key]
 SELECT 'queued' AS state, count(*) AS n FROM firings WHERE state = 'queued' AND namespace = %(namespace)s
 UNION ALL
-SELECT 'claimed', count(*) FROM firings WHERE state = 'claimed' AND namespace = %(namespace)s
-UNION ALL
-SELECT 'running', count(*) FROM firings WHERE state = 'running' AND namespace = %(namespace)s
-UNION ALL
 SELECT state, count(*) FROM firings
-WHERE finished_at IS NOT NULL AND finished_at >= :now - %(window)s::interval AND namespace = %(namespace)s
+WHERE state IN ('claimed', 'running') AND namespace = %(namespace)s GROUP BY state
+UNION ALL
+SELECT state, sum(n) FROM finished_counts
+WHERE minute >= floor(extract(epoch FROM :now - %(window)s::interval) / 60)::bigint
+  AND namespace = %(namespace)s
 GROUP BY state
 
 -- name: status_jobs_of_namespace
--- status_jobs of one namespace. [jobs (namespace, name) unique, firings_claim]
-SELECT count(*) AS n, count(*) FILTER (WHERE paused) AS p,
+-- status_jobs of one namespace. [quota_usage primary key, jobs_paused, firings_claim]
+SELECT (SELECT coalesce(sum(used), 0) FROM quota_usage
+        WHERE namespace = %(namespace)s AND quota = 'jobs' AND window_start = 0) AS n,
+       (SELECT count(*) FROM jobs WHERE paused AND namespace = %(namespace)s) AS p,
        (SELECT min(due_at) FROM firings WHERE state = 'queued' AND namespace = %(namespace)s) AS oldest,
        :now AS now
-FROM jobs WHERE namespace = %(namespace)s
 
 -- name: recent_lateness_of_namespace
 -- recent_lateness of one namespace's firings. [firings_finished]

@@ -228,7 +228,8 @@ att AS (
 ),
 graced AS MATERIALIZED (
     SELECT f.id FROM firings f JOIN jobs j ON j.id = f.job_id
-    WHERE f.state = 'running' AND f.cancel_requested_at IS NOT NULL
+    WHERE f.state IN ('claimed', 'running') AND f.state = 'running'
+      AND f.cancel_requested_at IS NOT NULL
       AND f.cancel_requested_at + j.cancel_grace_us * interval '1 microsecond' < :now
       AND f.id NOT IN (SELECT id FROM expired)
     LIMIT %(limit)s

@@ -369,3 +369,50 @@ ALTER TABLE jobs ADD COLUMN trace_context text;
 ALTER TABLE nodes ADD COLUMN clock_offset double precision;
 ALTER TABLE nodes ADD COLUMN clock_uncertainty double precision;
 ALTER TABLE nodes ADD COLUMN clock_flag text;
+
+-- name: migration_15
+-- History retention (domain/retention.py): a namespace's own policy (none: keep finished
+-- firings 7 days and the last one per outcome per job), and the index that answers
+-- "how many newer firings of this job ended the same way" for keep_last, a walk of at
+-- most keep_last entries per firing pruning looks at.
+CREATE TABLE retention (
+    namespace   text        PRIMARY KEY,
+    keep_for_us bigint      NOT NULL,
+    keep_last   integer     NOT NULL,
+    updated_at  timestamptz NOT NULL
+);
+CREATE INDEX firings_outcome ON firings (job_id, state, scheduled_for) WHERE finished_at IS NOT NULL;
+-- No full scan on a periodic path (status, /metrics, the dashboard, the reaper): the
+-- active firings by id (the paged walks of the collector and the dashboard, each job's
+-- backlog), paused jobs, and the finishes of each minute counted as they happen
+-- (status' "last hour" sums at most 60 minutes of rows, whatever the history holds).
+-- A counter row per (minute, namespace, state, slot): the slot (id % 8) spreads
+-- concurrent completions over 8 rows, so that workers completing at once rarely wait
+-- on one row's lock.
+CREATE INDEX firings_active ON firings (id) WHERE state IN ('queued', 'claimed', 'running');
+CREATE INDEX jobs_paused ON jobs (namespace) WHERE paused;
+CREATE TABLE finished_counts (
+    minute    bigint   NOT NULL,                -- finished_at in whole minutes since the epoch
+    namespace text     NOT NULL,
+    state     text     NOT NULL,
+    slot      smallint NOT NULL,
+    n         bigint   NOT NULL,
+    PRIMARY KEY (minute, namespace, state, slot)
+);
+CREATE FUNCTION cronwheel_count_finished() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $fn$
+BEGIN
+    IF NEW.finished_at IS NOT NULL
+       AND (TG_OP = 'INSERT' OR OLD.finished_at IS NULL OR OLD.finished_at <> NEW.finished_at) THEN
+        INSERT INTO finished_counts (minute, namespace, state, slot, n)
+        VALUES (floor(extract(epoch FROM NEW.finished_at) / 60)::bigint, NEW.namespace,
+                NEW.state, NEW.id % 8, 1)
+        ON CONFLICT (minute, namespace, state, slot) DO UPDATE SET n = finished_counts.n + 1;
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+CREATE TRIGGER firings_count_finished AFTER INSERT OR UPDATE OF finished_at ON firings
+FOR EACH ROW EXECUTE FUNCTION cronwheel_count_finished();

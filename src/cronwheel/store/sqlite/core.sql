@@ -120,7 +120,7 @@ LIMIT :limit
 SELECT * FROM job_events WHERE job_id = :job_id ORDER BY id DESC LIMIT :limit
 
 -- name: job_backlog
--- Queued, held and running firings per job of a namespace, most first.
+-- Queued, held and running firings per job of a namespace, most first. [firings_active]
 SELECT job_name, count(*) AS n FROM firings
 WHERE namespace = :namespace AND state IN ('queued', 'claimed', 'running')
 GROUP BY job_name
@@ -265,24 +265,27 @@ SELECT * FROM nodes ORDER BY kind, id
 SELECT * FROM nodes WHERE heartbeat_at >= :now - :within ORDER BY kind, id
 
 -- name: status_counts
--- Queued, claimed and running now, and what finished within :window. [firings_claim,
--- firings_lease, firings_finished]
+-- Queued, claimed and running now (partial indexes: bounded by the live work), and the
+-- finishes of the minutes within :window, counted as they happened (finished_counts,
+-- at most 60 minutes of rows however long the history). [firings_claim, firings_lease,
+-- finished_counts primary key]
 SELECT 'queued' AS state, count(*) AS n FROM firings WHERE state = 'queued'
 UNION ALL
-SELECT 'claimed', count(*) FROM firings WHERE state = 'claimed'
+SELECT state, count(*) FROM firings WHERE state IN ('claimed', 'running') GROUP BY state
 UNION ALL
-SELECT 'running', count(*) FROM firings WHERE state = 'running'
-UNION ALL
-SELECT state, count(*) FROM firings
-WHERE finished_at IS NOT NULL AND finished_at >= :now - :window
+SELECT state, sum(n) FROM finished_counts WHERE minute >= (:now - :window) / 60000000
 GROUP BY state
 
 -- name: status_jobs
--- Jobs, paused jobs, the oldest queued firing's due instant, and the clock.
-SELECT count(*) AS n, coalesce(sum(paused), 0) AS p,
+-- Registered jobs (the jobs quota's counters: every job but immediate one-shots), paused
+-- jobs, the oldest queued firing's due instant, and the clock: no scan of the jobs,
+-- which hold a one-shot per `app.enqueue` until retention prunes it.
+-- [quota_usage, jobs_paused, firings_claim]
+SELECT (SELECT coalesce(sum(used), 0) FROM quota_usage
+        WHERE quota = 'jobs' AND window_start = 0) AS n,
+       (SELECT count(*) FROM jobs WHERE paused = 1) AS p,
        (SELECT min(due_at) FROM firings WHERE state = 'queued') AS oldest,
        :now AS now
-FROM jobs
 
 -- name: recent_lateness
 -- Start lateness (ms) of the firings that succeeded within :window at their first
@@ -295,23 +298,23 @@ LIMIT :limit
 
 -- name: status_counts_of_namespace
 -- status_counts of one namespace's firings (what a namespace token may see).
--- [firings_claim, firings_lease, firings_finished]
+-- [firings_claim, firings_held_namespace, finished_counts primary key]
 SELECT 'queued' AS state, count(*) AS n FROM firings WHERE state = 'queued' AND namespace = :namespace
 UNION ALL
-SELECT 'claimed', count(*) FROM firings WHERE state = 'claimed' AND namespace = :namespace
-UNION ALL
-SELECT 'running', count(*) FROM firings WHERE state = 'running' AND namespace = :namespace
-UNION ALL
 SELECT state, count(*) FROM firings
-WHERE finished_at IS NOT NULL AND finished_at >= :now - :window AND namespace = :namespace
+WHERE state IN ('claimed', 'running') AND namespace = :namespace GROUP BY state
+UNION ALL
+SELECT state, sum(n) FROM finished_counts
+WHERE minute >= (:now - :window) / 60000000 AND namespace = :namespace
 GROUP BY state
 
 -- name: status_jobs_of_namespace
--- status_jobs of one namespace. [jobs (namespace, name) unique, firings_claim]
-SELECT count(*) AS n, coalesce(sum(paused), 0) AS p,
+-- status_jobs of one namespace. [quota_usage primary key, jobs_paused, firings_claim]
+SELECT (SELECT coalesce(sum(used), 0) FROM quota_usage
+        WHERE namespace = :namespace AND quota = 'jobs' AND window_start = 0) AS n,
+       (SELECT count(*) FROM jobs WHERE paused = 1 AND namespace = :namespace) AS p,
        (SELECT min(due_at) FROM firings WHERE state = 'queued' AND namespace = :namespace) AS oldest,
        :now AS now
-FROM jobs WHERE namespace = :namespace
 
 -- name: recent_lateness_of_namespace
 -- recent_lateness of one namespace's firings. [firings_finished]

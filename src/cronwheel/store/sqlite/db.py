@@ -107,6 +107,9 @@ class SqliteDb:
             raise StoreUnavailableError(f"cannot open {path!r}: {exc}", field="store") from exc
         self.conn.row_factory = sqlite3.Row
         with self._retrying():
+            # before anything is written: a new file frees pages incrementally (pruning
+            # returns them to the file system); on an existing file this changes nothing
+            self.conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
             self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.execute("PRAGMA foreign_keys=ON")

@@ -111,13 +111,15 @@ VALUES (:firing_id, :attempt, :worker_id, :claimed_at, :started_at, :finished_at
 
 -- name: cancel_deadline_passed
 -- The reaper: running firings asked to stop longer than their job's cancel grace
--- ago end cancelled, the lease revoked (a late result is rejected).
+-- ago end cancelled, the lease revoked (a late result is rejected). [firings_held_job:
+-- its predicate written out, so that the reaper's pass reads only the held firings]
 UPDATE firings
 SET state = 'cancelled', finished_at = :now, claim_token = NULL, lease_until = NULL,
     reason = 'cancel grace expired: lease revoked, a late result will be rejected'
 WHERE id IN (
     SELECT f.id FROM firings f JOIN jobs j ON j.id = f.job_id
-    WHERE f.state = 'running' AND f.cancel_requested_at IS NOT NULL
+    WHERE f.state IN ('claimed', 'running') AND f.state = 'running'
+      AND f.cancel_requested_at IS NOT NULL
       AND f.cancel_requested_at + j.cancel_grace_us < :now
     LIMIT :limit
 )
@@ -147,3 +149,13 @@ SELECT coalesce(max(id), 0) AS id FROM jobs
 -- Bulk registration: the jobs just inserted under the writer lock (ids above the
 -- highest before). [jobs primary key]
 SELECT id, namespace, name, created_at FROM jobs WHERE id > :after_id ORDER BY id
+
+-- name: freelist_count
+-- Free pages in the file (pruning frees them; see incremental_vacuum).
+SELECT freelist_count AS n FROM pragma_freelist_count()
+
+-- name: incremental_vacuum
+-- One free page returned to the file system (auto_vacuum=INCREMENTAL). One page per
+-- statement: the pragma yields a row per page, and Python's sqlite3 steps a statement
+-- without result columns once, so the caller repeats it.
+PRAGMA incremental_vacuum(1)

@@ -265,3 +265,49 @@ ALTER TABLE jobs ADD COLUMN trace_context TEXT;
 ALTER TABLE nodes ADD COLUMN clock_offset REAL;
 ALTER TABLE nodes ADD COLUMN clock_uncertainty REAL;
 ALTER TABLE nodes ADD COLUMN clock_flag TEXT;
+
+-- name: migration_15
+-- History retention (domain/retention.py): a namespace's own policy (none: keep finished
+-- firings 7 days and the last one per outcome per job), and the index that answers
+-- "how many newer firings of this job ended the same way" for keep_last, a walk of at
+-- most keep_last entries per firing pruning looks at.
+CREATE TABLE retention (
+    namespace   TEXT    PRIMARY KEY,
+    keep_for_us INTEGER NOT NULL,
+    keep_last   INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL
+);
+CREATE INDEX firings_outcome ON firings (job_id, state, scheduled_for) WHERE finished_at IS NOT NULL;
+-- No full scan on a periodic path (status, /metrics, the dashboard, the reaper): the
+-- active firings by id (the paged walks of the collector and the dashboard, each job's
+-- backlog), paused jobs, and the finishes of each minute counted as they happen
+-- (status' "last hour" sums at most 60 minutes of rows, whatever the history holds).
+-- A counter row per (minute, namespace, state, slot): the slot (id % 8) spreads
+-- concurrent completions over rows on PostgreSQL, mirrored here.
+CREATE INDEX firings_active ON firings (id) WHERE state IN ('queued', 'claimed', 'running');
+CREATE INDEX jobs_paused ON jobs (namespace) WHERE paused = 1;
+-- deleting a firing (pruning, a job's deletion) looks its idempotency keys up by this,
+-- not by a scan of every key (PostgreSQL has had it since migration_2)
+CREATE INDEX idempotency_keys_firing ON idempotency_keys (firing_id);
+CREATE TABLE finished_counts (
+    minute    INTEGER NOT NULL,                 -- finished_at in whole minutes since the epoch
+    namespace TEXT    NOT NULL,
+    state     TEXT    NOT NULL,
+    slot      INTEGER NOT NULL,
+    n         INTEGER NOT NULL,
+    PRIMARY KEY (minute, namespace, state, slot)
+);
+CREATE TRIGGER firings_count_finished_insert AFTER INSERT ON firings
+WHEN NEW.finished_at IS NOT NULL
+BEGIN
+    INSERT INTO finished_counts (minute, namespace, state, slot, n)
+    VALUES (NEW.finished_at / 60000000, NEW.namespace, NEW.state, NEW.id % 8, 1)
+    ON CONFLICT (minute, namespace, state, slot) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER firings_count_finished_update AFTER UPDATE OF finished_at ON firings
+WHEN NEW.finished_at IS NOT NULL AND (OLD.finished_at IS NULL OR OLD.finished_at <> NEW.finished_at)
+BEGIN
+    INSERT INTO finished_counts (minute, namespace, state, slot, n)
+    VALUES (NEW.finished_at / 60000000, NEW.namespace, NEW.state, NEW.id % 8, 1)
+    ON CONFLICT (minute, namespace, state, slot) DO UPDATE SET n = n + 1;
+END;

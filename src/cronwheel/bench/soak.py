@@ -1,0 +1,294 @@
+"""``soak``: the same measurements on a store holding three hours of history (the
+baseline) and on one holding N days of it, at the design's rate, each reported as a
+ratio (loaded / baseline).
+
+The baseline is not an empty store: the reads of a scrape, the dashboard and
+``explain`` take bounded samples (the newest N firings, the last 100 of each job
+shown, an hour of a job's occurrences), which an empty store leaves empty, so that a
+ratio to it would measure the sample, not the history. Three hours fill every sample;
+what differs between the two sides is the depth of history alone.
+
+Each side gets a fresh store with ``jobs`` recurring jobs, then ``days x rate``
+finished firings, generated in the engine (``load_history``: one
+INSERT ... SELECT per chunk), a tenth of them as immediate one-shot jobs (a job row
+each, as ``app.enqueue`` leaves them), ending two hours before the run (so that the
+runs' own completion checks, which read status' last hour, see only their firings);
+on PostgreSQL the planner statistics are then refreshed (ANALYZE), as autovacuum
+would.
+Both sides keep everything during the runs (retention ``keep_for`` = days + 1).
+
+Figures, each the median of a few calls where it is a call:
+
+- ``enqueue_ms`` / ``claim_ms``: one ``enqueue_now`` and one claim + completion
+  (the hot paths), in this process;
+- ``herd``, ``drain``, ``precision``: the workloads of the same names (real scheduler and
+  worker processes), on the same store;
+- ``scrape_ms`` (a ``/metrics`` collection after a first one), ``status_ms``, the
+  dashboard's ``overview_ms``, ``jobs_page_ms``, ``firings_page_ms``, and
+  ``explain_ms`` (``jobs explain`` of one job over the newest hour of history);
+- loaded side only: ``drain_while_pruning``: a drain while the leader's retention pass
+  drops the oldest day (the namespace's ``keep_for`` set to days - 1; under two days
+  of history, half of it), its rate as a
+  share of the plain drain's, and the firings the pass deleted meanwhile;
+  ``bytes_per_firing`` (the store's size over the firings it holds) and the size at
+  steady state for the retention period (``days x rate x bytes_per_firing``).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from cronwheel.bench.runner import (
+    TASK,
+    drain_on,
+    fresh_store,
+    herd_on,
+    precision_on,
+    store_kind,
+)
+from cronwheel.domain.fates import explain
+from cronwheel.domain.models import JobSpec
+from cronwheel.domain.schedules import every
+from cronwheel.domain.schedules import now as now_schedule
+from cronwheel.store.protocol import Completion, Store
+from cronwheel.store.url import sqlite_path
+
+CHUNK = 200_000  # firings per INSERT ... SELECT of the loader
+ONE_SHOT_SHARE = 10  # one firing in ten of the history is an immediate one-shot job
+HOT_CALLS = 50
+DAY = timedelta(days=1)
+BASE_DAYS = 3 / 24  # the baseline's history: three hours
+
+
+def _median_ms(fn: Callable[[], Any], calls: int = 5) -> float:
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return round(statistics.median(times), 2)
+
+
+def load(store: Store, *, days: float, rate: int, jobs: int, first_job: int) -> int:
+    """``days x rate`` finished firings ending two hours ago; a tenth as one-shot jobs."""
+    total = int(days * rate)
+    step = DAY / rate
+    start = store.now() - timedelta(hours=2) - total * step
+    loader: Any = store
+    done = 0
+    while done < total:
+        n = min(CHUNK, total - done)
+        one_shots = (done // CHUNK) % ONE_SHOT_SHARE == ONE_SHOT_SHARE - 1
+        loader.load_history(
+            first_job=first_job,
+            jobs=jobs,
+            start=start + done * step,
+            step=step,
+            count=n,
+            one_shots=one_shots,
+        )
+        done += n
+    return total
+
+
+def analyze(url: str) -> None:
+    """PostgreSQL: the planner statistics refreshed after the bulk load, as autovacuum
+    does after a tenth of a table changed (SQLite keeps none unless asked: nothing)."""
+    if sqlite_path(url) is not None:
+        return
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ANALYZE")
+
+
+def store_bytes(store: Store) -> int:
+    sized: Any = store  # the SQL engines' database_size (store/core/retention.py)
+    return int(sized.database_size())
+
+
+def _hot_paths(store: Store) -> dict[str, float]:
+    enqueue, claim = [], []
+    for i in range(HOT_CALLS):
+        spec = JobSpec(name=f"hot-{i}", task="soak.hot", schedule=now_schedule())
+        t0 = time.perf_counter()
+        store.enqueue_now(spec)
+        t1 = time.perf_counter()
+        (c,) = store.claim("soak-bench", tasks=["soak.hot"], limit=1)
+        at = store.now()
+        store.complete(
+            [
+                Completion(
+                    firing_id=c.firing.id,
+                    claim_token=c.claim_token,
+                    succeeded=True,
+                    started_at=at,
+                    finished_at=at,
+                )
+            ]
+        )
+        t2 = time.perf_counter()
+        enqueue.append((t1 - t0) * 1000)
+        claim.append((t2 - t1) * 1000)
+    return {
+        "enqueue_ms": round(statistics.median(enqueue), 2),
+        "claim_ms": round(statistics.median(claim), 2),
+    }
+
+
+def _reads(store: Any) -> dict[str, float]:
+    from cronwheel.dashboard import data
+    from cronwheel.observability.cluster import ClusterCollector
+
+    collector = ClusterCollector(store)
+    list(collector.collect())  # the first scrape reads its starting point
+    job = store.get_job("default", "soak-0")
+    now = store.now()
+
+    def explain_day() -> None:
+        until = now - timedelta(hours=2)  # the newest hour of history
+        since = until - timedelta(hours=1)
+        firings = store.list_job_firings(
+            job.id, scheduled_from=since, scheduled_to=until, limit=5000
+        )
+        events = store.job_events(job.id, limit=5000)
+        explain(job, since=since, until=until, now=now, firings=firings, events=events)
+
+    return {
+        "scrape_ms": _median_ms(lambda: list(collector.collect())),
+        "status_ms": _median_ms(store.status),
+        "overview_ms": _median_ms(lambda: data.overview(store, "default", cluster=True)),
+        "jobs_page_ms": _median_ms(lambda: data.jobs(store, "default"), calls=3),
+        "firings_page_ms": _median_ms(
+            lambda: data.firings(store, "default", state=None, job_id=None)
+        ),
+        "explain_ms": _median_ms(explain_day, calls=3),
+    }
+
+
+def _side(
+    store_url: str | None,
+    *,
+    days: float,
+    rate: int,
+    jobs: int,
+    count: int,
+    workers: int,
+    concurrency: int,
+    progress: Callable[[int, int], None],
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp, fresh_store(store_url, Path(tmp)) as (url, store):
+        store.migrate()
+        doc: dict[str, Any] = {"store": store_kind(url), "days": days}
+        specs = [
+            (JobSpec(name=f"soak-{i}", task=TASK, schedule=every("1d")), None) for i in range(jobs)
+        ]
+        store.create_jobs(specs)
+        first_job = store.get_job("default", "soak-0").id
+        keep = {"keep_for": (days + 1) * 86400, "keep_last": 1}
+        store.set_retention("default", keep)
+        t0 = time.monotonic()
+        loaded = load(store, days=days, rate=rate, jobs=jobs, first_job=first_job)
+        analyze(url)
+        doc["load_s"] = round(time.monotonic() - t0, 1)
+        doc["history_firings"] = loaded
+        floor = int(store.list_firings(limit=1)[0].id)
+        doc |= _hot_paths(store)
+        doc |= _reads(store)
+        tmp_path = Path(tmp)
+        herd = herd_on(url, store, tmp_path, count, workers, concurrency, progress, floor=floor)
+        drain = drain_on(url, store, tmp_path, count, workers, concurrency, progress, floor=floor)
+        precision = precision_on(
+            url, store, tmp_path, min(count, 50), 100, workers, concurrency, progress, floor=floor
+        )
+        doc["herd_firings_per_s"] = herd.figures.get("firings_per_s")
+        doc["drain_jobs_per_s"] = drain.figures.get("jobs_per_s")
+        doc["precision_p99_ms"] = precision.lateness_ms.get("p99")
+        doc["lost"] = herd.lost + drain.lost + precision.lost
+        doc["duplicated"] = herd.duplicated + drain.duplicated + precision.duplicated
+        if days > BASE_DAYS:
+            size = store_bytes(store)
+            held = loaded + 3 * count
+            doc["store_bytes"] = size
+            doc["bytes_per_firing"] = round(size / held)
+            doc["steady_state_bytes"] = round(days * rate * size / held)
+            # the oldest day goes (half the history when there is less than two days)
+            keep_for = max(days - 1, days / 2) * DAY
+            cutoff = store.now() - keep_for
+            counter: Any = store  # the SQL engines' count (store/core/retention.py)
+            before = counter.count_finished_before(cutoff)
+            store.set_retention("default", {"keep_for": keep_for})
+            pruning = drain_on(
+                url,
+                store,
+                tmp_path,
+                count,
+                workers,
+                concurrency,
+                progress,
+                floor=floor,
+                prefix="drain-pruning",
+            )
+            doc["drain_while_pruning_jobs_per_s"] = pruning.figures.get("jobs_per_s")
+            doc["pruned_during_drain"] = before - counter.count_finished_before(cutoff)
+            doc["prunable_when_drain_started"] = before
+            doc["lost"] += pruning.lost
+            doc["duplicated"] += pruning.duplicated
+        return doc
+
+
+_COST = ("enqueue_ms", "claim_ms", "precision_p99_ms", "scrape_ms", "status_ms",
+         "overview_ms", "jobs_page_ms", "firings_page_ms", "explain_ms")  # fmt: skip
+_RATE = ("herd_firings_per_s", "drain_jobs_per_s")
+
+
+def ratios(empty: dict[str, Any], loaded: dict[str, Any]) -> dict[str, float | None]:
+    """Loaded over baseline for a cost, baseline over loaded for a rate: > 1 is worse."""
+    out: dict[str, float | None] = {}
+    for key in _COST:
+        a, b = empty.get(key), loaded.get(key)
+        out[key] = round(b / a, 2) if a and b is not None else None
+    for key in _RATE:
+        a, b = empty.get(key), loaded.get(key)
+        out[key] = round(a / b, 2) if a and b else None
+    drain, pruning = loaded.get("drain_jobs_per_s"), loaded.get("drain_while_pruning_jobs_per_s")
+    out["drain_while_pruning_share"] = round(pruning / drain, 2) if drain and pruning else None
+    return out
+
+
+def run_soak(
+    store_url: str | None,
+    *,
+    days: float,
+    rate: int,
+    jobs: int,
+    count: int,
+    workers: int,
+    concurrency: int,
+    progress: Callable[[int, int], None],
+) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "rate": rate,
+        "jobs": jobs,
+        "count": count,
+        "workers": workers,
+        "concurrency": concurrency,
+        "progress": progress,
+    }
+    empty = _side(store_url, days=BASE_DAYS, **args)
+    loaded = _side(store_url, days=days, **args)
+    load_avg = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {
+        "workload": "soak",
+        "baseline": empty,
+        "loaded": loaded,
+        "ratios": ratios(empty, loaded),
+        "load_average": None if load_avg is None else round(load_avg, 2),
+    }

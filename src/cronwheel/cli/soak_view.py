@@ -1,0 +1,66 @@
+"""``cronwheel bench soak``: the run (bench/soak.py) with a progress bar, and its
+table of figures, a store with three hours of history against one with days, with the ratios."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+
+def soak(
+    store_url: str | None,
+    days: float,
+    rate: int,
+    count: int | None,
+    workers: int,
+    concurrency: int,
+    as_json: bool,
+) -> None:
+    from rich.progress import Progress
+
+    from cronwheel.bench.soak import run_soak
+
+    with Progress(disable=as_json, transient=True) as progress:
+        bar = progress.add_task(f"soak ({days:g} days at {rate}/day)", total=None)
+
+        def update(done: int, total: int) -> None:
+            progress.update(bar, completed=done, total=total)
+
+        doc = run_soak(
+            store_url,
+            days=days,
+            rate=rate,
+            jobs=1000,
+            count=count or 2000,
+            workers=workers,
+            concurrency=concurrency,
+            progress=update,
+        )
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        _table(doc)
+    empty, loaded = doc["baseline"], doc["loaded"]
+    if empty["lost"] or empty["duplicated"] or loaded["lost"] or loaded["duplicated"]:
+        raise click.ClickException("lost or duplicated firings in the soak's runs")
+
+
+def _table(doc: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    empty, loaded, ratios = doc["baseline"], doc["loaded"], doc["ratios"]
+    table = Table(
+        title=f"soak: {loaded['store']}, {loaded['history_firings']} firings of history "
+        f"({loaded['days']:g} days), load average {doc['load_average']}",
+        title_justify="left",
+    )
+    for col in ("figure", "baseline (3 h)", "loaded", "ratio"):
+        table.add_column(col)
+    for key, ratio in ratios.items():
+        table.add_row(key, str(empty.get(key, "")), str(loaded.get(key, "")), str(ratio))
+    for key in ("bytes_per_firing", "steady_state_bytes", "pruned_during_drain", "load_s"):
+        table.add_row(key, "", str(loaded.get(key)), "")
+    Console().print(table)

@@ -1,0 +1,58 @@
+"""``cronwheel bench soak`` at smoke size (CI): both sides run, nothing is lost or
+duplicated, history is loaded and the retention pass deletes some of it during the
+drain. Timings are asserted nowhere here: README "Soak" has the measured figures
+(full size: ``cronwheel bench soak`` with its defaults, or CRONWHEEL_SOAK_DAYS)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import psycopg
+import pytest
+
+from tests.conftest import PG_URL, require_service
+
+DAYS = os.environ.get("CRONWHEEL_SOAK_DAYS", "0.25")
+
+
+def _soak(*store: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-m", "cronwheel", "bench", "soak", "--days", DAYS,
+         "--rate", "100000", "--count", "100", "--json", *store],
+        capture_output=True,
+        text=True,
+        timeout=850,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def _check(doc: dict) -> None:
+    empty, loaded = doc["baseline"], doc["loaded"]
+    assert 0 < empty["history_firings"] < loaded["history_firings"]
+    for side in (empty, loaded):
+        assert side["lost"] == 0 and side["duplicated"] == 0, side
+        assert side["drain_jobs_per_s"] and side["herd_firings_per_s"]
+    assert loaded["pruned_during_drain"] > 0  # the leader's pass ran during the drain
+    assert loaded["bytes_per_firing"] > 0
+    assert set(doc["ratios"]) >= {"claim_ms", "enqueue_ms", "scrape_ms", "status_ms"}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_soak_smoke_on_sqlite() -> None:
+    _check(_soak())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_soak_smoke_on_postgres() -> None:
+    try:
+        psycopg.connect(PG_URL, connect_timeout=5).close()
+    except psycopg.OperationalError as exc:
+        require_service("PostgreSQL", exc)
+    _check(_soak("--store", PG_URL))
