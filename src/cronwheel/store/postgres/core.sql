@@ -192,9 +192,13 @@ VALUES (%(namespace)s, %(key_hash)s, %(request_hash)s, %(firing_id)s, :now)
 
 -- name: next_due_at
 -- When the earliest queued firing not yet due becomes due (a buffered one is due
--- already: not a hint). [firings_queued_due]
-SELECT min(due_at) AS d FROM firings
+-- already: not a hint). Written as an ordered walk that stops at its first entry:
+-- min() lets the planner, with stale statistics, aggregate over every matching entry
+-- (thousands when a burst is queued ahead of its instant). [firings_queued_due]
+SELECT due_at AS d FROM firings
 WHERE state = 'queued' AND buffered_at IS NULL AND due_at > :now
+ORDER BY due_at
+LIMIT 1
 
 -- name: cancel_requested
 -- Which of a worker's claims were asked to stop. [firings primary key]

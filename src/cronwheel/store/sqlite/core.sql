@@ -173,9 +173,12 @@ VALUES (:namespace, :key_hash, :request_hash, :firing_id, :now)
 -- name: next_due_at
 -- When the earliest queued firing not yet due becomes due (a buffered one is due
 -- already: not a hint). INDEXED BY: with no statistics SQLite would otherwise walk
--- all of firings_queued_job. [firings_queued_due]
-SELECT min(due_at) AS d FROM firings INDEXED BY firings_queued_due
+-- all of firings_queued_job. An ordered walk that stops at its first entry, not min()
+-- over the range (every firing of a burst queued ahead of its instant). [firings_queued_due]
+SELECT due_at AS d FROM firings INDEXED BY firings_queued_due
 WHERE state = 'queued' AND buffered_at IS NULL AND due_at > :now
+ORDER BY due_at
+LIMIT 1
 
 -- name: cancel_requested
 -- Which of a worker's claims were asked to stop. [firings primary key]
