@@ -52,6 +52,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         "entry",
         [
             "cronwheel.app",
+            "cronwheel.app_batch",
             "cronwheel.node",
             "cronwheel.server",
             "cronwheel.cli",
