@@ -53,6 +53,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         [
             "cronwheel.app",
             "cronwheel.app_settings",
+            "cronwheel.app_batch",
             "cronwheel.node",
             "cronwheel.server",
             "cronwheel.cli",

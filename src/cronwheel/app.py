@@ -15,15 +15,15 @@ the same code changes nothing and a changed schedule moves the job's cursor.
 from __future__ import annotations
 
 import asyncio
-import functools
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
+from cronwheel import app_batch
 from cronwheel.app_settings import NamespaceSettings
-from cronwheel.domain.batch import BatchResult, item_fields, run_batch
+from cronwheel.domain.batch import BatchResult
 from cronwheel.domain.clock import Clock, SystemClock
 from cronwheel.domain.jobs import (
     bind_calendar,
@@ -86,7 +86,8 @@ class Task(Generic[P, R]):
 
 @dataclass(frozen=True, slots=True)
 class _Bound:
-    """A store already bound to a caller's connection (schedule_async hands it over)."""
+    """A store already bound to a caller's connection (the ``*_async`` calls hand it
+    over)."""
 
     store: Store
 
@@ -348,87 +349,49 @@ class App(NamespaceSettings):
         *,
         all_or_nothing: bool = False,
         allow_unknown_task: bool | None = None,
+        connection: Any = None,
     ) -> BatchResult[Job]:
         """Create many jobs in one transaction (the store's bulk path; README "Many jobs
         at once"): each item a mapping of :meth:`schedule`'s arguments (``task`` and
         ``schedule`` required), created, never replaced (a taken name is that item's
         ConflictError). Per item, the Job or its error (``field``: ``items[3].schedule``);
-        ``all_or_nothing``: any item's error raises BatchError and nothing is written."""
-        now = self.clock.now()
-        served = self._served_check(allow_unknown_task)
-        calendars = functools.cache(calendar_rules_of(self.store))  # each read once
-        policies: dict[Any, JobPolicies] = {}  # many items share their policy keywords
-
-        def policies_of(fields: dict[str, Any]) -> JobPolicies:
-            try:
-                key: Any = tuple(sorted(fields.items()))
-                hash(key)
-            except TypeError:
-                return build_policies(**fields)
-            if key not in policies:
-                policies[key] = build_policies(**fields)
-            return policies[key]
-
-        def prepare(item: Mapping[str, Any]) -> tuple[JobSpec, datetime | None]:
-            fields = item_fields(item, ("task", "schedule"))
-            task = fields.pop("task")
-            task_name = task.name if isinstance(task, Task) else task
-            schedule = fields.pop("schedule")
-            if not callable(getattr(schedule, "next_after", None)):
-                raise ValidationError(
-                    "must be a schedule (cron(), every(), at() or now())", field="schedule"
-                )
-            served(task_name)
-            allow_past = bool(fields.pop("allow_past", False))
-            spec = JobSpec(
-                name=fields.pop("name", None) or task_name,
-                task=task_name,
-                schedule=schedule,
-                args=tuple(fields.pop("args", ())),
-                kwargs=dict(fields.pop("kwargs", None) or {}),
-                namespace=self.namespace,
-                start_at=fields.pop("start_at", None),
-                end_at=fields.pop("end_at", None),
-                max_runs=fields.pop("max_runs", None),
-                paused=bool(fields.pop("paused", False)),
-                policies=policies_of(fields),
-            )
-            spec = bind_calendar(spec, calendars)
-            return spec, spec_first_fire_at(spec, now, allow_past=allow_past)
-
-        return run_batch(
-            list(items),
-            prepare,
-            lambda specs, atomic: self.store.create_jobs_batch(specs, all_or_nothing=atomic),
+        ``all_or_nothing``: any item's error raises BatchError and nothing is written.
+        ``connection``: in the caller's open transaction, as :meth:`schedule`."""
+        return app_batch.schedule_many(
+            self,
+            self._store_on(connection),
+            items,
             all_or_nothing=all_or_nothing,
+            allow_unknown_task=allow_unknown_task,
         )
 
     def enqueue_many(
-        self, items: Iterable[Mapping[str, Any]], *, all_or_nothing: bool = False
+        self,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        all_or_nothing: bool = False,
+        connection: Any = None,
     ) -> BatchResult[Firing]:
         """Run many tasks now, in one transaction with one wake-up for the workers: each
         item a mapping with ``task`` (required), ``args`` and ``kwargs``; per item, the
-        Firing or its error; ``all_or_nothing`` as in :meth:`schedule_many`."""
-        served = self._served_check(None)
+        Firing or its error; ``all_or_nothing`` and ``connection`` as in
+        :meth:`schedule_many`."""
+        store = self._store_on(connection)
+        return app_batch.enqueue_many(self, store, items, all_or_nothing=all_or_nothing)
 
-        def prepare(item: Mapping[str, Any]) -> JobSpec:
-            fields = item_fields(item, ("task",))
-            task = fields.pop("task")
-            task_name = task.name if isinstance(task, Task) else task
-            served(task_name)
-            args, kwargs = fields.pop("args", ()), fields.pop("kwargs", None) or {}
-            if fields:
-                raise ValidationError(
-                    "is not an enqueue field (task, args, kwargs)", field=next(iter(fields))
-                )
-            return self._now_spec(task_name, tuple(args), dict(kwargs))
+    async def schedule_many_async(
+        self, items: Iterable[Mapping[str, Any]], *, connection: Any = None, **options: Any
+    ) -> BatchResult[Job]:
+        """``schedule_many`` from a coroutine (its keywords), as ``enqueue_async``."""
+        bound = _Bound(await self._store_on_async(connection))
+        return await asyncio.to_thread(self.schedule_many, items, connection=bound, **options)
 
-        return run_batch(
-            list(items),
-            prepare,
-            lambda specs, atomic: self.store.enqueue_now_batch(specs, all_or_nothing=atomic),
-            all_or_nothing=all_or_nothing,
-        )
+    async def enqueue_many_async(
+        self, items: Iterable[Mapping[str, Any]], *, connection: Any = None, **options: Any
+    ) -> BatchResult[Firing]:
+        """``enqueue_many`` from a coroutine (its keywords), as ``enqueue_async``."""
+        bound = _Bound(await self._store_on_async(connection))
+        return await asyncio.to_thread(self.enqueue_many, items, connection=bound, **options)
 
     def _now_spec(self, task_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> JobSpec:
         """The one-shot job of an immediate run: a unique name, the task's policies."""

@@ -264,10 +264,11 @@ def skip_results_from_json(doc: Mapping[str, Any]) -> list[SkipResult]:
 # -- batches -----------------------------------------------------------------------------
 def batch_to_json(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """A batch's answer from its item documents, in order: each ``{"index", "status":
-    201, "job"|"firing": ...}`` or ``{"index", "status", "error": {code, message,
-    field}}``."""
+    201, "job"|"firing": ...}`` (200: a firing its idempotency key made before, neither
+    created nor refused) or ``{"index", "status", "error": {code, message, field}}``."""
     created = sum(1 for doc in items if doc["status"] == 201)
-    return {"created": created, "refused": len(items) - created, "items": list(items)}
+    refused = sum(1 for doc in items if "error" in doc)
+    return {"created": created, "refused": refused, "items": list(items)}
 
 
 def batch_from_json(

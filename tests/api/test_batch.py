@@ -220,3 +220,67 @@ def test_a_batch_reads_the_served_tasks_once(api: Api) -> None:
     runs = {"items": [{"task": "resize"}] * 20}
     assert api.call("POST", "/v1/firings/batch", json=runs).json()["created"] == 20
     assert len(reads) <= 1
+
+
+def test_firings_batch_items_carry_idempotency_keys(api: Api) -> None:
+    """An item's ``idempotency_key`` is the ``Idempotency-Key`` of ``POST /v1/firings``
+    (one key space): the same key and item answer the firing it made (200), another item
+    is a conflict (409 naming the item's key); two items of one batch likewise."""
+    single = api.call(
+        "POST",
+        "/v1/firings",
+        json={"task": "resize", "args": [1]},
+        headers=api.h() | {"Idempotency-Key": "upload-1"},
+    )
+    assert single.status_code == 201, single.text
+    items = [
+        {"task": "resize", "args": [1], "idempotency_key": "upload-1"},  # the single's
+        {"task": "resize", "args": [2], "idempotency_key": "upload-1"},  # other args
+        {"task": "resize", "args": [3], "idempotency_key": "upload-3"},
+        {"task": "resize", "args": [3], "idempotency_key": "upload-3"},  # repeats item 2
+        {"task": "resize", "args": [4], "idempotency_key": "upload-3"},
+        {"task": "resize", "args": [5]},
+        {"task": "resize", "args": [6], "idempotency_key": "has space"},
+        {"task": "resize", "args": [7], "idempotency_key": 7},
+        {"task": "resize", "args": [8], "idempotency_key": "k" * 256},
+    ]
+    before = api.counts()[1]
+    r = api.call("POST", "/v1/firings/batch", json={"items": items})
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    assert [d["status"] for d in doc["items"]] == [200, 409, 201, 200, 409, 201, 422, 422, 422]
+    assert (doc["created"], doc["refused"]) == (2, 5)
+    assert doc["items"][0]["firing"] == single.json()
+    assert doc["items"][3]["firing"] == doc["items"][2]["firing"]
+    for i in (1, 4, 6, 7, 8):
+        assert doc["items"][i]["error"]["field"] == f"items[{i}].idempotency_key"
+    assert doc["items"][1]["error"]["code"] == "conflict"
+    assert doc["items"][6]["error"]["message"] == "must be 1-255 printable ASCII characters"
+    assert api.counts()[1] == before + 2
+    # a later batch, or the single endpoint, finds the batch's key
+    again = api.call("POST", "/v1/firings/batch", json={"items": [items[2]]}).json()
+    assert again["items"][0]["status"] == 200
+    assert again["items"][0]["firing"] == doc["items"][2]["firing"]
+    headers = api.h() | {"Idempotency-Key": "upload-3"}
+    r = api.call("POST", "/v1/firings", json={"task": "resize", "args": [3]}, headers=headers)
+    assert r.status_code == 200 and r.json() == doc["items"][2]["firing"]
+    r = api.call("POST", "/v1/firings", json={"task": "resize", "args": [9]}, headers=headers)
+    assert r.status_code == 409
+    assert api.counts()[1] == before + 2
+
+
+def test_a_conflicting_key_refuses_an_all_or_nothing_batch(api: Api) -> None:
+    first = [{"task": "t", "idempotency_key": "k"}]
+    assert api.call("POST", "/v1/firings/batch", json={"items": first}).status_code == 200
+    before = api.counts()
+    items = [{"task": "t", "idempotency_key": "new"}, {"task": "u", "idempotency_key": "k"}]
+    r = api.call("POST", "/v1/firings/batch", json={"items": items, "all_or_nothing": True})
+    assert r.status_code == 409, r.text
+    assert [(d["index"], d["error"]["field"]) for d in r.json()["items"]] == [
+        (1, "items[1].idempotency_key")
+    ]
+    assert api.counts() == before
+    # a repeat is no error: all or nothing, the batch goes through
+    items = [{"task": "t", "idempotency_key": "k"}, {"task": "t", "idempotency_key": "new"}]
+    r = api.call("POST", "/v1/firings/batch", json={"items": items, "all_or_nothing": True})
+    assert [d["status"] for d in r.json()["items"]] == [200, 201]

@@ -79,6 +79,18 @@ def test_client_batches_give_a_result_per_item(server: Server) -> None:
         reader.enqueue_many([{"task": "report"}])
 
 
+def test_client_batch_items_carry_idempotency_keys(server: Server) -> None:
+    with Client(server.url, token=server.write, timeout=10) as api:
+        items = [{"task": "report", "args": [1], "idempotency_key": "c-1"}] * 2
+        first = api.enqueue_many(items)
+        assert first.ok and first.items[0] == first.items[1]  # the second: a repeat
+        assert api.enqueue("report", 1, idempotency_key="c-1") == first.items[0]
+        second = api.enqueue_many([{"task": "report", "args": [2], "idempotency_key": "c-1"}])
+        assert [(type(e).__name__, e.field) for _, e in second.errors] == [
+            ("ConflictError", "items[0].idempotency_key")
+        ]
+
+
 def test_async_client_has_the_clients_operations(server: Server) -> None:
     async def scenario() -> None:
         async with AsyncClient(server.url, token=server.write, timeout=10) as api:

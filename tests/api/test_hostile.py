@@ -489,6 +489,46 @@ BATCH_ITEMS: list[tuple[str, str, object, int, str, str]] = [
         "invalid_input",
         "items[1].kwargs",
     ),
+    (
+        "item-key-number",
+        "/v1/firings/batch",
+        {"task": "t", "idempotency_key": 5},
+        422,
+        "invalid_input",
+        "items[1].idempotency_key",
+    ),
+    (
+        "item-key-control",
+        "/v1/firings/batch",
+        {"task": "t", "idempotency_key": "a\nb\u0000"},
+        422,
+        "invalid_input",
+        "items[1].idempotency_key",
+    ),
+    (
+        "item-key-empty",
+        "/v1/firings/batch",
+        {"task": "t", "idempotency_key": ""},
+        422,
+        "invalid_input",
+        "items[1].idempotency_key",
+    ),
+    (
+        "item-key-too-long",
+        "/v1/firings/batch",
+        {"task": "t", "idempotency_key": "k" * 256},
+        422,
+        "invalid_input",
+        "items[1].idempotency_key",
+    ),
+    (
+        "item-key-on-a-job",
+        "/v1/jobs/batch",
+        {"name": "k", "task": "t", "schedule": {"kind": "now"}, "idempotency_key": "k"},
+        422,
+        "invalid_input",
+        "items[1].idempotency_key",
+    ),
 ]
 
 

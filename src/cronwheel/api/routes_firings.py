@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from typing import Annotated, Any
@@ -27,10 +26,17 @@ from cronwheel.api.convert import (
 from cronwheel.api.errors import HttpError
 from cronwheel.api.routes_jobs import JobName, require_served
 from cronwheel.api.schemas import CancelOut, EnqueueIn, FiringList, FiringOut, FiringStateName
-from cronwheel.api.schemas_batch import BatchErrorOut, BatchOut, FiringsBatchIn
-from cronwheel.api.traced import traced
+from cronwheel.api.schemas_batch import (
+    KEY_FORMAT,
+    KEY_RE,
+    BatchErrorOut,
+    BatchOut,
+    EnqueueBatchItem,
+    FiringsBatchIn,
+)
+from cronwheel.api.traced import traced, traced_batch
 from cronwheel.domain.attempts import Attempt
-from cronwheel.domain.batch import run_batch
+from cronwheel.domain.batch import BatchResult, run_batch
 from cronwheel.domain.error_text import error_summary
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.ids import IdCodec
@@ -38,6 +44,7 @@ from cronwheel.domain.models import Firing, FiringId, JobSpec
 from cronwheel.domain.results import CancelResult
 from cronwheel.domain.schedules import NowSchedule
 from cronwheel.errors import FiringNotFoundError
+from cronwheel.store.bulk_port import KeyRef
 from cronwheel.store.protocol import ApiStore
 from cronwheel.web.ids import internal_id
 from cronwheel.wire import cancel_to_json, firing_to_json
@@ -45,7 +52,6 @@ from cronwheel.wire import cancel_to_json, firing_to_json
 router = APIRouter(tags=["firings"], route_class=ApiRoute)
 FiringIdPath = Annotated[AsciiInt, Path(ge=1, le=2**63 - 1, description="the firing's id")]
 # FiringIdPath is the shown id (domain/ids.py): _firing turns it into the store's.
-_KEY_RE = re.compile(r"[\x21-\x7e]{1,255}")
 
 
 def _firing(store: ApiStore, principal: Principal, firing_id: int) -> Firing:
@@ -222,27 +228,28 @@ def enqueue(
     if idempotency_key is None:
         firing = traced(request, spec, store.enqueue_now, name="cronwheel.enqueue")
         return firing_to_json(ids.firing(firing))
-    if not _KEY_RE.fullmatch(idempotency_key):
-        raise HttpError(
-            400,
-            "invalid_input",
-            "must be 1-255 printable ASCII characters",
-            field="Idempotency-Key",
-        )
-    canonical = json.dumps(body.model_dump(), sort_keys=True, ensure_ascii=False)
+    if not KEY_RE.fullmatch(idempotency_key):
+        raise HttpError(400, "invalid_input", KEY_FORMAT, field="Idempotency-Key")
+    key_hash, request_hash = _key_ref(idempotency_key, body.model_dump())
     firing, created = traced(
         request,
         spec,
-        partial(
-            store.enqueue_now_once,
-            key_hash=hashlib.sha256(idempotency_key.encode("ascii")).hexdigest(),
-            request_hash=hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
-        ),
+        partial(store.enqueue_now_once, key_hash=key_hash, request_hash=request_hash),
         name="cronwheel.enqueue",
     )
     if not created:
         response.status_code = 200
     return firing_to_json(ids.firing(firing))
+
+
+def _key_ref(key: str, request: dict[str, Any]) -> KeyRef:
+    """What the store keeps of an idempotency key and the request it came with (the
+    request's EnqueueIn fields: a batch item's and a single request's compare equal)."""
+    canonical = json.dumps(request, sort_keys=True, ensure_ascii=False)
+    return (
+        hashlib.sha256(key.encode("ascii")).hexdigest(),
+        hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
+    )
 
 
 def _now_spec(principal: Principal, body: EnqueueIn) -> JobSpec:
@@ -264,25 +271,43 @@ def _now_spec(principal: Principal, body: EnqueueIn) -> JobSpec:
     responses={409: {"model": BatchErrorOut}, 422: {"model": BatchErrorOut}},
 )
 def enqueue_batch(body: FiringsBatchIn, principal: Writer, request: Request) -> Response:
-    """Each item as `POST /v1/firings` takes it (no idempotency key), all queued in one
-    transaction with one wake-up for the workers. Each item's answer: `status` 201 with
-    its `firing`, or the status and `error` of its single request (`field` names the
-    item: `items[3].task`). `all_or_nothing` as for `POST /v1/jobs/batch`. The firings
-    count against `firings_per_minute` together: over it, the batch is refused (429)."""
+    """Each item as `POST /v1/firings` takes it, its `Idempotency-Key` header as the
+    item's `idempotency_key` field, all queued in one transaction with one wake-up for
+    the workers. Each item's answer: `status` 201 with its `firing`, 200 with the firing
+    its key made before (by a request, or an earlier item of this batch, with the same
+    fields), or the status and `error` of its single request (`field` names the item:
+    `items[3].task`; a key seen with other fields: 409 `items[3].idempotency_key`).
+    `all_or_nothing` as for `POST /v1/jobs/batch`. The firings made count against
+    `firings_per_minute` together: over it, the batch is refused (429)."""
     store = store_of(request)
     served = served_once(request)
 
-    def prepare(raw: Any) -> JobSpec:
-        item = parse_item(EnqueueIn, raw)
-        spec = _now_spec(principal, item)
-        served(spec.task, item.allow_unknown_task)
-        return spec
+    def run(carry: Callable[[JobSpec], JobSpec]) -> BatchResult[tuple[Firing, bool]]:
+        def prepare(raw: Any) -> tuple[JobSpec, KeyRef | None]:
+            item = parse_item(EnqueueBatchItem, raw)
+            spec = _now_spec(principal, item)
+            served(spec.task, item.allow_unknown_task)
+            key = item.idempotency_key
+            fields = item.model_dump(exclude={"idempotency_key"})
+            return carry(spec), None if key is None else _key_ref(key, fields)
 
-    result = run_batch(
-        body.items,
-        prepare,
-        lambda specs, atomic: store.enqueue_now_batch(specs, all_or_nothing=atomic),
-        all_or_nothing=body.all_or_nothing,
+        return run_batch(
+            body.items,
+            prepare,
+            lambda items, atomic: store.enqueue_now_batch_once(items, all_or_nothing=atomic),
+            all_or_nothing=body.all_or_nothing,
+        )
+
+    result = traced_batch(
+        request,
+        run,
+        name="cronwheel.enqueue_many",
+        count=len(body.items),
+        namespace=principal.namespace,
     )
     ids = ids_of(request)
-    return batch_out(result, lambda firing: {"firing": firing_to_json(ids.firing(firing))})
+    return batch_out(
+        result,
+        lambda made: {"firing": firing_to_json(ids.firing(made[0]))},
+        status=lambda made: 201 if made[1] else 200,
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 from typing import Annotated, Any
@@ -37,8 +38,8 @@ from cronwheel.api.schemas import (
     TriggerIn,
 )
 from cronwheel.api.schemas_batch import BatchErrorOut, BatchOut, JobsBatchIn
-from cronwheel.api.traced import traced
-from cronwheel.domain.batch import run_batch
+from cronwheel.api.traced import traced, traced_batch
+from cronwheel.domain.batch import BatchResult, run_batch
 from cronwheel.domain.jobs import (
     bind_calendar,
     bind_schedule,
@@ -121,17 +122,26 @@ def create_jobs_batch(body: JobsBatchIn, principal: Writer, request: Request) ->
     calendars = functools.cache(calendar_rules_of(store))
     served = served_once(request)
 
-    def prepare(raw: Any) -> tuple[JobSpec, datetime | None]:
-        item = parse_item(JobCreate, raw)
-        spec = _spec(store, principal, item.name, item, bool(item.paused), calendars)
-        served(spec.task, item.allow_unknown_task)
-        return spec, spec_first_fire_at(spec, now, allow_past=item.allow_past)
+    def run(carry: Callable[[JobSpec], JobSpec]) -> BatchResult[Job]:
+        def prepare(raw: Any) -> tuple[JobSpec, datetime | None]:
+            item = parse_item(JobCreate, raw)
+            spec = _spec(store, principal, item.name, item, bool(item.paused), calendars)
+            served(spec.task, item.allow_unknown_task)
+            return carry(spec), spec_first_fire_at(spec, now, allow_past=item.allow_past)
 
-    result = run_batch(
-        body.items,
-        prepare,
-        lambda specs, atomic: store.create_jobs_batch(specs, all_or_nothing=atomic),
-        all_or_nothing=body.all_or_nothing,
+        return run_batch(
+            body.items,
+            prepare,
+            lambda specs, atomic: store.create_jobs_batch(specs, all_or_nothing=atomic),
+            all_or_nothing=body.all_or_nothing,
+        )
+
+    result = traced_batch(
+        request,
+        run,
+        name="cronwheel.schedule_many",
+        count=len(body.items),
+        namespace=principal.namespace,
     )
     ids = ids_of(request)
     return batch_out(result, lambda job: {"job": job_out(ids, job)})

@@ -4,12 +4,18 @@ each validated on its own by the route (api/batch.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from cronwheel.api.schemas import ErrorDetail, FiringOut, JobOut
+from cronwheel.api.schemas import EnqueueIn, ErrorDetail, FiringOut, JobOut
 from cronwheel.domain.batch import BATCH_LIMIT
+
+# an idempotency key: the Idempotency-Key header of POST /v1/firings, or a batch item's
+KEY_PATTERN = r"[\x21-\x7e]{1,255}"
+KEY_RE = re.compile(KEY_PATTERN)
+KEY_FORMAT = "must be 1-255 printable ASCII characters"
 
 
 class _BatchIn(BaseModel):
@@ -20,14 +26,35 @@ class _BatchOut(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def _batch_items(item_schema: str, what: str) -> Any:
+def _key(value: str) -> str:
+    if not KEY_RE.fullmatch(value):
+        raise ValueError(KEY_FORMAT)
+    return value
+
+
+class EnqueueBatchItem(EnqueueIn):
+    """An item of ``POST /v1/firings/batch``: the body of ``POST /v1/firings``, with its
+    ``Idempotency-Key`` header as a field."""
+
+    idempotency_key: Annotated[str, AfterValidator(_key)] | None = Field(
+        None,
+        description="as the Idempotency-Key header of POST /v1/firings (one key space):"
+        " a key seen with the same item (or an earlier item of the batch) answers the"
+        " firing it made (status 200); with another item, 409",
+        json_schema_extra={"pattern": f"^{KEY_PATTERN}$", "maxLength": 255, "minLength": 1},
+    )
+
+
+def _batch_items(item_schema: str | dict[str, Any], what: str) -> Any:
     """A batch's ``items``: each one validated on its own by the route (an item's error is
     that item's, ``items[3].schedule``), so the field takes any JSON value; the schema
-    documents the item's."""
+    documents the item's (a component's name, or the schema itself)."""
+    if isinstance(item_schema, str):
+        item_schema = {"$ref": f"#/components/schemas/{item_schema}"}
     return Field(
         max_length=BATCH_LIMIT,
         description=f"at most {BATCH_LIMIT} {what}, each as its single endpoint takes it",
-        json_schema_extra={"items": {"$ref": f"#/components/schemas/{item_schema}"}},
+        json_schema_extra={"items": item_schema},
     )
 
 
@@ -48,15 +75,16 @@ class JobsBatchIn(_BatchIn):
 
 class FiringsBatchIn(_BatchIn):
     """Many immediate runs in one request and one transaction (``POST /v1/firings`` for
-    each item, without an idempotency key)."""
+    each item, its idempotency key a field of the item)."""
 
-    items: list[Any] = _batch_items("EnqueueIn", "runs")
+    items: list[Any] = _batch_items(EnqueueBatchItem.model_json_schema(), "runs")
     all_or_nothing: bool = _ALL_OR_NOTHING
 
 
 class BatchItemOut(_BatchOut):
-    """One item's outcome: ``status`` 201 with its ``job``/``firing``, or the HTTP status
-    its single request would have had with its ``error`` (``field`` names the item:
+    """One item's outcome: ``status`` 201 with its ``job``/``firing`` (200: the firing its
+    idempotency key made before), or the HTTP status its single request would have had
+    with its ``error`` (``field`` names the item:
     ``items[3].schedule``)."""
 
     index: int
@@ -67,7 +95,10 @@ class BatchItemOut(_BatchOut):
 
 
 class BatchOut(_BatchOut):
-    created: int = Field(description="items written")
+    created: int = Field(
+        description="items written (status 201); an item answered by"
+        " its idempotency key (200) is neither created nor refused"
+    )
     refused: int = Field(description="items refused, each with its error")
     items: list[BatchItemOut]
 

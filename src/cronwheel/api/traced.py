@@ -12,6 +12,7 @@ from typing import TypeVar
 from fastapi import Request
 
 from cronwheel.api.convert import ids_of
+from cronwheel.domain.batch import BatchResult
 from cronwheel.domain.models import JobSpec
 
 T = TypeVar("T")
@@ -26,3 +27,20 @@ def traced(request: Request, spec: JobSpec, write: Callable[[JobSpec], T], *, na
     return traced_write(
         spec, write, name=name, ids=lambda: ids_of(request), headers=request.headers
     )
+
+
+def traced_batch(
+    request: Request,
+    run: Callable[[Callable[[JobSpec], JobSpec]], BatchResult[T]],
+    *,
+    name: str,
+    count: int,
+    namespace: str,
+) -> BatchResult[T]:
+    """``run(carry)`` (a batch endpoint's write), in one producer span for the batch when
+    tracing is on (each item's spec passed through ``carry``)."""
+    if not getattr(request.app.state, "tracing", False):
+        return run(lambda spec: spec)
+    from cronwheel.observability.tracing import traced_batch as produce_batch
+
+    return produce_batch(run, name=name, count=count, namespace=namespace, headers=request.headers)

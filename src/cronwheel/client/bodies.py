@@ -69,9 +69,13 @@ def job_item(
 
 
 def run_item(
-    task: str, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None
+    task: str,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    idempotency_key: str | None = None,
 ) -> dict[str, Any]:
-    return {"task": task, "args": list(args), "kwargs": dict(kwargs or {})}
+    body = {"task": task, "args": list(args), "kwargs": dict(kwargs or {})}
+    return body if idempotency_key is None else body | {"idempotency_key": idempotency_key}
 
 
 def firing_filters(

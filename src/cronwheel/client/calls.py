@@ -382,8 +382,10 @@ class Operations:
         self, items: Sequence[Mapping[str, Any]], *, all_or_nothing: bool = False
     ) -> Call[BatchResult[Firing]]:
         """Run many tasks now, in one request and one transaction (``POST
-        /v1/firings/batch``, at most 1,000): each item a mapping with ``task``, ``args``
-        and ``kwargs``. A BatchResult of Firings, or errors naming their item;
+        /v1/firings/batch``, at most 1,000): each item a mapping with ``task``, ``args``,
+        ``kwargs`` and ``idempotency_key`` (as :meth:`enqueue`'s: the same key and item
+        give the firing it made; another item, ConflictError). A BatchResult of Firings,
+        or errors naming their item;
         ``all_or_nothing`` as for :meth:`create_jobs`."""
         body = {
             "items": [batch_item(run_item, item) for item in items],

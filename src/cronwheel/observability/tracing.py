@@ -10,6 +10,9 @@ baggage by default).
   ``cronwheel.schedule``, kind PRODUCER) under the current context (or, in the API,
   the request's ``traceparent`` when no server span is current) and store that span's
   context with the job (``JobSpec.trace_context``: traceparent, tracestate).
+- **Batch** (:func:`traced_batch`): ``schedule_many``/``enqueue_many`` and the API's
+  batch endpoints open ONE span (``cronwheel.schedule_many``/``cronwheel.enqueue_many``,
+  kind PRODUCER) whose context every item of the batch carries.
 - **Claim** (:meth:`Tracing.claimed`): one ``cronwheel.claim`` span (kind CLIENT) per
   claim that took firings, linked to each firing's carried context.
 - **Run** (:meth:`Tracing.attempt_started`): one ``cronwheel.run`` span (kind CONSUMER)
@@ -34,9 +37,11 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
+from cronwheel.domain.batch import BatchResult
 from cronwheel.domain.ids import IdCodec
 from cronwheel.domain.instants import format_instant
 from cronwheel.domain.models import ClaimedFiring, Firing, Job, JobSpec
+from cronwheel.errors import BatchError
 from cronwheel.worker.context import Context
 from cronwheel.worker.hooks import Outcome
 
@@ -66,6 +71,7 @@ class Produced:
 
 
 W = TypeVar("W")
+B = TypeVar("B")
 
 
 def traced_write(
@@ -116,6 +122,50 @@ def produce(
         if spec.recurring and carrier:
             carrier[LINK_KEY] = "1"
         yield Produced(span, carrier)
+
+
+def traced_batch(
+    run: Callable[[Callable[[JobSpec], JobSpec]], BatchResult[B]],
+    *,
+    name: str,
+    count: int,
+    namespace: str,
+    headers: Mapping[str, str] | None = None,
+) -> BatchResult[B]:
+    """A batch (``App.schedule_many``/``enqueue_many``, the API's batch endpoints) in ONE
+    producer span: ``run(carry)`` writes it, ``carry(spec)`` giving each item's spec the
+    span's context (as :func:`produce` does one spec's), so each run continues it (a
+    recurring job's firings link to it). The span tells ``cronwheel.batch.items``,
+    ``.accepted`` and ``.refused`` (an all-or-nothing batch refused: none accepted, the
+    BatchError recorded)."""
+    parent = None
+    if headers is not None and not trace.get_current_span().get_span_context().is_valid:
+        parent = propagate.extract(headers)
+    attributes: dict[str, Any] = {"cronwheel.namespace": namespace, "cronwheel.batch.items": count}
+    with _tracer().start_as_current_span(
+        name, context=parent, kind=SpanKind.PRODUCER, attributes=attributes
+    ) as span:
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        linked = dict(carrier, **{LINK_KEY: "1"}) if carrier else {}
+
+        def carry(spec: JobSpec) -> JobSpec:
+            if not carrier:
+                return spec
+            return replace(spec, trace_context=dict(linked if spec.recurring else carrier))
+
+        try:
+            result = run(carry)
+        except BatchError as exc:
+            span.set_attributes(
+                {"cronwheel.batch.accepted": 0, "cronwheel.batch.refused": len(exc.errors)}
+            )
+            raise
+        refused = len(result.errors)
+        span.set_attributes(
+            {"cronwheel.batch.accepted": len(result) - refused, "cronwheel.batch.refused": refused}
+        )
+        return result
 
 
 class _RunScope:

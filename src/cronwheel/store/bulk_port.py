@@ -11,6 +11,9 @@ from typing import Protocol
 from cronwheel.domain.models import Firing, Job, JobSpec
 from cronwheel.errors import CronwheelError
 
+# an item's idempotency key: (key_hash, request_hash), as enqueue_now_once takes them
+KeyRef = tuple[str, str]
+
 
 class BulkPort(Protocol):
     """Bulk writes that keep every invariant of the single ones (the contract suite
@@ -36,4 +39,16 @@ class BulkPort(Protocol):
         to their namespaces' ``firings_per_minute`` together, in the same transaction
         (over it: the batch refused, nothing written). ``all_or_nothing`` as in
         ``create_jobs_batch``."""
+        ...
+
+    def enqueue_now_batch_once(
+        self, items: Sequence[tuple[JobSpec, KeyRef | None]], *, all_or_nothing: bool = False
+    ) -> list[tuple[Firing, bool] | CronwheelError]:
+        """``enqueue_now_batch`` whose items may carry an idempotency key (``(key_hash,
+        request_hash)``), each one as ``enqueue_now_once`` treats it, in the same ONE
+        transaction: per item ``(firing, True)`` when made; ``(firing, False)`` when its
+        key (in the spec's namespace) is recorded with the same ``request_hash``, or an
+        earlier item of the batch has that key and request (a repeat: nothing made,
+        nothing charged); ConflictError (field ``idempotency_key``) for a key recorded,
+        or taken earlier in the batch, with another request. Keys are locked in order."""
         ...

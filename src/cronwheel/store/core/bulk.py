@@ -19,6 +19,7 @@ from cronwheel.domain.models import Firing, Job, JobSpec
 from cronwheel.domain.quotas import Quota
 from cronwheel.errors import ConflictError, CronwheelError, QuotaExceededError
 from cronwheel.store import codec
+from cronwheel.store.bulk_port import KeyRef
 from cronwheel.store.codec import Row
 from cronwheel.store.core.admin import AdminFlows
 from cronwheel.store.core.dialect import Dialect, Tx
@@ -32,6 +33,21 @@ def job_exists(spec: JobSpec, *, naming_namespace: bool = False) -> ConflictErro
     where = f" in namespace {spec.namespace!r}" if naming_namespace else ""
     return ConflictError(
         f"a job named {spec.name!r} already exists{where}", field="name", code="job_exists"
+    )
+
+
+def key_reused() -> ConflictError:
+    """An idempotency key used again with another request (as enqueue_now_once's)."""
+    return ConflictError(
+        "this idempotency key was used with a different request", field="idempotency_key"
+    )
+
+
+def first_refused() -> ConflictError:
+    """A batch item repeating an earlier item's key and request, that item refused."""
+    return ConflictError(
+        "an earlier item of the batch with this idempotency key was refused",
+        field="idempotency_key",
     )
 
 
@@ -94,21 +110,67 @@ class BulkFlows(QuotaFlows[D], AdminFlows[D]):
         self, specs: Sequence[JobSpec], *, all_or_nothing: bool = False
     ) -> list[Firing | CronwheelError]:
         """Many ``enqueue_now`` in one transaction, one wake-up (see JobsPort)."""
+        done = self.enqueue_now_batch_once(
+            [(s, None) for s in specs], all_or_nothing=all_or_nothing
+        )
+        return [r if isinstance(r, CronwheelError) else r[0] for r in done]
 
-        def body(tx: Tx) -> list[Row | CronwheelError]:
-            rows = self._enqueue_now_many_in(tx, specs)
-            out: list[Row | CronwheelError | None] = [
-                job_exists(spec) if row is None else row
-                for spec, row in zip(specs, rows, strict=True)
-            ]
+    def enqueue_now_batch_once(
+        self, items: Sequence[tuple[JobSpec, KeyRef | None]], *, all_or_nothing: bool = False
+    ) -> list[tuple[Firing, bool] | CronwheelError]:
+        """The keyed items' keys locked (in order) and looked up, then the new items
+        enqueued as enqueue_now_batch does, their keys recorded (see BulkPort)."""
+
+        def body(tx: Tx) -> list[tuple[Row, bool] | CronwheelError]:
+            out: list[tuple[Row, bool] | CronwheelError | None] = [None] * len(items)
+            seen: dict[tuple[str, str], Row] = {}
+            for namespace, key_hash in sorted({(s.namespace, r[0]) for s, r in items if r}):
+                key = {"namespace": namespace, "key_hash": key_hash}
+                tx.run("idempotency_lock", key)
+                if (row := tx.one("find_idempotency_key", key)) is not None:
+                    seen[(namespace, key_hash)] = row
+            first: dict[tuple[str, str], int] = {}  # each new key's first item
+            repeats: list[tuple[int, int]] = []  # (an item, the earlier one it repeats)
+            todo: list[int] = []
+            for i, (spec, ref) in enumerate(items):
+                if ref is not None:
+                    k = (spec.namespace, ref[0])
+                    if k in seen:
+                        same = seen[k]["request_hash"] == ref[1]
+                        out[i] = (seen[k], False) if same else key_reused()
+                        continue
+                    if k in first:
+                        earlier = first[k]
+                        if items[earlier][1] == ref:
+                            repeats.append((i, earlier))
+                        else:
+                            out[i] = key_reused()
+                        continue
+                    first[k] = i
+                todo.append(i)
+            rows = self._enqueue_now_many_in(tx, [items[i][0] for i in todo]) if todo else []
+            for i, row in zip(todo, rows, strict=True):
+                out[i] = job_exists(items[i][0]) if row is None else (row, True)
+            for i, earlier in repeats:
+                made = out[earlier]
+                out[i] = (made[0], False) if isinstance(made, tuple) else first_refused()
             done = settle(out, all_or_nothing)
             per_namespace: dict[str, int] = {}
-            for spec, r in zip(specs, done, strict=True):
-                if not isinstance(r, Exception):
+            for (spec, _), r in zip(items, done, strict=True):
+                if isinstance(r, tuple) and r[1]:
                     per_namespace[spec.namespace] = per_namespace.get(spec.namespace, 0) + 1
             for namespace, n in sorted(per_namespace.items()):  # after the inserts, as above
                 self._charge_firings(tx, namespace, n)
+            for (namespace, key_hash), i in first.items():
+                made, ref = done[i], items[i][1]
+                if isinstance(made, tuple) and ref is not None:
+                    key = {"namespace": namespace, "key_hash": key_hash}
+                    ref_row = key | {"request_hash": ref[1], "firing_id": made[0]["id"]}
+                    tx.run("insert_idempotency_key", ref_row)
             return done
 
         written = self.db.write(body)
-        return [r if isinstance(r, CronwheelError) else codec.firing_from_row(r) for r in written]
+        return [
+            r if isinstance(r, CronwheelError) else (codec.firing_from_row(r[0]), r[1])
+            for r in written
+        ]

@@ -11,10 +11,12 @@ from cronwheel.domain.models import Firing, Job, JobEvent, JobId, JobSpec
 from cronwheel.domain.skips import SkipResult
 from cronwheel.errors import ConflictError, CronwheelError, JobNotFoundError, QuotaExceededError
 from cronwheel.store import codec
+from cronwheel.store.bulk_port import KeyRef
 from cronwheel.store.codec import opt_us, to_us
-from cronwheel.store.core.bulk import job_exists
+from cronwheel.store.core.bulk import first_refused, job_exists, key_reused
 from cronwheel.store.memory import work
 from cronwheel.store.memory.quotas import QuotaMethods
+from cronwheel.store.memory.rows import IdempotencyRow
 
 SPEC_COLUMNS = (
     "task",
@@ -103,27 +105,68 @@ class JobMethods(QuotaMethods):
     def enqueue_now_batch(
         self, specs: Sequence[JobSpec], *, all_or_nothing: bool = False
     ) -> list[Firing | CronwheelError]:
+        done = self.enqueue_now_batch_once(
+            [(s, None) for s in specs], all_or_nothing=all_or_nothing
+        )
+        return [r if isinstance(r, CronwheelError) else r[0] for r in done]
+
+    def enqueue_now_batch_once(
+        self, items: Sequence[tuple[JobSpec, KeyRef | None]], *, all_or_nothing: bool = False
+    ) -> list[tuple[Firing, bool] | CronwheelError]:
+        """As the SQL stores: each keyed item's key looked up, then its name checked."""
         with self._tx() as data:
-            out: list[Firing | CronwheelError | None] = []
+            out: list[tuple[Firing, bool] | CronwheelError | None] = [None] * len(items)
             taken: set[tuple[str, str]] = set()
-            for spec in specs:
-                key = (spec.namespace, spec.name)
-                out.append(job_exists(spec) if key in data.job_names or key in taken else None)
-                taken.add(key)
-            if any(r is not None for r in out) and all_or_nothing:
+            first: dict[tuple[str, str], int] = {}
+            repeats: list[tuple[int, int]] = []
+            todo: list[int] = []
+            for i, (spec, ref) in enumerate(items):
+                if ref is not None:
+                    k = (spec.namespace, ref[0])
+                    if (seen := data.idempotency.get(k)) is not None:
+                        firing = codec.firing_from_row(data.firings[seen.firing_id])
+                        same = seen.request_hash == ref[1]
+                        out[i] = (firing, False) if same else key_reused()
+                        continue
+                    if k in first:
+                        if items[first[k]][1] == ref:
+                            repeats.append((i, first[k]))
+                        else:
+                            out[i] = key_reused()
+                        continue
+                    first[k] = i
+                name = (spec.namespace, spec.name)
+                if name in data.job_names or name in taken:
+                    out[i] = job_exists(spec)
+                    continue
+                taken.add(name)
+                todo.append(i)
+            for i, earlier in repeats:
+                if isinstance(out[earlier], CronwheelError):
+                    out[i] = first_refused()
+            if any(isinstance(r, CronwheelError) for r in out) and all_or_nothing:
                 settle(out, all_or_nothing)  # raises BatchError
             per_namespace: dict[str, int] = {}
-            for spec, r in zip(specs, out, strict=True):
-                if r is None:
-                    per_namespace[spec.namespace] = per_namespace.get(spec.namespace, 0) + 1
+            for i in todo:
+                namespace = items[i][0].namespace
+                per_namespace[namespace] = per_namespace.get(namespace, 0) + 1
             for namespace, n in sorted(per_namespace.items()):
                 self._firings_room(data, namespace, n)
-            for i, spec in enumerate(specs):
+            for i in todo:
+                out[i] = (codec.firing_from_row(self._enqueue_now_in(data, items[i][0])), True)
+            for i, earlier in repeats:
                 if out[i] is None:
-                    out[i] = codec.firing_from_row(self._enqueue_now_in(data, spec))
+                    made = out[earlier]
+                    assert isinstance(made, tuple)
+                    out[i] = (made[0], False)
             for namespace, n in per_namespace.items():
                 self._add(data, namespace, "firings_per_minute", n)
-            done = [r for r in out if r is not None]
+            for k, i in first.items():
+                made, ref = out[i], items[i][1]
+                if isinstance(made, tuple) and ref is not None:
+                    row = IdempotencyRow(request_hash=ref[1], firing_id=made[0].id)
+                    data.idempotency[k] = row
+            done = settle(out, all_or_nothing)
         if per_namespace:
             self._wake()
         return done

@@ -29,13 +29,17 @@ framework's cursor class or adapters (Django's, SQLAlchemy's) do not change them
 An ``AsyncConnection`` is driven from a worker thread: the flows are synchronous, and
 each statement is handed to the connection's event loop (:class:`AsyncLink`), whose
 coroutine (``App.enqueue_async``) waits for the thread meanwhile.
+
+The bulk path (``schedule_many``/``enqueue_many``) COPYs on the caller's connection too
+(``Link.copy``): an ``AsyncConnection``'s rows go to its loop ``COPY_CHUNK`` at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from itertools import islice
 from typing import Any, Protocol, TypeVar
 
 import psycopg
@@ -49,6 +53,7 @@ from cronwheel.store.postgres.db import Database, PgTx, Result, query, store_err
 
 T = TypeVar("T")
 _FIELD = "connection"
+COPY_CHUNK = 1000  # rows of a COPY per trip to an AsyncConnection's event loop
 
 
 class Done:
@@ -97,6 +102,8 @@ class Link(Protocol):
 
     def savepoint(self) -> AbstractContextManager[Any]: ...
 
+    def copy(self, text: str, rows: Iterable[Sequence[Any]]) -> None: ...
+
 
 class SyncLink:
     """A psycopg ``Connection`` (from SQLAlchemy or Django too), used in its thread."""
@@ -116,6 +123,11 @@ class SyncLink:
 
     def savepoint(self) -> AbstractContextManager[Any]:
         return self.conn.transaction()
+
+    def copy(self, text: str, rows: Iterable[Sequence[Any]]) -> None:
+        with psycopg.Cursor(self.conn) as cur, cur.copy(query(text)) as copy:
+            for row in rows:
+                copy.write_row(row)
 
 
 class AsyncLink:
@@ -170,6 +182,38 @@ class AsyncLink:
             raise
         self._wait(leave(None))
 
+    def copy(self, text: str, rows: Iterable[Sequence[Any]]) -> None:
+        """COPY on the loop, the rows sent in chunks of COPY_CHUNK (one trip each): the
+        loop serves its other tasks between two chunks."""
+        cur = psycopg.AsyncCursor(self.conn)
+        block = cur.copy(query(text))
+
+        async def enter() -> psycopg.AsyncCopy:
+            return await block.__aenter__()
+
+        async def send(chunk: list[Sequence[Any]]) -> None:
+            for row in chunk:
+                await copy.write_row(row)
+
+        async def leave(exc: BaseException | None) -> None:
+            try:
+                if exc is None:
+                    await block.__aexit__(None, None, None)
+                else:
+                    await block.__aexit__(type(exc), exc, exc.__traceback__)
+            finally:
+                await cur.close()
+
+        copy = self._wait(enter())
+        rest = iter(rows)
+        try:
+            while chunk := list(islice(rest, COPY_CHUNK)):
+                self._wait(send(chunk))
+        except BaseException as exc:
+            self._wait(leave(exc))
+            raise
+        self._wait(leave(None))
+
 
 class CallerTx(PgTx):
     """A unit of work's statements on the caller's connection."""
@@ -186,6 +230,9 @@ class CallerTx(PgTx):
 
     def script(self, text: str) -> None:
         raise StoreError("migrations never run on a caller's connection", field=_FIELD)
+
+    def copy_rows(self, text: str, rows: Iterable[Sequence[Any]]) -> None:
+        self.link.copy(text, rows)
 
 
 class CallerDatabase(Database):

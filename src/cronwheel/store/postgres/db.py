@@ -22,7 +22,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -132,6 +132,13 @@ class PgTx:
 
     def script(self, text: str) -> None:
         self.conn.execute(query(text))  # no parameters: many statements
+
+    def copy_rows(self, text: str, rows: Iterable[Sequence[Any]]) -> None:
+        """``COPY ... FROM STDIN`` (this package's SQL) of ``rows``, each in the
+        statement's column order."""
+        with self.conn.cursor() as cur, cur.copy(query(text)) as copy:
+            for row in rows:
+                copy.write_row(row)
 
     def wake_workers(self) -> None:
         self.run("notify_work")  # NOTIFY is delivered at commit, and not on rollback

@@ -26,7 +26,7 @@ from cronwheel.store import codec
 from cronwheel.store.codec import Row
 from cronwheel.store.core import CoreStore, FairClocks, Tx
 from cronwheel.store.core.bulk import by_name, job_exists
-from cronwheel.store.postgres.db import Database, PgTx, query
+from cronwheel.store.postgres.db import Database, PgTx
 from cronwheel.store.postgres.params import (
     advance_params,
     clock_params,
@@ -79,12 +79,8 @@ class PgDispatch(CoreStore[Database]):
                 if rows:
                     # job_params' keys (in one order for every row) and the timestamps
                     columns = ", ".join([*rows[0], "created_at", "updated_at"])
-                    with (
-                        tx.conn.cursor() as cur,
-                        cur.copy(query(f"COPY jobs ({columns}) FROM STDIN")) as copy,
-                    ):
-                        for r in rows:
-                            copy.write_row([*r.values(), now, now])
+                    copied = ([*r.values(), now, now] for r in rows)
+                    tx.copy_rows(f"COPY jobs ({columns}) FROM STDIN", copied)
             except pgerrors.UniqueViolation as exc:
                 raise ConflictError(
                     f"a job in the batch already exists ({exc.diag.message_detail})",
@@ -110,10 +106,16 @@ class PgDispatch(CoreStore[Database]):
         if not rows:
             return []
         tx.run("bulk_jobs_table")
-        with tx.conn.cursor() as cur, cur.copy(query(tx.db.q["bulk_jobs_copy"])) as copy:
-            for i, r in enumerate(rows):
-                copy.write_row([i, *[r[k] for k in _BULK_COLUMNS], r["next_fire_at"], fired_at])
-        return by_name(rows, tx.all("bulk_jobs_insert"))
+        tx.copy_rows(
+            tx.db.q["bulk_jobs_copy"],
+            (
+                [i, *[r[k] for k in _BULK_COLUMNS], r["next_fire_at"], fired_at]
+                for i, r in enumerate(rows)
+            ),
+        )
+        inserted = tx.all("bulk_jobs_insert")
+        tx.run("bulk_jobs_drop")  # a caller's transaction may hold another batch
+        return by_name(rows, inserted)
 
     def _enqueue_now_many_in(self, tx: Tx, specs: Sequence[JobSpec]) -> list[Row | None]:
         """The one-shot jobs (bulk_jobs), their namespaces' fair clocks locked, then their

@@ -294,6 +294,11 @@ FROM bulk_jobs ORDER BY ord
 ON CONFLICT (namespace, name) DO NOTHING
 RETURNING id, namespace, name, priority, created_at
 
+-- name: bulk_jobs_drop
+-- Bulk registration step 4: the temporary table dropped now, not at commit: a caller's
+-- transaction (transactional enqueue) may hold another batch before it commits.
+DROP TABLE bulk_jobs
+
 -- name: bulk_lock_clocks
 -- enqueue_now_batch: the fair clocks of the batch's namespaces, created if missing and
 -- locked, in name order (as enqueue_advance locks them).
