@@ -1,0 +1,556 @@
+"""A PostgreSQL HA cluster on loopback, for the HA tests and for users who want to try
+cronwheel on the stack it runs on in production:
+
+- etcd: three members (clients on 23790-23792, peers on 23800-23802);
+- Patroni: three PostgreSQL 15 nodes (5441-5443; REST API 8441-8443) with short
+  timeouts (ttl 8 s, loop_wait 1 s, retry_timeout 3 s);
+- HAProxy: 127.0.0.1:5440 routes to the Patroni leader (health check ``GET /primary``),
+  127.0.0.1:5439 to the replicas (``GET /replica``); stats on 127.0.0.1:8404;
+- PgBouncer: 127.0.0.1:6432 in transaction mode, a server pool of 10 per database,
+  in front of HAProxy's leader port.
+
+Every process runs from Debian's packages (``apt-get install -y patroni etcd-server
+pgbouncer haproxy``; PostgreSQL 15 binaries from ``/usr/lib/postgresql/15/bin``), as the
+``postgres`` user when started as root (PostgreSQL, Patroni and PgBouncer refuse root),
+in a directory of its own (default ``/tmp/cronwheel-ha``). Only the processes this
+script started are ever signalled: their pids are in ``<dir>/pids``.
+
+    python3 tests/ha/cluster.py start  [--dir D] [--sync]   # up, leader elected, replicas streaming
+    python3 tests/ha/cluster.py status [--dir D]            # patronictl list
+    python3 tests/ha/cluster.py stop   [--dir D]            # every process, data kept
+    python3 tests/ha/cluster.py clean  [--dir D]            # stop, then remove the directory
+
+URLs once started (trust authentication on loopback, database ``postgres``)::
+
+    postgresql://postgres@127.0.0.1:5441,127.0.0.1:5442,127.0.0.1:5443/postgres?target_session_attrs=read-write
+    postgresql://postgres@127.0.0.1:5440/postgres                     # HAProxy -> leader
+    postgresql://postgres@127.0.0.1:6432/postgres?pooler=transaction  # PgBouncer -> HAProxy
+
+The module is standard library only, so it runs without the project's virtualenv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PG_BIN = Path(os.environ.get("CRONWHEEL_HA_PG_BIN", "/usr/lib/postgresql/15/bin"))
+DEFAULT_DIR = Path(os.environ.get("CRONWHEEL_HA_DIR", "/tmp/cronwheel-ha"))
+NODES = ("pg1", "pg2", "pg3")
+PG_PORTS = {"pg1": 5441, "pg2": 5442, "pg3": 5443}
+API_PORTS = {"pg1": 8441, "pg2": 8442, "pg3": 8443}
+ETCD = ("etcd1", "etcd2", "etcd3")
+ETCD_CLIENT = {"etcd1": 23790, "etcd2": 23791, "etcd3": 23792}
+ETCD_PEER = {"etcd1": 23800, "etcd2": 23801, "etcd3": 23802}
+HAPROXY_PRIMARY = 5440
+HAPROXY_REPLICAS = 5439
+HAPROXY_STATS = 8404
+PGBOUNCER_PORT = 6432
+POOL_SIZE = 10
+TTL, LOOP_WAIT, RETRY_TIMEOUT = 8, 1, 3
+SCOPE = "cronwheel-ha"
+HOST = "127.0.0.1"
+
+MULTI_HOST_URL = (
+    f"postgresql://postgres@{','.join(f'{HOST}:{p}' for p in PG_PORTS.values())}"
+    "/postgres?target_session_attrs=read-write"
+)
+HAPROXY_URL = f"postgresql://postgres@{HOST}:{HAPROXY_PRIMARY}/postgres"
+PGBOUNCER_URL = f"postgresql://postgres@{HOST}:{PGBOUNCER_PORT}/postgres?pooler=transaction"
+
+
+def _wait(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def http_json(
+    url: str, method: str = "GET", body: Any = None, timeout: float = 2.0
+) -> tuple[int, Any]:
+    """(status, decoded JSON body or text); (0, None) when nothing answers."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read()
+            status = resp.status
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        status = exc.code
+    except (OSError, urllib.error.URLError):
+        return 0, None
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw.decode(errors="replace")
+
+
+@dataclass
+class HaCluster:
+    """The cluster's directory, configuration files and processes."""
+
+    base: Path = DEFAULT_DIR
+    sync: bool = False  # Patroni synchronous_mode (no acknowledged commit lost on failover)
+    # the processes this object started (kept: a dropped Popen of a live child warns)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+
+    # -- paths and users -------------------------------------------------------------
+    @property
+    def pids(self) -> Path:
+        return self.base / "pids"
+
+    def log(self, name: str) -> Path:
+        return self.base / "log" / f"{name}.log"
+
+    def data_dir(self, node: str) -> Path:
+        return self.base / "data" / node
+
+    def _user(self) -> list[str]:
+        """The prefix that drops root (PostgreSQL, Patroni and PgBouncer refuse it)."""
+        if os.geteuid() != 0:
+            return []
+        return ["runuser", "-u", "postgres", "--"]
+
+    def _chown(self, path: Path) -> None:
+        if os.geteuid() == 0:
+            pw = pwd.getpwnam("postgres")
+            for p in [path, *path.rglob("*")]:
+                os.chown(p, pw.pw_uid, pw.pw_gid)
+
+    # -- processes ---------------------------------------------------------------------
+    def _spawn(self, name: str, argv: list[str], *, as_postgres: bool) -> int:
+        self.log(name).parent.mkdir(parents=True, exist_ok=True)
+        out = open(self.log(name), "ab")  # noqa: SIM115 - owned by the child from here on
+        env = dict(os.environ, PATH=f"{PG_BIN}:{os.environ.get('PATH', '')}")
+        proc = subprocess.Popen(
+            (self._user() if as_postgres else []) + argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=self.base,
+            env=env,
+            start_new_session=True,  # its own process group: signals reach runuser's child
+        )
+        out.close()
+        old = self.procs.get(name)
+        if old is not None:
+            old.poll()  # exited: reap it before forgetting it
+        self.procs[name] = proc
+        self.pids.mkdir(parents=True, exist_ok=True)
+        (self.pids / name).write_text(str(proc.pid))
+        return proc.pid
+
+    def pid(self, name: str) -> int | None:
+        """The process group this script started as ``name`` if a member still runs
+        (zombies do not count: a test process is their parent and may not reap them)."""
+        path = self.pids / name
+        if not path.exists():
+            return None
+        pid = int(path.read_text())
+        proc = self.procs.get(name)
+        if proc is not None and proc.pid == pid:
+            proc.poll()  # reaps it
+        return pid if _group_alive(pid) else None
+
+    def signal(self, name: str, sig: int) -> None:
+        pid = self.pid(name)
+        if pid is not None:
+            os.killpg(pid, sig)
+
+    def stop_process(self, name: str, timeout: float = 20.0) -> None:
+        """SIGTERM the process group started as ``name`` (SIGCONT first: it may be
+        frozen), SIGKILL after ``timeout``."""
+        pid = self.pid(name)
+        if pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGCONT)
+            os.killpg(pid, signal.SIGTERM)
+        try:
+            _wait(lambda: self.pid(name) is None, timeout, f"{name} to exit")
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            _wait(lambda: self.pid(name) is None, 10, f"{name} to die")
+        proc = self.procs.get(name)
+        if proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+
+    def postmaster_pid(self, node: str) -> int | None:
+        path = self.data_dir(node) / "postmaster.pid"
+        try:
+            pid = int(path.read_text().splitlines()[0])
+            os.kill(pid, 0)
+        except (OSError, ValueError, IndexError):
+            return None
+        return pid
+
+    # -- configuration -----------------------------------------------------------------
+    def _write_configs(self) -> None:
+        (self.base / "conf").mkdir(parents=True, exist_ok=True)
+        (self.base / "data").mkdir(parents=True, exist_ok=True)
+        for node in NODES:
+            (self.base / "conf" / f"{node}.yml").write_text(json.dumps(self._patroni(node)))
+        (self.base / "conf" / "haproxy.cfg").write_text(self._haproxy())
+        (self.base / "conf" / "pgbouncer.ini").write_text(self._pgbouncer())
+        (self.base / "conf" / "userlist.txt").write_text('"postgres" ""\n')
+        self._chown(self.base)
+
+    def _patroni(self, node: str) -> dict[str, Any]:
+        # JSON is YAML: Patroni reads this file as its configuration
+        hba = [
+            "local all all trust",
+            f"host all all {HOST}/32 trust",
+            f"host replication all {HOST}/32 trust",
+        ]
+        return {
+            "scope": SCOPE,
+            "name": node,
+            "log": {"level": "INFO"},
+            "restapi": {
+                "listen": f"{HOST}:{API_PORTS[node]}",
+                "connect_address": f"{HOST}:{API_PORTS[node]}",
+            },
+            "etcd3": {"hosts": [f"{HOST}:{ETCD_CLIENT[e]}" for e in ETCD]},
+            "bootstrap": {
+                "dcs": {
+                    "ttl": TTL,
+                    "loop_wait": LOOP_WAIT,
+                    "retry_timeout": RETRY_TIMEOUT,
+                    "maximum_lag_on_failover": 1024 * 1024 * 1024,
+                    "synchronous_mode": self.sync,
+                    "postgresql": {
+                        "use_pg_rewind": True,
+                        "use_slots": True,
+                        "parameters": {
+                            "wal_level": "replica",
+                            "hot_standby": "on",
+                            "wal_log_hints": "on",
+                            "max_wal_senders": 10,
+                            "max_replication_slots": 10,
+                            "max_connections": 100,
+                            "shared_buffers": "32MB",
+                            "fsync": "on",
+                            "timezone": "UTC",
+                        },
+                        "pg_hba": hba,
+                    },
+                },
+                "initdb": [{"encoding": "UTF8"}, {"locale": "C"}],
+            },
+            "postgresql": {
+                "listen": f"{HOST}:{PG_PORTS[node]}",
+                "connect_address": f"{HOST}:{PG_PORTS[node]}",
+                "data_dir": str(self.data_dir(node)),
+                "bin_dir": str(PG_BIN),
+                "pgpass": str(self.base / f"pgpass.{node}"),
+                "authentication": {
+                    "superuser": {"username": "postgres", "password": "postgres"},
+                    "replication": {"username": "postgres", "password": "postgres"},
+                    "rewind": {"username": "postgres", "password": "postgres"},
+                },
+                "parameters": {"unix_socket_directories": str(self.base)},
+                "pg_hba": hba,
+            },
+            "tags": {"nofailover": False, "noloadbalance": False, "clonefrom": False},
+        }
+
+    def _haproxy(self) -> str:
+        def servers(check: str) -> str:
+            return "".join(
+                f"    server {n} {HOST}:{PG_PORTS[n]} check port {API_PORTS[n]}\n" for n in NODES
+            )
+
+        common = (
+            "    option httpchk\n"
+            "    default-server inter 300ms fall 2 rise 1 on-marked-down shutdown-sessions\n"
+        )
+        return (
+            "global\n    maxconn 1000\n"
+            "defaults\n    mode tcp\n    retries 2\n    timeout connect 2s\n"
+            "    timeout client 30m\n    timeout server 30m\n    timeout check 1s\n"
+            f"listen stats\n    mode http\n    bind {HOST}:{HAPROXY_STATS}\n    stats enable\n"
+            "    stats uri /\n"
+            f"listen primary\n    bind {HOST}:{HAPROXY_PRIMARY}\n{common}"
+            "    http-check send meth GET uri /primary\n    http-check expect status 200\n"
+            f"{servers('primary')}"
+            f"listen replicas\n    bind {HOST}:{HAPROXY_REPLICAS}\n{common}"
+            "    http-check send meth GET uri /replica\n    http-check expect status 200\n"
+            f"{servers('replica')}"
+        )
+
+    def _pgbouncer(self) -> str:
+        return (
+            "[databases]\n"
+            f"* = host={HOST} port={HAPROXY_PRIMARY}\n"
+            "[pgbouncer]\n"
+            f"listen_addr = {HOST}\nlisten_port = {PGBOUNCER_PORT}\n"
+            f"unix_socket_dir = {self.base}\n"
+            "auth_type = trust\n"
+            f"auth_file = {self.base / 'conf' / 'userlist.txt'}\n"
+            "pool_mode = transaction\n"
+            f"default_pool_size = {POOL_SIZE}\nmin_pool_size = 0\nreserve_pool_size = 0\n"
+            f"max_db_connections = {POOL_SIZE}\n"
+            "max_client_conn = 500\n"
+            "server_check_delay = 0\nserver_check_query = select 1\n"
+            "server_connect_timeout = 3\nserver_login_retry = 1\n"
+            "query_wait_timeout = 30\n"
+            "ignore_startup_parameters = extra_float_digits,options\n"
+            "admin_users = postgres\nstats_users = postgres\n"
+            f"pidfile = {self.base / 'pgbouncer.pid'}\n"
+        )
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self, timeout: float = 120.0) -> None:
+        for tool in ("etcd", "patroni", "haproxy", "pgbouncer"):
+            if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists():
+                raise RuntimeError(
+                    f"{tool} is not installed: apt-get install -y patroni etcd-server "
+                    "pgbouncer haproxy"
+                )
+        self.base.mkdir(parents=True, exist_ok=True)
+        self._write_configs()
+        for e in ETCD:
+            self.start_etcd(e)
+        _wait(self.etcd_healthy, 30, "etcd")
+        for node in NODES:
+            self.start_patroni(node)
+        self.start_haproxy()
+        self.start_pgbouncer()
+        self.wait_healthy(timeout)
+
+    def start_etcd(self, member: str) -> None:
+        if self.pid(member) is not None:
+            return
+        initial = ",".join(f"{e}=http://{HOST}:{ETCD_PEER[e]}" for e in ETCD)
+        state = "existing" if (self.base / "data" / member).exists() else "new"
+        self._spawn(
+            member,
+            [
+                "etcd",
+                "--name", member,
+                "--data-dir", str(self.base / "data" / member),
+                "--listen-client-urls", f"http://{HOST}:{ETCD_CLIENT[member]}",
+                "--advertise-client-urls", f"http://{HOST}:{ETCD_CLIENT[member]}",
+                "--listen-peer-urls", f"http://{HOST}:{ETCD_PEER[member]}",
+                "--initial-advertise-peer-urls", f"http://{HOST}:{ETCD_PEER[member]}",
+                "--initial-cluster", initial,
+                "--initial-cluster-token", SCOPE,
+                "--initial-cluster-state", state,
+                "--heartbeat-interval", "100",
+                "--election-timeout", "1000",
+            ],
+            as_postgres=False,
+        )  # fmt: skip
+
+    def start_patroni(self, node: str) -> None:
+        if self.pid(node) is None:
+            cfg = str(self.base / "conf" / f"{node}.yml")
+            self._spawn(node, ["patroni", cfg], as_postgres=True)
+
+    def start_haproxy(self) -> None:
+        if self.pid("haproxy") is None:
+            cfg = str(self.base / "conf" / "haproxy.cfg")
+            self._spawn("haproxy", [_bin("haproxy"), "-db", "-f", cfg], as_postgres=False)
+
+    def start_pgbouncer(self) -> None:
+        if self.pid("pgbouncer") is None:
+            ini = str(self.base / "conf" / "pgbouncer.ini")
+            self._spawn("pgbouncer", [_bin("pgbouncer"), ini], as_postgres=True)
+            _wait(self.pgbouncer_up, 15, "pgbouncer to listen")
+
+    def stop(self) -> None:
+        for name in ("pgbouncer", "haproxy", *NODES, *ETCD):
+            self.stop_process(name)
+        # a postmaster Patroni left behind (Patroni was SIGKILLed): stop it by its data dir
+        for node in NODES:
+            pid = self.postmaster_pid(node)
+            if pid is not None:
+                subprocess.run(
+                    [*self._user(), str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir(node)),
+                     "-m", "immediate", "stop"],
+                    capture_output=True, timeout=30, check=False,
+                )  # fmt: skip
+
+        # every process this object started has exited and been reaped
+        for name, proc in self.procs.items():
+            if proc.poll() is None:
+                print(f"cronwheel-ha: {name} (pid {proc.pid}) outlived its group; killed")
+                proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+
+    def clean(self) -> None:
+        self.stop()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    # -- observation ---------------------------------------------------------------------
+    def etcd_healthy(self, member: str | None = None) -> bool:
+        members = [member] if member else list(ETCD)
+        return all(http_json(f"http://{HOST}:{ETCD_CLIENT[m]}/health")[0] == 200 for m in members)
+
+    def node_state(self, node: str) -> dict[str, Any] | None:
+        status, body = http_json(f"http://{HOST}:{API_PORTS[node]}/patroni", timeout=1.0)
+        return body if status in (200, 503) and isinstance(body, dict) else None
+
+    def cluster_state(self) -> list[dict[str, Any]]:
+        for node in NODES:
+            status, body = http_json(f"http://{HOST}:{API_PORTS[node]}/cluster", timeout=1.0)
+            if status == 200 and isinstance(body, dict):
+                members: list[dict[str, Any]] = body.get("members", [])
+                return members
+        return []
+
+    def leader(self) -> str | None:
+        for m in self.cluster_state():
+            if m.get("role") == "leader" and m.get("state") == "running":
+                return str(m["name"])
+        return None
+
+    def timeline(self) -> int | None:
+        for m in self.cluster_state():
+            if m.get("role") == "leader":
+                return int(m.get("timeline", 0)) or None
+        return None
+
+    def healthy(self, replicas: int = 2) -> bool:
+        members = self.cluster_state()
+        leaders = [m for m in members if m.get("role") == "leader" and m.get("state") == "running"]
+        streaming = [
+            m
+            for m in members
+            if m.get("role") in ("replica", "sync_standby")
+            and m.get("state") in ("streaming", "running")
+        ]
+        return len(leaders) == 1 and len(streaming) >= replicas and self.haproxy_routes()
+
+    def haproxy_routes(self) -> bool:
+        return _tcp_answers(HOST, HAPROXY_PRIMARY) and self.pgbouncer_up()
+
+    def pgbouncer_up(self) -> bool:
+        return _tcp_answers(HOST, PGBOUNCER_PORT)
+
+    def wait_healthy(self, timeout: float = 60.0, replicas: int = 2) -> None:
+        _wait(lambda: self.healthy(replicas), timeout, "a leader and streaming replicas")
+
+    # -- faults --------------------------------------------------------------------------
+    def switchover(self, candidate: str | None = None) -> str:
+        """Planned switchover through the leader's REST API; returns the old leader."""
+        leader = _wait(self.leader, 30, "a leader")
+        body: dict[str, Any] = {"leader": leader}
+        if candidate:
+            body["candidate"] = candidate
+        status, text = http_json(
+            f"http://{HOST}:{API_PORTS[leader]}/switchover", "POST", body, timeout=30
+        )
+        if status != 200:
+            raise RuntimeError(f"switchover refused: {status} {text}")
+        return str(leader)
+
+    def set_config(self, patch: dict[str, Any]) -> None:
+        """PATCH Patroni's dynamic configuration (e.g. ``{"synchronous_mode": True}``)."""
+        leader = _wait(self.leader, 30, "a leader")
+        status, text = http_json(f"http://{HOST}:{API_PORTS[leader]}/config", "PATCH", patch)
+        if status != 200:
+            raise RuntimeError(f"config change refused: {status} {text}")
+
+    def patronictl(self, *args: str) -> str:
+        cfg = str(self.base / "conf" / f"{NODES[0]}.yml")
+        res = subprocess.run(
+            ["patronictl", "-c", cfg, *args],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return res.stdout + res.stderr
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` runs (is not a zombie)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def _bin(name: str) -> str:
+    return shutil.which(name) or f"/usr/sbin/{name}"
+
+
+def _tcp_answers(host: str, port: int) -> bool:
+    import socket
+
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def running(base: Path, *, sync: bool = False) -> Iterator[HaCluster]:
+    """A fresh cluster in ``base`` for the block; stopped and removed after it."""
+    c = HaCluster(base, sync=sync)
+    c.clean()
+    try:
+        c.start()
+        yield c
+    finally:
+        c.clean()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("command", choices=["start", "stop", "clean", "status"])
+    ap.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="working directory")
+    ap.add_argument("--sync", action="store_true", help="Patroni synchronous_mode")
+    args = ap.parse_args(argv)
+    c = HaCluster(args.dir.resolve(), sync=args.sync)
+    try:
+        if args.command == "start":
+            c.start()
+            print(f"leader {c.leader()}, timeline {c.timeline()}")
+            print(f"multi-host: {MULTI_HOST_URL}\nhaproxy:    {HAPROXY_URL}")
+            print(f"pgbouncer:  {PGBOUNCER_URL}")
+        elif args.command == "stop":
+            c.stop()
+        elif args.command == "clean":
+            c.clean()
+        else:
+            print(c.patronictl("list"))
+    except (RuntimeError, TimeoutError, OSError) as exc:
+        print(f"cronwheel-ha: {args.command}: {exc} (logs: {c.base / 'log'})", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
