@@ -32,6 +32,7 @@ The module is standard library only, so it runs without the project's virtualenv
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import json
 import os
@@ -63,6 +64,7 @@ PGBOUNCER_PORT = 6432
 POOL_SIZE = 10
 TTL, LOOP_WAIT, RETRY_TIMEOUT = 8, 1, 3
 SCOPE = "cronwheel-ha"
+NAMESPACE = "/service/"  # Patroni's keys in etcd: <namespace><scope>/leader, ...
 HOST = "127.0.0.1"
 
 MULTI_HOST_URL = (
@@ -228,6 +230,7 @@ class HaCluster:
         ]
         return {
             "scope": SCOPE,
+            "namespace": NAMESPACE,
             "name": node,
             "log": {"level": "INFO"},
             "restapi": {
@@ -416,13 +419,61 @@ class HaCluster:
         status, body = http_json(f"http://{HOST}:{API_PORTS[node]}/patroni", timeout=1.0)
         return body if status in (200, 503) and isinstance(body, dict) else None
 
+    def dcs(self) -> dict[str, Any] | None:
+        """Patroni's keys as etcd holds them (``leader``, ``sync``, ``members/<node>``,
+        ...), read from the first etcd member that answers (a linearizable read: what
+        the quorum holds now); None when no member answers.
+
+        Not a Patroni node's ``GET /cluster``: a node answers that from its cache of
+        etcd, which a node resumed after SIGSTOP serves stale (the leader it was before
+        the freeze) until its watch catches up."""
+        prefix = f"{NAMESPACE}{SCOPE}/"
+        body = {"key": _b64(prefix), "range_end": _b64(prefix[:-1] + chr(ord(prefix[-1]) + 1))}
+        for e in ETCD:
+            status, out = http_json(
+                f"http://{HOST}:{ETCD_CLIENT[e]}/v3/kv/range", "POST", body, timeout=1.0
+            )
+            if status == 200 and isinstance(out, dict):
+                keys: dict[str, Any] = {}
+                for kv in out.get("kvs", []):
+                    value = base64.b64decode(kv.get("value", "")).decode()
+                    with contextlib.suppress(ValueError):
+                        value = json.loads(value)
+                    keys[base64.b64decode(kv["key"]).decode()[len(prefix) :]] = value
+                return keys
+        return None
+
     def cluster_state(self) -> list[dict[str, Any]]:
-        for node in NODES:
-            status, body = http_json(f"http://{HOST}:{API_PORTS[node]}/cluster", timeout=1.0)
-            if status == 200 and isinstance(body, dict):
-                members: list[dict[str, Any]] = body.get("members", [])
-                return members
-        return []
+        """The members as Patroni's ``GET /cluster`` lists them (name, role: leader /
+        sync_standby / replica, state, timeline), built from :meth:`dcs`; ``pg_role``
+        is the role the node itself last reported (``master`` / ``replica``)."""
+        keys = self.dcs()
+        if keys is None:
+            return []
+        leader = keys.get("leader")
+        sync = keys.get("sync") if isinstance(keys.get("sync"), dict) else {}
+        # Patroni's SyncState: the sync standby counts for the leader that named it only
+        standbys = (
+            set(str(sync.get("sync_standby") or "").split(","))
+            if (sync.get("leader") == leader)
+            else set()
+        )
+        members = []
+        for key, data in sorted(keys.items()):
+            if not key.startswith("members/") or not isinstance(data, dict):
+                continue
+            name = key[len("members/") :]
+            role = "leader" if name == leader else "sync_standby" if name in standbys else "replica"
+            members.append(
+                {
+                    "name": name,
+                    "role": role,
+                    "state": data.get("state", ""),
+                    "timeline": data.get("timeline"),
+                    "pg_role": data.get("role"),
+                }
+            )
+        return members
 
     def leader(self) -> str | None:
         for m in self.cluster_state():
@@ -433,19 +484,30 @@ class HaCluster:
     def timeline(self) -> int | None:
         for m in self.cluster_state():
             if m.get("role") == "leader":
-                return int(m.get("timeline", 0)) or None
+                return int(m.get("timeline") or 0) or None
         return None
 
     def healthy(self, replicas: int = 2) -> bool:
+        """One running leader, ``replicas`` running replicas, HAProxy and PgBouncer
+        answering and, in synchronous mode, a synchronous standby named for this leader:
+        until the leader has named one, Patroni refuses a switchover ("can not find
+        sync_standby") and promotes no replica when the leader dies — a scenario may not
+        start before (right after the cluster's bootstrap that takes a few seconds more
+        than the replicas' start)."""
         members = self.cluster_state()
-        leaders = [m for m in members if m.get("role") == "leader" and m.get("state") == "running"]
-        streaming = [
+        leaders = [m for m in members if m["role"] == "leader" and m["state"] == "running"]
+        running = [
             m
             for m in members
-            if m.get("role") in ("replica", "sync_standby")
-            and m.get("state") in ("streaming", "running")
+            if m["role"] in ("replica", "sync_standby")
+            and m["pg_role"] == "replica"
+            and m["state"] in ("streaming", "running")
         ]
-        return len(leaders) == 1 and len(streaming) >= replicas and self.haproxy_routes()
+        if len(leaders) != 1 or len(running) < replicas:
+            return False
+        if self.sync and not any(m["role"] == "sync_standby" for m in running):
+            return False
+        return self.haproxy_routes()
 
     def haproxy_routes(self) -> bool:
         return _tcp_answers(HOST, HAPROXY_PRIMARY) and self.pgbouncer_up()
@@ -458,15 +520,17 @@ class HaCluster:
 
     # -- faults --------------------------------------------------------------------------
     def switchover(self, candidate: str | None = None) -> str:
-        """Planned switchover through the leader's REST API; returns the old leader."""
+        """Planned switchover through the leader's REST API; returns the old leader.
+        Patroni answers once it sees the new leader, or after polling 20 s "Switchover
+        status unknown" (503): still under way, the caller waits for the new leader."""
         leader = _wait(self.leader, 30, "a leader")
         body: dict[str, Any] = {"leader": leader}
         if candidate:
             body["candidate"] = candidate
         status, text = http_json(
-            f"http://{HOST}:{API_PORTS[leader]}/switchover", "POST", body, timeout=30
+            f"http://{HOST}:{API_PORTS[leader]}/switchover", "POST", body, timeout=40
         )
-        if status != 200:
+        if status != 200 and not (status == 503 and "status unknown" in str(text)):
             raise RuntimeError(f"switchover refused: {status} {text}")
         return str(leader)
 
@@ -476,6 +540,8 @@ class HaCluster:
         status, text = http_json(f"http://{HOST}:{API_PORTS[leader]}/config", "PATCH", patch)
         if status != 200:
             raise RuntimeError(f"config change refused: {status} {text}")
+        if "synchronous_mode" in patch:  # what healthy() requires from now on
+            self.sync = bool(patch["synchronous_mode"])
 
     def patronictl(self, *args: str) -> str:
         cfg = str(self.base / "conf" / f"{NODES[0]}.yml")
@@ -501,6 +567,10 @@ def _group_alive(pgid: int) -> bool:
         if int(fields[2]) == pgid and fields[0] != "Z":
             return True
     return False
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
 
 
 def _bin(name: str) -> str:
