@@ -13,7 +13,10 @@ Every process runs from Debian's packages (``apt-get install -y patroni etcd-ser
 pgbouncer haproxy``; PostgreSQL 15 binaries from ``/usr/lib/postgresql/15/bin``), as the
 ``postgres`` user when started as root (PostgreSQL, Patroni and PgBouncer refuse root),
 in a directory of its own (default ``/tmp/cronwheel-ha``). Only the processes this
-script started are ever signalled: their pids are in ``<dir>/pids``.
+script started are ever signalled: their pids are in ``<dir>/pids``. It refuses to
+start while any of its ports answers (another cluster, or an earlier run's leftovers);
+the tests start it with a guard process that stops it if the test run dies without
+its teardown.
 
     python3 tests/ha/cluster.py start  [--dir D] [--sync]   # up, leader elected, replicas streaming
     python3 tests/ha/cluster.py status [--dir D]            # patronictl list
@@ -39,6 +42,7 @@ import os
 import pwd
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -117,6 +121,8 @@ class HaCluster:
     sync: bool = False  # Patroni synchronous_mode (no acknowledged commit lost on failover)
     # the processes this object started (kept: a dropped Popen of a live child warns)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+    # the process that stops the cluster if this one dies without doing so (start(guard=))
+    _guard: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     # -- paths and users -------------------------------------------------------------
     @property
@@ -327,14 +333,32 @@ class HaCluster:
         )
 
     # -- lifecycle -----------------------------------------------------------------------
-    def start(self, timeout: float = 120.0) -> None:
+    def start(self, timeout: float = 120.0, *, guard: bool = False) -> None:
+        """Every process, then wait for a leader, its replicas and the routers.
+
+        ``guard``: also start a guard process that stops the cluster when this process
+        ends without stopping it (killed; or pytest-timeout's ``thread`` method, which
+        ends a run that overruns a test's timeout with ``os._exit``: no fixture teardown
+        runs). The guard waits for the end of a pipe only this process holds."""
         for tool in ("etcd", "patroni", "haproxy", "pgbouncer"):
             if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists():
                 raise RuntimeError(
                     f"{tool} is not installed: apt-get install -y patroni etcd-server "
                     "pgbouncer haproxy"
                 )
+        self._check_ports_free()
         self.base.mkdir(parents=True, exist_ok=True)
+        if guard and self._guard is None:
+            self.log("guard").parent.mkdir(parents=True, exist_ok=True)
+            with open(self.log("guard"), "ab") as out:
+                here = str(Path(__file__).resolve())
+                self._guard = subprocess.Popen(
+                    [sys.executable, here, "guard", "--dir", str(self.base)],
+                    stdin=subprocess.PIPE,  # our end is not inherited by the cluster's processes
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # a Ctrl-C of the test run is not for it
+                )
         self._write_configs()
         for e in ETCD:
             self.start_etcd(e)
@@ -386,17 +410,23 @@ class HaCluster:
             _wait(self.pgbouncer_up, 15, "pgbouncer to listen")
 
     def stop(self) -> None:
+        # a node a failed test left frozen (SIGSTOP) would ignore its Patroni's shutdown
+        for node in NODES:
+            self._signal_postmaster(node, signal.SIGCONT)
         for name in ("pgbouncer", "haproxy", *NODES, *ETCD):
             self.stop_process(name)
         # a postmaster Patroni left behind (Patroni was SIGKILLed): stop it by its data dir
         for node in NODES:
-            pid = self.postmaster_pid(node)
-            if pid is not None:
-                subprocess.run(
-                    [*self._user(), str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir(node)),
-                     "-m", "immediate", "stop"],
-                    capture_output=True, timeout=30, check=False,
-                )  # fmt: skip
+            if self.postmaster_pid(node) is not None:
+                self._signal_postmaster(node, signal.SIGCONT)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    subprocess.run(
+                        [*self._user(), str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir(node)),
+                         "-m", "immediate", "-t", "20", "stop"],
+                        capture_output=True, timeout=30, check=False,
+                    )  # fmt: skip
+            if self.postmaster_pid(node) is not None:  # did not stop: end it
+                self._signal_postmaster(node, signal.SIGKILL)
 
         # every process this object started has exited and been reaped
         for name, proc in self.procs.items():
@@ -406,9 +436,46 @@ class HaCluster:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
 
+        if self._guard is not None:  # stopped: the guard has nothing left to do
+            assert self._guard.stdin is not None
+            self._guard.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._guard.wait(timeout=30)
+            self._guard = None
+
     def clean(self) -> None:
         self.stop()
         shutil.rmtree(self.base, ignore_errors=True)
+
+    def _signal_postmaster(self, node: str, sig: int) -> None:
+        """The node's postmaster (by its data directory's pid file) and its children."""
+        pm = self.postmaster_pid(node)
+        if pm is None:
+            return
+        for pid in [pm, *descendants(pm)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+    def _check_ports_free(self) -> None:
+        """Refuse to start over another cluster's processes: an etcd or a node of an
+        earlier run still listening would answer in place of this cluster's."""
+        ports = {
+            **{f"etcd {e} client": ETCD_CLIENT[e] for e in ETCD},
+            **{f"etcd {e} peer": ETCD_PEER[e] for e in ETCD},
+            **{f"PostgreSQL {n}": PG_PORTS[n] for n in NODES},
+            **{f"Patroni {n} REST API": API_PORTS[n] for n in NODES},
+            "HAProxy primary": HAPROXY_PRIMARY,
+            "HAProxy replicas": HAPROXY_REPLICAS,
+            "HAProxy stats": HAPROXY_STATS,
+            "PgBouncer": PGBOUNCER_PORT,
+        }
+        busy = [f"{port} ({what})" for what, port in ports.items() if _tcp_answers(HOST, port)]
+        if busy:
+            raise RuntimeError(
+                f"ports in use on {HOST}: {', '.join(busy)} — another HA cluster runs (an "
+                "earlier run's? `python3 tests/ha/cluster.py clean --dir <its directory>`; "
+                "`ss -ltnp` names the processes)"
+            )
 
     # -- observation ---------------------------------------------------------------------
     def etcd_healthy(self, member: str | None = None) -> bool:
@@ -569,6 +636,23 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
+def descendants(pid: int) -> list[int]:
+    """Every descendant of ``pid``."""
+    out: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            child = int(entry.name)
+            out += [child, *descendants(child)]
+    return out
+
+
 def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
@@ -578,8 +662,6 @@ def _bin(name: str) -> str:
 
 
 def _tcp_answers(host: str, port: int) -> bool:
-    import socket
-
     with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
         return True
     return False
@@ -599,7 +681,7 @@ def running(base: Path, *, sync: bool = False) -> Iterator[HaCluster]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("command", choices=["start", "stop", "clean", "status"])
+    ap.add_argument("command", choices=["start", "stop", "clean", "status", "guard"])
     ap.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="working directory")
     ap.add_argument("--sync", action="store_true", help="Patroni synchronous_mode")
     args = ap.parse_args(argv)
@@ -614,6 +696,11 @@ def main(argv: list[str] | None = None) -> int:
             c.stop()
         elif args.command == "clean":
             c.clean()
+        elif args.command == "guard":  # start(guard=True): stop when stdin ends
+            sys.stdin.buffer.read()
+            if c.pids.exists() and any(c.pid(p.name) for p in c.pids.iterdir()):
+                print(f"cronwheel-ha: the process that started {c.base} ended; stopping it")
+            c.stop()
         else:
             print(c.patronictl("list"))
     except (RuntimeError, TimeoutError, OSError) as exc:

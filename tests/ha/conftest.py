@@ -38,7 +38,7 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaCluster]:
     base.chmod(0o755)
     c = HaCluster(base, sync=True)
     try:
-        c.start()
+        c.start(guard=True)  # stopped even if this run dies without its teardown
     except (RuntimeError, TimeoutError, OSError) as exc:
         c.clean()
         pytest.fail(f"the HA cluster did not start: {exc} (logs in {base / 'log'})")

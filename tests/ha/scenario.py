@@ -32,7 +32,7 @@ from cronwheel import App
 from cronwheel.errors import CronwheelError
 from tests.faults.harness import Cluster, JobHandle, wait_until
 from tests.faults.ledger import Expectation
-from tests.ha.cluster import HOST, PG_PORTS, PGBOUNCER_PORT, HaCluster
+from tests.ha.cluster import HOST, PG_PORTS, PGBOUNCER_PORT, HaCluster, descendants
 
 HOSTS = ",".join(f"{HOST}:{p}" for p in PG_PORTS.values())
 MULTI = f"postgresql://postgres@{HOSTS}"
@@ -170,7 +170,7 @@ class HaScenario(Cluster):
     def postmaster_pids(self, node: str) -> list[int]:
         """The node's postmaster and every process under it (not Patroni)."""
         pm = self.ha.postmaster_pid(node)
-        return [] if pm is None else [pm, *_children(pm)]
+        return [] if pm is None else [pm, *descendants(pm)]
 
     def walsenders(self, node: str) -> list[int]:
         """The node's WAL sender processes (one per streaming replica)."""
@@ -260,23 +260,6 @@ class HaScenario(Cluster):
         if self.load is not None:
             self.load.stop()
         super().close()
-
-
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == pid:
-            child = int(entry.name)
-            out += [child, *_children(child)]
-    return out
 
 
 def _group_members(pgid: int) -> list[int]:
