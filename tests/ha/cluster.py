@@ -482,6 +482,20 @@ class HaCluster:
         members = [member] if member else list(ETCD)
         return all(http_json(f"http://{HOST}:{ETCD_CLIENT[m]}/health")[0] == 200 for m in members)
 
+    def etcd_leader(self) -> str | None:
+        """The etcd member that is the raft leader (None if no answer agrees on one)."""
+        ids, leaders = {}, set()
+        for e in ETCD:
+            status, body = http_json(
+                f"http://{HOST}:{ETCD_CLIENT[e]}/v3/maintenance/status", "POST", {}, timeout=1.0
+            )
+            if status == 200 and isinstance(body, dict):
+                ids[str(body.get("header", {}).get("member_id"))] = e
+                leaders.add(str(body.get("leader")))
+        if len(leaders) != 1:
+            return None
+        return ids.get(leaders.pop())
+
     def node_state(self, node: str) -> dict[str, Any] | None:
         status, body = http_json(f"http://{HOST}:{API_PORTS[node]}/patroni", timeout=1.0)
         return body if status in (200, 503) and isinstance(body, dict) else None
