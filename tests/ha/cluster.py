@@ -283,6 +283,10 @@ class HaCluster:
                 },
                 "parameters": {"unix_socket_directories": str(self.base)},
                 "pg_hba": hba,
+                # a rewind that fails (its source demoted under it: the freeze scenario's
+                # reinstated leader) leaves the node down for good otherwise; re-clone it
+                # from the leader, as an operator's `patronictl reinit` would
+                "remove_data_directory_on_rewind_failure": True,
             },
             "tags": {"nofailover": False, "noloadbalance": False, "clonefrom": False},
         }
@@ -597,7 +601,26 @@ class HaCluster:
         return _tcp_answers(HOST, PGBOUNCER_PORT)
 
     def wait_healthy(self, timeout: float = 60.0, replicas: int = 2) -> None:
-        _wait(lambda: self.healthy(replicas), timeout, "a leader and streaming replicas")
+        try:
+            _wait(lambda: self.healthy(replicas), timeout, "a leader and streaming replicas")
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; {self.describe()}") from None
+
+    def describe(self) -> str:
+        """What the cluster looks like, for a failure message: the members as etcd has
+        them and the last lines of each node's log."""
+        members = "; ".join(
+            f"{m['name']} {m['role']} {m['state']} (reports {m['pg_role']}, "
+            f"timeline {m['timeline']})"
+            for m in self.cluster_state()
+        )
+        tails = "".join(
+            f"\n--- {node}.log\n"
+            + "\n".join(self.log(node).read_text(errors="replace").splitlines()[-15:])
+            for node in NODES
+            if self.log(node).exists()
+        )
+        return f"members: {members or 'none in etcd'}{tails}"
 
     # -- faults --------------------------------------------------------------------------
     def switchover(self, candidate: str | None = None) -> str:

@@ -210,6 +210,9 @@ def test_primary_frozen_past_ttl_then_resumed(scenario: HaScenario) -> None:
         )
         s.figures["rows_written_on_reinstated_timeline"] = int(rows[0]["n"])
         assert int(rows[0]["n"]) == 0, "a firing was written on the reinstated timeline"
+        # the demoted nodes rewind (or are re-cloned) and follow: that is this scenario's
+        # aftermath, not the next one's
+        s.ha.wait_healthy(RECOVERY_S)
         return
     _assert_clean(s, _end(s))
 
