@@ -280,14 +280,36 @@ class Cluster:
     do): :meth:`sql`, :meth:`lease` and :meth:`check` see the PostgreSQL database only.
     """
 
-    def __init__(self, tmp_path: Path, sizes: Sizes = SIZES, *, engine: str = "postgres") -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        sizes: Sizes = SIZES,
+        *,
+        engine: str = "postgres",
+        pg_host: str = PG_HOST,
+        url_query: str = "",
+        store_host: str | None = None,
+        store_query: str = "",
+    ) -> None:
+        """``pg_host`` (``postgresql://user@host:port[,host:port...]``) and ``url_query``
+        (libpq parameters, e.g. ``target_session_attrs=read-write``) name the server of
+        the scenario's database: the test's sessions and the lease sampler use them.
+        ``store_host``/``store_query``, when given, are what the processes' store URL
+        uses instead (e.g. PgBouncer and ``pooler=transaction``). On another server than
+        the default one, the effect table of the ledger stays on the default server: a
+        failover that loses transactions must not lose the handlers' own record."""
         if engine not in {"postgres", "sqlite"}:
             raise ValueError(f"engine must be postgres or sqlite, not {engine!r}")
         self.tmp = tmp_path
         self.sizes = sizes
         self.engine = engine
+        self.pg_host = pg_host
+        self.url_query = url_query
+        self.store_host = store_host or pg_host
+        self.store_query = store_query if store_host else url_query
         self.db_name = f"cw_fault_{uuid.uuid4().hex[:10]}"
-        self.db_url = f"{PG_HOST}/{self.db_name}"
+        self.db_url = f"{pg_host}/{self.db_name}"
+        self.effects_db_url = f"{PG_HOST}/{self.db_name}" if pg_host != PG_HOST else self.db_url
         self.ledger_path = tmp_path / "executions.jsonl"
         self.procs: list[Proc] = []
         self.jobs: list[JobHandle] = []
@@ -296,23 +318,41 @@ class Cluster:
         self._conn: psycopg.Connection[Any] | None = None
         self._client: App | None = None
         self._seq = 0
-        with psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=3) as admin:
-            admin.execute(f'CREATE DATABASE "{self.db_name}"')
-        with psycopg.connect(self.db_url, autocommit=True) as conn:
+        for admin_url in self._admin_urls():
+            with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as admin:
+                admin.execute(f'CREATE DATABASE "{self.db_name}"')
+        with psycopg.connect(self.effects_db_url, autocommit=True) as conn:
             conn.execute(EFFECTS_DDL)
         # migrate once, up front (processes would race to do it; that is tested elsewhere)
         self.client.store.migrate()
         self.sampler = LeaseSampler(self.url("fault-sampler")) if engine == "postgres" else None
 
     # -- urls and sql ---------------------------------------------------------------
+    @property
+    def admin_url(self) -> str:
+        """The maintenance database of the scenario's server."""
+        return f"{self.pg_host}/postgres" + (f"?{self.url_query}" if self.url_query else "")
+
+    def _admin_urls(self) -> list[str]:
+        """Where the scenario's database is created: its server, and the default one
+        too when the effect table lives there (another server)."""
+        if self.pg_host == PG_HOST:
+            return [ADMIN_URL]
+        return [self.admin_url, ADMIN_URL]
+
     def url(self, app_name: str) -> str:
-        return f"{self.db_url}?application_name={app_name}"
+        query = self.url_query + "&" if self.url_query else ""
+        return f"{self.db_url}?{query}application_name={app_name}"
+
+    def effects_url(self) -> str:
+        return f"{self.effects_db_url}?application_name=fault-effects"
 
     def store_url(self, app_name: str) -> str:
         """The store of the scenario's processes (and of :attr:`client`)."""
         if self.engine == "sqlite":
             return f"sqlite:///{self.tmp / 'store.db'}"
-        return self.url(app_name)
+        query = self.store_query + "&" if self.store_query else ""
+        return f"{self.store_host}/{self.db_name}?{query}application_name={app_name}"
 
     @property
     def conn(self) -> psycopg.Connection[Any]:
@@ -378,7 +418,7 @@ class Cluster:
                 "CRONWHEEL_LOG_FORMAT": "json",
                 "CRONWHEEL_LOG_LEVEL": "debug" if role == "scheduler" else "info",
                 LEDGER_ENV: str(self.ledger_path),
-                EFFECTS_URL_ENV: self.url("fault-effects"),
+                EFFECTS_URL_ENV: self.effects_url(),
                 "PYTHONUNBUFFERED": "1",
             }
         )
@@ -585,6 +625,16 @@ class Cluster:
 
     # -- checking -----------------------------------------------------------------------
     def check(self, *, epochs: bool = True) -> Report:
+        effects = None
+        if self.effects_db_url != self.db_url:
+            effects = psycopg.connect(self.effects_url(), row_factory=dict_row, autocommit=True)
+        try:
+            return self._check(epochs, effects)
+        finally:
+            if effects is not None:
+                effects.close()
+
+    def _check(self, epochs: bool, effects: psycopg.Connection[Any] | None) -> Report:
         return check(
             self.conn,
             self.ledger_path,
@@ -592,6 +642,7 @@ class Cluster:
             disrupted_pids=self.disrupted,
             lease_samples=self.sampler.history() if epochs and self.sampler else None,
             acquired=self.acquired_events() if epochs else None,
+            effects_conn=effects,
         )
 
     def executions_log(self) -> list[dict[str, Any]]:
@@ -623,8 +674,9 @@ class Cluster:
                 self._conn.close()
             self._conn = None
         ensure_postgres_up()
-        with psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=3) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
+        for admin_url in self._admin_urls():
+            with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
 
     def dump(self) -> str:
         """The tail of every process log, for a failure message."""

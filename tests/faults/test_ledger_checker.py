@@ -117,3 +117,14 @@ def test_epoch_violations_are_found() -> None:
     # epochs going back in acquisition order
     events = [AcquiredEvent(T0, "a", 2, "s-a"), AcquiredEvent(T0 + S, "b", 1, "s-b")]
     assert check_epochs([], [], events)
+
+
+def test_one_holder_renewing_into_a_new_timeline_term_is_not_two_leaders() -> None:
+    """After a failover the leader renews into a term of the new PostgreSQL timeline
+    while its old term is still valid: one holder, not two leaders. Two holders with
+    overlapping terms stay a violation."""
+    tl1, tl2 = (1 << 32) + 5, (2 << 32) + 1
+    renewed = [sample(tl1, "a", 0, 3), sample(tl2, "a", 2, 5)]
+    assert check_epochs([], renewed, []) == []
+    taken = [sample(tl1, "a", 0, 3), sample(tl2, "b", 2, 5)]
+    assert check_epochs([], taken, []) != []

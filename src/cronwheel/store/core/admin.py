@@ -175,7 +175,7 @@ class AdminFlows(Generic[D]):
                 tzdata=self._tz_record_in(tx),
             )
 
-        return self.db.read(body)
+        return self.db.read_replica(body)  # what an operator looks at: may be stale
 
     def _tz_record_in(self, tx: Tx) -> TzRecord | None:
         row = tx.one("get_tzdata")

@@ -62,6 +62,12 @@ class Dialect(Protocol):
         StoreUnavailableError."""
         ...
 
+    def read_replica(self, body: Callable[[Tx], T]) -> T:
+        """A read that may be served by a replica, so may be slightly stale: what the
+        dashboard, status and listings show. Never a read a lease, claim or enqueue
+        decision depends on (those use ``read`` or run inside ``write``)."""
+        ...
+
     def now(self) -> datetime:
         """The store's clock."""
         ...

@@ -146,7 +146,9 @@ class CoreStore(
 
     def _jobs(self, where: filters.Where, limit: int) -> list[Job]:
         clause, params = where
-        rows = self.db.read(lambda tx: tx.filtered("list_jobs", clause, params | {"limit": limit}))
+        rows = self.db.read_replica(
+            lambda tx: tx.filtered("list_jobs", clause, params | {"limit": limit})
+        )
         return [codec.job_from_row(r) for r in rows]
 
     def list_jobs(
@@ -351,7 +353,7 @@ class CoreStore(
 
     def _firings(self, where: filters.Where, limit: int) -> list[Firing]:
         clause, params = where
-        rows = self.db.read(
+        rows = self.db.read_replica(
             lambda tx: tx.filtered("list_firings", clause, params | {"limit": limit})
         )
         return [codec.firing_from_row(r) for r in rows]

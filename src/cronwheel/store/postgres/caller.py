@@ -244,6 +244,8 @@ class CallerDatabase(Database):
         self.time = db.time
         self.q = db.q
         self.conninfo = db.conninfo
+        self.url = db.url
+        self.pooled = db.pooled
         self.retried = db.retried
         self._link = link
         self._search_path = search_path  # the store's sessions' (its schema)
@@ -257,6 +259,9 @@ class CallerDatabase(Database):
 
     def read(self, body: Callable[[PgTx], T]) -> T:
         return self._unit(body)
+
+    def read_replica(self, body: Callable[[PgTx], T]) -> T:
+        return self._unit(body)  # the caller's transaction sees its own writes
 
     def _unit(self, body: Callable[[PgTx], T]) -> T:
         self._link.require_usable()

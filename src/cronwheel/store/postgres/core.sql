@@ -142,14 +142,22 @@ LIMIT %(limit)s
 
 -- name: acquire_lease
 -- Atomic take-or-renew: ON CONFLICT DO UPDATE locks the row (waiting for an enqueue
--- holding it FOR SHARE) and re-checks the WHERE against the committed row.
+-- holding it FOR SHARE) and re-checks the WHERE against the committed row. The epoch is
+-- (timeline << 32) + term, the timeline of the WAL this primary writes: a takeover, or a
+-- renewal on a newer timeline than the epoch's (a failover happened), starts a term
+-- above every epoch of an older timeline, even one the new primary never received.
+WITH tl AS (
+    SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint AS id
+)
 INSERT INTO leases (name, holder, epoch, expires_at, acquired_at)
-VALUES (%(name)s, %(holder)s, 1, :now + %(ttl)s::interval, :now)
+SELECT %(name)s, %(holder)s, (tl.id << 32) + 1, :now + %(ttl)s::interval, :now FROM tl
 ON CONFLICT (name) DO UPDATE
 SET holder = excluded.holder,
     epoch = CASE WHEN leases.holder = excluded.holder AND leases.expires_at > :now
-                 THEN leases.epoch ELSE leases.epoch + 1 END,
+                      AND leases.epoch >> 32 = excluded.epoch >> 32
+                 THEN leases.epoch ELSE greatest(leases.epoch + 1, excluded.epoch) END,
     acquired_at = CASE WHEN leases.holder = excluded.holder AND leases.expires_at > :now
+                            AND leases.epoch >> 32 = excluded.epoch >> 32
                        THEN leases.acquired_at ELSE :now END,
     expires_at = excluded.expires_at
 WHERE leases.expires_at <= :now OR leases.holder = excluded.holder
@@ -159,9 +167,12 @@ RETURNING *
 -- A leader write's fence (an enqueue, a tz database adoption). FOR SHARE: a takeover
 -- (acquire_lease updates this row) waits until this write commits or rolls back, and
 -- a write that waited behind a takeover re-reads the row and finds the new
--- holder/epoch: the fence and the writes are one atomic step.
+-- holder/epoch: the fence and the writes are one atomic step. The epoch must be of
+-- this primary's timeline: after a failover the holder renews into a new term first.
 SELECT epoch FROM leases
 WHERE name = %(name)s AND holder = %(holder)s AND epoch = %(epoch)s AND expires_at > :now
+  AND epoch >> 32
+      = ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
 FOR SHARE
 
 -- name: release_lease

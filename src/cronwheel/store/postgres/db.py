@@ -13,6 +13,34 @@ Error mapping (the only place psycopg exceptions are turned into cronwheel's):
 
 Domain errors raised by the transaction body (ConflictError, LeaseLostError, ...)
 pass through untouched and roll the transaction back.
+
+High availability (README "Production deployment"):
+
+- the URL may name several hosts (libpq multi-host, ``target_session_attrs=read-write``)
+  or a router to the leader (HAProxy); a connection lost in a failover is discarded
+  by the pool and the next one is made to whichever host is the primary then: no
+  restart of the process;
+- every checkout of the primary pool reads the server's role and PostgreSQL timeline
+  (one round trip, the one that already checked the connection answers): a standby is
+  discarded, and a timeline LOWER than one this process has seen — a demoted or
+  split-brained former primary still accepting connections — is refused
+  (StoreUnavailableError) before anything is written on it. The leader's epoch carries
+  the timeline (core.sql ``acquire_lease``);
+- ``replica_hosts=h:p,...`` in the URL opens a second pool
+  (``target_session_attrs=prefer-standby``) for the reads that may be stale: status,
+  listings of jobs, firings, nodes (``read_replica``). Every lease, claim, enqueue and
+  the reads those decisions use stay on the primary;
+- a server that stops answering without closing its connections (a frozen primary,
+  a partition that drops packets) would block a call until TCP gives up — hours. A
+  watchdog shuts the socket of any unit of work running longer than ``stall_timeout``
+  (URL parameter, seconds, default 30; ``0`` disables; migrations are exempt): the
+  call fails as a lost connection would (StoreUnavailableError; reads are retried on
+  a fresh connection, which the multi-host URL makes to the new primary);
+- ``pooler=transaction`` (PgBouncer in transaction mode): no server-side prepared
+  statements (``prepare_threshold=None``), no session settings in the startup packet
+  (the database's own ``TimeZone`` must be UTC: checked on each new connection), and
+  no LISTEN through the pooler: ``listen_hosts=h:p,...`` names direct hosts for it,
+  else workers poll (store.py ``open_wakeup``).
 """
 
 from __future__ import annotations
@@ -35,6 +63,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from cronwheel.errors import CronwheelError, StoreError, StoreUnavailableError
+from cronwheel.store.postgres.ha import ROLE_SQL, StallWatchdog, parse_url, with_hosts
 from cronwheel.store.sql import load_package_queries, load_queries
 
 T = TypeVar("T")
@@ -50,6 +79,7 @@ NOW_SQL = "(coalesce(%(_pin)s::timestamptz, now()) + %(_off)s::interval)"
 _WHERE = "/*where*/"
 _TX_RETRIES = 5  # serialization failures and deadlocks
 _READ_RETRIES = 2  # connection errors on reads
+_GETCONN_SLICE_S = 0.5  # see Database._getconn
 
 
 def load_sql() -> dict[str, str]:
@@ -131,6 +161,7 @@ class PgTx:
         return self.execute(self.db.q[name].replace(_WHERE, where), params).fetchall()
 
     def script(self, text: str) -> None:
+        self.db.stalls.unwatch(self.conn)  # a migration may legitimately take long
         self.conn.execute(query(text))  # no parameters: many statements
 
     def copy_rows(self, text: str, rows: Iterable[Sequence[Any]]) -> None:
@@ -159,19 +190,43 @@ class Database:
     ) -> None:
         self.time = time
         self.q = load_sql()
-        self.conninfo = _conninfo(url, schema)
+        self.url = parse_url(url)
+        self.pooled = self.url.pooler == "transaction"
+        if self.pooled and schema is not None:
+            raise StoreError(
+                "pooler=transaction cannot confine a store to a schema (search_path is "
+                "session state); use the database's default search_path",
+                field="schema",
+            )
+        self.conninfo = _conninfo(self.url.libpq, schema, pooled=self.pooled)
+        # the highest PostgreSQL timeline this process has seen on a primary (see
+        # _checkout): a lower one later is a former primary, never written to
+        self.timeline = 0
         # transactions rolled back by the server and retried here, by SQLSTATE class
         # (observability; tests assert that lock ordering keeps deadlocks at zero)
         self.retried: dict[str, int] = {"deadlock": 0, "serialization": 0}
         self._retried_lock = threading.Lock()
         self._timeout_s = timeout_s
         self._max_size = pool_size
-        self.pool: ConnectionPool[Conn] = ConnectionPool(
-            self.conninfo,
+        self.stalls = StallWatchdog(self.url.stall_timeout)
+        self.pool = self._pool(self.conninfo, pool_size, timeout_s, "cronwheel")
+        self.replica_pool: ConnectionPool[Conn] | None = None
+        if self.url.replica_hosts is not None:
+            replicas = with_hosts(
+                self.conninfo, self.url.replica_hosts, "replica_hosts", "prefer-standby"
+            )
+            self.replica_pool = self._pool(replicas, pool_size, timeout_s, "cronwheel-replica")
+
+    def _pool(self, conninfo: str, size: int, timeout_s: float, name: str) -> ConnectionPool[Conn]:
+        kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
+        if self.pooled:
+            kwargs["prepare_threshold"] = None  # a pooled server connection is not ours
+        pool: ConnectionPool[Conn] = ConnectionPool(
+            conninfo,
             connection_class=Conn,
-            kwargs={"autocommit": True, "row_factory": dict_row},
+            kwargs=kwargs,
             min_size=1,
-            max_size=pool_size,
+            max_size=size,
             # no `check=`: psycopg_pool sleeps 1 s, 2 s, 4 s ... between failed checks,
             # which after a server restart stalls a leader past its lease. _checkout
             # checks each connection itself and retries at once instead.
@@ -180,32 +235,95 @@ class Database:
             # fresh one, so the pool is back the moment the server is (the default
             # backs off for up to 5 minutes); callers see StoreUnavailableError meanwhile
             reconnect_timeout=0,
-            name="cronwheel",
+            name=name,
             open=False,
         )
-        self.pool.open(wait=False)
+        pool.open(wait=False)
+        return pool
 
     def close(self) -> None:
+        self.stalls.close()
         self.pool.close()
+        if self.replica_pool is not None:
+            self.replica_pool.close()
 
     @contextmanager
-    def _checkout(self) -> Iterator[Conn]:
+    def _checkout(self, *, replica: bool = False) -> Iterator[Conn]:
         """A pooled connection known to answer: one cheap round trip per checkout. A
         broken one (server restarted, session terminated) goes back to the pool, which
-        discards it, and the next is tried at once — within the pool's size."""
+        discards it, and the next is tried at once — within the pool's size.
+
+        On the primary pool that round trip also reads the server's role and timeline:
+        a standby (a host demoted under a router or a plain URL) is closed and the next
+        connection tried; a timeline below the highest seen is refused (module doc)."""
+        pool = self.replica_pool if replica and self.replica_pool is not None else self.pool
         for _ in range(self._max_size + 1):
-            conn = self.pool.getconn(timeout=self._timeout_s)
+            conn = self._getconn(pool)
+            self.stalls.watch(conn)  # from the ping on: a frozen server stalls that too
             try:
-                conn.execute("")
+                if pool is self.pool:
+                    self._require_primary(conn)
+                else:
+                    conn.execute("")
             except psycopg.Error:
-                self.pool.putconn(conn)
+                self.stalls.unwatch(conn)
+                pool.putconn(conn)
                 continue
+            except StoreError:
+                self.stalls.unwatch(conn)
+                conn.close()
+                pool.putconn(conn)
+                raise
             try:
                 yield conn
             finally:
-                self.pool.putconn(conn)
+                self.stalls.unwatch(conn)
+                pool.putconn(conn)
             return
-        raise psycopg.OperationalError("no connection of the pool answers")
+        raise psycopg.OperationalError("no connection of the pool answers a primary's role")
+
+    def _getconn(self, pool: ConnectionPool[Conn]) -> Conn:
+        """A connection within the pool's timeout, asking in short slices: a client
+        waiting on the pool gets no new connection attempt after one failed (during a
+        failover no host is the primary for a few seconds), a new request makes one.
+        So the pool reconnects within half a second of the new primary, not at the end
+        of the timeout."""
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return pool.getconn(timeout=max(0.01, min(_GETCONN_SLICE_S, left)))
+            except PoolTimeout:
+                if time.monotonic() >= deadline:
+                    raise
+
+    def _require_primary(self, conn: Conn) -> None:
+        row = conn.execute(ROLE_SQL).fetchone()
+        assert row is not None
+        if self.pooled and row["tz"] not in ("UTC", "Etc/UTC"):
+            # through a transaction pooler the startup packet carries no ``options``:
+            # the server's own TimeZone must be the store's
+            raise StoreError(
+                f"pooler=transaction: the database's TimeZone is {row['tz']!r}, not UTC; "
+                "run ALTER DATABASE <name> SET timezone = 'UTC' (no session setting "
+                "survives a transaction pooler)",
+                field="store",
+            )
+        tl = int(row["tl"])
+        if tl == 0:  # a standby: never written to; the pool replaces a closed connection
+            conn.close()
+            raise psycopg.OperationalError("the server is a standby")
+        with self._retried_lock:
+            seen = self.timeline
+            if tl >= seen:
+                self.timeline = tl
+        if tl < seen:
+            raise StoreUnavailableError(
+                f"postgresql: the server is on timeline {tl} after timeline {seen} was seen: "
+                "a former primary (demoted, or cut off by a failover); nothing is written "
+                "to it",
+                field="store",
+            )
 
     def params(self, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
         out = self.time.params()
@@ -220,6 +338,7 @@ class Database:
         write: bool,
         atomic: bool = True,
         durable: bool = True,
+        replica: bool = False,
     ) -> T:
         """Run ``body`` on a pooled connection.
 
@@ -240,7 +359,7 @@ class Database:
         while True:
             attempt += 1
             try:
-                with self._checkout() as conn:
+                with self._checkout(replica=replica) as conn:
                     if write and not durable:
                         with conn.transaction():
                             conn.execute("SET LOCAL synchronous_commit TO off")
@@ -283,6 +402,10 @@ class Database:
 
     def read(self, body: Callable[[PgTx], T]) -> T:
         return self.run(lambda conn: body(PgTx(conn, self)), write=False)
+
+    def read_replica(self, body: Callable[[PgTx], T]) -> T:
+        """A read that may be served by a replica (``replica_hosts``), a little stale."""
+        return self.run(lambda conn: body(PgTx(conn, self)), write=False, replica=True)
 
     def now(self) -> datetime:
         row = self.read(lambda tx: tx.one("now"))
@@ -333,19 +456,23 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _conninfo(url: str, schema: str | None) -> str:
-    """The URL's parameters, plus UTC session time zone and the schema's search_path."""
+def _conninfo(url: str, schema: str | None, *, pooled: bool = False) -> str:
+    """The URL's parameters, plus UTC session time zone and the schema's search_path
+    (through a transaction pooler, none: see Database._require_primary)."""
     try:
         params = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
         raise StoreError(f"bad PostgreSQL URL: {exc}", field="store") from exc
+    params.setdefault("application_name", f"cronwheel:{os.getpid()}")
+    params.setdefault("connect_timeout", 5)
+    if pooled:
+        return make_conninfo("", **params)
     options = [str(params.pop("options", "") or "").strip(), "-c TimeZone=UTC"]
     if schema is not None:
         if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):
             raise StoreError(f"bad schema name {schema!r}", field="schema")
         options.append(f"-c search_path={schema}")
     params["options"] = " ".join(o for o in options if o)
-    # one name per process, so an operator can tell sessions apart in pg_stat_activity
-    params.setdefault("application_name", f"cronwheel:{os.getpid()}")
-    params.setdefault("connect_timeout", 5)
+    # application_name (above): one per process, so an operator can tell sessions apart
+    # in pg_stat_activity
     return make_conninfo("", **params)

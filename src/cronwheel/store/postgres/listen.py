@@ -74,3 +74,15 @@ class PgListenWakeup:
     def close(self) -> None:
         self._closed.set()
         self._thread.join(timeout=2 + _POLL_S)
+
+
+class PollOnly:
+    """No wake-ups: only a transaction pooler is reachable (``pooler=transaction``
+    without ``listen_hosts``), so the worker finds new work by its fallback poll."""
+
+    @property
+    def address(self) -> str | None:
+        return None
+
+    def close(self) -> None:
+        """Nothing runs."""

@@ -22,7 +22,8 @@ from cronwheel.store.postgres.caller import CallerDatabase, Link
 from cronwheel.store.postgres.claims import PgClaims
 from cronwheel.store.postgres.db import Database, DbTime
 from cronwheel.store.postgres.dispatch import PgDispatch
-from cronwheel.store.postgres.listen import PgListenWakeup
+from cronwheel.store.postgres.ha import with_hosts
+from cronwheel.store.postgres.listen import PgListenWakeup, PollOnly
 from cronwheel.wakeup import Wakeup
 
 if TYPE_CHECKING:
@@ -83,6 +84,15 @@ class PostgresStore(PgDispatch, PgClaims):
         self.db.close()
 
     def open_wakeup(self, callback: Callable[[], None]) -> Wakeup:
+        """LISTEN on a connection of its own. Through a transaction pooler (where LISTEN
+        would hold a server connection's session) only on ``listen_hosts``, the direct
+        hosts of the URL; without them the worker polls (its poll interval)."""
+        url = self.db.url
+        if url.listen_hosts is not None:
+            direct = with_hosts(self.db.conninfo, url.listen_hosts, "listen_hosts", "read-write")
+            return PgListenWakeup(direct, callback)
+        if self.db.pooled:
+            return PollOnly()
         return PgListenWakeup(self.db.conninfo, callback)
 
 

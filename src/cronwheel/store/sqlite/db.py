@@ -173,6 +173,10 @@ class SqliteDb:
         with self.transaction() as tx:
             return body(tx)
 
+    def read_replica(self, body: Callable[[SqliteTx], T]) -> T:
+        """One file, no replicas: a plain read."""
+        return self.read(body)
+
     def read(self, body: Callable[[SqliteTx], T]) -> T:
         """Reads in autocommit mode (each statement its own snapshot), under the
         connection's lock; a locked database raises StoreUnavailableError."""

@@ -1,0 +1,155 @@
+"""PostgresStore's high-availability plumbing (used by db.py; README "Production
+deployment"): cronwheel's own store URL parameters, the query of a server's role and
+timeline, and the stall watchdog."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from cronwheel.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+# The server's role and timeline in one round trip: 0 on a standby (pg_current_wal_lsn
+# fails in recovery; CASE never evaluates it there), else the timeline of the WAL being
+# written, which a promotion increments at once (pg_control_checkpoint() lags until the
+# end-of-recovery checkpoint).
+ROLE_SQL = (
+    "SELECT CASE WHEN pg_is_in_recovery() THEN 0 ELSE "
+    "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint END AS tl,"
+    " current_setting('TimeZone') AS tz"
+)
+# URL parameters that are cronwheel's, not libpq's (removed before connecting)
+_OWN_PARAMS = ("pooler", "replica_hosts", "listen_hosts", "stall_timeout")
+_STALL_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class PgUrl:
+    """A store URL split into what libpq takes and cronwheel's own parameters."""
+
+    libpq: str
+    pooler: str | None = None  # "transaction"
+    replica_hosts: str | None = None  # "h:p,h:p"
+    listen_hosts: str | None = None
+    stall_timeout: float = _STALL_S
+
+
+def parse_url(url: str) -> PgUrl:
+    """Split cronwheel's parameters off a ``postgresql://`` URL; a bad one names itself."""
+    parts = urlsplit(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    own = {k: v for k, v in pairs if k in _OWN_PARAMS}
+    rest = [(k, v) for k, v in pairs if k not in _OWN_PARAMS]
+    pooler = own.get("pooler")
+    if pooler is not None and pooler != "transaction":
+        raise StoreError(
+            f"bad URL parameter pooler={pooler!r}: the only value is 'transaction' "
+            "(PgBouncer pool_mode=transaction; a session pooler needs no parameter)",
+            field="store",
+        )
+    for key in ("replica_hosts", "listen_hosts"):
+        if key in own:
+            _hosts(own[key], key)
+    stall = _STALL_S
+    if "stall_timeout" in own:
+        try:
+            stall = float(own["stall_timeout"])
+        except ValueError:
+            stall = -1.0
+        if not 0 <= stall < 86_400:
+            raise StoreError(
+                f"bad URL parameter stall_timeout={own['stall_timeout']!r}: seconds, "
+                "0 (off) to 86399",
+                field="store",
+            )
+    libpq = urlunsplit(parts._replace(query=urlencode(rest)))
+    return PgUrl(libpq, pooler, own.get("replica_hosts"), own.get("listen_hosts"), stall)
+
+
+def _hosts(value: str, key: str) -> tuple[str, str]:
+    """``h1:p1,h2:p2`` as libpq's (host, port) lists."""
+    hosts, ports = [], []
+    for item in value.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise StoreError(
+                f"bad URL parameter {key}={value!r}: expected host:port[,host:port...]",
+                field="store",
+            )
+        hosts.append(host)
+        ports.append(port)
+    return ",".join(hosts), ",".join(ports)
+
+
+def with_hosts(conninfo: str, value: str, key: str, attrs: str) -> str:
+    """``conninfo`` pointed at the hosts of ``value`` with ``target_session_attrs``."""
+    params = conninfo_to_dict(conninfo)
+    params["host"], params["port"] = _hosts(value, key)
+    params.pop("hostaddr", None)
+    params["target_session_attrs"] = attrs
+    return make_conninfo("", **params)
+
+
+class StallWatchdog:
+    """Shuts the socket of a connection whose unit of work runs past ``stall_s``
+    (0: off): the blocked call fails at once as on a lost connection. One daemon thread
+    per store, started on first use."""
+
+    def __init__(self, stall_s: float) -> None:
+        self.stall_s = stall_s
+        self._watched: dict[int, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._closed = threading.Event()
+
+    def watch(self, conn: Any) -> None:
+        if self.stall_s <= 0:
+            return
+        with self._lock:
+            self._watched[id(conn)] = (time.monotonic() + self.stall_s, conn)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="cronwheel-pg-watchdog", daemon=True
+                )
+                self._thread.start()
+
+    def unwatch(self, conn: Any) -> None:
+        with self._lock:
+            self._watched.pop(id(conn), None)
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def _run(self) -> None:
+        tick = min(1.0, self.stall_s / 4)
+        while not self._closed.wait(tick):
+            now = time.monotonic()
+            with self._lock:
+                late = [c for t, c in list(self._watched.values()) if t <= now]
+                for c in late:
+                    self._watched.pop(id(c), None)
+            for c in late:
+                _shut(c)
+
+
+def _shut(conn: Any) -> None:
+    """Shut a stalled connection's socket: the call blocked on it fails at once as on a
+    lost connection (a frozen server still ACKs at the TCP level, so nothing else would)."""
+    try:
+        fd = conn.pgconn.socket
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, psycopg.Error):
+        pass  # already closed
+    log.warning("postgresql: a unit of work stalled past stall_timeout; connection shut")
