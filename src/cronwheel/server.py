@@ -36,6 +36,7 @@ def create_app(
     tracing: bool | None = None,
     store_calls_on_loop: bool = False,
     validate_responses: bool = True,
+    fast_routes: bool = True,
     token_cache_s: float = TOKEN_CACHE_S,
     clock: Clock | None = None,
 ) -> FastAPI:
@@ -51,7 +52,9 @@ def create_app(
 
     ``store_calls_on_loop``: run the API's store calls on the event loop (see
     ``api.calls``; ``cronwheel api`` does for SQLite); ``validate_responses=False``:
-    write the API's answers with orjson, unvalidated (``cronwheel api`` does). Token
+    write the API's answers with orjson, unvalidated (``cronwheel api`` does), and then,
+    with ``fast_routes``, answer the hottest routes without FastAPI's routing
+    (``api.fast``). Token
     records are believed for ``token_cache_s`` seconds of ``clock``'s monotonic time
     (``web.tokens.TokenCache``): the bound within which a revoked token stops working.
     """
@@ -63,6 +66,7 @@ def create_app(
         max_body=max_body,
         store_calls_on_loop=store_calls_on_loop,
         validate_responses=validate_responses,
+        fast_routes=fast_routes,
         tracing=tracing,
     )
     app.state.token_cache = TokenCache((clock or SystemClock()).monotonic, token_cache_s)

@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from cronwheel.api.calls import ServingMode
 from cronwheel.api.errors import install_error_handlers
+from cronwheel.api.fast import FastRoutes
 from cronwheel.api.guard import DEFAULT_MAX_BODY, BodyGuard
 from cronwheel.api.schemas import ErrorOut
 from cronwheel.observability.tracing_switch import tracing_wanted
@@ -40,6 +41,7 @@ def create_api(
     tracing: bool | None = None,
     store_calls_on_loop: bool = False,
     validate_responses: bool = True,
+    fast_routes: bool = True,
 ) -> FastAPI:
     """The HTTP API over ``store`` (which the caller opens, migrates and closes).
     ``tracing``: carry the requests' trace contexts with the jobs and firings they make
@@ -48,7 +50,10 @@ def create_api(
     Endpoints are plain functions calling the store: they run in the thread pool, or on
     the event loop with ``store_calls_on_loop`` (for a store whose calls never overlap,
     such as SQLite's one connection: see ``api.calls``). ``validate_responses=False``
-    writes the endpoints' documents with orjson, without FastAPI's response validation.
+    writes the endpoints' documents with orjson, without FastAPI's response validation,
+    and (``fast_routes``) answers the hottest routes without FastAPI's routing and
+    dependency solving (``api.fast``: the same validation, authentication, endpoints and
+    error documents).
     """
     from importlib.metadata import version
 
@@ -86,6 +91,8 @@ def create_api(
     app.include_router(routes_quota.router)
     app.include_router(routes_retention.router)
     app.include_router(routes_calendars.router)
+    if fast_routes and not validate_responses:
+        app.add_middleware(FastRoutes, api=app)  # inside ServingMode: its mode applies
     if store_calls_on_loop or not validate_responses:
         app.add_middleware(
             ServingMode, on_loop=store_calls_on_loop, unchecked=not validate_responses

@@ -81,3 +81,18 @@ async def _writer(principal: Annotated[Principal, Depends(_reader)]) -> Principa
 Anyone = Annotated[Principal, Depends(_principal)]  # a namespace's token or a cluster token
 Reader = Annotated[Principal, Depends(_reader)]  # a namespace's token
 Writer = Annotated[Principal, Depends(_writer)]  # a namespace's write or admin token
+
+
+_CHAINS = {_principal: (), _reader: (_reader,), _writer: (_reader, _writer)}
+PRINCIPAL_DEPENDENCIES = frozenset(_CHAINS)
+
+
+async def resolve_principal(dependency: object, request: Request) -> Principal:
+    """The principal of ``dependency`` (``_principal``, ``_reader`` or ``_writer``, as
+    ``Anyone``, ``Reader`` or ``Writer`` declare it) for ``request``: the same functions
+    in the order FastAPI's dependency solving calls them (``api.fast``)."""
+    chain = _CHAINS[dependency]  # type: ignore[index]
+    principal = await _principal(request, await bearer(request))
+    for check in chain:
+        principal = await check(principal)
+    return principal

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import functools
 import json
 import math
 from datetime import datetime, timedelta
@@ -126,11 +127,27 @@ AsciiInt = Annotated[int, BeforeValidator(_ascii_int)]
 
 def next_fire_times(job: Job, count: int) -> list[dict[str, str]]:
     """The next ``count`` instants from the job's cursor, in UTC and the job's zone."""
-    zone = load_zone(str(job.spec.schedule.to_dict().get("tz") or "UTC"))
-    return [
-        {"utc": format_instant(t), "local": t.astimezone(zone).isoformat()}
-        for t in upcoming_instants(job.spec.schedule, job.next_fire_at, count)
-    ]
+    schedule: Any = job.spec.schedule  # a frozen dataclass: hashable, unless it holds a list
+    cursor = job.next_fire_at
+    try:
+        found = _upcoming_cached(schedule, cursor, count)
+    except TypeError:  # a schedule that cannot be a cache key
+        found = _upcoming(schedule, cursor, count)
+    return [{"utc": utc, "local": local} for utc, local in found]
+
+
+def _upcoming(schedule: Schedule, cursor: datetime | None, count: int) -> tuple[Any, ...]:
+    zone = load_zone(str(schedule.to_dict().get("tz") or "UTC"))
+    return tuple(
+        (format_instant(t), t.astimezone(zone).isoformat())
+        for t in upcoming_instants(schedule, cursor, count)
+    )
+
+
+# The same instants for the same schedule and cursor (a pure function of them): the
+# jobs created or upserted with one schedule within one period share them. Profiled,
+# listing them was a fifth of a job create's CPU.
+_upcoming_cached = functools.lru_cache(maxsize=1024)(_upcoming)
 
 
 def ids_of(request: Request) -> IdCodec:

@@ -12,6 +12,7 @@ addresses only (uvicorn's own proxy-header handling is off): see ``web.browser``
 socket once and starts N children, each opening its own store connections and
 restarting one that dies). On a SQLite store the API's store calls run on each
 process's event loop (``api.calls``): its one connection serializes them anyway.
+Each answer leaves in one write (``cli.http_protocol``).
 """
 
 from __future__ import annotations
@@ -165,7 +166,10 @@ def api_command(
                 "with --allowed-host to refuse the others",
                 err=True,
             )
+        from cronwheel.cli.http_protocol import OneWriteHttpToolsProtocol
+
         options: dict[str, Any] = {
+            "http": OneWriteHttpToolsProtocol,  # each answer in one write
             "host": host,
             "port": port,
             "access_log": False,
