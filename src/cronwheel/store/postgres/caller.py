@@ -221,7 +221,8 @@ class CallerDatabase(Database):
     def _unit(self, body: Callable[[PgTx], T]) -> T:
         self._link.require_usable()
         tx = CallerTx(self._link, self)
-        for attempt in range(3):
+        made: set[str] = set()
+        while True:
             try:
                 saved = tx.one("caller_settings")  # begins a non-autocommit caller's transaction
                 assert saved is not None
@@ -236,10 +237,10 @@ class CallerDatabase(Database):
                 # partition created on a connection of its own (not to hold the parent's
                 # lock until the caller commits), the unit run again
                 at = missing_partition(exc)
-                if at is None or attempt == 2:
+                if at is None or at in made:
                     raise store_error(exc) from exc
+                made.add(at)
                 self.add_partition(at)
-        raise AssertionError("unreachable")
 
     def add_partition(self, at: str) -> None:
         with psycopg.connect(self.conninfo, autocommit=True) as conn:

@@ -230,6 +230,7 @@ class Database:
         executions), and the fsync was not what bounded their throughput anyway.
         """
         attempt = 0
+        made: set[str] = set()  # days whose partition was missing, made here
         while True:
             attempt += 1
             try:
@@ -249,9 +250,12 @@ class Database:
                 # days ahead): a catch-up of an old instant, a far one-shot, a moved
                 # clock. The transaction was rolled back by the error: the day's
                 # partition is created and the body run again.
+                # (a bulk insert over many days finds them one at a time)
                 at = missing_partition(exc)
-                if at is None or attempt > _TX_RETRIES:
+                if at is None or at in made:
                     raise store_error(exc) from exc
+                made.add(at)
+                attempt -= 1
                 self.add_partition(at)
             except (pgerrors.SerializationFailure, pgerrors.DeadlockDetected) as exc:
                 kind = "deadlock" if isinstance(exc, pgerrors.DeadlockDetected) else "serialization"
