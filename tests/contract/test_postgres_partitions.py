@@ -230,3 +230,65 @@ def test_a_version_15_database_holding_data_migrates_online(schema: str) -> None
         assert after["firing_attempts"] == [] and after["idempotency_keys"] == []
     finally:
         store.close()
+
+
+def _relations(plan: dict[str, Any]) -> set[str]:
+    names = {plan["Relation Name"]} if "Relation Name" in plan else set()
+    for child in plan.get("Plans", []):
+        names |= _relations(child)
+    return names
+
+
+def test_the_workers_statements_by_id_look_in_one_partition_of_forty(h: Harness) -> None:
+    """A start, heartbeat, completion or cancel poll names its firings by id; their
+    tokens carry their instants, so each looks in the one partition holding them and
+    not in all 40 (an id alone is in no partition key). A read by id alone (the API's)
+    probes every partition: its cost is measured in the README."""
+    from cronwheel.store.postgres.params import complete_params, token_instants
+
+    store: Any = h.store
+    for d in range(1, 39):
+        store.db.write(lambda tx, d=d: tx.one("partition_ensure", {"at": h.now() - d * DAY}))
+    assert len(_parts(store)) == 40
+    job = store.create_job(spec("one", overlap="allow"), first_fire_at=h.now())
+    _fire(h, job, h.now(), h.now() + timedelta(seconds=1))
+    h.advance(timedelta(seconds=1))
+    (held,) = store.claim("w", tasks=["t"], limit=1, start=0)
+    (run,) = store.claim("w", tasks=["t"], limit=1)
+    today = f"firings_p{h.now():%Y%m%d}"
+    now = h.now()
+    done = Completion(
+        firing_id=run.firing.id,
+        claim_token=run.claim_token,
+        succeeded=True,
+        started_at=now,
+        finished_at=now,
+    )
+    import json
+
+    cases = {
+        "complete_batch": complete_params([done]),
+        "heartbeat": {
+            "ids": [run.firing.id],
+            "tokens": [run.claim_token],
+            "ats": token_instants([run.claim_token]),
+        },
+        "start": {
+            "batch": json.dumps([[held.firing.id, held.claim_token]]),
+            "ats": token_instants([held.claim_token]),
+        },
+        "cancel_requested": {"ids": [run.firing.id], "ats": token_instants([run.claim_token])},
+    }
+    with psycopg.connect(store.db.conninfo) as conn:
+        for name, params in cases.items():
+            row = conn.execute(
+                "EXPLAIN (ANALYZE, FORMAT JSON) " + store.db.q[name], store.db.params(params)
+            ).fetchone()
+            conn.rollback()
+            assert row is not None
+            parts = {r for r in _relations(row[0][0]["Plan"]) if r.startswith("firings_")}
+            assert parts == {today}, (name, parts)
+    # and they do what they did: the held one starts, the running one completes
+    assert store.start("w", [(held.firing.id, held.claim_token)]) == {held.firing.id}
+    assert store.heartbeat("w", [(run.firing.id, run.claim_token)]) == set()
+    assert store.complete([done]) == [True]
