@@ -59,7 +59,9 @@ DELETE FROM idempotency_keys k USING /*part*/ p WHERE k.firing_id = p.id
 SET LOCAL lock_timeout = '200ms'
 
 -- name: partition_detach
+-- A partition out of firings (the parent's ACCESS EXCLUSIVE lock, for a catalog change).
 ALTER TABLE firings DETACH PARTITION /*part*/
 
 -- name: partition_drop
+-- A detached partition's table, gone with its indexes: the O(1) end of a day.
 DROP TABLE /*part*/
