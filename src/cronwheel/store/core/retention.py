@@ -176,7 +176,7 @@ class RetentionFlows(QuotaFlows[D]):
         batches = 0
         while True:
             params = {
-                "until": self.db.instant(now - shortest),
+                "until": self.db.instant(self._prune_until(now - shortest)),
                 "after_at": self.db.instant(after_at),
                 "after_id": after_id,
                 "namespace": namespace,
@@ -200,6 +200,11 @@ class RetentionFlows(QuotaFlows[D]):
             report.add(one)
             if one.done or (max_batches is not None and batches >= max_batches):
                 return report
+
+    def _prune_until(self, until: datetime) -> datetime:
+        """Where the batched walk stops (the engine may stop earlier: PostgreSQL leaves
+        a day not yet over to a whole-day drop)."""
+        return until
 
     def _prune_candidates(self, params: dict[str, Any]) -> list[Row]:
         return list(self.db.read(lambda tx: tx.all("prune_candidates", params)))

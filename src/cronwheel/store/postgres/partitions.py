@@ -84,12 +84,24 @@ class PgPartitions(CoreStore[Database]):
         EXCLUSIVE), the unique index on (id, scheduled_for) built CONCURRENTLY (an
         invalid one left by an interrupted build dropped first). Idempotent; B, or None
         when the database is not at version 15."""
+        if not self.db.read(lambda tx: tx.one("prep_has_meta"))["ok"]:  # type: ignore[index]
+            return None
+        q = dict(self.db.q)
         with psycopg.connect(self.db.conninfo, autocommit=True) as conn:
-            conn.execute(query(_PREPARE_LOCK))
+            conn.execute(query(q["prep_lock"]))
             try:
-                return _prepare(conn)
+                return _prepare(conn, q)
             finally:
-                conn.execute(query(_PREPARE_UNLOCK))
+                conn.execute(query(q["prep_unlock"]))
+
+    def _prune_until(self, until: datetime) -> datetime:
+        """The batched walk stops at the UTC midnight before ``until``: the firings of a
+        day go with the day when it is dropped whole at the start of the pass after
+        it ends past the policy, and only what a day that cannot go whole still holds
+        is deleted row by row (it would otherwise delete each day's rows one by one as
+        they age, in the day before the whole day could go). So a finished firing is
+        kept up to a day longer than its keep_for."""
+        return until.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
     def maintain_partitions(self) -> list[str]:
         """Today's partition and the next ``partitions_ahead`` days' (store clock)."""
@@ -214,55 +226,27 @@ class PgPartitions(CoreStore[Database]):
             tx.run("pruned_event_update", params | {"id": row["id"]})
 
 
-_PREP_KEY = "hashtextextended('cronwheel.partition-prep:' || current_schema(), 0)"
-_PREPARE_LOCK = f"SELECT pg_advisory_lock({_PREP_KEY})"
-_PREPARE_UNLOCK = f"SELECT pg_advisory_unlock({_PREP_KEY})"
+def _prepare(conn: psycopg.Connection[Any], q: dict[str, str]) -> datetime | None:
+    def one(name: str, text: str | None = None) -> Any:
+        cur = conn.execute(query(text or q[name]))
+        return cur.fetchone() if cur.description is not None else None
 
-
-def _prepare(conn: psycopg.Connection[Any]) -> datetime | None:
-    def one(sql: str, *args: Any) -> Any:
-        row = conn.execute(query(sql), args or None).fetchone()
-        return None if row is None else row[0]
-
-    if one("SELECT to_regclass('meta') IS NULL"):
+    state = one("prep_state")
+    version, boundary, check_valid, index_valid = state
+    if version != "15":
         return None
-    if one("SELECT value FROM meta WHERE key = 'schema_version'") != "15":
-        return None
-    b = one("SELECT value::timestamptz FROM meta WHERE key = 'firings_partitions_from'")
-    if b is None:
-        b = one(
-            "SELECT greatest(date_trunc('day', now(), 'UTC') + interval '2 days',"
-            " date_trunc('day', max(scheduled_for), 'UTC') + interval '1 day') FROM firings"
-        )
-        conn.execute(
-            "INSERT INTO meta (key, value) VALUES ('firings_partitions_from', %s::text)"
-            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (b,),
-        )
-    check = one(
-        "SELECT convalidated FROM pg_constraint WHERE conrelid = 'firings'::regclass"
-        " AND conname = 'firings_partition_bound'"
-    )
-    if check is None:
-        conn.execute(
-            query(
-                "ALTER TABLE firings ADD CONSTRAINT firings_partition_bound"
-                " CHECK (scheduled_for < '" + b.isoformat() + "'::timestamptz) NOT VALID"
-            )
-        )
-    if not check:
-        conn.execute("ALTER TABLE firings VALIDATE CONSTRAINT firings_partition_bound")
-    valid = one(
-        "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
-        " WHERE i.indrelid = 'firings'::regclass AND c.relname = 'firings_id_at'"
-    )
-    if valid is False:
-        conn.execute("DROP INDEX CONCURRENTLY firings_id_at")
-    if not valid:
-        conn.execute(
-            "CREATE UNIQUE INDEX CONCURRENTLY firings_id_at ON firings (id, scheduled_for)"
-        )
-    return b if isinstance(b, datetime) else None
+    if boundary is None:
+        (boundary,) = one("prep_boundary")
+    if check_valid is None:
+        text = q["prep_check_add"].replace("/*boundary*/", boundary.isoformat())
+        one("prep_check_add", text)
+    if not check_valid:
+        one("prep_check_validate")
+    if index_valid is False:
+        one("prep_index_drop")
+    if not index_valid:
+        one("prep_index_build")
+    return boundary if isinstance(boundary, datetime) else None
 
 
 def _sql(db: Database, name: str, part: str) -> str:

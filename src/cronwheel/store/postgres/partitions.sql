@@ -65,3 +65,56 @@ ALTER TABLE firings DETACH PARTITION /*part*/
 -- name: partition_drop
 -- A detached partition's table, gone with its indexes: the O(1) end of a day.
 DROP TABLE /*part*/
+
+-- name: prep_lock
+-- The online first step of migration 16 (PgPartitions.prepare_partitioning), one
+-- migrator at a time: a session lock on its own connection (not a pooled one).
+SELECT pg_advisory_lock(hashtextextended('cronwheel.partition-prep:' || current_schema(), 0))
+
+-- name: prep_unlock
+-- The first step's lock released.
+SELECT pg_advisory_unlock(hashtextextended('cronwheel.partition-prep:' || current_schema(), 0))
+
+-- name: prep_state
+-- Where the first step stands: the schema version, the boundary chosen, whether the
+-- CHECK exists and is validated, whether the unique index exists and is valid.
+SELECT (SELECT value FROM meta WHERE key = 'schema_version') AS version,
+       (SELECT value::timestamptz FROM meta WHERE key = 'firings_partitions_from') AS boundary,
+       (SELECT convalidated FROM pg_constraint WHERE conrelid = 'firings'::regclass
+          AND conname = 'firings_partition_bound') AS check_valid,
+       (SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+        WHERE i.indrelid = 'firings'::regclass AND c.relname = 'firings_id_at') AS index_valid
+
+-- name: prep_boundary
+-- The boundary: the UTC midnight two days ahead, or the day after the latest instant
+-- held (a scan, without locking writers out), recorded.
+INSERT INTO meta (key, value)
+SELECT 'firings_partitions_from',
+       greatest(date_trunc('day', now(), 'UTC') + interval '2 days',
+                date_trunc('day', max(scheduled_for), 'UTC') + interval '1 day')::text
+FROM firings
+ON CONFLICT (key) DO UPDATE SET value = excluded.value
+RETURNING value::timestamptz AS boundary
+
+-- name: prep_check_add
+-- The CHECK the legacy partition's range is proved from, added NOT VALID (a catalog
+-- change: new rows are checked, old ones not yet). `/*boundary*/`: the boundary, as the
+-- server printed it.
+ALTER TABLE firings ADD CONSTRAINT firings_partition_bound
+CHECK (scheduled_for < '/*boundary*/'::timestamptz) NOT VALID
+
+-- name: prep_check_validate
+-- The CHECK validated: a scan under SHARE UPDATE EXCLUSIVE (writers go on).
+ALTER TABLE firings VALIDATE CONSTRAINT firings_partition_bound
+
+-- name: prep_index_drop
+-- An invalid unique index left by an interrupted concurrent build.
+DROP INDEX CONCURRENTLY firings_id_at
+
+-- name: prep_index_build
+-- The unique index the parent's key adopts, built without blocking writers.
+CREATE UNIQUE INDEX CONCURRENTLY firings_id_at ON firings (id, scheduled_for)
+
+-- name: prep_has_meta
+-- Whether the schema has been migrated at all (a new one has no meta table yet).
+SELECT to_regclass('meta') IS NOT NULL AS ok
