@@ -55,16 +55,22 @@ def _midnight(t: datetime) -> datetime:
 
 def _expected_survivors(rows: list[Any], now: datetime) -> set[int]:
     """The domain's rules by hand: finished within keep_for, or the newest firing of
-    its job with its outcome; on PostgreSQL, also finished since the UTC midnight before
-    now - keep_for (the batched walk leaves a day not over to a whole-day drop)."""
+    its job with its outcome; on PostgreSQL, also any firing of a day that has not
+    ended keep_for ago (the batched walk leaves it to the drop of its whole day)."""
     newest: dict[tuple[int, str], Any] = {}
     for r in rows:
         key = (r["job_id"], r["state"])
         if key not in newest or r["scheduled_for"] > newest[key]["scheduled_for"]:
             newest[key] = r
     keep = {r["id"] for r in newest.values()}
-    cutoff = _midnight(now - DEFAULT_RETENTION.keep_for)
-    return keep | {r["id"] for r in rows if r["finished_at"] >= cutoff}
+    young = {r["id"] for r in rows if now - r["finished_at"] < DEFAULT_RETENTION.keep_for}
+    # left to the drop of their day until it has had its chance
+    waiting = {
+        r["id"]
+        for r in rows
+        if _midnight(r["scheduled_for"]) + DAY + DEFAULT_RETENTION.keep_for > now
+    }
+    return keep | young | waiting
 
 
 def test_whole_days_past_the_policy_are_dropped_and_the_rest_pruned_by_rows(h: Harness) -> None:

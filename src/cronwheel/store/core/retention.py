@@ -184,7 +184,12 @@ class RetentionFlows(QuotaFlows[D]):
                 "limit": size,
             }
             rows = self._prune_candidates(params)
-            chosen = [r for r in rows if prunable(*_candidate(r, policies, now))]
+            chosen = [
+                r
+                for r in rows
+                if prunable(*_candidate(r, policies, now))
+                and not self._leave_to_drop(r, _policy(r, policies), now)
+            ]
             one = PruneReport(dry_run=dry_run, scanned=len(rows))
             if dry_run:
                 for r in chosen:
@@ -205,6 +210,11 @@ class RetentionFlows(QuotaFlows[D]):
         """Where the batched walk stops (the engine may stop earlier: PostgreSQL leaves
         a day not yet over to a whole-day drop)."""
         return until
+
+    def _leave_to_drop(self, row: Row, policy: Retention, now: datetime) -> bool:
+        """Whether the batched walk leaves a prunable firing to a drop of its whole day
+        (PostgreSQL: store/postgres/partitions.py)."""
+        return False
 
     def _prune_candidates(self, params: dict[str, Any]) -> list[Row]:
         return list(self.db.read(lambda tx: tx.all("prune_candidates", params)))

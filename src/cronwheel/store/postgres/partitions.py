@@ -94,14 +94,31 @@ class PgPartitions(CoreStore[Database]):
             finally:
                 conn.execute(query(q["prep_unlock"]))
 
+    # the longest keep_for in use, as the last drop_partitions found it
+    _longest_keep_for: timedelta | None = None
+    _uniform_keep_for = False
+
     def _prune_until(self, until: datetime) -> datetime:
-        """The batched walk stops at the UTC midnight before ``until``: the firings of a
-        day go with the day when it is dropped whole at the start of the pass after
-        it ends past the policy, and only what a day that cannot go whole still holds
-        is deleted row by row (it would otherwise delete each day's rows one by one as
-        they age, in the day before the whole day could go). So a finished firing is
-        kept up to a day longer than its keep_for."""
+        """With one keep_for in use (the default case), the batched walk stops at the UTC
+        midnight before ``until``: what it would reach beyond is in days that go whole
+        (see _leave_to_drop), and reading them on every pass to leave them would cost a
+        day's rows each time."""
+        if not self._uniform_keep_for:
+            return until
         return until.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+    def _leave_to_drop(self, row: Row, policy: Retention, now: datetime) -> bool:
+        """A firing kept by the longest keep_for in use is left to the drop of its day
+        until that day has had its chance (its end + that keep_for): the pass would
+        otherwise delete each day's firings one by one as they age, in the day before
+        the whole day can go. So such a firing is kept up to a day longer than its
+        keep_for; a shorter policy's firings are pruned row by row, on time."""
+        longest = self._longest_keep_for
+        if longest is None or policy.keep_for != longest:
+            return False
+        day = codec.req_instant(row["scheduled_for"]).astimezone(UTC)
+        day_end = day.replace(hour=0, minute=0, second=0, microsecond=0) + DAY
+        return now < day_end + longest
 
     def maintain_partitions(self) -> list[str]:
         """Today's partition and the next ``partitions_ahead`` days' (store clock)."""
@@ -123,19 +140,30 @@ class PgPartitions(CoreStore[Database]):
                 out.append((str(r["name"]), *rng))
         return sorted(out, key=lambda p: p[1])
 
+    def retention_bounds(self, policies: dict[str, Retention]) -> tuple[timedelta, int]:
+        """The longest keep_for and keep_last in use (namespaces, the default, job
+        overrides), remembered for the batched walk of this pass (_leave_to_drop)."""
+        row = self.db.read(lambda tx: tx.one("retention_longest_keep_for"))
+        longest = max([p.keep_for for p in policies.values()] + [DEFAULT_RETENTION.keep_for])
+        if row is not None and row["keep_for_s"] is not None:
+            longest = max(longest, timedelta(seconds=float(row["keep_for_s"])))
+        bounds = self.db.read(lambda tx: tx.one("retention_job_bounds"))
+        shortest = min([p.keep_for for p in policies.values()] + [DEFAULT_RETENTION.keep_for])
+        if bounds is not None and bounds["keep_for_s"] is not None:
+            shortest = min(shortest, timedelta(seconds=float(bounds["keep_for_s"])))
+        self._longest_keep_for = longest
+        self._uniform_keep_for = shortest == longest
+        keep_cap = max([p.keep_last for p in policies.values()] + [DEFAULT_RETENTION.keep_last, 1])
+        if bounds is not None and bounds["keep_last"] is not None:
+            keep_cap = max(keep_cap, int(bounds["keep_last"]))
+        return longest, keep_cap
+
     def drop_partitions(self, *, dry_run: bool = False) -> PruneReport:
         """Every partition whose firings may all go, dropped (or, ``dry_run``, counted)."""
         report = PruneReport(dry_run=dry_run, done=True)
         now = self.db.now()
         policies = self.list_retention()
-        row = self.db.read(lambda tx: tx.one("retention_longest_keep_for"))
-        longest = max([p.keep_for for p in policies.values()] + [DEFAULT_RETENTION.keep_for])
-        if row is not None and row["keep_for_s"] is not None:
-            longest = max(longest, timedelta(seconds=float(row["keep_for_s"])))
-        keep_cap = max([p.keep_last for p in policies.values()] + [DEFAULT_RETENTION.keep_last, 1])
-        bounds = self.db.read(lambda tx: tx.one("retention_job_bounds"))
-        if bounds is not None and bounds["keep_last"] is not None:
-            keep_cap = max(keep_cap, int(bounds["keep_last"]))
+        longest, keep_cap = self.retention_bounds(policies)
         for name, _lo, hi in self.partitions():
             if hi > now:  # a day not over yet may still get firings
                 continue

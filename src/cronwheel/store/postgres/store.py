@@ -89,9 +89,12 @@ class PostgresStore(PgDispatch, PgClaims, PgPartitions):
     ) -> PruneReport:
         """The batched pass of the store core, started (a pass of every namespace, for
         real) by the partition work: today's and tomorrow's made, whole days whose
-        firings may all go dropped (store/postgres/partitions.py). A dry run counts
-        what the batched pass would delete, the same firings."""
+        firings may all go dropped (store/postgres/partitions.py); the walk leaves
+        to those drops what they will take. A dry run counts what the walk would
+        delete: the same firings."""
         first = None
+        if cursor is None:  # a pass starts: its bounds, for the walk's _leave_to_drop
+            self.retention_bounds(self.list_retention())
         if cursor is None and namespace is None and not dry_run:
             self.maintain_partitions()
             first = self.drop_partitions()
