@@ -103,7 +103,8 @@ class PgPartitions(CoreStore[Database]):
         midnight before ``until``: what it would reach beyond is in days that go whole
         (see _leave_to_drop), and reading them on every pass to leave them would cost a
         day's rows each time."""
-        if not self._uniform_keep_for:
+        longest = self._longest_keep_for
+        if not self._uniform_keep_for or longest is None or longest < DAY:
             return until
         return until.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
@@ -112,9 +113,11 @@ class PgPartitions(CoreStore[Database]):
         until that day has had its chance (its end + that keep_for): the pass would
         otherwise delete each day's firings one by one as they age, in the day before
         the whole day can go. So such a firing is kept up to a day longer than its
-        keep_for; a shorter policy's firings are pruned row by row, on time."""
+        keep_for; a shorter policy's firings, and any under a keep_for shorter than a
+        day (a day more would be more than the policy), are pruned row by row, on
+        time (their days still go whole when they can)."""
         longest = self._longest_keep_for
-        if longest is None or policy.keep_for != longest:
+        if longest is None or longest < DAY or policy.keep_for != longest:
             return False
         day = codec.req_instant(row["scheduled_for"]).astimezone(UTC)
         day_end = day.replace(hour=0, minute=0, second=0, microsecond=0) + DAY
@@ -141,14 +144,20 @@ class PgPartitions(CoreStore[Database]):
         return sorted(out, key=lambda p: p[1])
 
     def retention_bounds(self, policies: dict[str, Retention]) -> tuple[timedelta, int]:
-        """The longest keep_for and keep_last in use (namespaces, the default, job
-        overrides), remembered for the batched walk of this pass (_leave_to_drop)."""
+        """The longest keep_for in use (the policies of the namespaces that have jobs,
+        the jobs' overrides) and the longest keep_last (any policy's: a bound of the
+        count), the first remembered for the batched walk of this pass (_leave_to_drop)."""
         row = self.db.read(lambda tx: tx.one("retention_longest_keep_for"))
-        longest = max([p.keep_for for p in policies.values()] + [DEFAULT_RETENTION.keep_for])
-        if row is not None and row["keep_for_s"] is not None:
+        assert row is not None
+        # the policies of the namespaces that have jobs (the default for one without its
+        # own): a namespace's policy set for a namespace with no job holds nothing
+        used = [policies.get(ns, DEFAULT_RETENTION).keep_for for ns in row["namespaces"] or []]
+        used = used or [DEFAULT_RETENTION.keep_for]
+        longest = max(used)
+        if row["keep_for_s"] is not None:
             longest = max(longest, timedelta(seconds=float(row["keep_for_s"])))
         bounds = self.db.read(lambda tx: tx.one("retention_job_bounds"))
-        shortest = min([p.keep_for for p in policies.values()] + [DEFAULT_RETENTION.keep_for])
+        shortest = min(used)
         if bounds is not None and bounds["keep_for_s"] is not None:
             shortest = min(shortest, timedelta(seconds=float(bounds["keep_for_s"])))
         self._longest_keep_for = longest

@@ -16,9 +16,12 @@ ORDER BY c.relname
 SELECT cronwheel_firings_partition(%(at)s::timestamptz) AS name
 
 -- name: retention_longest_keep_for
--- The longest keep_for any job overrides with (NULL: none does). [a scan of the jobs,
--- once per pass, as retention_job_bounds]
-SELECT max((policies->>'keep_for_s')::float8) AS keep_for_s FROM jobs
+-- The longest keep_for any job overrides with (NULL: none does), and the namespaces
+-- that have jobs (every firing has its job): whose policies are in use. [a scan of the
+-- jobs, once per pass, as retention_job_bounds]
+SELECT max((policies->>'keep_for_s')::float8) AS keep_for_s,
+       array_agg(DISTINCT namespace) AS namespaces
+FROM jobs
 
 -- name: partition_facts
 -- Whether a partition holds an unfinished firing [its firings_active], and when its last
