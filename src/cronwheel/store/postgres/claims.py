@@ -9,7 +9,6 @@ transaction, under row locks that serialize the claimers of each capped job (see
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,7 +19,7 @@ from cronwheel.store.claiming import ClaimAsk, candidates_from_rows, capped, pla
 from cronwheel.store.codec import Row
 from cronwheel.store.core import CoreStore
 from cronwheel.store.postgres.db import Database, PgTx
-from cronwheel.store.postgres.params import complete_params, rounds, token_instants
+from cronwheel.store.postgres.params import complete_params, rounds
 from cronwheel.store.protocol import Completion
 
 
@@ -182,32 +181,11 @@ class PgClaims(CoreStore[Database]):
         )
         return rows, planned
 
-    # start, heartbeat, completion and the cancel poll find their rows by id in the
-    # partition their token names (params.token_instants): one index probe, not one per
-    # partition of firings
-    def start(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
-        if not claims:
-            return set()
-        params = {
-            "batch": json.dumps([[fid, token] for fid, token in claims]),
-            "ats": token_instants([token for _, token in claims]),
-        }
-        rows = self.db.write(lambda tx: tx.all("start", params), atomic=False)
-        return {FiringId(r["id"]) for r in rows}
-
-    def cancel_requested(self, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
-        if not claims:
-            return set()
-        params = {"ids": [c[0] for c in claims], "ats": token_instants([c[1] for c in claims])}
-        rows = self.db.read(lambda tx: tx.all("cancel_requested", params))
-        return {FiringId(r["id"]) for r in rows}
-
     def heartbeat(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
         if not claims:
             return set()
         ordered = sorted(claims)  # rows locked in id order, as everywhere
-        tokens = [c[1] for c in ordered]
-        params = {"ids": [c[0] for c in ordered], "tokens": tokens, "ats": token_instants(tokens)}
+        params = {"ids": [c[0] for c in ordered], "tokens": [c[1] for c in ordered]}
         rows = self.db.write(lambda tx: tx.all("heartbeat", params), atomic=False, durable=False)
         held = {r["id"] for r in rows}
         return {FiringId(fid) for fid, _ in claims if fid not in held}

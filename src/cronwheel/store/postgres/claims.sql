@@ -34,10 +34,7 @@ upd AS (
                      ELSE 'claimed' END,
         started_at = CASE WHEN p.rn <= %(start)s AND f.due_at <= :now THEN :now END,
         attempt = f.attempt + 1,
-        -- the token carries the firing's instant: the worker's start, heartbeats,
-        -- completion and cancel checks name its partition with it (partitions.py)
-        claim_token = replace(gen_random_uuid()::text, '-', '') || '.'
-                      || (extract(epoch FROM f.scheduled_for) * 1000000)::bigint,
+        claim_token = replace(gen_random_uuid()::text, '-', ''),
         worker_id = %(worker_id)s,
         lease_until = :now + f.visibility_us * interval '1 microsecond',
         claimed_at = :now,
@@ -140,8 +137,7 @@ SET state = CASE WHEN x.ord <= %(start)s AND f.due_at <= :now THEN 'running'
                  ELSE 'claimed' END,
     started_at = CASE WHEN x.ord <= %(start)s AND f.due_at <= :now THEN :now END,
     attempt = f.attempt + 1,
-    claim_token = replace(gen_random_uuid()::text, '-', '') || '.'
-                  || (extract(epoch FROM f.scheduled_for) * 1000000)::bigint,
+    claim_token = replace(gen_random_uuid()::text, '-', ''),
     worker_id = %(worker_id)s,
     lease_until = :now + f.visibility_us * interval '1 microsecond',
     claimed_at = :now,
@@ -166,13 +162,11 @@ WHERE id = ANY (%(ids)s::bigint[]) AND state = 'queued'
 -- with the starts of the same claims (PostgreSQL's 1 s deadlock timeout, then a retry).
 WITH lk AS MATERIALIZED (
     SELECT f.id FROM firings f WHERE f.id = ANY (%(ids)s::bigint[])
-      AND (%(ats)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(ats)s::timestamptz[]))
     ORDER BY f.id FOR NO KEY UPDATE
 )
 UPDATE firings f SET lease_until = :now + f.visibility_us * interval '1 microsecond'
 FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS c (id, token)
 WHERE f.id = ANY (ARRAY(SELECT id FROM lk))
-  AND (%(ats)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(ats)s::timestamptz[]))
   AND f.id = c.id AND f.claim_token = c.token
   AND (f.state IN ('claimed', 'running')) IS NOT FALSE
 RETURNING f.id
@@ -222,10 +216,7 @@ upd AS (
     -- test is spelled so that it does not match the partial indexes on state: the
     -- planner otherwise chose to scan every RUNNING firing, cluster-wide (dead index
     -- entries included), for each batch. (state is NOT NULL: IS NOT FALSE is "=")
-    -- %(ats)s: the firings' instants, read from their tokens (NULL: a token without
-    -- one): only their partitions are looked at (plan-time pruning of a custom plan)
     WHERE f.id = ANY (ARRAY(SELECT c.id FROM c))
-      AND (%(ats)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(ats)s::timestamptz[]))
       AND f.id = c.id AND f.claim_token = c.token AND (f.state = 'running') IS NOT FALSE
     RETURNING f.id, f.attempt, f.worker_id, f.claimed_at, c.ok, c.cancelled, c.started_at,
               c.finished_at, c.error

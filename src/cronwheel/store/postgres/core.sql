@@ -201,10 +201,8 @@ ORDER BY due_at
 LIMIT 1
 
 -- name: cancel_requested
--- Which of a worker's claims were asked to stop; %(ats)s their instants (see
--- complete_batch). [firings primary key]
+-- Which of a worker's claims were asked to stop. [firings primary key]
 SELECT id FROM firings WHERE id = ANY (%(ids)s::bigint[]) AND cancel_requested_at IS NOT NULL
-  AND (%(ats)s::timestamptz[] IS NULL OR scheduled_for = ANY (%(ats)s::timestamptz[]))
 
 -- name: get_firing
 -- [firings primary key]
@@ -218,8 +216,7 @@ SELECT * FROM firings WHERE /*where*/ ORDER BY id DESC LIMIT %(limit)s
 -- name: start
 -- Held firings start: CLAIMED -> RUNNING, each a CAS on (claimed, claim token); a
 -- cancel since the claim makes it fail, and the handler is never called. %(batch)s is
--- a JSON array of [id, token], %(ats)s their instants (see complete_batch); rows by
--- primary key, the state test kept off the
+-- a JSON array of [id, token]; rows by primary key, the state test kept off the
 -- partial indexes (see complete_batch).
 -- The rows are locked in id order first, as the heartbeat takes them (see heartbeat).
 WITH c AS (
@@ -228,7 +225,6 @@ WITH c AS (
 ),
 lk AS MATERIALIZED (
     SELECT f.id FROM firings f WHERE f.id = ANY (ARRAY(SELECT id FROM c))
-      AND (%(ats)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(ats)s::timestamptz[]))
     ORDER BY f.id FOR NO KEY UPDATE
 )
 UPDATE firings f
@@ -236,7 +232,6 @@ SET state = 'running', started_at = :now,
     lease_until = :now + f.visibility_us * interval '1 microsecond'
 FROM c
 WHERE f.id = ANY (ARRAY(SELECT id FROM lk)) AND f.id = c.id AND f.claim_token = c.token
-  AND (%(ats)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(ats)s::timestamptz[]))
   AND (f.state = 'claimed') IS NOT FALSE
 RETURNING f.id
 

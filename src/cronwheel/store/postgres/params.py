@@ -134,8 +134,7 @@ def complete_params(batch: Sequence[Completion]) -> dict[str, Any]:
                 for c in batch
             ],
             ensure_ascii=False,
-        ),
-        "ats": token_instants([c.claim_token for c in batch]),
+        )
     }
 
 
@@ -153,16 +152,3 @@ def _text(value: str) -> str:
     except UnicodeEncodeError:
         value = value.encode("utf-8", "replace").decode("utf-8")
     return value
-
-
-def token_instants(tokens: Sequence[str]) -> list[datetime] | None:
-    """The scheduled instants a PostgreSQL claim token carries after its dot (µs since
-    the epoch; claims.sql), which name the firings' partitions; None when a token has
-    none (one issued before migration 16): then every partition is looked at."""
-    out = []
-    for token in tokens:
-        _, dot, us = token.partition(".")
-        if not dot or not us.lstrip("-").isdigit():
-            return None
-        out.append(codec.from_us(int(us)))
-    return out
