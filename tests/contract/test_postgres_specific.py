@@ -148,6 +148,11 @@ def test_claim_scan_stays_an_ordered_index_walk_when_statistics_are_stale(h: Har
     sort of the whole queue on every claim (50 ms per claim at 20,000 queued). The
     claim scan must read a few pages per claim, not every queued firing."""
     with _raw(h) as conn:
+        # the session's catalog caches warmed first, as on a pooled connection: planning
+        # over the partitions of firings reads their catalog rows once per session
+        # (~1,900 buffers for five partitions), which is not the scan measured here
+        conn.execute("SELECT * FROM cronwheel_claim_scan(ARRAY['t'], now(), 50)")
+        conn.rollback()
         _bulk_jobs(conn, 5000)
         _queue_one_per_job(
             conn, "now() - interval '1 s'", vdeadline="now() + (j.id % 4999) * interval '1 ms'"
@@ -213,13 +218,19 @@ def test_claim_facts_look_up_their_jobs_not_the_queue(h: Harness) -> None:
         _queue_one_per_job(conn, "now() - interval '1 s'")
         jobs = [r[0] for r in conn.execute("SELECT id FROM jobs ORDER BY id LIMIT 64 OFFSET 500")]
         top = _buffers(conn, h, "claim_facts", {"jobs": jobs})
+        parts = conn.execute(
+            "SELECT count(*) FROM pg_inherits WHERE inhparent = 'firings'::regclass"
+        ).fetchone()
         facts = conn.execute(_store(h).db.q["claim_facts"], _store(h).db.params({"jobs": jobs}))
         due = {r[0]: list(r[2]) for r in facts.fetchall()}
         conn.rollback()
     assert top["Actual Rows"] == 64
     assert all(len(ids) == 1 for ids in due.values()) and len(due) == 64
-    # 64 lookups: a few index pages and a heap page each; the walk read all 40,000
-    assert top["touched"] < 600, f"{top['touched']} buffers for the facts of 64 jobs"
+    # 64 lookups: a few index pages and a heap page each, and an index probe (a page or
+    # two) in each other partition of firings (the day ahead); the walk read all 40,000
+    assert parts is not None
+    bound = 600 + 64 * 2 * (parts[0] - 1)
+    assert top["touched"] < bound, f"{top['touched']} buffers for the facts of 64 jobs"
 
 
 def test_reaper_start_deadline_pass_does_not_walk_the_queue(h: Harness) -> None:

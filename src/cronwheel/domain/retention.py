@@ -135,6 +135,7 @@ class PruneReport:
     firings: dict[str, int] = field(default_factory=dict)
     jobs: int = 0
     scanned: int = 0
+    partitions: int = 0  # whole partitions dropped (PostgreSQL: store/postgres/partitions.py)
     done: bool = False
     cursor: tuple[datetime, int] | None = None  # where the next batch of the pass starts
 
@@ -147,6 +148,7 @@ class PruneReport:
             self.firings[state] = self.firings.get(state, 0) + n
         self.jobs += other.jobs
         self.scanned += other.scanned
+        self.partitions += other.partitions
         self.done = other.done
         self.cursor = other.cursor
 
@@ -157,6 +159,7 @@ class PruneReport:
             "firings_total": self.deleted,
             "jobs": self.jobs,
             "scanned": self.scanned,
+            "partitions": self.partitions,
             "done": self.done,
         }
 

@@ -176,7 +176,7 @@ class RetentionFlows(QuotaFlows[D]):
         batches = 0
         while True:
             params = {
-                "until": self.db.instant(now - shortest),
+                "until": self.db.instant(self._prune_until(now - shortest)),
                 "after_at": self.db.instant(after_at),
                 "after_id": after_id,
                 "namespace": namespace,
@@ -184,7 +184,12 @@ class RetentionFlows(QuotaFlows[D]):
                 "limit": size,
             }
             rows = self._prune_candidates(params)
-            chosen = [r for r in rows if prunable(*_candidate(r, policies, now))]
+            chosen = [
+                r
+                for r in rows
+                if prunable(*_candidate(r, policies, now))
+                and not self._leave_to_drop(r, _policy(r, policies), now)
+            ]
             one = PruneReport(dry_run=dry_run, scanned=len(rows))
             if dry_run:
                 for r in chosen:
@@ -200,6 +205,16 @@ class RetentionFlows(QuotaFlows[D]):
             report.add(one)
             if one.done or (max_batches is not None and batches >= max_batches):
                 return report
+
+    def _prune_until(self, until: datetime) -> datetime:
+        """Where the batched walk stops (the engine may stop earlier: PostgreSQL leaves
+        a day not yet over to a whole-day drop)."""
+        return until
+
+    def _leave_to_drop(self, row: Row, policy: Retention, now: datetime) -> bool:
+        """Whether the batched walk leaves a prunable firing to a drop of its whole day
+        (PostgreSQL: store/postgres/partitions.py)."""
+        return False
 
     def _prune_candidates(self, params: dict[str, Any]) -> list[Row]:
         return list(self.db.read(lambda tx: tx.all("prune_candidates", params)))

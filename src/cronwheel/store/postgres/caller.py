@@ -49,7 +49,14 @@ from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import JsonbBinaryLoader, JsonBinaryLoader, JsonbLoader, JsonLoader
 
 from cronwheel.errors import StoreError, ValidationError
-from cronwheel.store.postgres.db import Database, PgTx, Result, query, store_error
+from cronwheel.store.postgres.db import (
+    Database,
+    PgTx,
+    Result,
+    missing_partition,
+    query,
+    store_error,
+)
 
 T = TypeVar("T")
 _FIELD = "connection"
@@ -266,17 +273,30 @@ class CallerDatabase(Database):
     def _unit(self, body: Callable[[PgTx], T]) -> T:
         self._link.require_usable()
         tx = CallerTx(self._link, self)
-        try:
-            saved = tx.one("caller_settings")  # begins a non-autocommit caller's transaction
-            assert saved is not None
-            with self._link.savepoint():
-                tx.one("caller_enter", {"search_path": self._search_path})
-                self._require_same_store(tx)
-                result = body(tx)
-                tx.one("caller_restore", dict(saved))
-            return result
-        except psycopg.Error as exc:
-            raise store_error(exc) from exc
+        made: set[str] = set()
+        while True:
+            try:
+                saved = tx.one("caller_settings")  # begins a non-autocommit caller's transaction
+                assert saved is not None
+                with self._link.savepoint():
+                    tx.one("caller_enter", {"search_path": self._search_path})
+                    self._require_same_store(tx)
+                    result = body(tx)
+                    tx.one("caller_restore", dict(saved))
+                return result
+            except psycopg.Error as exc:
+                # a firing's day without a partition: the savepoint is rolled back, the
+                # partition created on a connection of its own (not to hold the parent's
+                # lock until the caller commits), the unit run again
+                at = missing_partition(exc)
+                if at is None or at in made:
+                    raise store_error(exc) from exc
+                made.add(at)
+                self.add_partition(at)
+
+    def add_partition(self, at: str) -> None:
+        with psycopg.connect(self.conninfo, autocommit=True) as conn:
+            conn.execute("SELECT cronwheel_firings_partition(%(at)s::timestamptz)", {"at": at})
 
     def _require_same_store(self, tx: CallerTx) -> None:
         try:

@@ -356,6 +356,7 @@ class Database:
         executions), and the fsync was not what bounded their throughput anyway.
         """
         attempt = 0
+        made: set[str] = set()  # days whose partition was missing, made here
         while True:
             attempt += 1
             try:
@@ -370,6 +371,18 @@ class Database:
                         return body(conn)
             except CronwheelError:
                 raise
+            except pgerrors.CheckViolation as exc:
+                # a firing whose day has no partition yet (the leader creates them a few
+                # days ahead): a catch-up of an old instant, a far one-shot, a moved
+                # clock. The transaction was rolled back by the error: the day's
+                # partition is created and the body run again.
+                # (a bulk insert over many days finds them one at a time)
+                at = missing_partition(exc)
+                if at is None or at in made:
+                    raise store_error(exc) from exc
+                made.add(at)
+                attempt -= 1
+                self.add_partition(at)
             except (pgerrors.SerializationFailure, pgerrors.DeadlockDetected) as exc:
                 kind = "deadlock" if isinstance(exc, pgerrors.DeadlockDetected) else "serialization"
                 with self._retried_lock:
@@ -393,6 +406,12 @@ class Database:
                 time.sleep(0.05 * attempt)
             except psycopg.Error as exc:  # InterfaceError: e.g. a connection closed under us
                 raise store_error(exc) from exc
+
+    def add_partition(self, at: str) -> None:
+        """The partition of firings holding the instant ``at`` (text as the server
+        printed it), created if missing (store/postgres/partitions.py)."""
+        with self._checkout() as conn:
+            conn.execute("SELECT cronwheel_firings_partition(%(at)s::timestamptz)", {"at": at})
 
     # -- the Dialect of the store core ---------------------------------------------
     def write(self, body: Callable[[PgTx], T], *, atomic: bool = True, durable: bool = True) -> T:
@@ -449,6 +468,18 @@ def store_error(exc: psycopg.Error) -> StoreError:
     transient = isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
     kind = StoreUnavailableError if transient else StoreError
     return kind(f"postgresql: {_first_line(exc)}", field="store")
+
+
+_NO_PARTITION = re.compile(r'no partition of relation "firings" found for row')
+_PARTITION_KEY = re.compile(r"\(scheduled_for\) = \(([^)]*)\)")
+
+
+def missing_partition(exc: psycopg.Error) -> str | None:
+    """The instant of a firing that found no partition of firings, else None."""
+    if not _NO_PARTITION.search(exc.diag.message_primary or ""):
+        return None
+    found = _PARTITION_KEY.search(exc.diag.message_detail or "")
+    return found.group(1) if found else None
 
 
 def _first_line(exc: BaseException) -> str:

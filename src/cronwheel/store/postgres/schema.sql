@@ -416,3 +416,139 @@ END
 $fn$;
 CREATE TRIGGER firings_count_finished AFTER INSERT OR UPDATE OF finished_at ON firings
 FOR EACH ROW EXECUTE FUNCTION cronwheel_count_finished();
+
+-- name: migration_16
+-- Firings partitioned by time (store/postgres/partitions.py): `firings` becomes
+-- PARTITION BY RANGE (scheduled_for), one partition per UTC day, so that retention drops
+-- a day whose every firing is past its policy in O(1) instead of deleting its rows.
+-- The table as it was becomes one partition, `firings_legacy`, covering every instant
+-- before the boundary B (a UTC midnight, the meta row 'firings_partitions_from'); days
+-- from B on get partitions of their own. On a database holding data, run
+-- PostgresStore.prepare_partitioning first (`cronwheel migrate` does): it adds the CHECK
+-- (scheduled_for < B) NOT VALID and VALIDATEs it, and builds the unique index on
+-- (id, scheduled_for) CONCURRENTLY, both without blocking writers, so that this
+-- transaction only changes catalogs (the ATTACH proves the range from the CHECK instead
+-- of scanning the table). Without it (a fresh or small database), both are done here.
+-- Keys: UNIQUE (id, scheduled_for) (ids still come from one sequence, so id alone stays
+-- unique) and UNIQUE (job_id, scheduled_for) (a deposed leader's duplicate is still
+-- rejected: it includes the partition key). No DEFAULT partition: attaching a day would
+-- have to scan it. firing_attempts and idempotency_keys lose their foreign keys onto
+-- firings(id) (a key onto a partitioned table must include scheduled_for, and a
+-- referenced partition cannot be dropped without a scan); the statement trigger
+-- firings_cascade deletes them with their firing as ON DELETE CASCADE did.
+DO $mig$
+DECLARE
+    b      timestamptz;
+    nextid bigint;
+    ix     record;
+BEGIN
+    LOCK TABLE firings IN ACCESS EXCLUSIVE MODE;
+    SELECT value::timestamptz INTO b FROM meta WHERE key = 'firings_partitions_from';
+    IF b IS NULL OR NOT EXISTS (SELECT 1 FROM pg_constraint
+                                WHERE conrelid = 'firings'::regclass
+                                  AND conname = 'firings_partition_bound' AND convalidated) THEN
+        SELECT greatest(date_trunc('day', now(), 'UTC'),
+                        coalesce(date_trunc('day', max(scheduled_for), 'UTC') + interval '1 day',
+                                 '-infinity'))
+        INTO b FROM firings;
+        ALTER TABLE firings DROP CONSTRAINT IF EXISTS firings_partition_bound;
+        EXECUTE format('ALTER TABLE firings ADD CONSTRAINT firings_partition_bound '
+                       'CHECK (scheduled_for < %L)', b);
+        INSERT INTO meta (key, value) VALUES ('firings_partitions_from', b::text)
+        ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                   WHERE i.indrelid = 'firings'::regclass AND c.relname = 'firings_id_at'
+                     AND i.indisvalid) THEN
+        DROP INDEX IF EXISTS firings_id_at;
+        CREATE UNIQUE INDEX firings_id_at ON firings (id, scheduled_for);
+    END IF;
+    ALTER TABLE firings ADD CONSTRAINT firings_id_at UNIQUE USING INDEX firings_id_at;
+    ALTER TABLE firing_attempts DROP CONSTRAINT firing_attempts_firing_id_fkey;
+    ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_firing_id_fkey;
+    ALTER TABLE firings DROP CONSTRAINT firings_pkey;
+    DROP TRIGGER firings_count_finished ON firings;
+    -- ids: one sequence for every partition, continuing the identity's
+    nextid := nextval(pg_get_serial_sequence('firings', 'id'));
+    ALTER TABLE firings ALTER COLUMN id DROP IDENTITY;
+    CREATE SEQUENCE firings_id_seq AS bigint;
+    PERFORM setval('firings_id_seq', nextid, false);
+    -- the old table's indexes and constraints keep their definitions, renamed
+    FOR ix IN SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+              WHERE i.indrelid = 'firings'::regclass LOOP
+        EXECUTE format('ALTER INDEX %I RENAME TO %I', ix.relname,
+                       'firings_legacy' || substr(ix.relname, length('firings') + 1));
+    END LOOP;
+    ALTER TABLE firings RENAME CONSTRAINT firings_job_id_fkey TO firings_legacy_job_id_fkey;
+    ALTER TABLE firings RENAME CONSTRAINT firings_partition_bound TO firings_legacy_bound;
+    ALTER TABLE firings RENAME TO firings_legacy;
+    CREATE TABLE firings (LIKE firings_legacy INCLUDING DEFAULTS) PARTITION BY RANGE (scheduled_for);
+    ALTER SEQUENCE firings_id_seq OWNED BY firings.id;
+    ALTER TABLE firings ALTER COLUMN id SET DEFAULT nextval('firings_id_seq');
+    ALTER TABLE firings ADD CONSTRAINT firings_id_at UNIQUE (id, scheduled_for);
+    ALTER TABLE firings ADD CONSTRAINT firings_job_id_scheduled_for_key UNIQUE (job_id, scheduled_for);
+    ALTER TABLE firings ADD CONSTRAINT firings_job_id_fkey
+        FOREIGN KEY (job_id) REFERENCES jobs (id) ON DELETE CASCADE;
+    CREATE INDEX firings_claim ON firings (vdeadline) WHERE state = 'queued';
+    CREATE INDEX firings_lease ON firings (lease_until) WHERE state IN ('claimed', 'running');
+    CREATE INDEX firings_finished ON firings (finished_at) WHERE finished_at IS NOT NULL;
+    CREATE INDEX firings_job_id ON firings (job_id, id);
+    CREATE INDEX firings_held_job ON firings (job_id) WHERE state IN ('claimed', 'running');
+    CREATE INDEX firings_queued_job ON firings (job_id, scheduled_for) WHERE state = 'queued';
+    CREATE INDEX firings_held_namespace ON firings (namespace) WHERE state IN ('claimed', 'running');
+    CREATE INDEX firings_queued_due ON firings (due_at) WHERE state = 'queued' AND buffered_at IS NULL;
+    CREATE INDEX firings_outcome ON firings (job_id, state, scheduled_for) WHERE finished_at IS NOT NULL;
+    CREATE INDEX firings_active ON firings (id) WHERE state IN ('queued', 'claimed', 'running');
+    CREATE TRIGGER firings_count_finished AFTER INSERT OR UPDATE OF finished_at ON firings
+    FOR EACH ROW EXECUTE FUNCTION cronwheel_count_finished();
+    EXECUTE format('ALTER TABLE firings ATTACH PARTITION firings_legacy '
+                   'FOR VALUES FROM (MINVALUE) TO (%L)', b);
+    -- a new database's (empty) old table is no partition to keep: every query would
+    -- probe it
+    IF NOT EXISTS (SELECT 1 FROM firings_legacy) THEN
+        ALTER TABLE firings DETACH PARTITION firings_legacy;
+        DROP TABLE firings_legacy;
+    END IF;
+END
+$mig$;
+CREATE FUNCTION cronwheel_firing_deleted() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $fn$
+BEGIN
+    DELETE FROM firing_attempts a USING gone g WHERE a.firing_id = g.id;
+    DELETE FROM idempotency_keys k USING gone g WHERE k.firing_id = g.id;
+    RETURN NULL;
+END
+$fn$;
+CREATE TRIGGER firings_cascade AFTER DELETE ON firings REFERENCING OLD TABLE AS gone
+FOR EACH STATEMENT EXECUTE FUNCTION cronwheel_firing_deleted();
+-- A day's partition: a plain table like the parent, then ATTACHed (SHARE UPDATE
+-- EXCLUSIVE on the parent: reads and writes go on; CREATE TABLE ... PARTITION OF would
+-- take ACCESS EXCLUSIVE). Idempotent; serialized on an advisory lock; nothing when the
+-- instant is before the boundary while firings_legacy still covers it. The name of the
+-- partition holding the instant.
+CREATE FUNCTION cronwheel_firings_partition(p_at timestamptz) RETURNS text
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    lo   timestamptz := date_trunc('day', p_at, 'UTC');
+    name text := 'firings_p' || to_char(date_trunc('day', p_at, 'UTC') AT TIME ZONE 'UTC', 'YYYYMMDD');
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('cronwheel.partitions:' || current_schema(), 0));
+    IF to_regclass('firings_legacy') IS NOT NULL AND EXISTS (
+        SELECT 1 FROM meta WHERE key = 'firings_partitions_from' AND p_at < value::timestamptz) THEN
+        RETURN 'firings_legacy';
+    END IF;
+    IF to_regclass(name) IS NULL THEN
+        EXECUTE format('CREATE TABLE %I (LIKE firings)', name);
+        EXECUTE format('ALTER TABLE firings ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
+                       name, lo, lo + interval '1 day');
+    END IF;
+    RETURN name;
+END
+$fn$;
+SELECT cronwheel_firings_partition(greatest(date_trunc('day', now(), 'UTC'), value::timestamptz)
+                                   + d * interval '1 day')
+FROM meta, generate_series(0, 1) d WHERE key = 'firings_partitions_from';

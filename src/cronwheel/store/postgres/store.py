@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from cronwheel.domain.clock import Clock
+from cronwheel.domain.retention import PruneReport
 from cronwheel.errors import StoreError
 from cronwheel.store.postgres.caller import CallerDatabase, Link
 from cronwheel.store.postgres.claims import PgClaims
@@ -24,13 +25,14 @@ from cronwheel.store.postgres.db import Database, DbTime
 from cronwheel.store.postgres.dispatch import PgDispatch
 from cronwheel.store.postgres.ha import with_hosts
 from cronwheel.store.postgres.listen import PgListenWakeup, PollOnly
+from cronwheel.store.postgres.partitions import PgPartitions
 from cronwheel.wakeup import Wakeup
 
 if TYPE_CHECKING:
     from cronwheel.store.protocol import ApiStore
 
 
-class PostgresStore(PgDispatch, PgClaims):
+class PostgresStore(PgDispatch, PgClaims, PgPartitions):
     """The Store on a PostgreSQL database (see the module docstring).
 
     ``schema`` confines the store to one schema (``search_path``); ``db_time`` lets
@@ -70,6 +72,44 @@ class PostgresStore(PgDispatch, PgClaims):
         view = copy.copy(self)
         view.db = CallerDatabase(self.db, link, search_path=search_path, key=key)
         return view
+
+    def migrate(self) -> int:
+        """The pending migrations; on a database at version 15, the online part of the
+        partitioning of firings first (PgPartitions.prepare_partitioning)."""
+        self.prepare_partitioning()
+        return super().migrate()
+
+    def prune_history(
+        self,
+        *,
+        dry_run: bool = False,
+        namespace: str | None = None,
+        batch: int | None = None,
+        max_batches: int | None = None,
+        cursor: tuple[datetime, int] | None = None,
+    ) -> PruneReport:
+        """The batched pass of the store core, started (a pass of every namespace, for
+        real) by the partition work: today's and tomorrow's made, whole days whose
+        firings may all go dropped (store/postgres/partitions.py); the walk leaves
+        to those drops what they will take. A dry run counts what the walk would
+        delete: the same firings."""
+        first = None
+        if cursor is None:  # a pass starts: its bounds, for the walk's _leave_to_drop
+            self.retention_bounds(self.list_retention())
+        if cursor is None and namespace is None and not dry_run:
+            self.maintain_partitions()
+            first = self.drop_partitions()
+        report = super().prune_history(
+            dry_run=dry_run,
+            namespace=namespace,
+            batch=batch,
+            max_batches=max_batches,
+            cursor=cursor,
+        )
+        if first is None:
+            return report
+        first.add(report)
+        return first
 
     @property
     def time_offset(self) -> timedelta:

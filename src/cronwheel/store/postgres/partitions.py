@@ -1,0 +1,328 @@
+"""Time partitions of firings on PostgreSQL (schema.sql migration_16): one partition
+per UTC day of ``scheduled_for``, and ``firings_legacy`` (the table as it was before
+the migration) holding every instant before the boundary.
+
+- Creation: the leader makes today's and tomorrow's partitions at the start of each
+  retention pass (``maintain_partitions``); an insert whose day has none (a catch-up of
+  an old instant, a far one-shot, a moved clock) creates it and is run again
+  (db.py, ``missing_partition``). A partition is created as a table, then ATTACHed:
+  SHARE UPDATE EXCLUSIVE on the parent, so reads and writes go on.
+- Drop (``drop_partitions``, the start of each retention pass): a partition whose day
+  is over goes as a whole when none of its firings must stay — none unfinished, each
+  finished longer ago than its policy's keep_for, and each (job, outcome) group with at
+  least keep_last newer firings of the same outcome in later partitions (the rules of
+  domain/retention.py, decided per group on its newest firing, which the older ones
+  follow). Deciding reads the partition once (an aggregate per job and outcome); the
+  drop itself is a DETACH and a DROP TABLE: no row deleted, no dead tuple, no vacuum.
+  Then, in the same transaction: one-shot jobs go as a whole (as the batched pass
+  does), the jobs' ``pruned`` events are summed, attempts and idempotency keys deleted.
+  After the DETACH (the parent's ACCESS EXCLUSIVE lock, waited for at most 200 ms) the
+  partition is checked again through two index probes — anything written to it since
+  the decision (a re-drive, a late insert) is unfinished or finished recently — and the
+  drop is rolled back if so. A partition that cannot go whole is left to the batched
+  pass (core/retention.py), like the rest of the history.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from cronwheel.domain.firing import FiringState
+from cronwheel.domain.retention import (
+    DEFAULT_RETENTION,
+    ONE_SHOT_KINDS,
+    Candidate,
+    PrunedSummary,
+    PruneReport,
+    Retention,
+    prunable,
+    pruned_counts,
+)
+from cronwheel.errors import StoreUnavailableError
+from cronwheel.store import codec
+from cronwheel.store.codec import Row
+from cronwheel.store.core.dialect import Tx
+from cronwheel.store.core.flows import CoreStore
+from cronwheel.store.postgres.db import Database, PgTx, query
+
+_NAME = re.compile(r"firings_(legacy|p(\d{4})(\d{2})(\d{2}))")
+_PART = "/*part*/"
+DAY = timedelta(days=1)
+
+
+class _Abandoned(Exception):
+    """The partition changed between the decision and the drop: rolled back."""
+
+
+def partition_range(name: str, legacy_to: datetime | None) -> tuple[datetime, datetime] | None:
+    """The [lo, hi) instants of a partition of firings by its name (None: not ours)."""
+    m = _NAME.fullmatch(name)
+    if m is None:
+        return None
+    if m.group(1) == "legacy":
+        if legacy_to is None:
+            return None
+        return datetime.min.replace(tzinfo=UTC), legacy_to
+    lo = datetime(int(m.group(2)), int(m.group(3)), int(m.group(4)), tzinfo=UTC)
+    return lo, lo + DAY
+
+
+class PgPartitions(CoreStore[Database]):
+    """Creating and dropping the day partitions of firings (module doc)."""
+
+    partitions_ahead = 1  # days after today with a partition made in advance
+
+    def prepare_partitioning(self) -> datetime | None:
+        """On a database at migration 15, what migration_16 needs done first, each step
+        without blocking writers (a session of its own, autocommit): the boundary B (two
+        UTC midnights ahead, or the day after the latest instant held), the CHECK
+        (scheduled_for < B) added NOT VALID then VALIDATEd (a scan under SHARE UPDATE
+        EXCLUSIVE), the unique index on (id, scheduled_for) built CONCURRENTLY (an
+        invalid one left by an interrupted build dropped first). Idempotent; B, or None
+        when the database is not at version 15."""
+        if not self.db.read(lambda tx: tx.one("prep_has_meta"))["ok"]:  # type: ignore[index]
+            return None
+        q = dict(self.db.q)
+        with psycopg.connect(self.db.conninfo, autocommit=True) as conn:
+            conn.execute(query(q["prep_lock"]))
+            try:
+                return _prepare(conn, q)
+            finally:
+                conn.execute(query(q["prep_unlock"]))
+
+    # the longest keep_for in use, as the last drop_partitions found it
+    _longest_keep_for: timedelta | None = None
+    _uniform_keep_for = False
+
+    def _prune_until(self, until: datetime) -> datetime:
+        """With one keep_for in use (the default case), the batched walk stops at the UTC
+        midnight before ``until``: what it would reach beyond is in days that go whole
+        (see _leave_to_drop), and reading them on every pass to leave them would cost a
+        day's rows each time."""
+        longest = self._longest_keep_for
+        if not self._uniform_keep_for or longest is None or longest < DAY:
+            return until
+        return until.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+    def _leave_to_drop(self, row: Row, policy: Retention, now: datetime) -> bool:
+        """A firing kept by the longest keep_for in use is left to the drop of its day
+        until that day has had its chance (its end + that keep_for): the pass would
+        otherwise delete each day's firings one by one as they age, in the day before
+        the whole day can go. So such a firing is kept up to a day longer than its
+        keep_for; a shorter policy's firings, and any under a keep_for shorter than a
+        day (a day more would be more than the policy), are pruned row by row, on
+        time (their days still go whole when they can)."""
+        longest = self._longest_keep_for
+        if longest is None or longest < DAY or policy.keep_for != longest:
+            return False
+        day = codec.req_instant(row["scheduled_for"]).astimezone(UTC)
+        day_end = day.replace(hour=0, minute=0, second=0, microsecond=0) + DAY
+        return now < day_end + longest
+
+    def maintain_partitions(self) -> list[str]:
+        """Today's partition and the next ``partitions_ahead`` days' (store clock)."""
+        now = self.db.now()
+        days = [now + i * DAY for i in range(self.partitions_ahead + 1)]
+
+        def body(tx: PgTx) -> list[str]:
+            return [str(tx.one("partition_ensure", {"at": d})["name"]) for d in days]  # type: ignore[index]
+
+        return self.db.write(body, atomic=False)
+
+    def partitions(self) -> list[tuple[str, datetime, datetime]]:
+        """The partitions of firings: (name, lo, hi), oldest first."""
+        rows = self.db.read(lambda tx: tx.all("partitions_list"))
+        out = []
+        for r in rows:
+            rng = partition_range(str(r["name"]), r["legacy_to"])
+            if rng is not None:
+                out.append((str(r["name"]), *rng))
+        return sorted(out, key=lambda p: p[1])
+
+    def retention_bounds(self, policies: dict[str, Retention]) -> tuple[timedelta, int]:
+        """The longest keep_for in use (the policies of the namespaces that have jobs,
+        the jobs' overrides) and the longest keep_last (any policy's: a bound of the
+        count), the first remembered for the batched walk of this pass (_leave_to_drop)."""
+        row = self.db.read(lambda tx: tx.one("retention_longest_keep_for"))
+        assert row is not None
+        # the policies of the namespaces that have jobs (the default for one without its
+        # own): a namespace's policy set for a namespace with no job holds nothing
+        used = [policies.get(ns, DEFAULT_RETENTION).keep_for for ns in row["namespaces"] or []]
+        used = used or [DEFAULT_RETENTION.keep_for]
+        longest = max(used)
+        if row["keep_for_s"] is not None:
+            longest = max(longest, timedelta(seconds=float(row["keep_for_s"])))
+        bounds = self.db.read(lambda tx: tx.one("retention_job_bounds"))
+        shortest = min(used)
+        if bounds is not None and bounds["keep_for_s"] is not None:
+            shortest = min(shortest, timedelta(seconds=float(bounds["keep_for_s"])))
+        self._longest_keep_for = longest
+        self._uniform_keep_for = shortest == longest
+        keep_cap = max([p.keep_last for p in policies.values()] + [DEFAULT_RETENTION.keep_last, 1])
+        if bounds is not None and bounds["keep_last"] is not None:
+            keep_cap = max(keep_cap, int(bounds["keep_last"]))
+        return longest, keep_cap
+
+    def drop_partitions(self, *, dry_run: bool = False) -> PruneReport:
+        """Every partition whose firings may all go, dropped (or, ``dry_run``, counted)."""
+        report = PruneReport(dry_run=dry_run, done=True)
+        now = self.db.now()
+        policies = self.list_retention()
+        longest, keep_cap = self.retention_bounds(policies)
+        for name, _lo, hi in self.partitions():
+            if hi > now:  # a day not over yet may still get firings
+                continue
+            facts = self._read_part("partition_facts", name)[0]
+            last = facts["last_finished"]
+            if facts["active"] or (last is not None and now - last < longest):
+                continue
+            params = {"hi": self.db.instant(hi), "keep_cap": keep_cap}
+            groups = self._read_part("partition_groups", name, params)
+            if not all(_group_prunable(g, policies, now) for g in groups):
+                continue
+            one = PruneReport(dry_run=dry_run)
+            for g in groups:
+                one.firings[g["state"]] = one.firings.get(g["state"], 0) + int(g["n"])
+            one.jobs = len({g["job_id"] for g in groups if g["kind"] in ONE_SHOT_KINDS})
+            one.partitions = 1
+            if not dry_run:
+                try:
+                    self._drop_partition(name, groups, policies, now, longest)
+                except (_Abandoned, StoreUnavailableError):
+                    continue  # the next pass decides again
+            report.add(one)
+        report.done = True
+        return report
+
+    def _read_part(self, name: str, part: str, params: dict[str, Any] | None = None) -> list[Row]:
+        return self.db.read(lambda tx: _all(tx, name, part, params))
+
+    def _drop_partition(
+        self,
+        name: str,
+        groups: list[Row],
+        policies: dict[str, Retention],
+        now: datetime,
+        longest: timedelta,
+    ) -> None:
+        def body(tx: PgTx) -> None:
+            per_job: dict[int, list[Row]] = {}
+            for g in groups:
+                per_job.setdefault(int(g["job_id"]), []).append(g)
+            for job_id, rows in per_job.items():
+                first = rows[0]
+                if first["kind"] in ONE_SHOT_KINDS:
+                    policy = _policy(first, policies)
+                    cutoff = self.db.instant(now - policy.keep_for)
+                    gone = tx.one("prune_one_shot_job", {"job_id": job_id, "cutoff": cutoff})
+                    if gone is None:
+                        raise _Abandoned(name)
+                    if gone["kind"] != "now":
+                        self._uncharge_job(tx, gone["namespace"])
+                    continue
+                self._add_pruned_summary(tx, job_id, _summary(rows))
+            tx.execute(_sql(self.db, "partition_drop_dependents", name))
+            tx.run("partition_lock_timeout")
+            tx.execute(_sql(self.db, "partition_detach", name))
+            facts = _one(tx, "partition_facts", name)
+            last = facts["last_finished"]
+            if facts["active"] or (last is not None and now - last < longest):
+                raise _Abandoned(name)
+            tx.execute(_sql(self.db, "partition_drop", name))
+
+        self.db.write(body)
+
+    def _add_pruned_summary(self, tx: Tx, job_id: int, add: PrunedSummary) -> None:
+        """A job's ``pruned`` event with a whole partition's firings of it added."""
+        row = tx.one("pruned_event_get", {"job_id": job_id})
+        if row is None:
+            new = add
+        else:
+            counts = dict(add.counts)
+            for state, n in pruned_counts(row["detail"]).items():
+                counts[state] = counts.get(state, 0) + n
+            new = PrunedSummary(
+                first_at=min(add.first_at, codec.req_instant(row["first_at"])),
+                last_at=max(add.last_at, codec.req_instant(row["last_at"])),
+                counts=counts,
+            )
+        params = {
+            "job_id": job_id,
+            "first_at": self.db.instant(new.first_at),
+            "last_at": self.db.instant(new.last_at),
+            "count": new.count,
+            "detail": new.detail,
+        }
+        if row is None:
+            tx.run("pruned_event_insert", params)
+        else:
+            tx.run("pruned_event_update", params | {"id": row["id"]})
+
+
+def _prepare(conn: psycopg.Connection[Any], q: dict[str, str]) -> datetime | None:
+    def one(name: str, text: str | None = None) -> Any:
+        cur = conn.execute(query(text or q[name]))
+        return cur.fetchone() if cur.description is not None else None
+
+    state = one("prep_state")
+    version, boundary, check_valid, index_valid = state
+    if version != "15":
+        return None
+    if boundary is None:
+        (boundary,) = one("prep_boundary")
+    if check_valid is None:
+        text = q["prep_check_add"].replace("/*boundary*/", boundary.isoformat())
+        one("prep_check_add", text)
+    if not check_valid:
+        one("prep_check_validate")
+    if index_valid is False:
+        one("prep_index_drop")
+    if not index_valid:
+        one("prep_index_build")
+    return boundary if isinstance(boundary, datetime) else None
+
+
+def _sql(db: Database, name: str, part: str) -> str:
+    if _NAME.fullmatch(part) is None:  # never user text, but it is spliced into SQL
+        raise ValueError(f"not a partition of firings: {part!r}")
+    return db.q[name].replace(_PART, part)
+
+
+def _one(tx: PgTx, name: str, part: str, params: dict[str, Any] | None = None) -> Row:
+    rows = _all(tx, name, part, params)
+    assert rows
+    return rows[0]
+
+
+def _all(tx: PgTx, name: str, part: str, params: dict[str, Any] | None = None) -> list[Row]:
+    return list(tx.execute(_sql(tx.db, name, part), params).fetchall())
+
+
+def _policy(row: Row, policies: dict[str, Retention]) -> Retention:
+    keep_for = None if row["keep_for_s"] is None else timedelta(seconds=float(row["keep_for_s"]))
+    keep_last = None if row["keep_last"] is None else int(row["keep_last"])
+    return policies.get(row["namespace"], DEFAULT_RETENTION).resolved(keep_for, keep_last)
+
+
+def _group_prunable(g: Row, policies: dict[str, Retention], now: datetime) -> bool:
+    """The group's newest firing may go (its older ones then may too: they finished no
+    later and have more newer firings of the same outcome)."""
+    candidate = Candidate(
+        state=FiringState(g["state"]),
+        finished_at=codec.opt_instant(g["last_finished"]),
+        one_shot=g["kind"] in ONE_SHOT_KINDS,
+        newer_same_outcome=int(g["newer"]),
+    )
+    return prunable(candidate, _policy(g, policies), now)
+
+
+def _summary(rows: list[Row]) -> PrunedSummary:
+    return PrunedSummary(
+        first_at=min(codec.req_instant(r["first_at"]) for r in rows),
+        last_at=max(codec.req_instant(r["last_at"]) for r in rows),
+        counts={str(r["state"]): int(r["n"]) for r in rows},
+    )

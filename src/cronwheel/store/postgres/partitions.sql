@@ -1,0 +1,123 @@
+-- PostgreSQL: the partitions of firings (store/postgres/partitions.py, schema.sql
+-- migration_16). `/*part*/` is a partition's name, checked by the caller
+-- (firings_legacy or firings_pYYYYMMDD). Each block: what it does; [the index it relies on].
+
+-- name: partitions_list
+-- The partitions of firings, and the boundary before which firings_legacy holds every
+-- instant. [catalogs]
+SELECT c.relname AS name,
+       (SELECT value::timestamptz FROM meta WHERE key = 'firings_partitions_from') AS legacy_to
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'firings'::regclass
+ORDER BY c.relname
+
+-- name: partition_ensure
+-- The partition of the day of %(at)s, created (and attached) if missing.
+SELECT cronwheel_firings_partition(%(at)s::timestamptz) AS name
+
+-- name: retention_longest_keep_for
+-- The longest keep_for any job overrides with (NULL: none does), and the namespaces
+-- that have jobs (every firing has its job): whose policies are in use. [a scan of the
+-- jobs, once per pass, as retention_job_bounds]
+SELECT max((policies->>'keep_for_s')::float8) AS keep_for_s,
+       array_agg(DISTINCT namespace) AS namespaces
+FROM jobs
+
+-- name: partition_facts
+-- Whether a partition holds an unfinished firing [its firings_active], and when its last
+-- firing finished [its firings_finished].
+SELECT EXISTS (SELECT 1 FROM /*part*/ WHERE state IN ('queued', 'claimed', 'running')) AS active,
+       (SELECT max(finished_at) FROM /*part*/ WHERE finished_at IS NOT NULL) AS last_finished
+
+-- name: partition_groups
+-- A partition's firings per (job, outcome): how many, their first and last scheduled
+-- instants, the last finish, what deciding needs of the job (its overrides, namespace and
+-- kind), and how many firings of the job that ended the same way are scheduled at or
+-- after the partition's end (up to %(keep_cap)s). [a read of the partition;
+-- firings_outcome of the later partitions, pruned by %(hi)s]
+SELECT g.job_id, g.state, g.n, g.first_at, g.last_at, g.last_finished, j.namespace,
+       (j.policies->>'keep_for_s')::float8 AS keep_for_s,
+       (j.policies->>'keep_last')::integer AS keep_last,
+       j.schedule->>'kind' AS kind,
+       (SELECT count(*) FROM (SELECT 1 FROM firings h
+                              WHERE h.job_id = g.job_id AND h.state = g.state
+                                AND h.finished_at IS NOT NULL
+                                AND h.scheduled_for >= %(hi)s::timestamptz
+                              LIMIT %(keep_cap)s) newer_rows) AS newer
+FROM (SELECT job_id, state, count(*) AS n, min(scheduled_for) AS first_at,
+             max(scheduled_for) AS last_at, max(finished_at) AS last_finished
+      FROM /*part*/ GROUP BY job_id, state) g
+JOIN jobs j ON j.id = g.job_id
+
+-- name: partition_drop_dependents
+-- The attempts and idempotency keys of a partition's firings (what the cascade trigger
+-- would delete with them). [a read of the partition; firing_attempts primary key,
+-- idempotency_keys_firing]
+WITH a AS (DELETE FROM firing_attempts a USING /*part*/ p WHERE a.firing_id = p.id)
+DELETE FROM idempotency_keys k USING /*part*/ p WHERE k.firing_id = p.id
+
+-- name: partition_lock_timeout
+-- How long a drop waits for the parent's lock (it queues the hot path's statements
+-- behind it meanwhile); on timeout the drop is left to the next pass.
+SET LOCAL lock_timeout = '200ms'
+
+-- name: partition_detach
+-- A partition out of firings (the parent's ACCESS EXCLUSIVE lock, for a catalog change).
+ALTER TABLE firings DETACH PARTITION /*part*/
+
+-- name: partition_drop
+-- A detached partition's table, gone with its indexes: the O(1) end of a day.
+DROP TABLE /*part*/
+
+-- name: prep_lock
+-- The online first step of migration 16 (PgPartitions.prepare_partitioning), one
+-- migrator at a time: a session lock on its own connection (not a pooled one).
+SELECT pg_advisory_lock(hashtextextended('cronwheel.partition-prep:' || current_schema(), 0))
+
+-- name: prep_unlock
+-- The first step's lock released.
+SELECT pg_advisory_unlock(hashtextextended('cronwheel.partition-prep:' || current_schema(), 0))
+
+-- name: prep_state
+-- Where the first step stands: the schema version, the boundary chosen, whether the
+-- CHECK exists and is validated, whether the unique index exists and is valid.
+SELECT (SELECT value FROM meta WHERE key = 'schema_version') AS version,
+       (SELECT value::timestamptz FROM meta WHERE key = 'firings_partitions_from') AS boundary,
+       (SELECT convalidated FROM pg_constraint WHERE conrelid = 'firings'::regclass
+          AND conname = 'firings_partition_bound') AS check_valid,
+       (SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+        WHERE i.indrelid = 'firings'::regclass AND c.relname = 'firings_id_at') AS index_valid
+
+-- name: prep_boundary
+-- The boundary: the UTC midnight two days ahead, or the day after the latest instant
+-- held (a scan, without locking writers out), recorded.
+INSERT INTO meta (key, value)
+SELECT 'firings_partitions_from',
+       greatest(date_trunc('day', now(), 'UTC') + interval '2 days',
+                date_trunc('day', max(scheduled_for), 'UTC') + interval '1 day')::text
+FROM firings
+ON CONFLICT (key) DO UPDATE SET value = excluded.value
+RETURNING value::timestamptz AS boundary
+
+-- name: prep_check_add
+-- The CHECK the legacy partition's range is proved from, added NOT VALID (a catalog
+-- change: new rows are checked, old ones not yet). `/*boundary*/`: the boundary, as the
+-- server printed it.
+ALTER TABLE firings ADD CONSTRAINT firings_partition_bound
+CHECK (scheduled_for < '/*boundary*/'::timestamptz) NOT VALID
+
+-- name: prep_check_validate
+-- The CHECK validated: a scan under SHARE UPDATE EXCLUSIVE (writers go on).
+ALTER TABLE firings VALIDATE CONSTRAINT firings_partition_bound
+
+-- name: prep_index_drop
+-- An invalid unique index left by an interrupted concurrent build.
+DROP INDEX CONCURRENTLY firings_id_at
+
+-- name: prep_index_build
+-- The unique index the parent's key adopts, built without blocking writers.
+CREATE UNIQUE INDEX CONCURRENTLY firings_id_at ON firings (id, scheduled_for)
+
+-- name: prep_has_meta
+-- Whether the schema has been migrated at all (a new one has no meta table yet).
+SELECT to_regclass('meta') IS NOT NULL AS ok

@@ -1,0 +1,137 @@
+"""A PostgreSQL store at schema version 15 (before firings were partitioned) holding
+data in every state: the starting point of the partition migration's tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cronwheel.domain.schedules import every
+from cronwheel.domain.schedules import now as now_schedule
+from cronwheel.store.postgres import DbTime, PostgresStore
+from cronwheel.store.protocol import (
+    DISPATCHER_LEASE,
+    ClaimedFiring,
+    Completion,
+    JobAdvance,
+    PlannedFiring,
+)
+from tests.conftest import PG_URL
+from tests.contract.conftest import spec
+
+NS = "legacy"
+TASK = "legacy-task"
+DAY = timedelta(days=1)
+
+
+@dataclass
+class Legacy:
+    """What the version-15 database holds, by name."""
+
+    jobs: dict[str, int] = field(default_factory=dict)
+    running: ClaimedFiring | None = None
+    claimed: ClaimedFiring | None = None
+    queued: int = 0
+    idempotent: int = 0
+
+
+def open_at_version_15(schema: str, db_time: DbTime | None = None) -> PostgresStore:
+    store = PostgresStore(PG_URL, schema=schema, pool_size=4, db_time=db_time)
+    every_one = store.db.migrations()
+    old = {k: v for k, v in every_one.items() if int(k.split("_")[1]) <= 15}
+    store.db.migrations = lambda: old  # type: ignore[method-assign]
+    assert store.migrate() == 15
+    store.db.migrations = lambda: every_one  # type: ignore[method-assign]
+    return store
+
+
+def fill(store: PostgresStore) -> Legacy:
+    """Jobs and firings in every state in namespace ``legacy`` (task ``legacy-task``):
+    three days of finished history, a DEAD firing with its failed attempts, QUEUED,
+    CLAIMED and RUNNING ones, a cancelled and a skipped one, a one-shot enqueued with an
+    idempotency key."""
+    out = Legacy()
+    now = store.now()
+    lease = store.acquire_lease(DISPATCHER_LEASE, "leader", timedelta(minutes=5))
+    assert lease is not None
+    sched = every("1h")
+    for name in ("hist", "work", "fail", "skip"):
+        j = store.create_job(
+            spec(name, task=TASK, namespace=NS, schedule=sched, max_attempts=2, overlap="allow"),
+            first_fire_at=now - 3 * DAY,
+        )
+        out.jobs[name] = j.id
+    store.load_history(
+        first_job=out.jobs["hist"], jobs=1, start=now - 3 * DAY, step=timedelta(hours=1), count=70
+    )
+
+    def fire(name: str, *instants: datetime) -> list[int]:
+        job = store.get_job_by_id(out.jobs[name])
+        res = store.enqueue(
+            lease,
+            [
+                JobAdvance(
+                    job_id=job.id,
+                    expected_next_fire_at=job.next_fire_at,
+                    new_next_fire_at=instants[-1] + timedelta(hours=1),
+                    firings=[PlannedFiring(scheduled_for=t) for t in instants],
+                )
+            ],
+        )
+        return list(res.inserted)
+
+    # a DEAD firing with two failed attempts
+    fire("fail", now - 2 * DAY)
+    for _ in range(2):
+        (c,) = store.claim("w-old", tasks=[TASK], limit=1)
+        store.complete(
+            [
+                Completion(
+                    firing_id=c.firing.id,
+                    claim_token=c.claim_token,
+                    succeeded=False,
+                    started_at=now,
+                    finished_at=now,
+                    error="boom",
+                    retry_at=now,
+                )
+            ]
+        )
+    # RUNNING, CLAIMED (held, not started), then QUEUED, CANCELLED and SKIPPED ones
+    fire("work", now - 2 * H, now - H, now - 30 * M, now - 20 * M)
+    (out.running,) = store.claim("w-old", tasks=[TASK], limit=1)
+    (out.claimed,) = store.claim("w-old", tasks=[TASK], limit=1, start=0)
+    queued = [f for f in store.list_firings(namespace=NS, limit=100) if f.state.value == "queued"]
+    out.queued = queued[0].id
+    store.cancel_firing(queued[1].id)
+    store.skip_occurrences(NS, "skip", [now - 3 * DAY + H], "maintenance")
+    f, created = store.enqueue_now_once(
+        spec("once", task=TASK, namespace=NS, schedule=now_schedule()),
+        key_hash="k" * 64,
+        request_hash="r" * 64,
+    )
+    assert created
+    out.idempotent = f.id
+    store.release_lease(lease)
+    return out
+
+
+H = timedelta(hours=1)
+M = timedelta(minutes=1)
+
+
+def snapshot(store: PostgresStore) -> dict[str, Any]:
+    """Every row of firings, firing_attempts and idempotency_keys, as dicts."""
+
+    def body(tx: Any) -> dict[str, Any]:
+        return {
+            t: sorted(map(dict, tx.conn.execute(f"SELECT * FROM {t}").fetchall()), key=repr)
+            for t in ("firings", "firing_attempts", "idempotency_keys")
+        }
+
+    return store.db.read(body)
+
+
+def midnight(t: datetime) -> datetime:
+    return t.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
