@@ -45,7 +45,6 @@ High availability (README "Production deployment"):
 
 from __future__ import annotations
 
-import os
 import random
 import re
 import threading
@@ -58,12 +57,17 @@ from typing import Any, LiteralString, Protocol, TypeVar
 
 import psycopg
 from psycopg import errors as pgerrors
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from cronwheel.errors import CronwheelError, StoreError, StoreUnavailableError
-from cronwheel.store.postgres.ha import ROLE_SQL, StallWatchdog, parse_url, with_hosts
+from cronwheel.store.postgres.ha import (
+    ROLE_SQL,
+    StallWatchdog,
+    parse_url,
+    session_conninfo,
+    with_hosts,
+)
 from cronwheel.store.sql import load_package_queries, load_queries
 
 T = TypeVar("T")
@@ -198,7 +202,7 @@ class Database:
                 "session state); use the database's default search_path",
                 field="schema",
             )
-        self.conninfo = _conninfo(self.url.libpq, schema, pooled=self.pooled)
+        self.conninfo = session_conninfo(self.url.libpq, schema, pooled=self.pooled)
         # the highest PostgreSQL timeline this process has seen on a primary (see
         # _checkout): a lower one later is a former primary, never written to
         self.timeline = 0
@@ -485,25 +489,3 @@ def missing_partition(exc: psycopg.Error) -> str | None:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _conninfo(url: str, schema: str | None, *, pooled: bool = False) -> str:
-    """The URL's parameters, plus UTC session time zone and the schema's search_path
-    (through a transaction pooler, none: see Database._require_primary)."""
-    try:
-        params = conninfo_to_dict(url)
-    except psycopg.ProgrammingError as exc:
-        raise StoreError(f"bad PostgreSQL URL: {exc}", field="store") from exc
-    params.setdefault("application_name", f"cronwheel:{os.getpid()}")
-    params.setdefault("connect_timeout", 5)
-    if pooled:
-        return make_conninfo("", **params)
-    options = [str(params.pop("options", "") or "").strip(), "-c TimeZone=UTC"]
-    if schema is not None:
-        if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):
-            raise StoreError(f"bad schema name {schema!r}", field="schema")
-        options.append(f"-c search_path={schema}")
-    params["options"] = " ".join(o for o in options if o)
-    # application_name (above): one per process, so an operator can tell sessions apart
-    # in pg_stat_activity
-    return make_conninfo("", **params)

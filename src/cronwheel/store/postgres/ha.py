@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -153,3 +154,25 @@ def _shut(conn: Any) -> None:
     except (OSError, psycopg.Error):
         pass  # already closed
     log.warning("postgresql: a unit of work stalled past stall_timeout; connection shut")
+
+
+def session_conninfo(url: str, schema: str | None, *, pooled: bool = False) -> str:
+    """The URL's parameters, plus UTC session time zone and the schema's search_path
+    (through a transaction pooler, none: see Database._require_primary)."""
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise StoreError(f"bad PostgreSQL URL: {exc}", field="store") from exc
+    params.setdefault("application_name", f"cronwheel:{os.getpid()}")
+    params.setdefault("connect_timeout", 5)
+    if pooled:
+        return make_conninfo("", **params)
+    options = [str(params.pop("options", "") or "").strip(), "-c TimeZone=UTC"]
+    if schema is not None:
+        if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):
+            raise StoreError(f"bad schema name {schema!r}", field="schema")
+        options.append(f"-c search_path={schema}")
+    params["options"] = " ".join(o for o in options if o)
+    # application_name (above): one per process, so an operator can tell sessions apart
+    # in pg_stat_activity
+    return make_conninfo("", **params)
