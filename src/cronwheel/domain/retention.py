@@ -206,6 +206,20 @@ def merge_pruned(old: PrunedSummary | None, removed: list[tuple[str, datetime]])
     return PrunedSummary(first_at=min(instants), last_at=max(instants), counts=counts)
 
 
+def add_pruned(old: PrunedSummary | None, add: PrunedSummary) -> PrunedSummary:
+    """``old`` with another summary's firings (a whole dropped day's) added."""
+    if old is None:
+        return add
+    counts = dict(old.counts)
+    for state, n in add.counts.items():
+        counts[state] = counts.get(state, 0) + n
+    return PrunedSummary(
+        first_at=min(old.first_at, add.first_at),
+        last_at=max(old.last_at, add.last_at),
+        counts=counts,
+    )
+
+
 def pass_bounds(
     policies: list[Retention], job_keep_for: timedelta | None, job_keep_last: int | None
 ) -> tuple[timedelta, int]:

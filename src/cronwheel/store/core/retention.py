@@ -15,7 +15,7 @@ leader runs one batch per step).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -257,6 +257,13 @@ class RetentionFlows(QuotaFlows[D]):
         """What the engine does after a batch (SQLite: returns the freed pages)."""
 
     def _add_pruned_in(self, tx: Tx, job_id: int, items: list[tuple[str, datetime]]) -> None:
+        self._merge_pruned_event(tx, job_id, lambda old: merge_pruned(old, items))
+
+    def _merge_pruned_event(
+        self, tx: Tx, job_id: int, merge: Callable[[PrunedSummary | None], PrunedSummary]
+    ) -> None:
+        """A job's one ``pruned`` event, written as ``merge`` of what it said (None: no
+        event yet): a batch's firings here, a whole day's in postgres/partitions.py."""
         row = tx.one("pruned_event_get", {"job_id": job_id})
         old = None
         if row is not None:
@@ -265,7 +272,7 @@ class RetentionFlows(QuotaFlows[D]):
                 last_at=codec.req_instant(row["last_at"]),
                 counts=pruned_counts(row["detail"]),
             )
-        new = merge_pruned(old, items)
+        new = merge(old)
         params = {
             "job_id": job_id,
             "first_at": self.db.instant(new.first_at),

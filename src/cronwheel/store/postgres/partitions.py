@@ -39,8 +39,8 @@ from cronwheel.domain.retention import (
     PrunedSummary,
     PruneReport,
     Retention,
+    add_pruned,
     prunable,
-    pruned_counts,
 )
 from cronwheel.errors import StoreUnavailableError
 from cronwheel.store import codec
@@ -238,29 +238,7 @@ class PgPartitions(CoreStore[Database]):
 
     def _add_pruned_summary(self, tx: Tx, job_id: int, add: PrunedSummary) -> None:
         """A job's ``pruned`` event with a whole partition's firings of it added."""
-        row = tx.one("pruned_event_get", {"job_id": job_id})
-        if row is None:
-            new = add
-        else:
-            counts = dict(add.counts)
-            for state, n in pruned_counts(row["detail"]).items():
-                counts[state] = counts.get(state, 0) + n
-            new = PrunedSummary(
-                first_at=min(add.first_at, codec.req_instant(row["first_at"])),
-                last_at=max(add.last_at, codec.req_instant(row["last_at"])),
-                counts=counts,
-            )
-        params = {
-            "job_id": job_id,
-            "first_at": self.db.instant(new.first_at),
-            "last_at": self.db.instant(new.last_at),
-            "count": new.count,
-            "detail": new.detail,
-        }
-        if row is None:
-            tx.run("pruned_event_insert", params)
-        else:
-            tx.run("pruned_event_update", params | {"id": row["id"]})
+        self._merge_pruned_event(tx, job_id, lambda old: add_pruned(old, add))
 
 
 def _prepare(conn: psycopg.Connection[Any], q: dict[str, str]) -> datetime | None:
