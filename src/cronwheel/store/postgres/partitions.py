@@ -42,7 +42,7 @@ from cronwheel.domain.retention import (
     add_pruned,
     prunable,
 )
-from cronwheel.errors import StoreUnavailableError
+from cronwheel.errors import StoreError, StoreUnavailableError
 from cronwheel.store import codec
 from cronwheel.store.codec import Row
 from cronwheel.store.core.dialect import Tx
@@ -86,6 +86,15 @@ class PgPartitions(CoreStore[Database]):
         when the database is not at version 15."""
         if not self.db.read(lambda tx: tx.one("prep_has_meta"))["ok"]:  # type: ignore[index]
             return None
+        state = self.db.read(lambda tx: tx.one("prep_state"))
+        if state is None or state["version"] != "15":
+            return None  # every process of a migrated deployment returns here, lock-free
+        if self.db.pooled:  # a session lock and CONCURRENTLY need a session of their own
+            raise StoreError(
+                "migration 16 from version 15 needs a direct connection, not one through "
+                "a transaction pooler: run `cronwheel migrate` with the primary's own URL",
+                field="store",
+            )
         q = dict(self.db.q)
         with psycopg.connect(self.db.conninfo, autocommit=True) as conn:
             conn.execute(query(q["prep_lock"]))
