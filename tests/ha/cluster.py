@@ -3,14 +3,21 @@ cronwheel on the stack it runs on in production:
 
 - etcd: three members (clients on 23790-23792, peers on 23800-23802);
 - Patroni: three PostgreSQL 15 nodes (5441-5443; REST API 8441-8443) with short
-  timeouts (ttl 8 s, loop_wait 1 s, retry_timeout 3 s);
+  timeouts (ttl 20 s, the least Patroni accepts; loop_wait 1 s, retry_timeout 3 s);
 - HAProxy: 127.0.0.1:5440 routes to the Patroni leader (health check ``GET /primary``),
   127.0.0.1:5439 to the replicas (``GET /replica``); stats on 127.0.0.1:8404;
 - PgBouncer: 127.0.0.1:6432 in transaction mode, a server pool of 10 per database,
   in front of HAProxy's leader port.
 
-Every process runs from Debian's packages (``apt-get install -y patroni etcd-server
-pgbouncer haproxy``; PostgreSQL 15 binaries from ``/usr/lib/postgresql/15/bin``), as the
+etcd, HAProxy and PgBouncer run from Debian's packages (``apt-get install -y etcd-server
+pgbouncer haproxy``; PostgreSQL 15 binaries from ``/usr/lib/postgresql/15/bin``); Patroni
+must be 3.0.3 or newer (see :func:`find_patroni`: Debian 12's 3.0.2 is too old), from
+PyPI into a virtualenv the ``postgres`` user can read::
+
+    python3 -m venv /opt/cronwheel-ha
+    /opt/cronwheel-ha/bin/pip install 'patroni[etcd3,psycopg3]>=3.0.3'
+
+Every process runs as the
 ``postgres`` user when started as root (PostgreSQL, Patroni and PgBouncer refuse root),
 in a directory of its own (default ``/tmp/cronwheel-ha``). Only the processes this
 script started are ever signalled: their pids are in ``<dir>/pids``. It refuses to
@@ -66,10 +73,22 @@ HAPROXY_REPLICAS = 5439
 HAPROXY_STATS = 8404
 PGBOUNCER_PORT = 6432
 POOL_SIZE = 10
-TTL, LOOP_WAIT, RETRY_TIMEOUT = 8, 1, 3
+TTL, LOOP_WAIT, RETRY_TIMEOUT = 20, 1, 3  # Patroni 4 raises a ttl < 20 to 20
 SCOPE = "cronwheel-ha"
 NAMESPACE = "/service/"  # Patroni's keys in etcd: <namespace><scope>/leader, ...
 HOST = "127.0.0.1"
+# patroni/patroni#2689, fixed in 3.0.3: a leader frozen past the TTL wakes up, takes a new
+# etcd lease and, its stale cache still naming it the leader, overwrites the new leader's
+# key: it is the leader again, the promoted node is demoted and the newer timeline with
+# its acknowledged commits discarded (4 of 5 runs of the freeze scenario on 3.0.2)
+PATRONI_MIN = (3, 0, 3)
+# where to look for Patroni (its bin directory: patroni and patronictl) before $PATH;
+# CRONWHEEL_HA_PATRONI_BIN set: only there
+PATRONI_VENV_BIN = Path("/opt/cronwheel-ha/bin")
+PATRONI_INSTALL = (
+    "python3 -m venv /opt/cronwheel-ha && "
+    "/opt/cronwheel-ha/bin/pip install 'patroni[etcd3,psycopg3]>=3.0.3'"
+)
 
 MULTI_HOST_URL = (
     f"postgresql://postgres@{','.join(f'{HOST}:{p}' for p in PG_PORTS.values())}"
@@ -119,6 +138,8 @@ class HaCluster:
 
     base: Path = DEFAULT_DIR
     sync: bool = False  # Patroni synchronous_mode (no acknowledged commit lost on failover)
+    # Patroni's bin directory (patroni, patronictl): find_patroni() when start() runs
+    patroni_bin: Path | None = None
     # the processes this object started (kept: a dropped Popen of a live child warns)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
     # the process that stops the cluster if this one dies without doing so (start(guard=))
@@ -140,6 +161,12 @@ class HaCluster:
         if os.geteuid() != 0:
             return []
         return ["runuser", "-u", "postgres", "--"]
+
+    def locate_patroni(self) -> str:
+        """Find the Patroni the nodes run (:func:`find_patroni`, asked as the user they
+        run as); its version. RuntimeError when none >= :data:`PATRONI_MIN` runs."""
+        self.patroni_bin, version = find_patroni(self._user())
+        return version
 
     def _chown(self, path: Path) -> None:
         if os.geteuid() == 0:
@@ -344,12 +371,13 @@ class HaCluster:
         ends without stopping it (killed; or pytest-timeout's ``thread`` method, which
         ends a run that overruns a test's timeout with ``os._exit``: no fixture teardown
         runs). The guard waits for the end of a pipe only this process holds."""
-        for tool in ("etcd", "patroni", "haproxy", "pgbouncer"):
+        for tool in ("etcd", "haproxy", "pgbouncer"):
             if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists():
                 raise RuntimeError(
-                    f"{tool} is not installed: apt-get install -y patroni etcd-server "
-                    "pgbouncer haproxy"
+                    f"{tool} is not installed: apt-get install -y etcd-server pgbouncer haproxy"
                 )
+        if self.patroni_bin is None:
+            self.locate_patroni()
         self._check_ports_free()
         self.base.mkdir(parents=True, exist_ok=True)
         if guard and self._guard is None:
@@ -400,7 +428,8 @@ class HaCluster:
     def start_patroni(self, node: str) -> None:
         if self.pid(node) is None:
             cfg = str(self.base / "conf" / f"{node}.yml")
-            self._spawn(node, ["patroni", cfg], as_postgres=True)
+            assert self.patroni_bin is not None, "start() finds Patroni"
+            self._spawn(node, [str(self.patroni_bin / "patroni"), cfg], as_postgres=True)
 
     def start_haproxy(self) -> None:
         if self.pid("haproxy") is None:
@@ -531,7 +560,8 @@ class HaCluster:
     def cluster_state(self) -> list[dict[str, Any]]:
         """The members as Patroni's ``GET /cluster`` lists them (name, role: leader /
         sync_standby / replica, state, timeline), built from :meth:`dcs`; ``pg_role``
-        is the role the node itself last reported (``master`` / ``replica``)."""
+        is the role the node itself last reported (``primary`` / ``replica``; ``master``
+        before Patroni 4)."""
         keys = self.dcs()
         if keys is None:
             return []
@@ -649,14 +679,65 @@ class HaCluster:
 
     def patronictl(self, *args: str) -> str:
         cfg = str(self.base / "conf" / f"{NODES[0]}.yml")
+        if self.patroni_bin is None:
+            self.locate_patroni()
+        assert self.patroni_bin is not None
         res = subprocess.run(
-            ["patronictl", "-c", cfg, *args],
+            [str(self.patroni_bin / "patronictl"), "-c", cfg, *args],
             check=False,
             capture_output=True,
             text=True,
             timeout=30,
         )
         return res.stdout + res.stderr
+
+
+def find_patroni(user: list[str] | None = None) -> tuple[Path, str]:
+    """Patroni's bin directory and version: the first Patroni >= :data:`PATRONI_MIN` in
+    ``$CRONWHEEL_HA_PATRONI_BIN`` (when set, only there), else in
+    :data:`PATRONI_VENV_BIN`, else on ``$PATH``. Each candidate is asked its version as
+    ``user`` (the ``runuser`` prefix the nodes run with): a Patroni the ``postgres`` user
+    cannot read (a virtualenv in a mode 0700 checkout) does not count.
+
+    RuntimeError naming what was found when none is recent enough or none runs."""
+    env = os.environ.get("CRONWHEEL_HA_PATRONI_BIN")
+    if env:
+        dirs = [Path(env)]
+    else:
+        dirs = [PATRONI_VENV_BIN]
+        dirs += [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    found: list[str] = []
+    seen: set[Path] = set()
+    for d in dirs:
+        exe = d / "patroni"
+        if exe.resolve() in seen or not exe.is_file():
+            continue
+        seen.add(exe.resolve())
+        try:
+            res = subprocess.run(
+                [*(user or []), str(exe), "--version"],
+                capture_output=True, text=True, timeout=60, check=False, cwd="/",
+            )  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            found.append(f"{exe}: {exc}")
+            continue
+        out = (res.stdout + res.stderr).strip()
+        version = out.split()[-1] if res.returncode == 0 and out else ""
+        try:
+            numbers = tuple(int(x) for x in version.split(".")[:3])
+        except ValueError:
+            found.append(f"{exe}: `--version` answered {out[-200:]!r} (exit {res.returncode})")
+            continue
+        if numbers >= PATRONI_MIN:
+            return d, version
+        found.append(f"{exe} is {version}")
+    need = ".".join(map(str, PATRONI_MIN))
+    raise RuntimeError(
+        f"Patroni >= {need} is required (patroni/patroni#2689: an older leader resumed after "
+        f"a freeze past the TTL takes leadership back); "
+        f"{'; '.join(found) or 'none found'}: {PATRONI_INSTALL}"
+        + (" (or unset CRONWHEEL_HA_PATRONI_BIN)" if env else "")
+    )
 
 
 def _group_alive(pgid: int) -> bool:

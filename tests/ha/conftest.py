@@ -1,10 +1,11 @@
 """Fixtures of the HA suite: one Patroni cluster (tests/ha/cluster.py) for the session,
 a fresh database on it per scenario, the run's figures.
 
-The cluster needs Debian's ``etcd-server``, ``patroni``, ``pgbouncer`` and ``haproxy``
-(``.ci/run`` installs them): without them the suite skips locally and FAILS in CI, like
-every PostgreSQL test. Figures are printed (``pytest -s``) and written to
-``last_run.json`` in a temporary directory whose path is printed.
+The cluster needs Debian's ``etcd-server``, ``pgbouncer`` and ``haproxy`` and a Patroni
+>= 3.0.3 (Debian 12's 3.0.2 has patroni/patroni#2689; ``.ci/run`` installs them, Patroni
+from PyPI into /opt/cronwheel-ha): without them, or with an older Patroni only, the suite
+skips locally and FAILS in CI, like every PostgreSQL test. Figures are printed (``pytest
+-s``) and written to ``last_run.json`` in a temporary directory whose path is printed.
 """
 
 from __future__ import annotations
@@ -29,14 +30,20 @@ _FIGURES: dict[str, Any] = {}
 
 @pytest.fixture(scope="session")
 def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaCluster]:
-    missing = [t for t in ("etcd", "patroni") if shutil.which(t) is None]
+    missing = [t for t in ("etcd",) if shutil.which(t) is None]
     missing += [t for t in ("pgbouncer", "haproxy") if not Path("/usr/sbin", t).exists()]
     if missing:
         require_service("the HA stack", RuntimeError(f"not installed: {', '.join(missing)}"))
+    c = HaCluster(sync=True)
+    try:
+        version = c.locate_patroni()
+    except RuntimeError as exc:
+        require_service("the HA stack", exc)
+    print(f"\n[ha] Patroni {version} from {c.patroni_bin}")
     # not under pytest's tmp (mode 0700): the postgres user runs the nodes
-    base = Path(tempfile.mkdtemp(prefix="cronwheel-ha-"))
-    base.chmod(0o755)
-    c = HaCluster(base, sync=True)
+    c.base = Path(tempfile.mkdtemp(prefix="cronwheel-ha-"))
+    c.base.chmod(0o755)
+    base = c.base
     try:
         c.start(guard=True)  # stopped even if this run dies without its teardown
     except (RuntimeError, TimeoutError, OSError) as exc:

@@ -225,14 +225,16 @@ class HaScenario(Cluster):
 
     def recovery_figures(self, t_fault: float, timeline: int) -> dict[str, Any]:
         """Seconds from the fault to the new primary (as Patroni reports it), to the
-        first firing a leader enqueued under an epoch of ``timeline`` (the new
-        primary's), and to the first firing finished on the new primary (a finish
-        stamped after the promotion was seen)."""
+        first firing a leader enqueued after the fault under an epoch of ``timeline``
+        (the new primary's; the old one's when Patroni restarted the primary in place,
+        without a promotion), and to the first firing finished on the new primary (a
+        finish stamped after the promotion was seen)."""
         since = self.promoted_at
         first_enqueue = wait_until(
             lambda: self.sql(
-                "SELECT min(enqueued_at) AS t FROM firings WHERE enqueued_epoch >> 32 = %s",
-                (timeline,),
+                "SELECT min(enqueued_at) AS t FROM firings"
+                " WHERE enqueued_epoch >> 32 = %s AND enqueued_at > to_timestamp(%s)",
+                (timeline, t_fault),
                 retry_s=60,
             )[0]["t"],
             90,

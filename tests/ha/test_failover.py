@@ -176,7 +176,7 @@ def test_primary_frozen_past_ttl_then_resumed(scenario: HaScenario) -> None:
         node_tl = int(node.get("timeline") or 0)
         if keys.get("leader") != old and node.get("role") == "replica" and node_tl >= tl:
             return "demoted"  # a standby following the new timeline
-        if keys.get("leader") == old and node.get("role") == "master" and node_tl < tl:
+        if keys.get("leader") == old and node.get("role") in ("primary", "master") and node_tl < tl:
             return "reinstated"
         return None
 
