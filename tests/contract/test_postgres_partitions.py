@@ -238,3 +238,26 @@ def test_a_version_15_database_holding_data_migrates_online(schema: str) -> None
         assert after["firing_attempts"] == [] and after["idempotency_keys"] == []
     finally:
         store.close()
+
+
+def test_a_migrated_database_never_waits_for_the_first_steps_lock(h: Harness) -> None:
+    """Every process migrates at start: past version 15 the online first step must not
+    take its session lock (through PgBouncer in transaction mode the lock and its unlock
+    land on different server connections, and 40 workers over a pool of 10 hung). With
+    the lock held elsewhere, a migrated store's first step returns at once."""
+    import threading
+
+    from cronwheel.store.postgres.db import query
+
+    store = h.store
+    done: list[Any] = []
+    with psycopg.connect(store.db.conninfo, autocommit=True) as other:
+        other.execute(query(store.db.q["prep_lock"]))
+        try:
+            t = threading.Thread(target=lambda: done.append(store.prepare_partitioning()))
+            t.start()
+            t.join(timeout=30)  # generous on a loaded machine: the call is a few queries
+            assert done == [None], "the first step waited for a lock it does not need"
+        finally:
+            other.execute(query(store.db.q["prep_unlock"]))
+            t.join()
