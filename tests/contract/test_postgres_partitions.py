@@ -261,3 +261,95 @@ def test_a_migrated_database_never_waits_for_the_first_steps_lock(h: Harness) ->
         finally:
             other.execute(query(store.db.q["prep_unlock"]))
             t.join()
+
+
+def _one_shot_ids(store: Any, name: str) -> set[int]:
+    rows = _sql(
+        store,
+        f"SELECT p.job_id FROM {name} p JOIN jobs j ON j.id = p.job_id"
+        " WHERE j.schedule->>'kind' IN ('at', 'now')",
+    )
+    return {r["job_id"] for r in rows}
+
+
+def _day_of_mixed_history(h: Harness) -> tuple[Any, str, datetime]:
+    """A day 10 days ago: 24 hourly firings of a recurring job and 30 immediate one-shot
+    jobs (a job row each, as app.enqueue leaves them); the recurring job also fired
+    today (so that keep_last does not hold its old ones)."""
+    store: Any = h.store
+    job = store.create_job(spec("hourly"), first_fire_at=h.now())
+    start = _midnight(h.now()) - 10 * DAY
+    store.load_history(first_job=job.id, jobs=1, start=start, step=H, count=24)
+    store.load_history(
+        first_job=job.id, jobs=1, start=start + timedelta(minutes=1), step=H / 2, count=30,
+        one_shots=True,
+    )  # fmt: skip
+    store.load_history(first_job=job.id, jobs=1, start=_midnight(h.now()), step=H, count=1)
+    return job, f"firings_p{start:%Y%m%d}", start
+
+
+def test_a_day_of_one_shot_jobs_goes_a_chunk_per_leader_step(h: Harness) -> None:
+    """The leader's pass (max_batches=1 per dispatcher step) decides a day in one step,
+    deletes its one-shot jobs a chunk per step (never more than a chunk's firings), then
+    drops the day: every one-shot job gone, the recurring job's firings summed in its
+    pruned event, nothing else touched."""
+    store: Any = h.store
+    job, name, _start = _day_of_mixed_history(h)
+    one_shots = _one_shot_ids(store, name)
+    assert len(one_shots) == 30
+    store.one_shot_scan = 10
+    reports = []
+    cursor = None
+    while True:
+        report = store.prune_history(max_batches=1, cursor=cursor)
+        reports.append(report)
+        cursor = report.cursor
+        if not report.partitions:  # a drop deletes no row: its count is the day's
+            assert report.deleted <= store.one_shot_scan
+        if report.done:
+            break
+        assert len(reports) < 50
+    assert sum(r.partitions for r in reports) == 1
+    assert name not in _parts(store)
+    assert sum(r.jobs for r in reports) == 30
+    # decided, then 54 firings read 10 at a time (the chunks stop once the 30 are gone)
+    chunks = [r for r in reports if r.jobs]
+    assert len(chunks) >= 3
+    left = _sql(store, "SELECT count(*) AS n FROM jobs WHERE id = ANY(%s)", list(one_shots))
+    assert left[0]["n"] == 0
+    (event,) = [e for e in store.job_events(job.id) if e.kind == "pruned"]
+    assert event.count == 24
+    assert [r["n"] for r in _sql(store, "SELECT count(*) AS n FROM firings")] == [1]
+
+
+def test_a_one_shot_job_changed_during_the_chunks_keeps_its_day(h: Harness) -> None:
+    """A one-shot firing of a day being dropped re-queued after the decision (a re-drive):
+    its job stays, the day is not dropped (what the chunks deleted before stays deleted,
+    each was prunable on its own), the recurring job's firings go row by row in the walk
+    that follows (their day ended more than keep_for ago)."""
+    store: Any = h.store
+    job, name, _start = _day_of_mixed_history(h)
+    store.one_shot_scan = 10
+    first = store.prune_history(max_batches=1)  # the decision
+    assert first.deleted == 0 and not first.done
+    redriven = max(_one_shot_ids(store, name))
+    _sql(
+        store,
+        "UPDATE firings SET state = 'queued', finished_at = NULL, due_at = now()"
+        " WHERE job_id = %s RETURNING id",
+        redriven,
+    )
+    cursor = first.cursor
+    for _ in range(50):
+        report = store.prune_history(max_batches=1, cursor=cursor)
+        cursor = report.cursor
+        if report.done:
+            break
+    assert name in _parts(store)
+    assert _one_shot_ids(store, name) == {redriven}
+    states = _sql(store, f"SELECT state FROM {name} WHERE job_id = %s", redriven)
+    assert [r["state"] for r in states] == ["queued"]
+    recurring = _sql(store, f"SELECT count(*) AS n FROM {name} WHERE job_id <> %s", redriven)
+    assert recurring[0]["n"] == 0
+    (event,) = [e for e in store.job_events(job.id) if e.kind == "pruned"]
+    assert event.count == 24

@@ -42,6 +42,7 @@ from cronwheel.store.core.quotas import QuotaFlows
 D = TypeVar("D", bound=Dialect)
 
 _BEGINNING = datetime(1, 1, 2, tzinfo=UTC)
+WALK_START = (_BEGINNING, 0)  # the cursor of a walk from the oldest finished firing
 # quota counters of windows and finish counters of minutes older than this are deleted
 # by a pass (a quota's day is the longest window read)
 QUOTA_WINDOWS_KEPT = timedelta(days=2)
@@ -165,14 +166,8 @@ class RetentionFlows(QuotaFlows[D]):
         shortest, keep_cap = pass_bounds(list(policies.values()), job_keep_for, job_keep_last)
         report = PruneReport(dry_run=dry_run)
         if cursor is None and not dry_run:
-            before = codec.to_us(now - QUOTA_WINDOWS_KEPT)
-
-            def counters(tx: Tx) -> None:
-                tx.run("prune_quota_windows", {"before_us": before})
-                tx.run("prune_finished_counts", {"before_minute": before // 60_000_000})
-
-            self.db.write(counters)
-        after_at, after_id = cursor or (_BEGINNING, 0)
+            self._prune_counters(now)
+        after_at, after_id = cursor or WALK_START
         batches = 0
         while True:
             params = {
@@ -205,6 +200,16 @@ class RetentionFlows(QuotaFlows[D]):
             report.add(one)
             if one.done or (max_batches is not None and batches >= max_batches):
                 return report
+
+    def _prune_counters(self, now: datetime) -> None:
+        """The quota windows and finish counters a pass deletes at its start."""
+        before = codec.to_us(now - QUOTA_WINDOWS_KEPT)
+
+        def counters(tx: Tx) -> None:
+            tx.run("prune_quota_windows", {"before_us": before})
+            tx.run("prune_finished_counts", {"before_minute": before // 60_000_000})
+
+        self.db.write(counters)
 
     def _prune_until(self, until: datetime) -> datetime:
         """Where the batched walk stops (the engine may stop earlier: PostgreSQL leaves

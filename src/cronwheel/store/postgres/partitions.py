@@ -26,6 +26,7 @@ the migration) holding every instant before the boundary.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -56,6 +57,28 @@ DAY = timedelta(days=1)
 
 class _Abandoned(Exception):
     """The partition changed between the decision and the drop: rolled back."""
+
+
+@dataclass(slots=True)
+class _Drop:
+    """A partition decided droppable (its groups, under these policies at ``now``), its
+    one-shot jobs being deleted a chunk at a time (``after_id``: the last firing read)."""
+
+    name: str
+    groups: list[Row]
+    policies: dict[str, Retention]
+    now: datetime
+    longest: timedelta
+    after_id: int = 0
+    one_shots_done: bool = False
+    one_shots_deleted: int = 0
+
+    def recurring(self) -> list[Row]:
+        return [g for g in self.groups if g["kind"] not in ONE_SHOT_KINDS]
+
+    def one_shots(self) -> int:
+        """The partition's one-shot jobs (a firing each) at the decision."""
+        return len({g["job_id"] for g in self.groups if g["kind"] in ONE_SHOT_KINDS})
 
 
 def partition_range(name: str, legacy_to: datetime | None) -> tuple[datetime, datetime] | None:
@@ -176,14 +199,122 @@ class PgPartitions(CoreStore[Database]):
             keep_cap = max(keep_cap, int(bounds["keep_last"]))
         return longest, keep_cap
 
+    # the drop work of the pass under way (a pass is started by start_drops): the
+    # partitions still to look at, and the one being dropped
+    _drop_queue: list[tuple[str, datetime]] | None = None
+    _dropping: _Drop | None = None
+    one_shot_scan = 5_000  # firings a chunk of a drop reads (its one-shot jobs deleted)
+
+    def start_drops(self) -> None:
+        """A pass's drop work: every partition whose day is over, oldest first."""
+        now = self.db.now()
+        self._drop_queue = [(name, hi) for name, _lo, hi in self.partitions() if hi <= now]
+        self._dropping = None
+
+    def drops_pending(self) -> bool:
+        return bool(self._drop_queue) or self._dropping is not None
+
+    def drop_step(self) -> PruneReport | None:
+        """The next piece of the pass's drop work, a short transaction or read of its own
+        (None: there is none left): deciding the next partition, a chunk of the one-shot
+        jobs of the one decided, or its drop. The leader runs one per step, paced like a
+        batch of the walk (dispatch/retention.py), so that a day of a million firings
+        (a hundred thousand one-shot jobs, each a job row to delete) never holds the
+        dispatcher, a claim or the writer for more than a chunk."""
+        report = PruneReport(dry_run=False)
+        try:
+            if self._dropping is None:
+                self._dropping = self._decide_next(report)
+                if self._dropping is None and not self._drop_queue:
+                    self._drop_queue = None
+                    return None
+            elif not self._dropping.one_shots_done:
+                self._one_shots_chunk(self._dropping, report)
+            else:
+                drop, self._dropping = self._dropping, None
+                if drop.one_shots_deleted != drop.one_shots():
+                    raise _Abandoned(drop.name)  # one kept: changed since the decision
+                self._drop_partition(
+                    drop.name, drop.recurring(), drop.policies, drop.now, drop.longest
+                )
+                for g in drop.recurring():
+                    report.firings[g["state"]] = report.firings.get(g["state"], 0) + int(g["n"])
+                report.partitions = 1
+        except (_Abandoned, StoreUnavailableError, psycopg.errors.UndefinedTable):
+            self._dropping = None  # the next pass decides again
+        return report
+
+    def _decide_next(self, report: PruneReport) -> _Drop | None:
+        """The next partition of the queue whose firings may all go (its facts, then its
+        groups: one aggregate read of it), or None when this step found none."""
+        now = self.db.now()
+        policies = self.list_retention()
+        longest, keep_cap = self.retention_bounds(policies)
+        while self._drop_queue:
+            name, hi = self._drop_queue.pop(0)
+            facts = self._read_part("partition_facts", name)[0]
+            last = facts["last_finished"]
+            if facts["active"] or (last is not None and now - last < longest):
+                continue
+            params = {"hi": self.db.instant(hi), "keep_cap": keep_cap}
+            groups = self._read_part("partition_groups", name, params)
+            report.scanned += sum(int(g["n"]) for g in groups)
+            if all(_group_prunable(g, policies, now) for g in groups):
+                drop = _Drop(name, groups, policies, now, longest)
+                drop.one_shots_done = drop.one_shots() == 0
+                return drop
+            return None  # one read of a partition per step
+        return None
+
+    def _one_shots_chunk(self, drop: _Drop, report: PruneReport) -> None:
+        params = {
+            "after_id": drop.after_id,
+            "scan": self.one_shot_scan,
+            "decided_at": self.db.instant(drop.now),
+        }
+
+        def body(tx: PgTx) -> list[Row]:
+            rows = _all(tx, "partition_one_shots_chunk", drop.name, params)
+            uncharge: dict[str, int] = {}
+            for r in rows:
+                if r["kind"] is not None and r["kind"] != "now":
+                    uncharge[r["namespace"]] = uncharge.get(r["namespace"], 0) + int(r["n"])
+            for namespace, n in sorted(uncharge.items()):
+                self._charge(tx, namespace, "jobs", 0, -n)
+            return rows
+
+        rows = self.db.write(body)
+        scanned = int(rows[0]["scanned"]) if rows else 0
+        report.scanned += scanned
+        for r in rows:
+            if r["state"] is not None:
+                report.firings[r["state"]] = report.firings.get(r["state"], 0) + int(r["n"])
+                report.jobs += int(r["n"])
+                drop.one_shots_deleted += int(r["n"])
+        if rows and rows[0]["last_id"] is not None:
+            drop.after_id = int(rows[0]["last_id"])
+        if scanned < self.one_shot_scan or drop.one_shots_deleted >= drop.one_shots():
+            drop.one_shots_done = True
+
     def drop_partitions(self, *, dry_run: bool = False) -> PruneReport:
-        """Every partition whose firings may all go, dropped (or, ``dry_run``, counted)."""
+        """Every partition whose firings may all go, dropped (or, ``dry_run``, counted):
+        the whole of a pass's drop work at once (the leader runs it a step at a time)."""
         report = PruneReport(dry_run=dry_run, done=True)
+        if dry_run:
+            self._count_drops(report)
+            return report
+        self.start_drops()
+        while (one := self.drop_step()) is not None:
+            report.add(one)
+        report.done = True
+        return report
+
+    def _count_drops(self, report: PruneReport) -> None:
         now = self.db.now()
         policies = self.list_retention()
         longest, keep_cap = self.retention_bounds(policies)
         for name, _lo, hi in self.partitions():
-            if hi > now:  # a day not over yet may still get firings
+            if hi > now:
                 continue
             facts = self._read_part("partition_facts", name)[0]
             last = facts["last_finished"]
@@ -193,19 +324,10 @@ class PgPartitions(CoreStore[Database]):
             groups = self._read_part("partition_groups", name, params)
             if not all(_group_prunable(g, policies, now) for g in groups):
                 continue
-            one = PruneReport(dry_run=dry_run)
             for g in groups:
-                one.firings[g["state"]] = one.firings.get(g["state"], 0) + int(g["n"])
-            one.jobs = len({g["job_id"] for g in groups if g["kind"] in ONE_SHOT_KINDS})
-            one.partitions = 1
-            if not dry_run:
-                try:
-                    self._drop_partition(name, groups, policies, now, longest)
-                except (_Abandoned, StoreUnavailableError):
-                    continue  # the next pass decides again
-            report.add(one)
-        report.done = True
-        return report
+                report.firings[g["state"]] = report.firings.get(g["state"], 0) + int(g["n"])
+            report.jobs += len({g["job_id"] for g in groups if g["kind"] in ONE_SHOT_KINDS})
+            report.partitions += 1
 
     def _read_part(self, name: str, part: str, params: dict[str, Any] | None = None) -> list[Row]:
         return self.db.read(lambda tx: _all(tx, name, part, params))
@@ -218,21 +340,18 @@ class PgPartitions(CoreStore[Database]):
         now: datetime,
         longest: timedelta,
     ) -> None:
+        """The drop of a partition whose one-shot jobs are gone (drop_step's chunks):
+        the recurring jobs' ``pruned`` events summed, the firings' attempts and keys
+        deleted, DETACH, the facts checked again, DROP; abandoned (rolled back) when a
+        one-shot job or a change is found."""
+
         def body(tx: PgTx) -> None:
             per_job: dict[int, list[Row]] = {}
             for g in groups:
+                if g["kind"] in ONE_SHOT_KINDS:
+                    continue
                 per_job.setdefault(int(g["job_id"]), []).append(g)
             for job_id, rows in per_job.items():
-                first = rows[0]
-                if first["kind"] in ONE_SHOT_KINDS:
-                    policy = _policy(first, policies)
-                    cutoff = self.db.instant(now - policy.keep_for)
-                    gone = tx.one("prune_one_shot_job", {"job_id": job_id, "cutoff": cutoff})
-                    if gone is None:
-                        raise _Abandoned(name)
-                    if gone["kind"] != "now":
-                        self._uncharge_job(tx, gone["namespace"])
-                    continue
                 self._add_pruned_summary(tx, job_id, _summary(rows))
             tx.execute(_sql(self.db, "partition_drop_dependents", name))
             tx.run("partition_lock_timeout")

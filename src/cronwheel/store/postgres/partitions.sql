@@ -33,21 +33,45 @@ SELECT EXISTS (SELECT 1 FROM /*part*/ WHERE state IN ('queued', 'claimed', 'runn
 -- A partition's firings per (job, outcome): how many, their first and last scheduled
 -- instants, the last finish, what deciding needs of the job (its overrides, namespace and
 -- kind), and how many firings of the job that ended the same way are scheduled at or
--- after the partition's end (up to %(keep_cap)s). [a read of the partition;
+-- after the partition's end (up to %(keep_cap)s; one-shot jobs go whole whatever their
+-- keep_last: not counted, a read of every later partition saved per job). [a read of the partition;
 -- firings_outcome of the later partitions, pruned by %(hi)s]
 SELECT g.job_id, g.state, g.n, g.first_at, g.last_at, g.last_finished, j.namespace,
        (j.policies->>'keep_for_s')::float8 AS keep_for_s,
        (j.policies->>'keep_last')::integer AS keep_last,
        j.schedule->>'kind' AS kind,
-       (SELECT count(*) FROM (SELECT 1 FROM firings h
-                              WHERE h.job_id = g.job_id AND h.state = g.state
-                                AND h.finished_at IS NOT NULL
-                                AND h.scheduled_for >= %(hi)s::timestamptz
-                              LIMIT %(keep_cap)s) newer_rows) AS newer
+       CASE WHEN j.schedule->>'kind' IN ('at', 'now') THEN 0  -- keep_last: not theirs
+       ELSE (SELECT count(*) FROM (SELECT 1 FROM firings h
+                                   WHERE h.job_id = g.job_id AND h.state = g.state
+                                     AND h.finished_at IS NOT NULL
+                                     AND h.scheduled_for >= %(hi)s::timestamptz
+                                   LIMIT %(keep_cap)s) newer_rows) END AS newer
 FROM (SELECT job_id, state, count(*) AS n, min(scheduled_for) AS first_at,
              max(scheduled_for) AS last_at, max(finished_at) AS last_finished
       FROM /*part*/ GROUP BY job_id, state) g
 JOIN jobs j ON j.id = g.job_id
+
+-- name: partition_one_shots_chunk
+-- The next %(scan)s firings of a partition decided droppable, by id after %(after_id)s,
+-- and the one-shot jobs among their jobs deleted with their history (by cascade: the
+-- firing, its attempts and keys), each unless a firing of it is unfinished or finished
+-- at/after %(decided_at)s (a change since the decision; the drop will then be abandoned
+-- too). What the chunk read (its last id, how many) and what it deleted: per namespace
+-- and kind, per state of the deleted firings. [the partition's firings_id_at, jobs
+-- primary key, firings_job_id of every partition]
+WITH c AS (SELECT p.id, p.job_id, p.state FROM /*part*/ p
+           WHERE p.id > %(after_id)s ORDER BY p.id LIMIT %(scan)s),
+gone AS (DELETE FROM jobs j USING c
+         WHERE j.id = c.job_id AND j.schedule->>'kind' IN ('at', 'now')
+           AND NOT EXISTS (SELECT 1 FROM firings f WHERE f.job_id = j.id
+                           AND (f.state NOT IN ('succeeded', 'dead', 'cancelled', 'skipped',
+                                                'missed')
+                                OR f.finished_at IS NULL OR f.finished_at >= %(decided_at)s))
+         RETURNING j.namespace, j.schedule->>'kind' AS kind, c.state)
+SELECT (SELECT max(id) FROM c) AS last_id, (SELECT count(*) FROM c) AS scanned,
+       g.namespace, g.kind, g.state, count(g.*) AS n
+FROM (SELECT 1) one LEFT JOIN gone g ON true
+GROUP BY g.namespace, g.kind, g.state
 
 -- name: partition_drop_dependents
 -- The attempts and idempotency keys of a partition's firings (what the cascade trigger

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from cronwheel.domain.clock import Clock
 from cronwheel.domain.retention import PruneReport
 from cronwheel.errors import StoreError
+from cronwheel.store.core.retention import WALK_START
 from cronwheel.store.postgres.caller import CallerDatabase, Link
 from cronwheel.store.postgres.claims import PgClaims
 from cronwheel.store.postgres.db import Database, DbTime
@@ -88,17 +89,28 @@ class PostgresStore(PgDispatch, PgClaims, PgPartitions):
         max_batches: int | None = None,
         cursor: tuple[datetime, int] | None = None,
     ) -> PruneReport:
-        """The batched pass of the store core, started (a pass of every namespace, for
-        real) by the partition work: today's and tomorrow's made, whole days whose
-        firings may all go dropped (store/postgres/partitions.py); the walk leaves
-        to those drops what they will take. A dry run counts what the walk would
-        delete: the same firings."""
-        first = None
+        """The batched pass of the store core, preceded (a pass of every namespace, for
+        real) by the partition work: today's and tomorrow's made, then whole days whose
+        firings may all go dropped (store/postgres/partitions.py), a step per batch when
+        ``max_batches`` is given (the leader's pace); the walk leaves to those drops what
+        they will take. A dry run counts what the walk would delete: the same firings."""
         if cursor is None:  # a pass starts: its bounds, for the walk's _leave_to_drop
             self.retention_bounds(self.list_retention())
-        if cursor is None and namespace is None and not dry_run:
+        whole = namespace is None and not dry_run
+        if cursor is None and whole:
             self.maintain_partitions()
-            first = self.drop_partitions()
+            self._prune_counters(self.db.now())
+            self.start_drops()
+            cursor = WALK_START
+        first = PruneReport(dry_run=dry_run)
+        while whole and self.drops_pending():
+            one = self.drop_step()
+            if one is None:
+                break
+            if max_batches is not None:
+                one.cursor = cursor
+                return one
+            first.add(one)
         report = super().prune_history(
             dry_run=dry_run,
             namespace=namespace,
@@ -106,8 +118,6 @@ class PostgresStore(PgDispatch, PgClaims, PgPartitions):
             max_batches=max_batches,
             cursor=cursor,
         )
-        if first is None:
-            return report
         first.add(report)
         return first
 
