@@ -26,10 +26,12 @@ Figures, each the median of a few calls where it is a call:
 - ``scrape_ms`` (a ``/metrics`` collection after a first one), ``status_ms``, the
   dashboard's ``overview_ms``, ``jobs_page_ms``, ``firings_page_ms``, and
   ``explain_ms`` (``jobs explain`` of one job over the newest hour of history);
-- loaded side only: ``drain_while_pruning``: a drain while the leader's retention pass
-  drops the oldest day (the namespace's ``keep_for`` set to days - 1; under two days
-  of history, half of it), its rate as a
-  share of the plain drain's, and the firings the pass deleted meanwhile;
+- loaded side only: ``drain_while_pruning``: a drain of ten times ``count`` jobs while
+  the leader's retention pass drops the oldest day (the namespace's ``keep_for`` set to
+  days - 1; under two days of history, half of it), its rate as a share of a plain
+  drain of the same size just before (the pass paces itself, a step then nine times its
+  duration of pause: a drain shorter than a few steps would measure one step, not the
+  pass), and the firings the pass deleted meanwhile;
   ``bytes_per_firing`` (the store's size over the firings it holds) and the size at
   steady state for the retention period (``days x rate x bytes_per_firing``).
 """
@@ -63,6 +65,7 @@ from cronwheel.store.url import sqlite_path
 CHUNK = 200_000  # firings per INSERT ... SELECT of the loader
 ONE_SHOT_SHARE = 10  # one firing in ten of the history is an immediate one-shot job
 HOT_CALLS = 50
+PRUNING_DRAIN = 10  # the drain during the retention pass: this many times ``count`` jobs
 DAY = timedelta(days=1)
 BASE_DAYS = 3 / 24  # the baseline's history: three hours
 
@@ -227,13 +230,23 @@ def _side(
             keep_for = max(days - 1, days / 2) * DAY
             cutoff = store.now() - keep_for
             counter: Any = store  # the SQL engines' count (store/core/retention.py)
+            # a drain long enough to span the pass's pacing (a step, then nine times its
+            # duration of pause), against a plain drain of the same size just before
+            long = PRUNING_DRAIN * count
+            reference = drain_on(
+                url, store, tmp_path, long, workers, concurrency, progress, floor=floor,
+                prefix="drain-long",
+            )  # fmt: skip
+            doc["drain_long_jobs_per_s"] = reference.figures.get("jobs_per_s")
+            doc["lost"] += reference.lost
+            doc["duplicated"] += reference.duplicated
             before = counter.count_finished_before(cutoff)
             store.set_retention("default", {"keep_for": keep_for})
             pruning = drain_on(
                 url,
                 store,
                 tmp_path,
-                count,
+                long,
                 workers,
                 concurrency,
                 progress,
@@ -262,7 +275,8 @@ def ratios(empty: dict[str, Any], loaded: dict[str, Any]) -> dict[str, float | N
     for key in _RATE:
         a, b = empty.get(key), loaded.get(key)
         out[key] = round(a / b, 2) if a and b else None
-    drain, pruning = loaded.get("drain_jobs_per_s"), loaded.get("drain_while_pruning_jobs_per_s")
+    drain = loaded.get("drain_long_jobs_per_s")
+    pruning = loaded.get("drain_while_pruning_jobs_per_s")
     out["drain_while_pruning_share"] = round(pruning / drain, 2) if drain and pruning else None
     return out
 

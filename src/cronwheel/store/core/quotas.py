@@ -148,8 +148,8 @@ class QuotaFlows(Generic[D]):
                 what = "this job" if n == 1 else f"these {n} jobs"
                 raise refuse_count("jobs", limit, namespace=namespace, what=what)
 
-    def _uncharge_job(self, tx: Tx, namespace: str) -> None:
-        self._charge(tx, namespace, "jobs", 0, -1)
+    def _uncharge_job(self, tx: Tx, namespace: str, n: int = 1) -> None:
+        self._charge(tx, namespace, "jobs", 0, -n)
 
     def _check_schedule(
         self, tx: Tx, spec: JobSpec, first: Any, quotas: dict[str, Quota] | None = None

@@ -242,16 +242,20 @@ class RetentionFlows(QuotaFlows[D]):
                     at = codec.req_instant(row["scheduled_for"])
                     removed[int(row["job_id"])].append((row["state"], at))
                     out.firings[row["state"]] = out.firings.get(row["state"], 0) + 1
+            by_cutoff: dict[datetime, list[int]] = defaultdict(list)
             for job_id, r in one_shots.items():
-                policy = _policy(r, policies)
-                cutoff = self.db.instant(now - policy.keep_for)
-                gone = tx.one("prune_one_shot_job", {"job_id": job_id, "cutoff": cutoff})
-                if gone is None:
-                    continue
-                out.jobs += 1
-                out.firings[r["state"]] = out.firings.get(r["state"], 0) + 1
-                if gone["kind"] != "now":
-                    self._uncharge_job(tx, gone["namespace"])
+                by_cutoff[now - _policy(r, policies).keep_for].append(job_id)
+            uncharge: dict[str, int] = defaultdict(int)
+            for cutoff, ids in sorted(by_cutoff.items()):
+                params = {"ids": self.db.id_list(ids), "cutoff": self.db.instant(cutoff)}
+                for gone in tx.all("prune_one_shot_jobs", params):
+                    state = one_shots[int(gone["id"])]["state"]
+                    out.jobs += 1
+                    out.firings[state] = out.firings.get(state, 0) + 1
+                    if gone["kind"] != "now":
+                        uncharge[gone["namespace"]] += 1
+            for namespace, n in sorted(uncharge.items()):
+                self._uncharge_job(tx, namespace, n)
             for job_id, items in removed.items():
                 self._add_pruned_in(tx, job_id, items)
 

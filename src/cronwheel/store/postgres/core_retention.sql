@@ -63,15 +63,16 @@ WHERE id = ANY (%(ids)s::bigint[])
   AND finished_at <= %(finished_before)s
 RETURNING id, job_id, state, scheduled_for
 
--- name: prune_one_shot_job
--- A finished one-shot job with its history (cascade), unless it has a firing that is
--- not finished or finished at/after %(cutoff)s. [jobs primary key, firings_job_id]
+-- name: prune_one_shot_jobs
+-- Finished one-shot jobs of a batch with their history (cascade), each unless it has a
+-- firing that is not finished or finished at/after %(cutoff)s. [jobs primary key,
+-- firings_job_id]
 DELETE FROM jobs
-WHERE id = %(job_id)s AND schedule->>'kind' IN ('at', 'now')
-  AND NOT EXISTS (SELECT 1 FROM firings f WHERE f.job_id = %(job_id)s
+WHERE id = ANY (%(ids)s::bigint[]) AND schedule->>'kind' IN ('at', 'now')
+  AND NOT EXISTS (SELECT 1 FROM firings f WHERE f.job_id = jobs.id
                   AND (f.state NOT IN ('succeeded', 'dead', 'cancelled', 'skipped', 'missed')
                        OR f.finished_at IS NULL OR f.finished_at >= %(cutoff)s))
-RETURNING namespace, schedule->>'kind' AS kind
+RETURNING id, namespace, schedule->>'kind' AS kind
 
 -- name: pruned_event_get
 -- A job's one `pruned` event (what pruning removed, summed). [job_events_job]

@@ -280,7 +280,7 @@ class PgPartitions(CoreStore[Database]):
                 if r["kind"] is not None and r["kind"] != "now":
                     uncharge[r["namespace"]] = uncharge.get(r["namespace"], 0) + int(r["n"])
             for namespace, n in sorted(uncharge.items()):
-                self._charge(tx, namespace, "jobs", 0, -n)
+                self._uncharge_job(tx, namespace, n)
             return rows
 
         rows = self.db.write(body)
