@@ -139,6 +139,33 @@ def test_a_finished_one_shot_job_goes_with_its_firing(harness: Harness) -> None:
     assert later.id  # a one-shot without a firing yet is not history
 
 
+def test_pruned_one_shot_jobs_give_their_jobs_quota_back(harness: Harness) -> None:
+    """Pruning takes finished `at` jobs with their firings (one statement per batch) and
+    gives their place in the namespace's ``jobs`` quota back; a `now` job never held one."""
+    store = harness.store
+    when = harness.now()
+    jobs = [
+        store.create_job(spec(f"at-{i}", schedule=at(when)), first_fire_at=when) for i in range(3)
+    ]
+    store.enqueue_now(spec("now-1", schedule=now()))
+    kept = store.create_job(spec("at-kept", schedule=at(when)), first_fire_at=when)
+    for job in [*jobs, kept]:
+        _fire(harness, job, when)
+    (use,) = store.quota_usage("default")
+    assert use.used.get("jobs") == 4
+    claims = store.claim("w", tasks=["t"], limit=10)
+    assert len(claims) == 5
+    for claim in claims:
+        if claim.firing.job_id != kept.id:
+            _complete(harness, claim)
+    harness.advance(8 * DAY)
+    report = store.prune_history()
+    assert report.jobs == 4 and report.firings == {"succeeded": 4}
+    (use,) = store.quota_usage("default")
+    assert use.used.get("jobs") == 1  # the one whose firing is not finished
+    assert {j.name for j in store.list_jobs()} == {"at-kept"}
+
+
 def test_a_pass_in_batches_continues_from_its_cursor(harness: Harness) -> None:
     store = harness.store
     store.set_retention("default", {"keep_for": 0, "keep_last": 0})
