@@ -67,6 +67,9 @@ def test_own_url_parameters_are_split_off_and_validated() -> None:
         with pytest.raises(StoreError, match="replica_hosts") as err:
             parse_url(f"postgresql://u@h/db?replica_hosts={bad}")
         assert err.value.field == "store"
+    # libpq's own parameters pass as libpq reads them: percent-decoded, '+' a plus
+    passed = parse_url("postgresql://u@h/db?options=-c%20a%3Db&application_name=x+y")
+    assert passed.libpq == "postgresql://u@h/db?options=-c%20a%3Db&application_name=x%2By"
 
 
 def test_pooler_mode_sends_no_session_settings_and_prepares_nothing() -> None:

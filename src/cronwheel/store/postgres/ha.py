@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -49,7 +49,8 @@ class PgUrl:
 def parse_url(url: str) -> PgUrl:
     """Split cronwheel's parameters off a ``postgresql://`` URL; a bad one names itself."""
     parts = urlsplit(url)
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    # libpq reads a URI's query with percent-decoding only: '+' is a plus, a space is %20
+    pairs = parse_qsl(parts.query.replace("+", "%2B"), keep_blank_values=True)
     own = {k: v for k, v in pairs if k in _OWN_PARAMS}
     rest = [(k, v) for k, v in pairs if k not in _OWN_PARAMS]
     pooler = own.get("pooler")
@@ -74,7 +75,7 @@ def parse_url(url: str) -> PgUrl:
                 "0 (off) to 86399",
                 field="store",
             )
-    libpq = urlunsplit(parts._replace(query=urlencode(rest)))
+    libpq = urlunsplit(parts._replace(query=urlencode(rest, quote_via=quote)))
     return PgUrl(libpq, pooler, own.get("replica_hosts"), own.get("listen_hosts"), stall)
 
 
@@ -167,7 +168,15 @@ def session_conninfo(url: str, schema: str | None, *, pooled: bool = False) -> s
     params.setdefault("connect_timeout", 5)
     if pooled:
         return make_conninfo("", **params)
-    options = [str(params.pop("options", "") or "").strip(), "-c TimeZone=UTC"]
+    # generic plans for the prepared statements (the URL's own options may say
+    # otherwise: they come after): PostgreSQL keeps planning the claim afresh on every
+    # call under its default choice, and planning a statement over firings costs a
+    # few hundred microseconds per partition (README "Partitions by day")
+    options = [
+        "-c plan_cache_mode=force_generic_plan",
+        str(params.pop("options", "") or "").strip(),
+        "-c TimeZone=UTC",
+    ]
     if schema is not None:
         if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):
             raise StoreError(f"bad schema name {schema!r}", field="schema")
