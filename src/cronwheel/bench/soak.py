@@ -121,10 +121,11 @@ def store_bytes(store: Store) -> int:
     return int(sized.database_size())
 
 
-def _hot_paths(store: Store) -> dict[str, float]:
+def hot_paths(store: Store, *, calls: int = HOT_CALLS, prefix: str = "hot") -> dict[str, float]:
+    """One ``enqueue_now`` and one claim + completion, ``calls`` times: the medians (ms)."""
     enqueue, claim = [], []
-    for i in range(HOT_CALLS):
-        spec = JobSpec(name=f"hot-{i}", task="soak.hot", schedule=now_schedule())
+    for i in range(calls):
+        spec = JobSpec(name=f"{prefix}-{i}", task="soak.hot", schedule=now_schedule())
         t0 = time.perf_counter()
         store.enqueue_now(spec)
         t1 = time.perf_counter()
@@ -207,7 +208,7 @@ def _side(
         doc["load_s"] = round(time.monotonic() - t0, 1)
         doc["history_firings"] = loaded
         floor = int(store.list_firings(limit=1)[0].id)
-        doc |= _hot_paths(store)
+        doc |= hot_paths(store)
         doc |= _reads(store)
         tmp_path = Path(tmp)
         herd = herd_on(url, store, tmp_path, count, workers, concurrency, progress, floor=floor)

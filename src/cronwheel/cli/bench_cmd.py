@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from cronwheel.bench.runner import BenchResult
 
 _RUNNABLE = ["precision", "herd", "drain", "cron-mix", "scale", "failover", "limit", "bulk"]
-_WORKLOADS = [*_RUNNABLE, "api", "tz-steps", "soak", "smoke", "all"]
+_WORKLOADS = [*_RUNNABLE, "api", "tz-steps", "soak", "partitions", "smoke", "all"]
 DEFAULT_COUNT = {
     "precision": 200,
     "herd": 10_000,
@@ -147,6 +147,8 @@ def bench_command(
     api        (needs wrk) `cronwheel api --auth` under wrk: req/s, p50/p99 per endpoint
     soak       --days of history at --rate/day, then hot paths, scrape, status, pages,
                explain, a drain during retention: ratios to a near-empty store; size
+    partitions (PostgreSQL) enqueue and claim + completion with 3, 11 and 41 day
+               partitions of firings (--count calls each, default 50): ms and ratios
     tz-steps   (no store) cost of one schedule step at vs away from DST transitions,
                every zone with a transition in the 2 years from --from (--smoke: 6 zones)
     smoke      small precision/herd/drain/cron-mix/limit runs (CI): zero lost/duplicated
@@ -180,6 +182,14 @@ def bench_command(
             "failover needs a PostgreSQL store (--store postgresql://...): SQLite is one "
             "file on one host, where a second scheduler has nothing to take over"
         )
+    if workload == "partitions":
+        if is_sqlite or store_url is None:
+            raise click.UsageError(
+                "partitions needs a PostgreSQL store (--store postgresql://...): SQLite "
+                "does not partition firings"
+            )
+        _partitions(store_url, count or 50, as_json)
+        return
     if workload == "soak":
         from cronwheel.cli.soak_view import soak
 
@@ -498,3 +508,22 @@ def _table(docs: list[dict[str, Any]]) -> None:
             ", ".join(f"{k}={v}" for k, v in extra.items()),
         )
     Console(width=200).print(table)
+
+
+def _partitions(store_url: str, calls: int, as_json: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from cronwheel.bench.partitions import run_partitions
+
+    doc = run_partitions(store_url, calls=calls)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        return
+    table = Table(title=f"partitions: hot paths, median of {calls} calls", title_justify="left")
+    for col in ("partitions", "enqueue_ms", "claim_ms", "enqueue_ratio", "claim_ratio"):
+        table.add_column(col)
+    for row in doc["rows"]:
+        table.add_row(*(str(row[c]) for c in ("partitions", "enqueue_ms", "claim_ms",
+                                               "enqueue_ratio", "claim_ratio")))  # fmt: skip
+    Console().print(table)
