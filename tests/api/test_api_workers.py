@@ -254,3 +254,12 @@ def test_children_crashing_at_start_end_the_supervisor(child_code: int, expected
         assert max(delays, key=len) == [0.01, 0.02, 0.04, 0.08]  # then it gave up
     else:
         assert "api_process_failed" in names and "api_process_exited" not in names
+
+
+def test_children_of_a_killed_supervisor_stop_themselves(api2: Api) -> None:
+    children = api2.children()
+    api2.proc.kill()
+    api2.proc.wait(timeout=WAIT_S)
+    _until("the orphaned children gone", lambda: not any(_alive(pid) for pid in children))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", api2.port))
