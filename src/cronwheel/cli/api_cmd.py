@@ -38,6 +38,7 @@ from cronwheel.cli.common import (
 from cronwheel.web.browser import is_loopback
 
 __all__ = [
+    "SETTINGS_ENV",
     "api_command",
     "app_from_env",
     "browser_options",
@@ -45,7 +46,7 @@ __all__ = [
     "server_options",
 ]
 
-_SETTINGS_ENV = "CRONWHEEL_API_PROCESS"  # the settings a --workers child builds its app from
+SETTINGS_ENV = "CRONWHEEL_API_PROCESS"  # the settings a --workers child builds its app from
 
 
 def _hosts(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[str]:
@@ -199,7 +200,7 @@ def api_command(
         import structlog
 
         env = dict(
-            os.environ, **{_SETTINGS_ENV: json.dumps(settings | {"host": host, "port": port})}
+            os.environ, **{SETTINGS_ENV: json.dumps(settings | {"host": host, "port": port})}
         )
         log = structlog.get_logger("cronwheel.api")
         try:
@@ -211,7 +212,7 @@ def api_command(
         return
     from uvicorn.supervisors import Multiprocess
 
-    os.environ[_SETTINGS_ENV] = json.dumps(settings)  # the children inherit it
+    os.environ[SETTINGS_ENV] = json.dumps(settings)  # the children inherit it
     config = uvicorn.Config(f"{__name__}:app_from_env", factory=True, workers=workers, **options)
     held.set_inheritable(True)  # uvicorn's children accept on it (Config.bind_socket's)
     Multiprocess(config, sockets=[held]).run()
@@ -253,7 +254,7 @@ def app_from_env() -> Any:
 
     from cronwheel.cli.common import open_cli_store
 
-    settings = json.loads(os.environ[_SETTINGS_ENV])
+    settings = json.loads(os.environ[SETTINGS_ENV])
     setup_logs(settings["log_level"], settings["log_format"], "api")
     store = open_cli_store(settings["store_url"])
     app = _app(store, settings)

@@ -227,9 +227,9 @@ def child_main() -> None:
     uvicorn server as ``cronwheel api`` with one process."""
     import uvicorn
 
-    from cronwheel.cli.api_cmd import _SETTINGS_ENV, app_from_env, server_options
+    from cronwheel.cli.api_cmd import SETTINGS_ENV, app_from_env, server_options
 
-    settings = json.loads(os.environ[_SETTINGS_ENV])
+    settings = json.loads(os.environ[SETTINGS_ENV])
     host, port = settings["host"], settings["port"]
     sock = _socket(host, reuse_port=True)
     try:
