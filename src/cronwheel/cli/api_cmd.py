@@ -113,7 +113,7 @@ def browser_options(f: F) -> F:
     default=1,
     show_default=True,
     help="Processes serving the port, each with its own store connections. On Linux each "
-    "listens on its own SO_REUSEPORT socket (the kernel spreads connections evenly); "
+    "listens on its own SO_REUSEPORT socket (the kernel spreads new connections over them); "
     "without SO_REUSEPORT, uvicorn's supervisor with one shared socket.",
 )
 @browser_options
