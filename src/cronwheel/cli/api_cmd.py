@@ -8,17 +8,21 @@ It answers only the Host names it is bound to (``--allowed-host`` adds more) and
 believes ``X-Forwarded-Proto``/``X-Forwarded-For`` from the ``--trusted-proxy``
 addresses only (uvicorn's own proxy-header handling is off): see ``web.browser``.
 
-``--workers N`` serves the port from N processes (uvicorn's supervisor binds the
-socket once and starts N children, each opening its own store connections and
-restarting one that dies). On a SQLite store the API's store calls run on each
-process's event loop (``api.calls``): its one connection serializes them anyway.
-Each answer leaves in one write (``cli.http_protocol``).
+``--workers N`` serves the port from N processes, each opening its own store
+connections. On Linux each process listens on its own ``SO_REUSEPORT`` socket and
+the kernel spreads connections over them (``cli.api_workers``: why, and the
+supervisor that checks the port, restarts a child that dies and stops them all on
+SIGINT/SIGTERM); elsewhere uvicorn's supervisor starts N children accepting on one
+shared socket. On a SQLite store the API's store calls run on each process's event
+loop (``api.calls``): its one connection serializes them anyway. Each answer leaves
+in one write (``cli.http_protocol``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any
 
 import click
@@ -33,9 +37,16 @@ from cronwheel.cli.common import (
 )
 from cronwheel.web.browser import is_loopback
 
-__all__ = ["api_command", "app_from_env", "browser_options", "is_loopback"]
+__all__ = [
+    "SETTINGS_ENV",
+    "api_command",
+    "app_from_env",
+    "browser_options",
+    "is_loopback",
+    "server_options",
+]
 
-_SETTINGS_ENV = "CRONWHEEL_API_PROCESS"  # the settings a --workers child builds its app from
+SETTINGS_ENV = "CRONWHEEL_API_PROCESS"  # the settings a --workers child builds its app from
 
 
 def _hosts(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[str]:
@@ -101,7 +112,9 @@ def browser_options(f: F) -> F:
     type=click.IntRange(1, 64),
     default=1,
     show_default=True,
-    help="Processes serving the port (each with its own store connections).",
+    help="Processes serving the port, each with its own store connections. On Linux each "
+    "listens on its own SO_REUSEPORT socket (the kernel spreads new connections over them); "
+    "without SO_REUSEPORT, uvicorn's supervisor with one shared socket.",
 )
 @browser_options
 @tzdata_option
@@ -131,6 +144,15 @@ def api_command(
         hosts = allowed_hosts_for(host, allowed_hosts)
     except ValidationError as exc:
         raise click.BadParameter(exc.message, param_hint="--host") from None
+    from cronwheel.cli import api_workers
+
+    held = None
+    if workers > 1:  # the port checked once here: "in use" is one line, not N tracebacks
+        try:
+            held = api_workers.hold_port(host, port, reuse_port=api_workers.reuse_port_supported())
+        except api_workers.PortInUseError as exc:
+            raise click.BadParameter(str(exc), param_hint="--port") from None
+        port = held.getsockname()[1]  # --port 0: the one chosen
     setup_logs(log_level, log_format, "api")
     import uvicorn
 
@@ -166,28 +188,49 @@ def api_command(
                 "with --allowed-host to refuse the others",
                 err=True,
             )
-        from cronwheel.cli.http_protocol import OneWriteHttpToolsProtocol
-
-        options: dict[str, Any] = {
-            "http": OneWriteHttpToolsProtocol,  # each answer in one write
-            "host": host,
-            "port": port,
-            "access_log": False,
-            "server_header": False,
-            "proxy_headers": False,  # the app believes --trusted-proxy peers only
-            "log_level": (log_level or "warning"),
-        }
+        options = server_options(host, port, log_level)
         if workers == 1:
             app = _app(store, settings)
             uvicorn.Server(uvicorn.Config(app, **options)).run()
             return
     finally:
         store.close()
+    assert held is not None
+    if api_workers.reuse_port_supported():
+        import structlog
+
+        env = dict(
+            os.environ, **{SETTINGS_ENV: json.dumps(settings | {"host": host, "port": port})}
+        )
+        log = structlog.get_logger("cronwheel.api")
+        try:
+            code = api_workers.supervise(workers, api_workers.child_argv(), env, log=log)
+        finally:
+            held.close()
+        if code:
+            sys.exit(code)
+        return
     from uvicorn.supervisors import Multiprocess
 
-    os.environ[_SETTINGS_ENV] = json.dumps(settings)  # the children inherit it
+    os.environ[SETTINGS_ENV] = json.dumps(settings)  # the children inherit it
     config = uvicorn.Config(f"{__name__}:app_from_env", factory=True, workers=workers, **options)
-    Multiprocess(config, sockets=[config.bind_socket()]).run()
+    held.set_inheritable(True)  # uvicorn's children accept on it (Config.bind_socket's)
+    Multiprocess(config, sockets=[held]).run()
+
+
+def server_options(host: str, port: int, log_level: str | None) -> dict[str, Any]:
+    """uvicorn's options for a serving process (one, or each of ``--workers``)."""
+    from cronwheel.cli.http_protocol import OneWriteHttpToolsProtocol
+
+    return {
+        "http": OneWriteHttpToolsProtocol,  # each answer in one write
+        "host": host,
+        "port": port,
+        "access_log": False,
+        "server_header": False,
+        "proxy_headers": False,  # the app believes --trusted-proxy peers only
+        "log_level": (log_level or "warning"),
+    }
 
 
 def _app(store: Any, settings: dict[str, Any]) -> Any:
@@ -211,7 +254,7 @@ def app_from_env() -> Any:
 
     from cronwheel.cli.common import open_cli_store
 
-    settings = json.loads(os.environ[_SETTINGS_ENV])
+    settings = json.loads(os.environ[SETTINGS_ENV])
     setup_logs(settings["log_level"], settings["log_format"], "api")
     store = open_cli_store(settings["store_url"])
     app = _app(store, settings)
