@@ -157,7 +157,9 @@ def bench_command(
     from rich.progress import Progress
 
     if workload == "tz-steps":
-        _tz_steps(from_, smoke=smoke, steps=count, as_json=as_json)
+        from cronwheel.cli.bench_views import tz_steps
+
+        tz_steps(from_, smoke=smoke, steps=count, as_json=as_json)
         return
     if duration is not None and duration < 5:
         raise click.BadParameter("at least 5 seconds", param_hint="--duration")
@@ -188,7 +190,9 @@ def bench_command(
                 "partitions needs a PostgreSQL store (--store postgresql://...): SQLite "
                 "does not partition firings"
             )
-        _partitions(store_url, count or 50, as_json)
+        from cronwheel.cli.bench_views import partitions
+
+        partitions(store_url, count or 50, as_json)
         return
     if workload == "soak":
         from cronwheel.cli.soak_view import soak
@@ -320,45 +324,6 @@ def _api(
             "answers that were not 2xx (or socket errors): "
             + ", ".join(f"{name}: {doc['rows'][name]['errors']}" for name in bad)
         )
-
-
-def _tz_steps(from_: str | None, *, smoke: bool, steps: int | None, as_json: bool) -> None:
-    from rich.console import Console
-    from rich.progress import Progress
-    from rich.table import Table
-
-    from cronwheel.bench.tzsteps import run_tz_steps
-    from cronwheel.domain.clock import SystemClock
-    from cronwheel.domain.schedules import parse_instant
-
-    start = SystemClock().now() if from_ is None else parse_instant(from_, "--from")
-    with Progress(disable=as_json, transient=True) as progress:
-        bar = progress.add_task("tz-steps", total=None)
-
-        def update(done: int, total: int) -> None:
-            progress.update(bar, completed=done, total=total)
-
-        doc = run_tz_steps(start=start, smoke=smoke, steps=steps or 1, progress=update)
-    if as_json:
-        click.echo(json.dumps(doc, indent=2))
-        return
-    table = Table(
-        title=f"cronwheel bench tz-steps: {doc['zones']} zones, {doc['transitions']} "
-        f"transitions in the 2 years from {doc['from']}",
-        title_justify="left",
-    )
-    for col in ("expression", "at µs/step", "away µs/step", "at/away", "zones: median", "worst"):
-        table.add_column(col)
-    for kind, e in doc["expressions"].items():
-        table.add_row(
-            f"{kind} ({e['expr']})",
-            str(e["at_us"]),
-            str(e["away_us"]),
-            str(e["ratio"]),
-            str(e["zone_ratio_median"]),
-            f"{e['zone_ratio_worst']} ({e['worst_zone']})",
-        )
-    Console(width=200).print(table)
 
 
 def _run_undisturbed(
@@ -508,22 +473,3 @@ def _table(docs: list[dict[str, Any]]) -> None:
             ", ".join(f"{k}={v}" for k, v in extra.items()),
         )
     Console(width=200).print(table)
-
-
-def _partitions(store_url: str, calls: int, as_json: bool) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from cronwheel.bench.partitions import run_partitions
-
-    doc = run_partitions(store_url, calls=calls)
-    if as_json:
-        click.echo(json.dumps(doc, indent=2))
-        return
-    table = Table(title=f"partitions: hot paths, median of {calls} calls", title_justify="left")
-    for col in ("partitions", "enqueue_ms", "claim_ms", "enqueue_ratio", "claim_ratio"):
-        table.add_column(col)
-    for row in doc["rows"]:
-        table.add_row(*(str(row[c]) for c in ("partitions", "enqueue_ms", "claim_ms",
-                                               "enqueue_ratio", "claim_ratio")))  # fmt: skip
-    Console().print(table)
