@@ -22,7 +22,7 @@ from cronwheel.domain.models import STARTED_STATES as STARTED_STATES  # noqa: PL
 from cronwheel.domain.models import Firing, Job, JobId, RecentRuns
 from cronwheel.domain.numbers import parse_decimal
 from cronwheel.errors import ValidationError
-from cronwheel.store.protocol import ApiJobsPort
+from cronwheel.store.history_port import HistoryPort
 
 OBJECTIVE_ENV = "CRONWHEEL_LATENESS_OBJECTIVE_MS"
 DEFAULT_OBJECTIVE_MS = 200.0
@@ -137,7 +137,7 @@ def firing_samples(firings: Iterable[Firing]) -> list[float]:
 
 
 def recent_lateness(
-    store: ApiJobsPort, jobs: Sequence[Job], *, objective: float | None = None, sample: int = SAMPLE
+    store: HistoryPort, jobs: Sequence[Job], *, objective: float | None = None, sample: int = SAMPLE
 ) -> list[JobLateness]:
     """Each job's p50/p99 over its last ``sample`` finished firings, against the
     objective, in the order of ``jobs``: one read for all of them (``recent_runs``)."""
@@ -152,14 +152,14 @@ def runs_of(runs: Mapping[JobId, RecentRuns], job: Job) -> RecentRuns:
 
 
 def job_lateness(
-    store: ApiJobsPort, job: Job, *, objective: float | None = None, sample: int = SAMPLE
+    store: HistoryPort, job: Job, *, objective: float | None = None, sample: int = SAMPLE
 ) -> JobLateness:
     """The job's p50/p99 over its last ``sample`` finished firings, against the objective."""
     return recent_lateness(store, [job], objective=objective, sample=sample)[0]
 
 
 def breaches(
-    store: ApiJobsPort, jobs: Iterable[Job], *, objective: float | None = None
+    store: HistoryPort, jobs: Iterable[Job], *, objective: float | None = None
 ) -> list[JobLateness]:
     """The jobs whose p99 exceeds the objective, worst first."""
     found = [j for j in recent_lateness(store, list(jobs), objective=objective) if j.breached]

@@ -41,7 +41,6 @@ from cronwheel.domain.models import (
     JobSpec,
     Lease,
     NodeInfo,
-    RecentRuns,
 )
 from cronwheel.domain.results import (  # re-exported: the stores import it from here
     CancelResult as CancelResult,  # noqa: PLC0414
@@ -49,6 +48,7 @@ from cronwheel.domain.results import (  # re-exported: the stores import it from
 from cronwheel.domain.skips import SkipResult
 from cronwheel.store.bulk_port import BulkPort as BulkPort  # noqa: PLC0414 (JobsPort's)
 from cronwheel.store.calendar_port import CalendarChange, CalendarPort  # re-exported
+from cronwheel.store.history_port import HistoryPort  # re-exported (__all__)
 from cronwheel.store.quota_port import QuotaPort  # re-exported (__all__)
 from cronwheel.store.records import (  # re-exported (__all__): callers import them here
     JOB_STATES,
@@ -91,6 +91,7 @@ __all__ = [
     "CursorMove",
     "DispatchPort",
     "EnqueueResult",
+    "HistoryPort",
     "JobAdvance",
     "JobsPort",
     "PlannedFiring",
@@ -408,8 +409,9 @@ class Store(DispatchPort, WorkerPort, JobsPort, AdminPort, QuotaPort, CalendarPo
 # Every Store implementation used behind ``cronwheel api`` implements these too.
 
 
-class ApiJobsPort(Protocol):
-    """Jobs and firings as the HTTP API and the CLI see them: namespace-scoped."""
+class ApiJobsPort(HistoryPort, Protocol):
+    """Jobs and firings as the HTTP API and the CLI see them: namespace-scoped (and, from
+    HistoryPort, many jobs' backlogs and recent history in one read each)."""
 
     def search_jobs(
         self,
@@ -440,17 +442,6 @@ class ApiJobsPort(Protocol):
         ``scheduled_from <= scheduled_for < scheduled_to`` for the bounds given."""
         ...
 
-    def recent_runs(
-        self, job_ids: Sequence[JobId], *, sample: int = 100
-    ) -> dict[JobId, RecentRuns]:
-        """Each job's :class:`~cronwheel.domain.models.RecentRuns` over its newest
-        ``sample`` firings: its first-attempt lateness samples and its last outcome, for
-        every id given (a job without firings, or unknown: empty). Only the columns that
-        takes, never whole firings, in one read (on PostgreSQL one statement for all the
-        jobs): the jobs page, ``/metrics`` and ``cronwheel status`` read their many jobs'
-        lateness with it."""
-        ...
-
     def add_firings(
         self,
         namespace: str,
@@ -475,10 +466,6 @@ class ApiJobsPort(Protocol):
         (that firing, False) and create nothing; with another ``request_hash`` raise
         ConflictError; else enqueue, record the key and return (firing, True). A key is
         forgotten when its firing is deleted."""
-        ...
-
-    def job_backlog(self, namespace: str, *, limit: int = 50) -> dict[str, int]:
-        """QUEUED + RUNNING firings per job name of one namespace, largest first."""
         ...
 
 
