@@ -398,9 +398,12 @@ RETURNING *
 -- Each job's newest %(sample)s firings in one statement (store/core/flows.py
 -- recent_runs): the first-attempt lateness in microseconds of its newest ones in a
 -- started state (succeeded, dead, cancelled) that started at attempt 1, newest first;
--- its last outcome, the newest non-open firing among its newest of any state. Each
--- LATERAL is a backward walk of firings_job_id (job_id, id), a Merge Append of the
--- day partitions' indexes, stopped at the LIMIT: never a scan of a job's history.
+-- its last outcome, the newest non-open firing among its newest of any state. Each is
+-- a backward walk of firings_job_id (job_id, id), a Merge Append of the day
+-- partitions' indexes, stopped at the LIMIT: never a scan of a job's history; the last
+-- outcome's stops at its first non-open row (a row, not a hundred, when the newest
+-- firing is finished: an index-only bound as SQLite's would fetch a hundred heap rows
+-- wherever the visibility map is not set).
 SELECT j.id AS job_id,
        ARRAY(SELECT s.late_us FROM (
                  SELECT f.id,
