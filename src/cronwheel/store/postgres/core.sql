@@ -97,7 +97,7 @@ SELECT * FROM jobs WHERE id = %(id)s
 -- A keyset page of jobs by id, filtered by core/filters.py. [jobs primary key]
 -- Schedule, policies and bounds as text, as due_jobs: the codec's caches are keyed by
 -- it, so a page read again (the dashboard's jobs page, /metrics' per-job series) costs
--- no JSON parsing per job (measured: 101 jobs 6.2 -> 3.0 ms).
+-- no JSON parsing per job (measured: search_jobs of 101 jobs 4.6 -> 2.0 ms).
 SELECT id, namespace, name, task, schedule::text AS schedule, payload,
        policies::text AS policies, bounds::text AS bounds, paused, next_fire_at,
        last_fired_at, missed_total, remaining_runs, created_at, updated_at
