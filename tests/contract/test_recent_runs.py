@@ -8,6 +8,7 @@ firings interleaved with a job's ids."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import FiringId, Job, JobId, RecentRuns
@@ -117,3 +118,40 @@ def test_last_outcome_is_the_newest_not_open_among_the_newest(harness: Harness) 
     assert (runs.last_id, runs.last_state) == (None, None)
     assert runs.lateness_s == (1.05,)  # the newest finished ones, whatever is open
     assert len(queued) == 2
+
+
+def test_jobs_page_status_and_metrics_agree_with_the_firings(harness: Harness) -> None:
+    """The dashboard's jobs rows (p99, last outcome), status' breaches and /metrics'
+    per-job p99 on ``recent_runs``: what reading each job's firings gave, all three the
+    same lateness (observability/lateness.py)."""
+    from cronwheel.dashboard import data
+    from cronwheel.observability.cluster import per_job_series
+    from cronwheel.observability.lateness import breaches, percentile
+    from cronwheel.web.ids import ids_for
+
+    _history(harness, rounds=60)
+    store: Any = harness.store
+    jobs = store.search_jobs("default", limit=100)
+    ids = ids_for(store)
+    p99_ms = {}
+    for job in jobs:
+        old = _expected(harness, job.id, 100)
+        p99_ms[job.name] = percentile([x * 1000 for x in old.lateness_s], 99)
+    rows, more = data.jobs(store, "default")
+    assert not more and [r.name for r in rows] == ["a", "b", "idle"]
+    for row, job in zip(rows, jobs, strict=True):
+        recent = store.list_job_firings(job.id, limit=100)
+        last = next((f for f in recent if f.state not in OPEN), None)
+        assert row.last_outcome == (None if last is None else last.state.value)
+        assert row.last_firing_id == (None if last is None else ids.encode("firing", last.id))
+        assert row.p99 == data.fmt_ms(p99_ms[job.name])
+    assert rows[2].last_outcome is None and rows[2].p99 == "—"
+    # an objective under every p99: every job with samples breaches, worst first
+    goal = min(v for v in p99_ms.values() if v is not None) / 2
+    found = breaches(store, jobs, objective=goal)
+    assert [(j.name, j.p99_ms) for j in found] == sorted(
+        ((n, v) for n, v in p99_ms.items() if v is not None), key=lambda nv: -nv[1]
+    )
+    (_, p99, *_) = per_job_series(store, jobs, lambda job: 0)
+    exported = {s.labels["job"]: s.value for s in p99.samples}
+    assert exported == {n: v / 1000 for n, v in p99_ms.items() if v is not None}
