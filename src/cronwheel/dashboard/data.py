@@ -144,10 +144,11 @@ def upcoming(job: Job, now: datetime, count: int) -> list[Upcoming]:
             except InvalidScheduleError:
                 found = None
             note = found.note if found is not None and found.utc == t else None
-        short = t.astimezone(zone).strftime("%a %d %b %H:%M:%S %Z")
-        if t.astimezone(zone).date() == now.astimezone(zone).date():
-            short = t.astimezone(zone).strftime("%H:%M:%S %Z")
-        out.append(Upcoming(fmt_local(t, zone), fmt_utc(t), fmt_relative(t, now), note, short))
+        local = fmt_local(t, zone)
+        wall = t.astimezone(zone)
+        same_day = wall.date() == now.astimezone(zone).date()
+        short = wall.strftime("%H:%M:%S %Z") if same_day else local
+        out.append(Upcoming(local, fmt_utc(t), fmt_relative(t, now), note, short))
     return out
 
 
