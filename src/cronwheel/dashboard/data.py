@@ -21,11 +21,14 @@ from cronwheel.domain.transitions import StepBudget
 from cronwheel.domain.tz import load_zone
 from cronwheel.errors import InvalidScheduleError, NotFoundError
 from cronwheel.observability.lateness import (
+    SAMPLE,
     STARTED_STATES,
     first_attempt_lateness_s,
+    job_lateness,
     lateness_of,
     objective_ms,
     percentile,
+    runs_of,
 )
 from cronwheel.observability.tzdata import tz_status
 from cronwheel.store.protocol import ApiStore, StoreStatus
@@ -141,10 +144,11 @@ def upcoming(job: Job, now: datetime, count: int) -> list[Upcoming]:
             except InvalidScheduleError:
                 found = None
             note = found.note if found is not None and found.utc == t else None
-        short = t.astimezone(zone).strftime("%a %d %b %H:%M:%S %Z")
-        if t.astimezone(zone).date() == now.astimezone(zone).date():
-            short = t.astimezone(zone).strftime("%H:%M:%S %Z")
-        out.append(Upcoming(fmt_local(t, zone), fmt_utc(t), fmt_relative(t, now), note, short))
+        local = fmt_local(t, zone)
+        wall = t.astimezone(zone)
+        same_day = wall.date() == now.astimezone(zone).date()
+        short = wall.strftime("%H:%M:%S %Z") if same_day else local
+        out.append(Upcoming(local, fmt_utc(t), fmt_relative(t, now), note, short))
     return out
 
 
@@ -292,12 +296,13 @@ def jobs(store: ApiStore, namespace: str) -> tuple[list[JobRow], bool]:
     found = store.search_jobs(namespace, limit=JOBS_SHOWN + 1)
     backlog = store.job_backlog(namespace, limit=10_000)
     goal = objective_ms()
+    shown = found[:JOBS_SHOWN]
+    # every shown job's lateness samples and last outcome in one read, never its firings
+    runs = store.recent_runs([job.id for job in shown], sample=SAMPLE)
     rows: list[JobRow] = []
-    for job in found[:JOBS_SHOWN]:
-        recent = store.list_job_firings(job.id, limit=100)
-        final = [f for f in recent if f.state in STARTED_STATES]
-        lat = lateness_of(job, final, goal)
-        last = next((f for f in recent if f.state.value not in _OPEN_STATES), None)
+    for job in shown:
+        run = runs_of(runs, job)
+        lat = lateness_of(job, run.lateness_s, goal)
         rows.append(
             JobRow(
                 id=ids.encode("job", job.id),
@@ -309,8 +314,8 @@ def jobs(store: ApiStore, namespace: str) -> tuple[list[JobRow], bool]:
                 zone=zone_of(job),
                 state=job_state(job),
                 next=upcoming(job, now, 2),
-                last_outcome=None if last is None else last.state.value,
-                last_firing_id=None if last is None else ids.encode("firing", last.id),
+                last_outcome=None if run.last_state is None else run.last_state.value,
+                last_firing_id=None if run.last_id is None else ids.encode("firing", run.last_id),
                 backlog=backlog.get(job.name, 0),
                 p99=fmt_ms(lat.p99_ms),
                 breached=lat.breached,
@@ -401,8 +406,7 @@ def job_detail(store: ApiStore, job: Job, *, hours: int) -> dict[str, Any]:
         }
         for o in reversed(shown[-200:])
     ]
-    final = store.list_job_firings(job.id, states=STARTED_STATES, limit=100)
-    lat = lateness_of(job, final, objective_ms())
+    lat = job_lateness(store, job)
     p = job.spec.policies
     return {
         "job": ids.job(job),

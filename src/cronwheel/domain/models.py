@@ -411,6 +411,30 @@ class Firing:
         }
 
 
+# finished or given up: the states a job's lateness is sampled from (its firings that
+# ran, or were cancelled, to the end), and the ones a "last outcome" is not (open work)
+STARTED_STATES = (FiringState.SUCCEEDED, FiringState.DEAD, FiringState.CANCELLED)
+OPEN_STATES = (FiringState.QUEUED, FiringState.CLAIMED, FiringState.RUNNING)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecentRuns:
+    """What the jobs page, ``/metrics`` and ``cronwheel status`` read of one job's recent
+    history (``ApiJobsPort.recent_runs``), without reading its firings whole:
+
+    - ``lateness_s``: the first-attempt lateness (``started_at - scheduled_for``, in
+      seconds) of its newest ``sample`` firings in STARTED_STATES (by id, newest first),
+      only those whose attempt is 1 and that started (a retry's start is late by design),
+      as ``observability.lateness.first_attempt_lateness_s`` of each of them;
+    - ``last_id`` / ``last_state``: the newest of its newest ``sample`` firings (any state)
+      that is not open (QUEUED, CLAIMED, RUNNING); None when there is none among them."""
+
+    job_id: JobId
+    lateness_s: tuple[float, ...] = ()
+    last_id: FiringId | None = None
+    last_state: FiringState | None = None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimedFiring:
     """A firing a worker holds: the attempt's claim token and the policies it runs under."""

@@ -251,6 +251,8 @@ def upcoming_instants(
     t = cursor
     while t is not None and len(out) < count and (end_at is None or t <= end_at):
         out.append(t)
+        if len(out) == count:  # no search for an instant not shown
+            break
         try:
             t = next_after(t)
         except (InvalidScheduleError, OverflowError):

@@ -29,8 +29,8 @@ from cronwheel.errors import CronwheelError, FiringNotFoundError, ValidationErro
 from cronwheel.observability.lateness import (
     BUCKETS_S,
     first_attempt_lateness_s,
-    lateness_of,
     objective_ms,
+    recent_lateness,
 )
 from cronwheel.observability.quotas import quota_metrics
 from cronwheel.observability.tzdata import tz_status
@@ -44,8 +44,6 @@ if TYPE_CHECKING:
 MAX_JOBS_ENV = "CRONWHEEL_METRICS_MAX_JOBS"
 MAX_SCAN_ENV = "CRONWHEEL_METRICS_MAX_SCAN"
 NODE_STALE_ENV = "CRONWHEEL_METRICS_NODE_STALE_S"
-# a job's recent firings for its lateness: the finished ones
-_RECENT_STATES = (FiringState.SUCCEEDED, FiringState.DEAD, FiringState.CANCELLED)
 
 # -- cluster truths ------------------------------------------------------------------------
 FINAL_STATES = frozenset(
@@ -420,11 +418,14 @@ def per_job_series(
         labels=["namespace", "job"],
     )
     breaches = 0
-    goal = objective_ms()
-    for job in jobs or ():
+    listed = list(jobs or ())
+    for job in listed:
         backlog.add_metric([job.namespace, job.name], backlog_of(job))
-        recent = store.list_job_firings(job.id, states=_RECENT_STATES, limit=100)
-        lat = lateness_of(job, recent, goal)
+    # every job's recent lateness in one read (observability/lateness.py), as status
+    # and the dashboard compute it
+    for job, lat in zip(
+        listed, recent_lateness(store, listed, objective=objective_ms()), strict=True
+    ):
         if lat.p99_ms is not None:
             p99.add_metric([job.namespace, job.name], lat.p99_ms / 1000)
         breaches += int(lat.breached)

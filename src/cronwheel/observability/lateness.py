@@ -18,11 +18,11 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from cronwheel.domain.firing import FiringState
-from cronwheel.domain.models import Firing, Job
+from cronwheel.domain.models import STARTED_STATES as STARTED_STATES  # noqa: PLC0414
+from cronwheel.domain.models import Firing, Job, JobId, RecentRuns
 from cronwheel.domain.numbers import parse_decimal
 from cronwheel.errors import ValidationError
-from cronwheel.store.protocol import ApiJobsPort
+from cronwheel.store.history_port import HistoryPort
 
 OBJECTIVE_ENV = "CRONWHEEL_LATENESS_OBJECTIVE_MS"
 DEFAULT_OBJECTIVE_MS = 200.0
@@ -45,7 +45,6 @@ BUCKETS_S: tuple[float, ...] = (
     30.0,
     60.0,
 )
-STARTED_STATES = (FiringState.SUCCEEDED, FiringState.DEAD, FiringState.CANCELLED)
 
 
 def objective_ms(environ: Mapping[str, str] | None = None) -> float:
@@ -112,12 +111,14 @@ class JobLateness:
         }
 
 
-def lateness_of(job: Job, firings: Iterable[Firing], objective: float) -> JobLateness:
-    """``objective`` is the default; a job's own ``lateness_objective`` policy wins."""
+def lateness_of(job: Job, samples: Iterable[float], objective: float) -> JobLateness:
+    """The job's p50/p99/max over ``samples``, first-attempt lateness in seconds (a
+    :class:`RecentRuns`' ``lateness_s``): the one place they are computed. ``objective``
+    is the default; a job's own ``lateness_objective`` policy wins."""
     own = job.spec.policies.lateness_objective
     if own is not None:
         objective = own.total_seconds() * 1000
-    values = [s * 1000 for s in (first_attempt_lateness_s(f) for f in firings) if s is not None]
+    values = [s * 1000 for s in samples]
     return JobLateness(
         job_id=job.id,
         namespace=job.namespace,
@@ -130,18 +131,36 @@ def lateness_of(job: Job, firings: Iterable[Firing], objective: float) -> JobLat
     )
 
 
+def firing_samples(firings: Iterable[Firing]) -> list[float]:
+    """The first-attempt lateness samples of these firings (those that have one)."""
+    return [s for s in map(first_attempt_lateness_s, firings) if s is not None]
+
+
+def recent_lateness(
+    store: HistoryPort, jobs: Sequence[Job], *, objective: float | None = None, sample: int = SAMPLE
+) -> list[JobLateness]:
+    """Each job's p50/p99 over its last ``sample`` finished firings, against the
+    objective, in the order of ``jobs``: one read for all of them (``recent_runs``)."""
+    goal = objective_ms() if objective is None else objective
+    runs = store.recent_runs([job.id for job in jobs], sample=sample)
+    return [lateness_of(job, runs_of(runs, job).lateness_s, goal) for job in jobs]
+
+
+def runs_of(runs: Mapping[JobId, RecentRuns], job: Job) -> RecentRuns:
+    """The job's entry of a ``recent_runs`` answer (empty when the job has none)."""
+    return runs.get(job.id) or RecentRuns(job_id=job.id)
+
+
 def job_lateness(
-    store: ApiJobsPort, job: Job, *, objective: float | None = None, sample: int = SAMPLE
+    store: HistoryPort, job: Job, *, objective: float | None = None, sample: int = SAMPLE
 ) -> JobLateness:
     """The job's p50/p99 over its last ``sample`` finished firings, against the objective."""
-    firings = store.list_job_firings(job.id, states=STARTED_STATES, limit=sample)
-    return lateness_of(job, firings, objective_ms() if objective is None else objective)
+    return recent_lateness(store, [job], objective=objective, sample=sample)[0]
 
 
 def breaches(
-    store: ApiJobsPort, jobs: Iterable[Job], *, objective: float | None = None
+    store: HistoryPort, jobs: Iterable[Job], *, objective: float | None = None
 ) -> list[JobLateness]:
     """The jobs whose p99 exceeds the objective, worst first."""
-    goal = objective_ms() if objective is None else objective
-    found = [j for j in (job_lateness(store, job, objective=goal) for job in jobs) if j.breached]
+    found = [j for j in recent_lateness(store, list(jobs), objective=objective) if j.breached]
     return sorted(found, key=lambda j: -(j.p99_ms or 0.0))

@@ -48,6 +48,7 @@ from cronwheel.domain.results import (  # re-exported: the stores import it from
 from cronwheel.domain.skips import SkipResult
 from cronwheel.store.bulk_port import BulkPort as BulkPort  # noqa: PLC0414 (JobsPort's)
 from cronwheel.store.calendar_port import CalendarChange, CalendarPort  # re-exported
+from cronwheel.store.history_port import HistoryPort  # re-exported (__all__)
 from cronwheel.store.quota_port import QuotaPort  # re-exported (__all__)
 from cronwheel.store.records import (  # re-exported (__all__): callers import them here
     JOB_STATES,
@@ -90,6 +91,7 @@ __all__ = [
     "CursorMove",
     "DispatchPort",
     "EnqueueResult",
+    "HistoryPort",
     "JobAdvance",
     "JobsPort",
     "PlannedFiring",
@@ -407,8 +409,9 @@ class Store(DispatchPort, WorkerPort, JobsPort, AdminPort, QuotaPort, CalendarPo
 # Every Store implementation used behind ``cronwheel api`` implements these too.
 
 
-class ApiJobsPort(Protocol):
-    """Jobs and firings as the HTTP API and the CLI see them: namespace-scoped."""
+class ApiJobsPort(HistoryPort, Protocol):
+    """Jobs and firings as the HTTP API and the CLI see them: namespace-scoped (and, from
+    HistoryPort, many jobs' backlogs and recent history in one read each)."""
 
     def search_jobs(
         self,
@@ -463,10 +466,6 @@ class ApiJobsPort(Protocol):
         (that firing, False) and create nothing; with another ``request_hash`` raise
         ConflictError; else enqueue, record the key and return (firing, True). A key is
         forgotten when its firing is deleted."""
-        ...
-
-    def job_backlog(self, namespace: str, *, limit: int = 50) -> dict[str, int]:
-        """QUEUED + RUNNING firings per job name of one namespace, largest first."""
         ...
 
 

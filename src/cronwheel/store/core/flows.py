@@ -25,6 +25,7 @@ from cronwheel.domain.models import (
     JobEvent,
     JobId,
     JobSpec,
+    RecentRuns,
 )
 from cronwheel.errors import (
     ConflictError,
@@ -413,6 +414,32 @@ class CoreStore(
             before_id=before_id,
         )
         return self._firings(where, limit)
+
+    def recent_runs(
+        self, job_ids: Sequence[JobId], *, sample: int = 100
+    ) -> dict[JobId, RecentRuns]:
+        """One statement for every job (``recent_runs`` of the engine's core.sql): per job
+        its first-attempt lateness samples in microseconds (an array on PostgreSQL, JSON
+        text on SQLite) and its last outcome, the newest non-open firing of its newest
+        ``sample``; each an index walk of at most ``sample`` entries of ``(job_id, id)``."""
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return {}
+        params = {"ids": self.db.id_list(ids), "sample": max(sample, 0)}
+        rows = self.db.read_replica(lambda tx: tx.all("recent_runs", params))
+        out = {JobId(i): RecentRuns(job_id=JobId(i)) for i in ids}
+        for r in rows:
+            late = r["late_us"]
+            if isinstance(late, str):
+                late = json.loads(late)
+            job_id = JobId(int(r["job_id"]))
+            out[job_id] = RecentRuns(
+                job_id=job_id,
+                lateness_s=tuple(us / 1_000_000 for us in late or ()),
+                last_id=None if r["last_id"] is None else FiringId(int(r["last_id"])),
+                last_state=None if r["last_state"] is None else FiringState(r["last_state"]),
+            )
+        return out
 
     def cancel_firing(self, firing_id: FiringId) -> CancelResult:
         """A QUEUED firing is cancelled at once; a RUNNING one is asked to stop."""

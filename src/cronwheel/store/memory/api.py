@@ -8,13 +8,22 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from cronwheel.domain.firing import FiringState
-from cronwheel.domain.models import Firing, Job, JobId, JobSpec
+from cronwheel.domain.models import (
+    OPEN_STATES,
+    STARTED_STATES,
+    Firing,
+    FiringId,
+    Job,
+    JobId,
+    JobSpec,
+    RecentRuns,
+)
 from cronwheel.errors import ConflictError, NotFoundError, StoreUnavailableError, ValidationError
 from cronwheel.store import codec
 from cronwheel.store.codec import to_us
 from cronwheel.store.memory import work
 from cronwheel.store.memory.calendars import CalendarMethods
-from cronwheel.store.memory.rows import IdempotencyRow
+from cronwheel.store.memory.rows import FiringRow, IdempotencyRow
 from cronwheel.store.protocol import TOKEN_ROLES, AddedFirings, ApiToken
 
 
@@ -119,6 +128,36 @@ class ApiMethods(CalendarMethods):
                 and (before_id is None or f.id < before_id)
             ]
             return [codec.firing_from_row(f) for f in rows[: max(limit, 0)]]
+
+    def recent_runs(
+        self, job_ids: Sequence[JobId], *, sample: int = 100
+    ) -> dict[JobId, RecentRuns]:
+        started = {s.value for s in STARTED_STATES}
+        open_ = {s.value for s in OPEN_STATES}
+        n = max(sample, 0)
+        out: dict[JobId, RecentRuns] = {}
+        with self._tx() as data:
+            wanted = set(job_ids)
+            of: dict[int, list[FiringRow]] = {}
+            for f in data.firings.values():  # in id order: one pass for every job
+                if f.job_id in wanted:
+                    of.setdefault(f.job_id, []).append(f)
+            for job_id in job_ids:
+                newest = of.get(job_id, [])[::-1]
+                ran = [f for f in newest if f.state in started][:n]
+                late = tuple(
+                    (f.started_at - f.scheduled_for) / 1_000_000
+                    for f in ran
+                    if f.attempt == 1 and f.started_at is not None
+                )
+                last = next((f for f in newest[:n] if f.state not in open_), None)
+                out[job_id] = RecentRuns(
+                    job_id=job_id,
+                    lateness_s=late,
+                    last_id=None if last is None else FiringId(last.id),
+                    last_state=None if last is None else FiringState(last.state),
+                )
+        return out
 
     def add_firings(
         self,

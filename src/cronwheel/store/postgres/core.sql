@@ -95,7 +95,13 @@ SELECT * FROM jobs WHERE id = %(id)s
 
 -- name: list_jobs
 -- A keyset page of jobs by id, filtered by core/filters.py. [jobs primary key]
-SELECT * FROM jobs WHERE /*where*/ ORDER BY id LIMIT %(limit)s
+-- Schedule, policies and bounds as text, as due_jobs: the codec's caches are keyed by
+-- it, so a page read again (the dashboard's jobs page, /metrics' per-job series) costs
+-- no JSON parsing per job (measured: search_jobs of 101 jobs 4.6 -> 2.0 ms).
+SELECT id, namespace, name, task, schedule::text AS schedule, payload,
+       policies::text AS policies, bounds::text AS bounds, paused, next_fire_at,
+       last_fired_at, missed_total, remaining_runs, created_at, updated_at
+FROM jobs WHERE /*where*/ ORDER BY id LIMIT %(limit)s
 
 -- name: set_paused
 -- [jobs (namespace, name) unique]
@@ -393,3 +399,38 @@ SELECT * FROM api_tokens WHERE namespace = %(namespace)s ORDER BY id
 UPDATE api_tokens SET revoked_at = coalesce(revoked_at, :now)
 WHERE id = %(id)s
 RETURNING *
+
+-- name: recent_runs
+-- Each job's newest %(sample)s firings in one statement (store/core/flows.py
+-- recent_runs): the first-attempt lateness in microseconds of its newest ones in a
+-- started state (succeeded, dead, cancelled) that started at attempt 1, newest first;
+-- its last outcome, the newest non-open firing among its newest of any state. Each is
+-- a backward walk of firings_job_id (job_id, id), a Merge Append of the day
+-- partitions' indexes, stopped at the LIMIT: never a scan of a job's history; the last
+-- outcome's stops at its first non-open row (a row, not a hundred, when the newest
+-- firing is finished: an index-only bound as SQLite's would fetch a hundred heap rows
+-- wherever the visibility map is not set).
+SELECT j.id AS job_id,
+       ARRAY(SELECT s.late_us FROM (
+                 SELECT f.id,
+                        CASE WHEN f.attempt = 1 AND f.started_at IS NOT NULL
+                             THEN (extract(epoch FROM f.started_at - f.scheduled_for)
+                                   * 1000000)::bigint END AS late_us
+                 FROM firings f
+                 WHERE f.job_id = j.id AND f.state IN ('succeeded', 'dead', 'cancelled')
+                 ORDER BY f.id DESC
+                 LIMIT %(sample)s) s
+             WHERE s.late_us IS NOT NULL
+             ORDER BY s.id DESC) AS late_us,
+       l.id AS last_id, l.state AS last_state
+FROM unnest(%(ids)s::bigint[]) AS j(id)
+LEFT JOIN LATERAL (
+    SELECT r.id, r.state FROM (
+        SELECT f.id, f.state FROM firings f
+        WHERE f.job_id = j.id
+        ORDER BY f.id DESC
+        LIMIT %(sample)s) r
+    WHERE r.state NOT IN ('queued', 'claimed', 'running')
+    ORDER BY r.id DESC
+    LIMIT 1
+) l ON true
