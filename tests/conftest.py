@@ -18,6 +18,16 @@ def require_service(name: str, error: BaseException) -> None:
     pytest.skip(f"{name} unavailable: {error}")
 
 
+def require_postgres() -> None:
+    """The test server answers (else skip locally, fail in CI)."""
+    import psycopg
+
+    try:
+        psycopg.connect(PG_URL, connect_timeout=5).close()
+    except psycopg.OperationalError as exc:
+        require_service("PostgreSQL", exc)
+
+
 @pytest.fixture(autouse=True)
 def _isolate_logging():  # type: ignore[no-untyped-def]
     """A test that runs a CLI command in-process configures logging onto pytest's

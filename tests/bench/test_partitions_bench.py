@@ -8,10 +8,9 @@ import json
 import subprocess
 import sys
 
-import psycopg
 import pytest
 
-from tests.conftest import PG_URL, require_service
+from tests.conftest import PG_URL, require_postgres
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -26,10 +25,7 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.timeout(300)
 def test_partitions_bench_reports_each_count() -> None:
-    try:
-        psycopg.connect(PG_URL, connect_timeout=5).close()
-    except psycopg.OperationalError as exc:
-        require_service("PostgreSQL", exc)
+    require_postgres()
     proc = _bench("--store", PG_URL, "--count", "3", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(proc.stdout)

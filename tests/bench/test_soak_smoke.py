@@ -10,10 +10,9 @@ import os
 import subprocess
 import sys
 
-import psycopg
 import pytest
 
-from tests.conftest import PG_URL, require_service
+from tests.conftest import PG_URL, require_postgres
 
 DAYS = os.environ.get("CRONWHEEL_SOAK_DAYS", "0.25")
 
@@ -51,8 +50,5 @@ def test_soak_smoke_on_sqlite() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_soak_smoke_on_postgres() -> None:
-    try:
-        psycopg.connect(PG_URL, connect_timeout=5).close()
-    except psycopg.OperationalError as exc:
-        require_service("PostgreSQL", exc)
+    require_postgres()
     _check(_soak("--store", PG_URL))

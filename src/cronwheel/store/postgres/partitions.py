@@ -7,20 +7,23 @@ the migration) holding every instant before the boundary.
   an old instant, a far one-shot, a moved clock) creates it and is run again
   (db.py, ``missing_partition``). A partition is created as a table, then ATTACHed:
   SHARE UPDATE EXCLUSIVE on the parent, so reads and writes go on.
-- Drop (``drop_partitions``, the start of each retention pass): a partition whose day
+- Drop (``start_drops`` at the start of each retention pass, then ``drop_step``, one
+  step per leader step, paced like the batches of the walk): a partition whose day
   is over goes as a whole when none of its firings must stay — none unfinished, each
-  finished longer ago than its policy's keep_for, and each (job, outcome) group with at
-  least keep_last newer firings of the same outcome in later partitions (the rules of
-  domain/retention.py, decided per group on its newest firing, which the older ones
-  follow). Deciding reads the partition once (an aggregate per job and outcome); the
-  drop itself is a DETACH and a DROP TABLE: no row deleted, no dead tuple, no vacuum.
-  Then, in the same transaction: one-shot jobs go as a whole (as the batched pass
-  does), the jobs' ``pruned`` events are summed, attempts and idempotency keys deleted.
-  After the DETACH (the parent's ACCESS EXCLUSIVE lock, waited for at most 200 ms) the
-  partition is checked again through two index probes — anything written to it since
-  the decision (a re-drive, a late insert) is unfinished or finished recently — and the
-  drop is rolled back if so. A partition that cannot go whole is left to the batched
-  pass (core/retention.py), like the rest of the history.
+  finished longer ago than its policy's keep_for, and each (job, outcome) group of a
+  recurring job with at least keep_last newer firings of the same outcome in later
+  partitions (the rules of domain/retention.py, decided per group on its newest
+  firing, which the older ones follow). Deciding reads the partition once (an
+  aggregate per job and outcome: a step). Its one-shot jobs (a job row each, as
+  ``app.enqueue`` leaves them) then go as a whole, a chunk of the partition's firings
+  per step, each chunk one DELETE of jobs (a prune of its own). The last step, one
+  transaction: the recurring jobs' ``pruned`` events summed, attempts and idempotency
+  keys deleted, DETACH (the parent's ACCESS EXCLUSIVE lock, waited for at most 200 ms),
+  the partition checked again through two index probes — anything written to it since
+  the decision (a re-drive, a late insert) is unfinished or finished recently — and
+  DROP TABLE: no row deleted, no dead tuple, no vacuum; rolled back if the check fails
+  or a chunk kept a one-shot job. A partition that cannot go whole is left to the
+  batched pass (core/retention.py), like the rest of the history.
 """
 
 from __future__ import annotations
@@ -126,7 +129,7 @@ class PgPartitions(CoreStore[Database]):
             finally:
                 conn.execute(query(q["prep_unlock"]))
 
-    # the longest keep_for in use, as the last drop_partitions found it
+    # the longest keep_for in use, as the last retention_bounds found it
     _longest_keep_for: timedelta | None = None
     _uniform_keep_for = False
 
@@ -295,39 +298,6 @@ class PgPartitions(CoreStore[Database]):
             drop.after_id = int(rows[0]["last_id"])
         if scanned < self.one_shot_scan or drop.one_shots_deleted >= drop.one_shots():
             drop.one_shots_done = True
-
-    def drop_partitions(self, *, dry_run: bool = False) -> PruneReport:
-        """Every partition whose firings may all go, dropped (or, ``dry_run``, counted):
-        the whole of a pass's drop work at once (the leader runs it a step at a time)."""
-        report = PruneReport(dry_run=dry_run, done=True)
-        if dry_run:
-            self._count_drops(report)
-            return report
-        self.start_drops()
-        while (one := self.drop_step()) is not None:
-            report.add(one)
-        report.done = True
-        return report
-
-    def _count_drops(self, report: PruneReport) -> None:
-        now = self.db.now()
-        policies = self.list_retention()
-        longest, keep_cap = self.retention_bounds(policies)
-        for name, _lo, hi in self.partitions():
-            if hi > now:
-                continue
-            facts = self._read_part("partition_facts", name)[0]
-            last = facts["last_finished"]
-            if facts["active"] or (last is not None and now - last < longest):
-                continue
-            params = {"hi": self.db.instant(hi), "keep_cap": keep_cap}
-            groups = self._read_part("partition_groups", name, params)
-            if not all(_group_prunable(g, policies, now) for g in groups):
-                continue
-            for g in groups:
-                report.firings[g["state"]] = report.firings.get(g["state"], 0) + int(g["n"])
-            report.jobs += len({g["job_id"] for g in groups if g["kind"] in ONE_SHOT_KINDS})
-            report.partitions += 1
 
     def _read_part(self, name: str, part: str, params: dict[str, Any] | None = None) -> list[Row]:
         return self.db.read(lambda tx: _all(tx, name, part, params))
