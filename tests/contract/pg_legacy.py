@@ -50,7 +50,21 @@ def fill(store: PostgresStore) -> Legacy:
     """Jobs and firings in every state in namespace ``legacy`` (task ``legacy-task``):
     three days of finished history, a DEAD firing with its failed attempts, QUEUED,
     CLAIMED and RUNNING ones, a cancelled and a skipped one, a one-shot enqueued with an
-    idempotency key."""
+    idempotency key.
+
+    Version 15 has no ``cronwheel_claim_fast`` (migration_17): the fill's claims take
+    the planned claim, which it has, and the store claims as usual afterwards."""
+    remember = store._remember_planned
+    store._remember_planned = lambda key, planned: store._planned_tasks.add(key)  # type: ignore[method-assign]
+    store._planned_tasks.add(frozenset([TASK]))
+    try:
+        return _fill(store)
+    finally:
+        store._remember_planned = remember  # type: ignore[method-assign]
+        store._planned_tasks.clear()
+
+
+def _fill(store: PostgresStore) -> Legacy:
     out = Legacy()
     now = store.now()
     lease = store.acquire_lease(DISPATCHER_LEASE, "leader", timedelta(minutes=5))

@@ -852,49 +852,25 @@ def test_a_version_1_database_migrates_in_place(schema: str) -> None:
         store.close()
 
 
-def test_the_claim_reuses_its_plan_and_the_url_may_say_otherwise(schema: str) -> None:
-    """The store's sessions run prepared statements on generic plans: the claim, which
-    PostgreSQL's default choice planned afresh on every call (custom plans: a few hundred
-    microseconds per partition of firings, README "Partitions by day"), is planned once
-    per connection. A URL's own ``options`` come after and win."""
-    from cronwheel.store.postgres.store import PostgresStore
+def test_only_the_claim_is_planned_once_per_session(h: Harness) -> None:
+    """The claim's functions (migration_17) run on generic plans, planned once per
+    session: as a prepared statement PostgreSQL planned the claim afresh on every call
+    (a few hundred microseconds per partition of firings). The sessions keep the
+    default choice for every other statement (a generic plan made status' range read
+    of finished_counts a sequential scan), and the claim still claims."""
+    store = _store(h)
+    rows = store.db.read(
+        lambda tx: tx.conn.execute(
+            "SELECT proname, proconfig FROM pg_proc WHERE proname IN"
+            " ('cronwheel_claim_fast', 'cronwheel_claim_scan') ORDER BY proname"
+        ).fetchall()
+    )
+    assert [r["proname"] for r in rows] == ["cronwheel_claim_fast", "cronwheel_claim_scan"]
+    assert all("plan_cache_mode=force_generic_plan" in r["proconfig"] for r in rows)
+    mode = store.db.read(lambda tx: tx.conn.execute("SHOW plan_cache_mode").fetchone())
+    assert mode is not None and mode["plan_cache_mode"] == "auto"
+    ids = _queued(h, 3)
+    claimed = store.claim("w", tasks=["t"], limit=5)
+    assert sorted(c.firing.id for c in claimed) == sorted(ids)
+    assert {c.firing.state.value for c in claimed} <= {"running", "claimed"}
 
-    store = PostgresStore(PG_URL, schema=schema, pool_size=1)
-    try:
-        store.migrate()
-        lease = store.acquire_lease(DISPATCHER_LEASE, "leader", 60 * S)
-        assert lease is not None
-        now = store.now()
-        jobs = [store.create_job(spec(f"j{i}"), first_fire_at=now) for i in range(12)]
-        store.enqueue(
-            lease,
-            [
-                JobAdvance(
-                    job_id=j.id,
-                    expected_next_fire_at=j.next_fire_at,
-                    new_next_fire_at=now + 60 * S,
-                    firings=[PlannedFiring(scheduled_for=now)],
-                )
-                for j in jobs
-            ],
-        )
-        for _ in range(12):
-            assert len(store.claim("w", tasks=["t"], limit=1)) == 1
-        plans = store.db.read(
-            lambda tx: tx.conn.execute(
-                "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
-                " WHERE statement LIKE '%%cronwheel_claim_scan%%'"
-            ).fetchall()
-        )
-        # psycopg prepares it at its 5th execution; every execution since reused the plan
-        assert plans and all(p["custom_plans"] == 0 for p in plans)
-        assert max(p["generic_plans"] for p in plans) >= 6
-    finally:
-        store.close()
-    sep = "&" if "?" in PG_URL else "?"
-    own = PostgresStore(f"{PG_URL}{sep}options=-c%20plan_cache_mode%3Dauto", schema=schema)
-    try:
-        row = own.db.read(lambda tx: tx.conn.execute("SHOW plan_cache_mode").fetchone())
-        assert row is not None and row["plan_cache_mode"] == "auto"
-    finally:
-        own.close()

@@ -4,47 +4,14 @@
 
 -- name: claim_fast
 -- The claim in one statement, taken when no candidate needs a policy decision (no
--- capped job, no overlap override, no passed start deadline): candidates in virtual
--- deadline order (cronwheel_claim_scan: locked with SKIP LOCKED, so concurrent
--- claimers pass over each other's rows), the first `limit` of them claimed. Otherwise
--- it claims nothing, `simple` is false, and the caller runs the planned claim
--- (claim_candidates ... claim_apply).
-WITH cand AS MATERIALIZED (
-    SELECT s.id, s.vdeadline,
-           (s.overlap_override IS NOT NULL
-            OR (s.max_concurrency IS NOT NULL AND s.overlap <> 'allow')
-            OR (s.start_deadline_us IS NOT NULL
-                AND s.due_at + s.start_deadline_us * interval '1 microsecond' < :now))
-               AS planned
-    FROM cronwheel_claim_scan(%(tasks)s::text[], :now + %(prefetch)s::interval, %(scan)s) s
-),
-simple AS (
-    SELECT NOT coalesce(bool_or(planned), false) AS ok FROM cand
-),
-pick AS MATERIALIZED (
-    -- the claim order; the first %(start)s, if due, start at once (RUNNING), the rest
-    -- are held (CLAIMED) until `start`
-    SELECT c.id, row_number() OVER (ORDER BY c.vdeadline) AS rn
-    FROM cand c WHERE (SELECT ok FROM simple)
-    ORDER BY c.vdeadline LIMIT %(limit)s
-),
-upd AS (
-    UPDATE firings f
-    SET state = CASE WHEN p.rn <= %(start)s AND f.due_at <= :now THEN 'running'
-                     ELSE 'claimed' END,
-        started_at = CASE WHEN p.rn <= %(start)s AND f.due_at <= :now THEN :now END,
-        attempt = f.attempt + 1,
-        claim_token = replace(gen_random_uuid()::text, '-', ''),
-        worker_id = %(worker_id)s,
-        lease_until = :now + f.visibility_us * interval '1 microsecond',
-        claimed_at = :now,
-        finished_at = NULL,
-        buffered_at = NULL  -- a retry of it is hinted again (next_due_at)
-    FROM pick p, jobs j
-    WHERE f.id = ANY (ARRAY(SELECT id FROM pick)) AND p.id = f.id AND j.id = f.job_id
-    RETURNING f.*, j.policies::text AS job_policies, j.trace_context AS job_trace
-)
-SELECT s.ok AS simple, u.* FROM simple s LEFT JOIN upd u ON true
+-- capped job, no overlap override, no passed start deadline): cronwheel_claim_fast
+-- (schema.sql migration_17: the statement, planned once per session), its firing rows
+-- spread into columns. Otherwise it claims nothing, `simple` is false, and the caller
+-- runs the planned claim (claim_candidates ... claim_apply).
+SELECT c.simple, (c.f).*, c.job_policies, c.job_trace
+FROM cronwheel_claim_fast(%(tasks)s::text[], %(prefetch)s::interval, %(scan)s::integer,
+                          %(limit)s::integer, %(start)s::integer, %(worker_id)s::text,
+                          :now) c
 
 -- name: claim_candidates
 -- The planned claim (one transaction), step 1: candidates, locked as in claim_fast,

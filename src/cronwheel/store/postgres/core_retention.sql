@@ -26,10 +26,11 @@ DELETE FROM retention WHERE namespace = %(namespace)s
 
 -- name: retention_job_bounds
 -- The shortest keep_for and the longest keep_last any job overrides with (once per
--- pruning pass: a scan of the jobs, whose one-shots pruning removes).
+-- pruning pass). [jobs_retention_override: only the jobs that override]
 SELECT min((policies->>'keep_for_s')::float8) AS keep_for_s,
        max((policies->>'keep_last')::integer) AS keep_last
 FROM jobs
+WHERE policies ? 'keep_for_s' OR policies ? 'keep_last'
 
 -- name: prune_candidates
 -- The next finished firings of a pass in (finished_at, id) order after the cursor,

@@ -168,15 +168,7 @@ def session_conninfo(url: str, schema: str | None, *, pooled: bool = False) -> s
     params.setdefault("connect_timeout", 5)
     if pooled:
         return make_conninfo("", **params)
-    # generic plans for the prepared statements (the URL's own options may say
-    # otherwise: they come after): PostgreSQL keeps planning the claim afresh on every
-    # call under its default choice, and planning a statement over firings costs a
-    # few hundred microseconds per partition (README "Partitions by day")
-    options = [
-        "-c plan_cache_mode=force_generic_plan",
-        str(params.pop("options", "") or "").strip(),
-        "-c TimeZone=UTC",
-    ]
+    options = [str(params.pop("options", "") or "").strip(), "-c TimeZone=UTC"]
     if schema is not None:
         if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):
             raise StoreError(f"bad schema name {schema!r}", field="schema")
