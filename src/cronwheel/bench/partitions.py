@@ -2,7 +2,9 @@
 hot paths. For each count N, a fresh database whose firings have day partitions for
 today, the N - 1 days before it and tomorrow (empty: only their number differs); one
 ``enqueue_now`` and one claim + completion through the store (soak's hot paths), the
-median of ``calls`` calls, three times, the median of the three. The leader keeps
+median of ``calls`` calls, three times, the median of the three; and a claim +
+completion of a recurring job with the default policies (``claim_recurring_ms``: the
+planned claim, which counts each job's held firings, see store/claiming.py). The leader keeps
 about ``keep_for`` + 2 partitions (README "Partitions by day"): 9 with the default
 7 days, 32 with 30."""
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -17,6 +20,9 @@ from typing import Any
 
 from cronwheel.bench.runner import fresh_store
 from cronwheel.bench.soak import hot_paths
+from cronwheel.domain.models import JobSpec
+from cronwheel.domain.schedules import every
+from cronwheel.store.protocol import DISPATCHER_LEASE, Completion, JobAdvance, PlannedFiring
 
 DEFAULT_COUNTS = (2, 10, 40)  # days back from today (tomorrow's is made too)
 ROUNDS = 3
@@ -46,10 +52,51 @@ def run_partitions(
                     "partitions": held,
                     "enqueue_ms": round(statistics.median(x["enqueue_ms"] for x in runs), 2),
                     "claim_ms": round(statistics.median(x["claim_ms"] for x in runs), 2),
+                    "claim_recurring_ms": _recurring(store, calls),
                 }
             )
     base = rows[0]
     for row in rows:
-        for key in ("enqueue_ms", "claim_ms"):
+        for key in ("enqueue_ms", "claim_ms", "claim_recurring_ms"):
             row[key.replace("_ms", "_ratio")] = round(row[key] / base[key], 2)
     return {"workload": "partitions", "calls": calls, "rows": rows}
+
+
+def _recurring(store: Any, calls: int) -> float:
+    """Median ms of a claim + completion of a recurring job (default policies, a firing
+    due now each), over ``calls`` of them after as many untimed (psycopg prepares a
+    statement at its fifth execution, PostgreSQL plans it generically after five more)."""
+    now = store.now()
+    specs = [
+        (JobSpec(name=f"rec-{i}", task="bench.rec", schedule=every("1h")), now)
+        for i in range(2 * calls)
+    ]
+    store.create_jobs(specs)
+    jobs = [store.get_job("default", f"rec-{i}") for i in range(2 * calls)]
+    lease = store.acquire_lease(DISPATCHER_LEASE, "bench-partitions", timedelta(minutes=5))
+    advances = [
+        JobAdvance(
+            job_id=j.id,
+            expected_next_fire_at=j.next_fire_at,
+            new_next_fire_at=now + timedelta(hours=1),
+            firings=[PlannedFiring(scheduled_for=now)],
+        )
+        for j in jobs
+    ]
+    store.enqueue(lease, advances)
+    times = []
+    for i in range(2 * calls):
+        t0 = time.perf_counter()
+        (c,) = store.claim("bench-partitions", tasks=["bench.rec"], limit=1)
+        at = store.now()
+        done = Completion(
+            firing_id=c.firing.id,
+            claim_token=c.claim_token,
+            succeeded=True,
+            started_at=at,
+            finished_at=at,
+        )
+        store.complete([done])
+        if i >= calls:
+            times.append((time.perf_counter() - t0) * 1000)
+    return round(statistics.median(times), 2)

@@ -58,9 +58,10 @@ def partitions(store_url: str, calls: int, as_json: bool) -> None:
         click.echo(json.dumps(doc, indent=2))
         return
     table = Table(title=f"partitions: hot paths, median of {calls} calls", title_justify="left")
-    for col in ("partitions", "enqueue_ms", "claim_ms", "enqueue_ratio", "claim_ratio"):
+    cols = ("partitions", "enqueue_ms", "claim_ms", "claim_recurring_ms", "enqueue_ratio",
+            "claim_ratio", "claim_recurring_ratio")  # fmt: skip
+    for col in cols:
         table.add_column(col)
     for row in doc["rows"]:
-        table.add_row(*(str(row[c]) for c in ("partitions", "enqueue_ms", "claim_ms",
-                                               "enqueue_ratio", "claim_ratio")))  # fmt: skip
-    Console().print(table)
+        table.add_row(*(str(row[c]) for c in cols))
+    Console(width=160).print(table)
