@@ -874,3 +874,22 @@ def test_only_the_claim_is_planned_once_per_session(h: Harness) -> None:
     assert sorted(c.firing.id for c in claimed) == sorted(ids)
     assert {c.firing.state.value for c in claimed} <= {"running", "claimed"}
 
+
+def test_retention_bounds_read_only_the_jobs_that_override(h: Harness) -> None:
+    """At the start of each retention pass and for each day it decides: the jobs that
+    override a retention policy (jobs_retention_override) and the namespaces by a skip
+    scan, never every job (one-shot jobs, kept as long as their firings, are most)."""
+    store = _store(h)
+    for i in range(200):
+        store.create_job(spec(f"plain{i}", namespace=f"ns{i % 3}"), first_fire_at=h.now())
+    store.create_job(spec("own", keep_for=timedelta(days=2)), first_fire_at=h.now())
+    with _raw(h) as conn:
+        conn.execute("SET enable_seqscan = off")  # a small table: ask which index it can use
+        for name in ("retention_job_bounds", "retention_longest_keep_for"):
+            text = store.db.q[name]
+            plan = [r[0] for r in conn.execute("EXPLAIN " + text).fetchall()]
+            assert any("jobs_retention_override" in line for line in plan), (name, plan)
+            assert not any("Seq Scan on jobs" in line for line in plan), (name, plan)
+    row = store.db.read(lambda tx: tx.one("retention_longest_keep_for"))
+    assert row is not None and row["namespaces"] == ["default", "ns0", "ns1", "ns2"]
+    assert row["keep_for_s"] == 2 * 86400

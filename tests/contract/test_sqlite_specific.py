@@ -36,3 +36,11 @@ def test_reaper_start_deadline_pass_starts_from_the_jobs_that_have_one(tmp_path:
     assert any("SCAN j USING INDEX jobs_start_deadline" in d for d in plan), plan
     assert any(d.startswith("SEARCH f USING INDEX") and "job_id=?" in d for d in plan), plan
     assert not any(d.startswith("SCAN f") for d in plan), plan
+
+
+def test_retention_bounds_read_only_the_jobs_that_override(tmp_path: Path) -> None:
+    """At the start of each retention pass: the jobs that override a retention policy
+    (a partial index), not every job, of which one-shot jobs kept as long as their
+    firings are most."""
+    plan = _plan(tmp_path, "retention_job_bounds")
+    assert plan == ["SCAN jobs USING INDEX jobs_retention_override"], plan

@@ -26,10 +26,12 @@ DELETE FROM retention WHERE namespace = :namespace
 
 -- name: retention_job_bounds
 -- The shortest keep_for and the longest keep_last any job overrides with (once per
--- pruning pass: a scan of the jobs, whose one-shots pruning removes).
+-- pruning pass). [jobs_retention_override: only the jobs that override]
 SELECT min(json_extract(policies, '$.keep_for_s')) AS keep_for_s,
        max(json_extract(policies, '$.keep_last')) AS keep_last
 FROM jobs
+WHERE json_extract(policies, '$.keep_for_s') IS NOT NULL
+   OR json_extract(policies, '$.keep_last') IS NOT NULL
 
 -- name: prune_candidates
 -- The next finished firings of a pass in (finished_at, id) order after the cursor,

@@ -311,3 +311,12 @@ BEGIN
     VALUES (NEW.finished_at / 60000000, NEW.namespace, NEW.state, NEW.id % 8, 1)
     ON CONFLICT (minute, namespace, state, slot) DO UPDATE SET n = n + 1;
 END;
+
+-- name: migration_16
+-- The jobs that override a retention policy, for the bounds a retention pass reads at
+-- its start (core_retention.sql retention_job_bounds): without it the pass read every
+-- job, a hundred thousand one-shot jobs a day of `app.enqueue` at the design's rate
+-- kept as long as their firings. (PostgreSQL: its migration_17.)
+CREATE INDEX jobs_retention_override ON jobs (id)
+WHERE json_extract(policies, '$.keep_for_s') IS NOT NULL
+   OR json_extract(policies, '$.keep_last') IS NOT NULL;
