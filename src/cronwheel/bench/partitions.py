@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from cronwheel.bench.runner import fresh_store
-from cronwheel.bench.soak import hot_paths
+from cronwheel.bench.soak import claim_and_complete, hot_paths
 from cronwheel.domain.models import JobSpec
 from cronwheel.domain.schedules import every
-from cronwheel.store.protocol import DISPATCHER_LEASE, Completion, JobAdvance, PlannedFiring
+from cronwheel.store.protocol import DISPATCHER_LEASE, JobAdvance, PlannedFiring
 
 DEFAULT_COUNTS = (2, 10, 40)  # days back from today (tomorrow's is made too)
 ROUNDS = 3
@@ -87,16 +87,7 @@ def _recurring(store: Any, calls: int) -> float:
     times = []
     for i in range(2 * calls):
         t0 = time.perf_counter()
-        (c,) = store.claim("bench-partitions", tasks=["bench.rec"], limit=1)
-        at = store.now()
-        done = Completion(
-            firing_id=c.firing.id,
-            claim_token=c.claim_token,
-            succeeded=True,
-            started_at=at,
-            finished_at=at,
-        )
-        store.complete([done])
+        claim_and_complete(store, "bench.rec")
         if i >= calls:
             times.append((time.perf_counter() - t0) * 1000)
     return round(statistics.median(times), 2)

@@ -121,6 +121,20 @@ def store_bytes(store: Store) -> int:
     return int(sized.database_size())
 
 
+def claim_and_complete(store: Store, task: str) -> None:
+    """Claim one firing of ``task`` (there must be one) and complete it, succeeded."""
+    (c,) = store.claim("soak-bench", tasks=[task], limit=1)
+    at = store.now()
+    done = Completion(
+        firing_id=c.firing.id,
+        claim_token=c.claim_token,
+        succeeded=True,
+        started_at=at,
+        finished_at=at,
+    )
+    store.complete([done])
+
+
 def hot_paths(store: Store, *, calls: int = HOT_CALLS, prefix: str = "hot") -> dict[str, float]:
     """One ``enqueue_now`` and one claim + completion, ``calls`` times: the medians (ms)."""
     enqueue, claim = [], []
@@ -129,19 +143,7 @@ def hot_paths(store: Store, *, calls: int = HOT_CALLS, prefix: str = "hot") -> d
         t0 = time.perf_counter()
         store.enqueue_now(spec)
         t1 = time.perf_counter()
-        (c,) = store.claim("soak-bench", tasks=["soak.hot"], limit=1)
-        at = store.now()
-        store.complete(
-            [
-                Completion(
-                    firing_id=c.firing.id,
-                    claim_token=c.claim_token,
-                    succeeded=True,
-                    started_at=at,
-                    finished_at=at,
-                )
-            ]
-        )
+        claim_and_complete(store, "soak.hot")
         t2 = time.perf_counter()
         enqueue.append((t1 - t0) * 1000)
         claim.append((t2 - t1) * 1000)
