@@ -56,7 +56,7 @@ from cronwheel.worker.registry import TaskRegistry
 from cronwheel.worker.slots import Slots
 from cronwheel.worker.starts import Starter
 from cronwheel.worker.threads import HandlerThreads
-from cronwheel.worker.waits import wait_any
+from cronwheel.worker.waits import until_available, wait_any
 
 __all__ = ["Worker", "WorkerConfig", "WorkerStats", "make_worker_id"]
 
@@ -86,12 +86,10 @@ class Worker:
         self.clock = self._watch.clock
         self.worker_id = worker_id or make_worker_id()
         self.stats = WorkerStats()
-        # two store threads: claims on one, completions and heartbeats on the other, so
-        # their round trips overlap instead of queueing behind each other
+        # store threads: claims; completions and heartbeats (their round trips overlap)
         self._db = ThreadPoolExecutor(1, thread_name_prefix="cronwheel-store")
         self._db_out = ThreadPoolExecutor(1, thread_name_prefix="cronwheel-store-out")
-        # held firings' starts: on a thread of their own, as they are on a firing's path
-        # to its handler (a claim or a flush in flight must not delay them)
+        # held firings' starts: own thread (a claim or a flush must not delay a handler)
         self._db_start = ThreadPoolExecutor(1, thread_name_prefix="cronwheel-store-start")
         self._starter = Starter(self._store_start)
         self._threads = HandlerThreads(self.config.concurrency)
@@ -271,10 +269,12 @@ class Worker:
 
         await self._watch.start(self.worker_id)
         wakeup = self.store.open_wakeup(wake)
-        node = worker_node(self.worker_id, self.registry.names(), self.config, self.clock.now())
+        names = self.registry.names()
+        node = worker_node(self.worker_id, names, self.config, self.clock.now())
         node = replace(node, wake_addr=wakeup.address, clock=self._watch.reported())
-        await self._call(self.store.register_node, node)
-        self.events.worker_started(self.worker_id, self.registry.names(), self.config.concurrency)
+        register = partial(self._call, self.store.register_node, node)
+        if await until_available(register, stop, self.events.store_unavailable):
+            self.events.worker_started(self.worker_id, names, self.config.concurrency)
         loops = [
             asyncio.create_task(self._heartbeat_loop(stop)),
             asyncio.create_task(self._flush_loop(stop)),
