@@ -274,7 +274,9 @@ def status_view(doc: dict[str, Any]) -> None:
             escape(f"retention ({retention['namespace']})  {retention['policy']}")
             + (f"   ({others} namespaces with their own)" if others else "")
         )
-    console.print(escape(tz_line(doc["tzdata"])).replace("MISMATCH", "[red]MISMATCH[/red]"))
+    # one line whatever its length (a path can be long): `status | grep MISMATCH` finds it
+    tz = escape(tz_line(doc["tzdata"])).replace("MISMATCH", "[red]MISMATCH[/red]")
+    console.print(tz, soft_wrap=True)
     table = Table(title="nodes", title_justify="left")
     for col in ("kind", "id", "pid", "last heartbeat", "tz database", "clock offset"):
         table.add_column(col)
