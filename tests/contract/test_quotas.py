@@ -19,7 +19,7 @@ from cronwheel.domain.quotas import DEFAULT_QUOTA, SKIP_REASON, SKIPPED, UNLIMIT
 from cronwheel.domain.schedules import cron, every, now
 from cronwheel.errors import PermissionDeniedError, QuotaExceededError, ValidationError
 from tests.contract.conftest import Harness, spec
-from tests.contract.test_store_contract import _complete, _fire
+from tests.contract.test_store_contract import _complete, _done, _fire
 
 NS, OTHER = "ns-a", "ns-b"
 
@@ -189,6 +189,26 @@ def test_a_claim_holds_no_more_of_a_namespace_than_its_running_quota(harness: Ha
     assert _complete(harness, done)
     (more,) = store.claim("w2", tasks=["t"], limit=10)
     assert more.firing.namespace == NS
+
+
+def test_a_claim_carrying_completions_holds_to_the_running_quota(harness: Harness) -> None:
+    """complete_and_claim (a busy worker's claim, its finished firings riding along):
+    the quota read with the claim's own statement is the one set before it, and the
+    completions it records free their room in the same claim."""
+    store = harness.store
+    for i in range(5):
+        store.enqueue_now(spec(f"n{i}", namespace=NS, schedule=now()))
+    (first,) = store.claim("w1", tasks=["t"], limit=1)
+    store.set_quota(NS, {"running": 2})
+    accepted, more = store.complete_and_claim(
+        [_done(harness, first)], "w1", tasks=["t"], limit=10
+    )
+    assert accepted == [True]
+    assert len(more) == 2  # the completed one's room is free again: two, not three
+    assert _use(harness)["running"] == 2
+    accepted, none = store.complete_and_claim([], "w2", tasks=["t"], limit=10)
+    assert (accepted, none) == ([], [])
+    assert len(store.list_firings(namespace=NS, states=[FiringState.QUEUED])) == 2
 
 
 def test_running_is_not_limited_until_a_namespace_is_given_a_running_quota(

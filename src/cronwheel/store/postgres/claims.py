@@ -9,10 +9,12 @@ transaction, under row locks that serialize the claimers of each capped job (see
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cronwheel.domain.models import ClaimedFiring, FiringId
+from cronwheel.domain.quotas import UNLIMITED
 from cronwheel.errors import StoreUnavailableError
 from cronwheel.store import codec
 from cronwheel.store.claiming import ClaimAsk, candidates_from_rows, capped, plan_claim
@@ -109,7 +111,8 @@ class PgClaims(CoreStore[Database]):
 
         def body(tx: PgTx) -> tuple[list[bool], Sequence[Row]]:
             accepted = self._complete_in(tx, completions, batches)
-            return accepted, self._within_quota(tx, tx.all("claim_fast", params))
+            rows = tx.all("claim_fast", params)
+            return accepted, self._within_quota(tx, rows, _limited(rows))
 
         accepted, fast = self.db.write(body)
         if not fast or fast[0]["simple"]:
@@ -219,6 +222,7 @@ def _claim_params(ask: ClaimAsk, *, planned: bool = False) -> dict[str, Any]:
         "limit": limit,
         "prefetch": ask.prefetch,
         "start": ask.starts,
+        "unlimited": UNLIMITED,
         # Candidates scanned (and locked). The one-statement claim locks only the rows it
         # takes: a row lock is a heap write and a WAL record. The planned claim looks at a
         # few more than it may claim (some are skipped or held by a cap); each capped
@@ -226,6 +230,12 @@ def _claim_params(ask: ClaimAsk, *, planned: bool = False) -> dict[str, Any]:
         # times the claim.
         "scan": limit + 32 if planned else limit,
     }
+
+
+def _limited(rows: Sequence[Row]) -> dict[str, int]:
+    """claim_fast's ``limited``: the namespaces with a running quota (every row carries
+    the same; the statement always returns one)."""
+    return {str(k): int(v) for k, v in json.loads(rows[0]["limited"]).items()} if rows else {}
 
 
 def _claimed(rows: Sequence[Row]) -> list[ClaimedFiring]:

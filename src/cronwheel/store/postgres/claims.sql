@@ -8,7 +8,12 @@
 -- (schema.sql migration_17: the statement, planned once per session), its firing rows
 -- spread into columns. Otherwise it claims nothing, `simple` is false, and the caller
 -- runs the planned claim (claim_candidates ... claim_apply).
-SELECT c.simple, (c.f).*, c.job_policies, c.job_trace
+-- `limited`: the namespaces whose own record limits their running quota, as JSON
+-- (quota_running_limited's answer, read in the claim's snapshot: a claim with completions
+-- checks the quota in its transaction without a round trip of its own).
+SELECT c.simple, (c.f).*, c.job_policies, c.job_trace,
+       (SELECT coalesce(json_object_agg(q.namespace, q.running), '{}')::text
+        FROM quotas q WHERE q.running < %(unlimited)s) AS limited
 FROM cronwheel_claim_fast(%(tasks)s::text[], %(prefetch)s::interval, %(scan)s::integer,
                           %(limit)s::integer, %(start)s::integer, %(worker_id)s::text,
                           :now) c
