@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -48,6 +49,24 @@ def _failing_register(store: SqliteStore, failures: int) -> list[float]:
     return calls
 
 
+def _run_until(worker: Worker, done: Callable[[], bool]) -> float:
+    """Run the worker until ``done()`` (20 s at most), then stop it; how long the stop
+    took."""
+
+    async def scenario() -> float:
+        stop = asyncio.Event()
+        runner = asyncio.create_task(worker.run(stop))
+        deadline = time.monotonic() + 20
+        while not done() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        stop.set()
+        began = time.monotonic()
+        await asyncio.wait_for(runner, 10)
+        return time.monotonic() - began
+
+    return asyncio.run(scenario())
+
+
 def test_a_worker_waits_for_its_store_then_registers_and_runs(store: SqliteStore) -> None:
     app = App("sqlite://")
     app.use_store(store)
@@ -63,16 +82,7 @@ def test_a_worker_waits_for_its_store_then_registers_and_runs(store: SqliteStore
     sink = Recorder()
     worker = Worker(store, app.registry, SystemClock(), events=sink)
 
-    async def scenario() -> None:
-        stop = asyncio.Event()
-        runner = asyncio.create_task(worker.run(stop))
-        deadline = time.monotonic() + 20
-        while not ran and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        stop.set()
-        await runner
-
-    asyncio.run(scenario())
+    _run_until(worker, lambda: bool(ran))
     assert ran == ["now"]
     assert len(calls) == 4
     unavailable = sink.named("store_unavailable")
@@ -90,18 +100,7 @@ def test_a_stop_while_the_store_is_unavailable_ends_the_worker(store: SqliteStor
     sink = Recorder()
     worker = Worker(store, app.registry, SystemClock(), events=sink)
 
-    async def scenario() -> float:
-        stop = asyncio.Event()
-        runner = asyncio.create_task(worker.run(stop))
-        deadline = time.monotonic() + 20
-        while len(calls) < 2 and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        stop.set()
-        began = time.monotonic()
-        await asyncio.wait_for(runner, 10)
-        return time.monotonic() - began
-
-    took = asyncio.run(scenario())
+    took = _run_until(worker, lambda: len(calls) >= 2)
     assert took < 5  # the pause is cut short by the stop, not waited out
     assert sink.named("worker_started") == []
     assert len(sink.named("worker_stopped")) == 1
