@@ -168,7 +168,12 @@ def test_a_new_version_moves_cursors_and_a_mismatched_node_is_refused(
     for name in ("steady", "hourly"):
         job = store.get_job("default", name)
         assert not [e for e in store.job_events(job.id) if e.kind == "tz_moved"]
-    assert store.get_job("default", "hourly").next_fire_at == hourly.next_after(now)
+    # the hourly job's cursor did not move with the zone; the hour may strike during the
+    # test's ~35 s (from a start just before it), and then the leader fired it and moved on
+    cursor, first = store.get_job("default", "hourly").next_fire_at, hourly.next_after(now)
+    assert first is not None
+    struck = first <= harness.now() + timedelta(seconds=5)
+    assert cursor == first or (struck and cursor == hourly.next_after(first))
 
     # now node A (2099a) is the mismatched one while B (2099b) is live
     reason = tzdata.leadership_refusal(store, a, alive_within=timedelta(seconds=30))
