@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
@@ -49,6 +49,8 @@ from cronwheel.store.protocol import ApiStore
 from cronwheel.web.ids import internal_id
 from cronwheel.wire import cancel_to_json, firing_to_json
 
+T = TypeVar("T")
+
 router = APIRouter(tags=["firings"], route_class=ApiRoute)
 FiringIdPath = Annotated[AsciiInt, Path(ge=1, le=2**63 - 1, description="the firing's id")]
 # FiringIdPath is the shown id (domain/ids.py): _firing turns it into the store's.
@@ -58,14 +60,25 @@ def _firing(store: ApiStore, principal: Principal, firing_id: int) -> Firing:
     """The firing of the shown id ``firing_id`` (as the store has it) if it belongs to
     the caller's namespace; else the same 404 as a firing that does not exist (no
     existence oracle)."""
+    return _owned(store, principal, firing_id, lambda i: (store.get_firing(i), None))[0]
+
+
+def _owned(
+    store: ApiStore,
+    principal: Principal,
+    firing_id: int,
+    read: Callable[[FiringId], tuple[Firing, T]],
+) -> tuple[Firing, T]:
+    """``read`` of the firing of the shown id ``firing_id`` (the firing and what comes
+    with it) if it belongs to the caller's namespace; else the 404 of ``_firing``."""
     internal = internal_id(store, "firing", firing_id)
     try:
-        firing = None if internal is None else store.get_firing(FiringId(internal))
+        found = None if internal is None else read(FiringId(internal))
     except FiringNotFoundError:
-        firing = None
-    if firing is None or firing.namespace != principal.namespace:
+        found = None
+    if found is None or found[0].namespace != principal.namespace:
         raise FiringNotFoundError(f"no firing with id {firing_id}", field="firing_id")
-    return firing
+    return found
 
 
 @contextmanager
@@ -176,8 +189,7 @@ def get_firing(firing_id: FiringIdPath, principal: Reader, request: Request) -> 
     """The firing with every attempt (`attempts`, in order); its `lateness_ms` is its
     first attempt's."""
     store = store_of(request)
-    firing = _firing(store, principal, firing_id)
-    attempts = store.list_attempts(firing.id)
+    firing, attempts = _owned(store, principal, firing_id, store.firing_with_attempts)
     doc = firing_to_json(ids_of(request).firing(firing), attempts=attempts, with_attempts=True)
     return _shown(principal, doc)
 

@@ -323,7 +323,6 @@ class JobsPort(BulkPort, Protocol):
 
     def get_firing(self, firing_id: FiringId) -> Firing:
         """Raises FiringNotFoundError."""
-        ...
 
     def list_firings(
         self,
@@ -346,7 +345,9 @@ class JobsPort(BulkPort, Protocol):
         lease expired) and its current one read from its row (claimed, running,
         succeeded, cancelled). A held claim whose lease expired is not an attempt.
         Raises FiringNotFoundError."""
-        ...
+
+    def firing_with_attempts(self, firing_id: FiringId) -> tuple[Firing, list[Attempt]]:
+        """``get_firing`` and ``list_attempts`` in one read of the store."""
 
     def cancel_firing(self, firing_id: FiringId) -> CancelResult:
         """QUEUED → CANCELLED at once ("cancelled"); RUNNING → request cooperative cancel

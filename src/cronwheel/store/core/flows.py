@@ -384,6 +384,9 @@ class CoreStore(
         return self._firings(where, limit)
 
     def list_attempts(self, firing_id: FiringId) -> list[Attempt]:
+        return self.firing_with_attempts(firing_id)[1]
+
+    def firing_with_attempts(self, firing_id: FiringId) -> tuple[Firing, list[Attempt]]:
         key = {"id": firing_id}
 
         def body(tx: Tx) -> tuple[Row | None, Sequence[Row]]:
@@ -393,7 +396,8 @@ class CoreStore(
         row, recorded = self.db.read(body)
         if row is None:
             raise FiringNotFoundError(f"no firing with id {firing_id}", field="firing_id")
-        return attempts_of(codec.firing_from_row(row), map(codec.attempt_from_row, recorded))
+        firing = codec.firing_from_row(row)
+        return firing, attempts_of(firing, map(codec.attempt_from_row, recorded))
 
     def list_job_firings(
         self,

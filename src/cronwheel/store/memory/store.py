@@ -303,12 +303,14 @@ class MemoryStore(ApiMethods, RetentionMethods, TzMethods):
             return out
 
     def list_attempts(self, firing_id: FiringId) -> list[Attempt]:
+        return self.firing_with_attempts(firing_id)[1]
+
+    def firing_with_attempts(self, firing_id: FiringId) -> tuple[Firing, list[Attempt]]:
         with self._tx() as data:
             row = self._firing(data, firing_id)
             recorded = [a for (fid, _), a in sorted(data.attempts.items()) if fid == firing_id]
-            return attempts_of(
-                codec.firing_from_row(row), [codec.attempt_from_row(a) for a in recorded]
-            )
+            firing = codec.firing_from_row(row)
+            return firing, attempts_of(firing, [codec.attempt_from_row(a) for a in recorded])
 
     def cancel_firing(self, firing_id: FiringId) -> CancelResult:
         with self._tx() as data:

@@ -6,41 +6,18 @@ Error mapping (the only place psycopg exceptions are turned into cronwheel's):
 - serialization failure / deadlock (SQLSTATE 40001 / 40P01): the transaction was
   rolled back by the server, so it is retried here, a few times with jitter;
 - a lost or refused connection, an admin shutdown, a pool timeout, a query or lock
-  timeout: :class:`StoreUnavailableError` — after a small bounded retry for reads;
-  a write is not retried because a connection lost during COMMIT leaves its outcome
-  unknown (every write is a compare-and-swap, so the caller's retry is safe);
+  timeout: :class:`StoreUnavailableError` — after a small bounded retry for reads,
+  and for a write whose connection was lost before its COMMIT (or its one
+  autocommitted statement) was sent: it wrote nothing. A write lost during COMMIT is
+  not retried: its outcome is unknown (every write is a compare-and-swap, so the
+  caller's retry is safe);
 - any other driver error: :class:`StoreError` (a bug or a schema mismatch).
 
 Domain errors raised by the transaction body (ConflictError, LeaseLostError, ...)
 pass through untouched and roll the transaction back.
 
-High availability (README "Production deployment"):
-
-- the URL may name several hosts (libpq multi-host, ``target_session_attrs=read-write``)
-  or a router to the leader (HAProxy); a connection lost in a failover is discarded
-  by the pool and the next one is made to whichever host is the primary then: no
-  restart of the process;
-- every checkout of the primary pool reads the server's role and PostgreSQL timeline
-  (one round trip, the one that already checked the connection answers): a standby is
-  discarded, and a timeline LOWER than one this process has seen — a demoted or
-  split-brained former primary still accepting connections — is refused
-  (StoreUnavailableError) before anything is written on it. The leader's epoch carries
-  the timeline (core.sql ``acquire_lease``);
-- ``replica_hosts=h:p,...`` in the URL opens a second pool
-  (``target_session_attrs=prefer-standby``) for the reads that may be stale: status,
-  listings of jobs, firings, nodes (``read_replica``). Every lease, claim, enqueue and
-  the reads those decisions use stay on the primary;
-- a server that stops answering without closing its connections (a frozen primary,
-  a partition that drops packets) would block a call until TCP gives up — hours. A
-  watchdog shuts the socket of any unit of work running longer than ``stall_timeout``
-  (URL parameter, seconds, default 30; ``0`` disables; migrations are exempt): the
-  call fails as a lost connection would (StoreUnavailableError; reads are retried on
-  a fresh connection, which the multi-host URL makes to the new primary);
-- ``pooler=transaction`` (PgBouncer in transaction mode): no server-side prepared
-  statements (``prepare_threshold=None``), no session settings in the startup packet
-  (the database's own ``TimeZone`` must be UTC: checked on each new connection), and
-  no LISTEN through the pooler: ``listen_hosts=h:p,...`` names direct hosts for it,
-  else workers poll (store.py ``open_wakeup``).
+High availability (the URL, the primary check at checkout, replica reads, the stall
+watchdog, transaction poolers): ha.py.
 """
 
 from __future__ import annotations
@@ -62,7 +39,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from cronwheel.errors import CronwheelError, StoreError, StoreUnavailableError
 from cronwheel.store.postgres.ha import (
-    ROLE_SQL,
+    PrimaryCheck,
     StallWatchdog,
     parse_url,
     session_conninfo,
@@ -82,7 +59,7 @@ NOW_SQL = "(coalesce(%(_pin)s::timestamptz, now()) + %(_off)s::interval)"
 
 _WHERE = "/*where*/"
 _TX_RETRIES = 5  # serialization failures and deadlocks
-_READ_RETRIES = 2  # connection errors on reads
+_READ_RETRIES = 2  # connection errors on reads; on writes that sent no COMMIT
 _GETCONN_SLICE_S = 0.5  # see Database._getconn
 
 
@@ -203,9 +180,8 @@ class Database:
                 field="schema",
             )
         self.conninfo = session_conninfo(self.url.libpq, schema, pooled=self.pooled)
-        # the highest PostgreSQL timeline this process has seen on a primary (see
-        # _checkout): a lower one later is a former primary, never written to
-        self.timeline = 0
+        # each checkout's role and timeline (ha.py)
+        self.primary = PrimaryCheck(pooled=self.pooled)
         # transactions rolled back by the server and retried here, by SQLSTATE class
         # (observability; tests assert that lock ordering keeps deadlocks at zero)
         self.retried: dict[str, int] = {"deadlock": 0, "serialization": 0}
@@ -220,6 +196,15 @@ class Database:
                 self.conninfo, self.url.replica_hosts, "replica_hosts", "prefer-standby"
             )
             self.replica_pool = self._pool(replicas, pool_size, timeout_s, "cronwheel-replica")
+
+    @property
+    def timeline(self) -> int:
+        """The highest PostgreSQL timeline this process has seen on a primary."""
+        return self.primary.timeline
+
+    @timeline.setter
+    def timeline(self, value: int) -> None:  # tests: as after a failover
+        self.primary.timeline = value
 
     def _pool(self, conninfo: str, size: int, timeout_s: float, name: str) -> ConnectionPool[Conn]:
         kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
@@ -253,22 +238,20 @@ class Database:
 
     @contextmanager
     def _checkout(self, *, replica: bool = False) -> Iterator[Conn]:
-        """A pooled connection known to answer: one cheap round trip per checkout. A
-        broken one (server restarted, session terminated) goes back to the pool, which
-        discards it, and the next is tried at once — within the pool's size.
+        """A pooled connection known to answer: one cheap round trip per checkout,
+        unless it answered within ``TRUST_S`` (ha.py). A broken one (server
+        restarted, session terminated) goes back to the pool, which discards it, and the
+        next is tried at once — within the pool's size.
 
         On the primary pool that round trip also reads the server's role and timeline:
         a standby (a host demoted under a router or a plain URL) is closed and the next
-        connection tried; a timeline below the highest seen is refused (module doc)."""
+        connection tried; a timeline below the highest seen is refused (ha.py)."""
         pool = self.replica_pool if replica and self.replica_pool is not None else self.pool
         for _ in range(self._max_size + 1):
             conn = self._getconn(pool)
             self.stalls.watch(conn)  # from the ping on: a frozen server stalls that too
             try:
-                if pool is self.pool:
-                    self._require_primary(conn)
-                else:
-                    conn.execute("")
+                tl = self.primary.check(conn, primary=pool is self.pool)
             except psycopg.Error:
                 self.stalls.unwatch(conn)
                 pool.putconn(conn)
@@ -280,6 +263,10 @@ class Database:
                 raise
             try:
                 yield conn
+                self.primary.answered(conn, tl)
+            except psycopg.OperationalError:
+                self.primary.lost()
+                raise
             finally:
                 self.stalls.unwatch(conn)
                 pool.putconn(conn)
@@ -301,34 +288,6 @@ class Database:
                 if time.monotonic() >= deadline:
                     raise
 
-    def _require_primary(self, conn: Conn) -> None:
-        row = conn.execute(ROLE_SQL).fetchone()
-        assert row is not None
-        if self.pooled and row["tz"] not in ("UTC", "Etc/UTC"):
-            # through a transaction pooler the startup packet carries no ``options``:
-            # the server's own TimeZone must be the store's
-            raise StoreError(
-                f"pooler=transaction: the database's TimeZone is {row['tz']!r}, not UTC; "
-                "run ALTER DATABASE <name> SET timezone = 'UTC' (no session setting "
-                "survives a transaction pooler)",
-                field="store",
-            )
-        tl = int(row["tl"])
-        if tl == 0:  # a standby: never written to; the pool replaces a closed connection
-            conn.close()
-            raise psycopg.OperationalError("the server is a standby")
-        with self._retried_lock:
-            seen = self.timeline
-            if tl >= seen:
-                self.timeline = tl
-        if tl < seen:
-            raise StoreUnavailableError(
-                f"postgresql: the server is on timeline {tl} after timeline {seen} was seen: "
-                "a former primary (demoted, or cut off by a failover); nothing is written "
-                "to it",
-                field="store",
-            )
-
     def params(self, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
         out = self.time.params()
         if values:
@@ -348,7 +307,8 @@ class Database:
 
         ``write``: in one transaction (BEGIN ... COMMIT), unless ``atomic`` is False —
         for a body of a single statement, which autocommit makes atomic by itself.
-        Reads (not ``write``) are retried on connection errors; writes are not.
+        Reads (not ``write``) are retried on connection errors; writes only when their
+        connection was lost before the COMMIT was sent (nothing was written).
 
         ``durable=False`` commits without waiting for the WAL flush
         (``synchronous_commit = off``: still atomic and ordered, but a crash of the
@@ -363,16 +323,26 @@ class Database:
         made: set[str] = set()  # days whose partition was missing, made here
         while True:
             attempt += 1
+            # False until the unit's COMMIT (or its one autocommitted statement) is sent:
+            # a write whose connection was lost before that wrote nothing and runs again
+            sent = [not write]
+            used: list[Conn] = []
             try:
                 with self._checkout(replica=replica) as conn:
+                    used.append(conn)
                     if write and not durable:
                         with conn.transaction():
                             conn.execute("SET LOCAL synchronous_commit TO off")
-                            return body(conn)
+                            result = body(conn)
+                            sent[0] = True
+                        return result
                     if not (write and atomic):
+                        sent[0] = True
                         return body(conn)
                     with conn.transaction():
-                        return body(conn)
+                        result = body(conn)
+                        sent[0] = True
+                    return result
             except CronwheelError:
                 raise
             except pgerrors.CheckViolation as exc:
@@ -401,15 +371,17 @@ class Database:
                     f"postgresql: no connection within {self._timeout_s:g}s ({_first_line(exc)})",
                     field="store",
                 ) from exc
-            except psycopg.OperationalError as exc:
-                # connection lost, admin shutdown, statement/lock timeout, ...
-                if write or attempt > _READ_RETRIES:
+            except psycopg.Error as exc:
+                # connection lost (whatever the error says: an idle-in-transaction
+                # timeout is class 25), admin shutdown, statement/lock timeout, ...
+                lost = bool(used) and used[-1].closed
+                if not (lost or isinstance(exc, psycopg.OperationalError)):
+                    raise store_error(exc) from exc  # e.g. InterfaceError: a bug
+                if (write and (sent[0] or not lost)) or attempt > _READ_RETRIES:
                     raise StoreUnavailableError(
                         f"postgresql: {_first_line(exc)}", field="store"
                     ) from exc
                 time.sleep(0.05 * attempt)
-            except psycopg.Error as exc:  # InterfaceError: e.g. a connection closed under us
-                raise store_error(exc) from exc
 
     def add_partition(self, at: str) -> None:
         """The partition of firings holding the instant ``at`` (text as the server

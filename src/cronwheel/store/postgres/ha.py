@@ -1,6 +1,46 @@
-"""PostgresStore's high-availability plumbing (used by db.py; README "Production
-deployment"): cronwheel's own store URL parameters, the query of a server's role and
-timeline, and the stall watchdog."""
+"""PostgresStore's high-availability plumbing (used by db.py): cronwheel's own store
+URL parameters, the check of a server's role and timeline at checkout, and the stall
+watchdog.
+
+High availability (README "Production deployment"):
+
+- the URL may name several hosts (libpq multi-host, ``target_session_attrs=read-write``)
+  or a router to the leader (HAProxy); a connection lost in a failover is discarded
+  by the pool and the next one is made to whichever host is the primary then: no
+  restart of the process;
+- a checkout of the primary pool reads the server's role and PostgreSQL timeline
+  (one round trip, the one that also checks the connection answers): a standby is
+  discarded, and a timeline LOWER than one this process has seen — a demoted or
+  split-brained former primary still accepting connections — is refused
+  (StoreUnavailableError) before anything is written on it. The leader's epoch carries
+  the timeline (core.sql ``acquire_lease``). A connection that answered within the last
+  ``TRUST_S`` skips that round trip: a session's server cannot leave the primary role
+  or change timeline while the session lives (PostgreSQL demotes only by a restart,
+  which ends every session; a promotion only turns a standby's sessions, which this
+  pool never keeps, into a primary's), so its role and timeline are the ones read when
+  it was checked, and that timeline is still compared with the highest seen, in
+  process. What the skipped round trip no longer proves is that the connection is
+  alive: a unit that fails on a dead one before its COMMIT is sent has written
+  nothing and is run again, a write too, on a connection checked afresh; after any
+  connection failure every connection is checked again before its next use
+  (``PrimaryCheck.lost``). Through a transaction pooler every checkout is checked
+  (its server connection may change between transactions);
+- ``replica_hosts=h:p,...`` in the URL opens a second pool
+  (``target_session_attrs=prefer-standby``) for the reads that may be stale: status,
+  listings of jobs, firings, nodes (``read_replica``). Every lease, claim, enqueue and
+  the reads those decisions use stay on the primary;
+- a server that stops answering without closing its connections (a frozen primary,
+  a partition that drops packets) would block a call until TCP gives up — hours. A
+  watchdog shuts the socket of any unit of work running longer than ``stall_timeout``
+  (URL parameter, seconds, default 30; ``0`` disables; migrations are exempt): the
+  call fails as a lost connection would (StoreUnavailableError; reads are retried on
+  a fresh connection, which the multi-host URL makes to the new primary);
+- ``pooler=transaction`` (PgBouncer in transaction mode): no server-side prepared
+  statements (``prepare_threshold=None``), no session settings in the startup packet
+  (the database's own ``TimeZone`` must be UTC: checked on each new connection), and
+  no LISTEN through the pooler: ``listen_hosts=h:p,...`` names direct hosts for it,
+  else workers poll (store.py ``open_wakeup``).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +50,7 @@ import re
 import socket
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -17,7 +58,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from cronwheel.errors import StoreError
+from cronwheel.errors import StoreError, StoreUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +74,9 @@ ROLE_SQL = (
 # URL parameters that are cronwheel's, not libpq's (removed before connecting)
 _OWN_PARAMS = ("pooler", "replica_hosts", "listen_hosts", "stall_timeout")
 _STALL_S = 30.0
+# a connection that answered this recently is not pinged at checkout (module doc);
+# HikariCP's aliveBypassWindowMs (500 ms) is the same rule
+TRUST_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +147,79 @@ def with_hosts(conninfo: str, value: str, key: str, attrs: str) -> str:
     return make_conninfo("", **params)
 
 
+class PrimaryCheck:
+    """The role and timeline of the primary pool's connections (module doc): read by a
+    round trip at checkout, or trusted for ``TRUST_S`` after the connection answered;
+    and the highest timeline this process has seen on a primary (``timeline``: a lower
+    one later is a former primary, never written to)."""
+
+    def __init__(self, *, pooled: bool) -> None:
+        self.pooled = pooled
+        self.timeline = 0
+        self._lock = threading.Lock()
+        # connection -> (monotonic time it last answered, its server's timeline)
+        self._answered: weakref.WeakKeyDictionary[Any, tuple[float, int]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lost_at = 0.0  # the last connection failure seen: older answers expire
+
+    def check(self, conn: Any, *, primary: bool) -> int:
+        """The connection's server timeline (0 off the primary pool). Raises
+        psycopg.Error for a connection to discard, StoreError to refuse the server."""
+        answered = self._answered.get(conn)
+        if answered is not None and not self.pooled:
+            at, tl = answered
+            if self._lost_at < at > time.monotonic() - TRUST_S:
+                if primary:
+                    self._fence(tl)
+                return tl
+        if not primary:
+            conn.execute("")
+            return 0
+        return self._read(conn)
+
+    def answered(self, conn: Any, tl: int) -> None:
+        """The connection's unit of work went through: it is alive now."""
+        self._answered[conn] = (time.monotonic(), tl)
+
+    def lost(self) -> None:
+        """A connection failed: every connection is checked before its next use."""
+        self._lost_at = time.monotonic()
+
+    def _read(self, conn: Any) -> int:
+        row = conn.execute(ROLE_SQL).fetchone()
+        assert row is not None
+        if self.pooled and row["tz"] not in ("UTC", "Etc/UTC"):
+            # through a transaction pooler the startup packet carries no ``options``:
+            # the server's own TimeZone must be the store's
+            raise StoreError(
+                f"pooler=transaction: the database's TimeZone is {row['tz']!r}, not UTC; "
+                "run ALTER DATABASE <name> SET timezone = 'UTC' (no session setting "
+                "survives a transaction pooler)",
+                field="store",
+            )
+        tl = int(row["tl"])
+        if tl == 0:  # a standby: never written to; the pool replaces a closed connection
+            conn.close()
+            raise psycopg.OperationalError("the server is a standby")
+        self._fence(tl)
+        return tl
+
+    def _fence(self, tl: int) -> None:
+        """Refuse a server of a timeline below the highest this process has seen."""
+        with self._lock:
+            seen = self.timeline
+            if tl >= seen:
+                self.timeline = tl
+        if tl < seen:
+            raise StoreUnavailableError(
+                f"postgresql: the server is on timeline {tl} after timeline {seen} was seen: "
+                "a former primary (demoted, or cut off by a failover); nothing is written "
+                "to it",
+                field="store",
+            )
+
+
 class StallWatchdog:
     """Shuts the socket of a connection whose unit of work runs past ``stall_s``
     (0: off): the blocked call fails at once as on a lost connection. One daemon thread
@@ -159,7 +276,7 @@ def _shut(conn: Any) -> None:
 
 def session_conninfo(url: str, schema: str | None, *, pooled: bool = False) -> str:
     """The URL's parameters, plus UTC session time zone and the schema's search_path
-    (through a transaction pooler, none: see Database._require_primary)."""
+    (through a transaction pooler, none: see PrimaryCheck._read)."""
     try:
         params = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
