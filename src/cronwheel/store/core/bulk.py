@@ -96,7 +96,7 @@ class BulkFlows(QuotaFlows[D], AdminFlows[D]):
             done = settle(out, all_or_nothing)
             created = [items[i][0] for i, r in enumerate(done) if not isinstance(r, Exception)]
             if created:
-                self._charge_jobs(tx, created)
+                self._charge_jobs(tx, created, quotas)
                 tx.run("bump_jobs_version")
             return done
 

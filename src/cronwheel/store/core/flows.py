@@ -27,6 +27,7 @@ from cronwheel.domain.models import (
     JobSpec,
     RecentRuns,
 )
+from cronwheel.domain.quotas import Quota
 from cronwheel.errors import (
     ConflictError,
     FiringNotFoundError,
@@ -94,11 +95,12 @@ class CoreStore(
         params = codec.job_params(spec) | {"next_fire_at": self._opt(first_fire_at)}
 
         def body(tx: Tx) -> Row:
-            self._check_schedule(tx, spec, first_fire_at)
+            quotas: dict[str, Quota] = {}  # the namespace's quota, read once
+            self._check_schedule(tx, spec, first_fire_at, quotas)
             row = tx.one("insert_job", params)
             if row is None:
                 raise job_exists(spec, naming_namespace=True)
-            self._charge_jobs(tx, [spec])
+            self._charge_jobs(tx, [spec], quotas)
             tx.run("bump_jobs_version")
             return row
 
@@ -113,10 +115,11 @@ class CoreStore(
         def body(tx: Tx) -> tuple[Row, bool]:
             row = tx.one("job_for_update", key)
             if row is None:
-                self._check_schedule(tx, spec, first_fire_at)
+                quotas: dict[str, Quota] = {}
+                self._check_schedule(tx, spec, first_fire_at, quotas)
                 row = tx.one("insert_job", params)
                 if row is not None:
-                    self._charge_jobs(tx, [spec])
+                    self._charge_jobs(tx, [spec], quotas)
                     tx.run("bump_jobs_version")
                     return row, True
                 row = tx.one("job_for_update", key)  # lost a race with a create

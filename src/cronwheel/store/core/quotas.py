@@ -136,14 +136,18 @@ class QuotaFlows(Generic[D]):
             tx.run("quota_prune", params)
         return row
 
-    def _charge_jobs(self, tx: Tx, specs: Sequence[JobSpec]) -> None:
-        """Count new jobs against their namespaces' ``jobs`` quota (422 when over)."""
+    def _charge_jobs(
+        self, tx: Tx, specs: Sequence[JobSpec], quotas: dict[str, Quota] | None = None
+    ) -> None:
+        """Count new jobs against their namespaces' ``jobs`` quota (422 when over);
+        ``quotas``: the quotas the transaction read so far (``_check_schedule``)."""
         per_namespace: dict[str, int] = {}
         for spec in specs:
             if counts_job(spec):
                 per_namespace[spec.namespace] = per_namespace.get(spec.namespace, 0) + 1
         for namespace, n in sorted(per_namespace.items()):
-            limit = self._quota_in(tx, namespace).jobs
+            known = None if quotas is None else quotas.get(namespace)
+            limit = (self._quota_in(tx, namespace) if known is None else known).jobs
             if int(self._charge(tx, namespace, "jobs", 0, n)["used"]) > limit:
                 what = "this job" if n == 1 else f"these {n} jobs"
                 raise refuse_count("jobs", limit, namespace=namespace, what=what)

@@ -21,6 +21,7 @@ from psycopg import errors as pgerrors
 
 from cronwheel import failpoints
 from cronwheel.domain.models import FiringId, JobSpec, Lease
+from cronwheel.domain.quotas import Quota
 from cronwheel.errors import ConflictError, JobNotFoundError, LeaseLostError
 from cronwheel.store import codec
 from cronwheel.store.codec import Row
@@ -70,8 +71,9 @@ class PgDispatch(CoreStore[Database]):
         rows = [codec.job_params(spec) | {"next_fire_at": first} for spec, first in items]
 
         def body(tx: PgTx) -> int:
+            quotas: dict[str, Quota] = {}  # each namespace's quota, read once
             for spec, first in items:
-                self._check_schedule(tx, spec, first)
+                self._check_schedule(tx, spec, first, quotas)
             clock = tx.one("now")
             assert clock is not None
             now = clock["now"]
@@ -87,7 +89,7 @@ class PgDispatch(CoreStore[Database]):
                     field="name",
                     code="job_exists",
                 ) from None
-            self._charge_jobs(tx, [spec for spec, _ in items])
+            self._charge_jobs(tx, [spec for spec, _ in items], quotas)
             tx.run("bump_jobs_version")
             return len(rows)
 

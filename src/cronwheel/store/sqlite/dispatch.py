@@ -11,6 +11,7 @@ from typing import Any
 
 from cronwheel import failpoints
 from cronwheel.domain.models import FiringId, JobSpec, Lease
+from cronwheel.domain.quotas import Quota
 from cronwheel.errors import ConflictError, JobNotFoundError, LeaseLostError
 from cronwheel.store import codec
 from cronwheel.store.codec import Row, opt_us, to_us
@@ -70,8 +71,9 @@ class SqliteDispatch(CoreStore[SqliteDb]):
     def create_jobs(self, items: Sequence[tuple[JobSpec, datetime | None]]) -> int:
         rows = [codec.job_params(spec) | {"next_fire_at": opt_us(first)} for spec, first in items]
         with self.db.transaction() as tx:
+            quotas: dict[str, Quota] = {}  # each namespace's quota, read once
             for spec, first in items:
-                self._check_schedule(tx, spec, first)
+                self._check_schedule(tx, spec, first, quotas)
             before = tx.conn.total_changes
             tx.many("insert_job", rows)  # ON CONFLICT DO NOTHING: count what was inserted
             if tx.conn.total_changes - before != len(rows):
@@ -80,7 +82,7 @@ class SqliteDispatch(CoreStore[SqliteDb]):
                     field="name",
                     code="job_exists",
                 )
-            self._charge_jobs(tx, [spec for spec, _ in items])
+            self._charge_jobs(tx, [spec for spec, _ in items], quotas)
             tx.run("bump_jobs_version")
         return len(rows)
 
