@@ -32,6 +32,7 @@ from cronwheel.domain.models import NodeInfo
 from cronwheel.domain.tzdb import tz_database
 from cronwheel.errors import StoreUnavailableError, ValidationError
 from cronwheel.observability.sinks import DispatcherSink, WorkerSink
+from cronwheel.worker.waits import store_backoff
 from cronwheel.worker.worker import Worker, WorkerConfig
 
 if TYPE_CHECKING:
@@ -191,15 +192,17 @@ def _clock_beat(
 
 
 def _retry_store(fn: Any, stop: threading.Event) -> None:
-    delay = 0.2
+    """``fn`` retried, after each pause of ``store_backoff``, while the store is
+    unavailable, until ``stop``."""
+    pauses = store_backoff()
     while not stop.is_set():
         try:
             fn()
             return
         except StoreUnavailableError as exc:
+            delay = next(pauses)
             log.warning("store_unavailable", error=str(exc), retry_in_s=delay)
             stop.wait(delay)
-            delay = min(delay * 2, 5.0)
 
 
 def run_worker(

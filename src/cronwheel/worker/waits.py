@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from cronwheel.errors import StoreUnavailableError
@@ -19,21 +19,30 @@ async def wait_any(aws: list[Any], timeout: float) -> None:
             t.cancel()
 
 
+def store_backoff() -> Iterator[float]:
+    """The pauses between tries of a call while the store is unavailable (a process
+    started beside its database, or during a failover): 0.2 s, doubling up to 5 s."""
+    delay = 0.2
+    while True:
+        yield delay
+        delay = min(delay * 2, 5.0)
+
+
 async def until_available(
     call: Callable[[], Awaitable[Any]],
     stop: asyncio.Event,
     unavailable: Callable[[str, float], None],
 ) -> bool:
-    """``call`` retried, with a doubling pause up to 5 s, while the store is unavailable
-    (a worker started beside its database, or during a failover, waits for it instead
-    of exiting); False when ``stop`` came first."""
-    delay = 0.2
+    """``call`` retried, after each pause of ``store_backoff``, while the store is
+    unavailable (a worker waits for its store instead of exiting); False when ``stop``
+    came first."""
+    pauses = store_backoff()
     while not stop.is_set():
         try:
             await call()
             return True
         except StoreUnavailableError as exc:
+            delay = next(pauses)
             unavailable(str(exc), delay)
             await wait_any([stop.wait()], delay)
-            delay = min(delay * 2, 5.0)
     return False
