@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 from cronwheel.errors import StoreUnavailableError
 from cronwheel.store.postgres import PostgresStore, ha
@@ -142,11 +144,38 @@ def test_a_write_lost_during_its_commit_is_not_run_again(
         tx.conn.execute("SET LOCAL idle_in_transaction_session_timeout = '50ms'")
         time.sleep(0.5)  # idle in transaction: the server ends the session
 
+    losses: list[int] = []
+    lost = store.db.primary.lost
+
+    def counted() -> None:
+        losses.append(1)
+        lost()
+
+    store.db.primary.lost = counted  # type: ignore[method-assign]
     with pytest.raises(StoreUnavailableError):
         store.db.write(body)
     assert calls == [1]
-    store.ping()  # the next checkout is checked: the failure expired every answer
+    assert losses == [1]  # a closed connection, whatever the error's class
+    store.ping()
     assert len(reads) == 2
+
+
+def test_after_a_lost_connection_every_connection_is_checked_again(
+    h: Harness, reads: list[int]
+) -> None:
+    """Two connections answered; one is lost: the other, alive and within the window,
+    is checked before its next use all the same."""
+    check = ha.PrimaryCheck(pooled=False)
+    connect = partial(psycopg.connect, PG_URL, autocommit=True, row_factory=dict_row)
+    with connect() as a, connect() as b:
+        for conn in (a, b):
+            tl = check.check(conn, primary=True)
+            check.answered(conn, tl)
+        assert check.check(b, primary=True) == tl
+        assert len(reads) == 2
+        check.lost()
+        assert check.check(b, primary=True) == tl
+        assert len(reads) == 3
 
 
 def test_a_write_that_fails_for_another_reason_is_not_run_again(store: PostgresStore) -> None:

@@ -264,8 +264,9 @@ class Database:
             try:
                 yield conn
                 self.primary.answered(conn, tl)
-            except psycopg.OperationalError:
-                self.primary.lost()
+            except psycopg.Error as exc:
+                if conn.closed or isinstance(exc, psycopg.OperationalError):
+                    self.primary.lost()
                 raise
             finally:
                 self.stalls.unwatch(conn)
