@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from cronwheel.worker.config import WorkerConfig
+
 if TYPE_CHECKING:
     from cronwheel.bench.runner import BenchResult
 
@@ -49,7 +51,13 @@ SMOKE: list[tuple[str, int, dict[str, Any]]] = [
     default=None,
     help="Worker processes (default 2); api: API processes (`cronwheel api --workers`, default 1).",
 )
-@click.option("--concurrency", type=click.IntRange(1, 1024), default=64, show_default=True)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 1024),
+    default=WorkerConfig().concurrency,
+    show_default=True,
+    help="Each worker process's concurrency (default: the worker's own, as a user gets it).",
+)
 @click.option(
     "--count",
     type=click.IntRange(1, 10_000_000),
