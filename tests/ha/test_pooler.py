@@ -28,6 +28,8 @@ class ConnSampler:
         self.url = url
         self.max = 0
         self.samples = 0
+        # the sessions counted when the maximum was seen (for a failure's message)
+        self.at_max: list[tuple[Any, ...]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -35,14 +37,15 @@ class ConnSampler:
     def _run(self) -> None:
         with psycopg.connect(self.url, autocommit=True) as conn:
             while not self._stop.is_set():
-                row = conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND backend_type = 'client backend'"
+                rows = conn.execute(
+                    "SELECT application_name, client_addr::text, client_port, state,"
+                    " backend_start::text FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND backend_type = 'client backend'"
                     " AND coalesce(application_name, '') <> ALL(%s)",
                     (list(DIRECT),),
-                ).fetchone()
-                assert row is not None
-                self.max = max(self.max, int(row[0]))
+                ).fetchall()
+                if len(rows) > self.max:
+                    self.max, self.at_max = len(rows), rows
                 self.samples += 1
                 self._stop.wait(0.05)
 
@@ -90,4 +93,4 @@ def test_forty_workers_through_pgbouncer_drain(pooled_only: HaScenario) -> None:
     assert report.clean, report.details()
     assert not report.duplicate_executions, report.details()
     assert conns.samples > 10
-    assert 0 < conns.max <= POOL_SIZE, figures
+    assert 0 < conns.max <= POOL_SIZE, (figures, conns.at_max)
