@@ -169,7 +169,7 @@ class PrimaryCheck:
         answered = self._answered.get(conn)
         if answered is not None and not self.pooled:
             at, tl = answered
-            if self._lost_at < at > time.monotonic() - TRUST_S:
+            if at > max(self._lost_at, time.monotonic() - TRUST_S):  # since any loss
                 if primary:
                     self._fence(tl)
                 return tl
