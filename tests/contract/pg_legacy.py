@@ -52,16 +52,38 @@ def fill(store: PostgresStore) -> Legacy:
     CLAIMED and RUNNING ones, a cancelled and a skipped one, a one-shot enqueued with an
     idempotency key.
 
-    Version 15 has no ``cronwheel_claim_fast`` (migration_17): the fill's claims take
-    the planned claim, which it has, and the store claims as usual afterwards."""
-    remember = store._remember_planned
-    store._remember_planned = lambda key, planned: store._planned_tasks.add(key)  # type: ignore[method-assign]
-    store._planned_tasks.add(frozenset([TASK]))
-    try:
-        return _fill(store)
-    finally:
-        store._remember_planned = remember  # type: ignore[method-assign]
-        store._planned_tasks.clear()
+    Version 15 has neither claim function of today's claims (migrations 17 and 18): the
+    fill claims as version 15 did (``claim_v15``), with claim tokens that carry no
+    instant, which the store then starts and completes after the migration."""
+    return _fill(store)
+
+
+_CLAIM_V15 = """
+UPDATE firings f
+SET state = CASE WHEN %(start)s THEN 'running' ELSE 'claimed' END,
+    started_at = CASE WHEN %(start)s THEN %(now)s::timestamptz END,
+    attempt = f.attempt + 1, claim_token = replace(gen_random_uuid()::text, '-', ''),
+    worker_id = %(worker)s, claimed_at = %(now)s::timestamptz, finished_at = NULL,
+    lease_until = %(now)s::timestamptz + f.visibility_us * interval '1 microsecond'
+WHERE f.id = (SELECT q.id FROM firings q
+              WHERE q.state = 'queued' AND q.task = %(task)s AND q.due_at <= %(now)s
+              ORDER BY q.vdeadline LIMIT 1 FOR UPDATE)
+RETURNING f.id, f.job_id, f.claim_token, f.lease_until
+"""
+
+
+def claim_v15(store: PostgresStore, worker: str, *, start: bool = True) -> ClaimedFiring:
+    """The oldest due firing of ``TASK`` claimed as version 15 wrote a claim (a token of
+    32 random hex digits)."""
+    params = {"start": start, "now": store.now(), "worker": worker, "task": TASK}
+    row = store.db.write(lambda tx: tx.conn.execute(_CLAIM_V15, params).fetchone())
+    assert row is not None, "no due firing to claim"
+    return ClaimedFiring(
+        firing=store.get_firing(row["id"]),
+        claim_token=row["claim_token"],
+        lease_until=row["lease_until"],
+        policies=store.get_job_by_id(row["job_id"]).spec.policies,
+    )
 
 
 def _fill(store: PostgresStore) -> Legacy:
@@ -98,7 +120,7 @@ def _fill(store: PostgresStore) -> Legacy:
     # a DEAD firing with two failed attempts
     fire("fail", now - 2 * DAY)
     for _ in range(2):
-        (c,) = store.claim("w-old", tasks=[TASK], limit=1)
+        c = claim_v15(store, "w-old")
         store.complete(
             [
                 Completion(
@@ -114,8 +136,8 @@ def _fill(store: PostgresStore) -> Legacy:
         )
     # RUNNING, CLAIMED (held, not started), then QUEUED, CANCELLED and SKIPPED ones
     fire("work", now - 2 * H, now - H, now - 30 * M, now - 20 * M)
-    (out.running,) = store.claim("w-old", tasks=[TASK], limit=1)
-    (out.claimed,) = store.claim("w-old", tasks=[TASK], limit=1, start=0)
+    out.running = claim_v15(store, "w-old")
+    out.claimed = claim_v15(store, "w-old", start=False)
     queued = [f for f in store.list_firings(namespace=NS, limit=100) if f.state.value == "queued"]
     out.queued = queued[0].id
     store.cancel_firing(queued[1].id)

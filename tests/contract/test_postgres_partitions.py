@@ -64,11 +64,18 @@ def _expected_survivors(rows: list[Any], now: datetime) -> set[int]:
             newest[key] = r
     keep = {r["id"] for r in newest.values()}
     young = {r["id"] for r in rows if now - r["finished_at"] < DEFAULT_RETENTION.keep_for}
-    # left to the drop of their day until it has had its chance
+    # a day that is over and holds nothing kept goes whole, as soon as its last firing
+    # has aged past keep_for: up to a day before its end + keep_for
+    days: dict[datetime, list[int]] = {}
+    for r in rows:
+        days.setdefault(_midnight(r["scheduled_for"]), []).append(r["id"])
+    whole = {d for d, ids in days.items() if d + DAY <= now and not set(ids) & (keep | young)}
+    # the others' firings are left to the drop of their day until it has had its chance
     waiting = {
         r["id"]
         for r in rows
-        if _midnight(r["scheduled_for"]) + DAY + DEFAULT_RETENTION.keep_for > now
+        if _midnight(r["scheduled_for"]) not in whole
+        and _midnight(r["scheduled_for"]) + DAY + DEFAULT_RETENTION.keep_for > now
     }
     return keep | young | waiting
 

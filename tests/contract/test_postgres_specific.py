@@ -295,7 +295,7 @@ def test_completions_and_heartbeats_find_their_rows_by_key(h: Harness) -> None:
         store = _store(h)
         for name, params in (
             ("complete_batch", batch),
-            ("heartbeat", {"ids": ids, "tokens": tokens}),
+            ("heartbeat", {"ids": ids, "tokens": tokens, "instants": None}),
         ):
             row = conn.execute(
                 "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store.db.q[name],

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from cronwheel.domain.models import ClaimedFiring, FiringId
@@ -21,7 +22,7 @@ from cronwheel.store.claiming import ClaimAsk, candidates_from_rows, capped, pla
 from cronwheel.store.codec import Row
 from cronwheel.store.core import CoreStore
 from cronwheel.store.postgres.db import Database, PgTx
-from cronwheel.store.postgres.params import complete_params, rounds
+from cronwheel.store.postgres.params import claim_instants, complete_params, rounds
 from cronwheel.store.protocol import Completion
 
 
@@ -147,6 +148,8 @@ class PgClaims(CoreStore[Database]):
         found = tx.all("claim_candidates", params)
         candidates, early = candidates_from_rows(found, lambda r: bool(r["early"]))
         jobs = sorted({c.job_id for c in [*candidates, *early] if capped(c) or c.overlap_override})
+        # each firing the plan may name, with its instant: its partition (claim_fates)
+        at = {r["id"]: r["scheduled_for"] for r in found}
         running: dict[int, int] = {}
         due: dict[int, list[int]] = {}
         if jobs:
@@ -155,6 +158,7 @@ class PgClaims(CoreStore[Database]):
             for r in tx.all("claim_facts", {"jobs": jobs}):
                 running[r["job_id"]] = int(r["running"])
                 due[r["job_id"]] = list(r["due"])
+                at.update(zip(r["due"], r["due_at"], strict=True))
         planned = bool(jobs) or any(c.deadline_passed for c in candidates)
         plan = plan_claim(
             candidates, limit=params["limit"], running=running, due_by_job=due, early=early
@@ -163,32 +167,63 @@ class PgClaims(CoreStore[Database]):
         fates += [(i, "missed", why) for i, why in plan.missed]
         stop = plan.cancel_running | plan.terminate_running
         if plan.buffered:
-            tx.run("mark_buffered", {"ids": plan.buffered})
-        if not (plan.claim or fates or stop):
+            tx.run("mark_buffered", {"ids": plan.buffered, "at": _instants(at, plan.buffered)})
+        if fates:
+            ids = [f[0] for f in fates]
+            tx.run(
+                "claim_fates",
+                {
+                    "fate_ids": ids,
+                    "fate_states": [f[1] for f in fates],
+                    "fate_reasons": [f[2] for f in fates],
+                    "fate_at": _instants(at, ids),
+                },
+            )
+        if stop:
+            tx.run(
+                "claim_stop",
+                {
+                    "stop_jobs": sorted(stop),
+                    "cancel_jobs": sorted(plan.cancel_running),
+                    "cancel_reason": "cancelled by overlap policy cancel_other",
+                    "terminate_jobs": sorted(plan.terminate_running),
+                    "terminate_reason": "terminated by overlap policy terminate_other",
+                },
+            )
+        if not plan.claim:
             return [], planned
         rows = tx.all(
-            "claim_apply",
+            "claim_take",
             {
                 "worker_id": params["worker_id"],
                 "start": params["start"],
                 "claim_ids": plan.claim,
-                "fate_ids": [f[0] for f in fates],
-                "fate_states": [f[1] for f in fates],
-                "fate_reasons": [f[2] for f in fates],
-                "stop_jobs": sorted(stop),
-                "cancel_jobs": sorted(plan.cancel_running),
-                "cancel_reason": "cancelled by overlap policy cancel_other",
-                "terminate_jobs": sorted(plan.terminate_running),
-                "terminate_reason": "terminated by overlap policy terminate_other",
+                "claim_at": _instants(at, plan.claim),
             },
         )
         return rows, planned
+
+    def start(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
+        """As the core's, naming the firings' partitions (claim_instants)."""
+        if not claims:
+            return set()
+        params = {
+            "batch": json.dumps([[fid, token] for fid, token in claims]),
+            "instants": claim_instants([token for _, token in claims]),
+        }
+        rows = self.db.write(lambda tx: tx.all("start", params), atomic=False)
+        return {FiringId(r["id"]) for r in rows}
 
     def heartbeat(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
         if not claims:
             return set()
         ordered = sorted(claims)  # rows locked in id order, as everywhere
-        params = {"ids": [c[0] for c in ordered], "tokens": [c[1] for c in ordered]}
+        tokens = [c[1] for c in ordered]
+        params = {
+            "ids": [c[0] for c in ordered],
+            "tokens": tokens,
+            "instants": claim_instants(tokens),
+        }
         rows = self.db.write(lambda tx: tx.all("heartbeat", params), atomic=False, durable=False)
         held = {r["id"] for r in rows}
         return {FiringId(fid) for fid, _ in claims if fid not in held}
@@ -230,6 +265,13 @@ def _claim_params(ask: ClaimAsk, *, planned: bool = False) -> dict[str, Any]:
         # times the claim.
         "scan": limit + 32 if planned else limit,
     }
+
+
+def _instants(at: Mapping[int, datetime], ids: Sequence[int]) -> list[datetime] | None:
+    """The instants of ``ids`` (a statement's partitions), or None (every partition)
+    when one is not known."""
+    found = [at.get(i) for i in ids]
+    return None if any(a is None for a in found) else [a for a in found if a is not None]
 
 
 def _limited(rows: Sequence[Row]) -> dict[str, int]:

@@ -21,7 +21,8 @@ FROM cronwheel_claim_fast(%(tasks)s::text[], %(prefetch)s::interval, %(scan)s::i
 -- name: claim_candidates
 -- The planned claim (one transaction), step 1: candidates, locked as in claim_fast,
 -- with what store/claiming.py needs to know about each.
-SELECT s.id, s.job_id, s.overlap_override, s.max_concurrency, s.overlap, s.max_buffer,
+SELECT s.id, s.job_id, s.scheduled_for, s.overlap_override, s.max_concurrency, s.overlap,
+       s.max_buffer,
        (s.start_deadline_us IS NOT NULL
         AND s.due_at + s.start_deadline_us * interval '1 microsecond' < :now) AS deadline_passed,
        s.due_at > :now AS early
@@ -60,23 +61,31 @@ run AS (
 )
 SELECT j.id AS job_id, coalesce(r.n, 0) AS running,
        coalesce((SELECT array_agg(d.id ORDER BY d.scheduled_for) FROM due d
-                 WHERE d.job_id = j.id), '{}') AS due
+                 WHERE d.job_id = j.id), '{}') AS due,
+       coalesce((SELECT array_agg(d.scheduled_for ORDER BY d.scheduled_for) FROM due d
+                 WHERE d.job_id = j.id), '{}') AS due_at
 FROM unnest(%(jobs)s::bigint[]) AS j (id) LEFT JOIN run r ON r.job_id = j.id
 
--- name: claim_apply
--- Step 4: the plan. Fates of unrun firings (skipped, missed); the RUNNING firings of
--- cancel_other jobs asked to stop and of terminate_other jobs revoked (locked in id
--- order; this may wait for a worker's heartbeat or completion, which take no job
--- locks); the chosen firings claimed. The parts touch disjoint rows.
-WITH fate AS (
-    UPDATE firings f
-    SET state = x.state, reason = x.reason, finished_at = :now, claim_token = NULL,
-        lease_until = NULL
-    FROM unnest(%(fate_ids)s::bigint[], %(fate_states)s::text[], %(fate_reasons)s::text[])
-        AS x (id, state, reason)
-    WHERE f.id = x.id AND f.state = 'queued'
-),
-run AS MATERIALIZED (
+-- name: claim_fates
+-- Step 4, the plan, as up to three statements on disjoint rows, each run only when
+-- the plan has any of its part (a statement over firings is planned for every
+-- partition it may touch, even for a part with no rows). The `_at` arrays are the
+-- instants of the firings named (from the scan and the facts), which confine the
+-- statement to their day partitions; NULL: every partition.
+-- Fates of unrun firings (skipped, missed).
+UPDATE firings f
+SET state = x.state, reason = x.reason, finished_at = :now, claim_token = NULL,
+    lease_until = NULL
+FROM unnest(%(fate_ids)s::bigint[], %(fate_states)s::text[], %(fate_reasons)s::text[])
+    AS x (id, state, reason)
+WHERE f.id = ANY (%(fate_ids)s::bigint[]) AND (%(fate_at)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(fate_at)s::timestamptz[]))
+  AND f.id = x.id AND f.state = 'queued'
+
+-- name: claim_stop
+-- The RUNNING firings of cancel_other jobs asked to stop and of terminate_other jobs
+-- revoked, locked in id order (this may wait for a worker's heartbeat or completion,
+-- which take no job locks). Held firings may be in any partition.
+WITH run AS MATERIALIZED (
     SELECT id, job_id FROM firings
     WHERE job_id = ANY (%(stop_jobs)s::bigint[]) AND state IN ('claimed', 'running')
     ORDER BY id
@@ -94,51 +103,54 @@ cancel AS (
     FROM run r
     WHERE f.id = r.id AND f.state IN ('claimed', 'running')
       AND r.job_id = ANY (%(cancel_jobs)s::bigint[])
-),
-term AS (
-    UPDATE firings f
-    SET state = 'cancelled', reason = %(terminate_reason)s, finished_at = :now,
-        claim_token = NULL, lease_until = NULL,
-        cancel_requested_at = coalesce(f.cancel_requested_at, :now)
-    FROM run r
-    WHERE f.id = r.id AND f.state IN ('claimed', 'running')
-      AND r.job_id = ANY (%(terminate_jobs)s::bigint[])
 )
+UPDATE firings f
+SET state = 'cancelled', reason = %(terminate_reason)s, finished_at = :now,
+    claim_token = NULL, lease_until = NULL,
+    cancel_requested_at = coalesce(f.cancel_requested_at, :now)
+FROM run r
+WHERE f.id = r.id AND f.state IN ('claimed', 'running')
+  AND r.job_id = ANY (%(terminate_jobs)s::bigint[])
+
+-- name: claim_take
+-- The chosen firings claimed, in plan order (the first %(start)s due ones RUNNING, the
+-- rest CLAIMED); each token carries its firing's instant (params.token_instant).
 UPDATE firings f
 SET state = CASE WHEN x.ord <= %(start)s AND f.due_at <= :now THEN 'running'
                  ELSE 'claimed' END,
     started_at = CASE WHEN x.ord <= %(start)s AND f.due_at <= :now THEN :now END,
     attempt = f.attempt + 1,
-    claim_token = replace(gen_random_uuid()::text, '-', ''),
+    claim_token = cronwheel_claim_token(f.scheduled_for),
     worker_id = %(worker_id)s,
     lease_until = :now + f.visibility_us * interval '1 microsecond',
     claimed_at = :now,
     finished_at = NULL,
     buffered_at = NULL  -- a retry of it is hinted again (next_due_at)
 FROM jobs j, unnest(%(claim_ids)s::bigint[]) WITH ORDINALITY AS x (id, ord)
-WHERE f.id = ANY (%(claim_ids)s::bigint[]) AND f.id = x.id AND f.state = 'queued'
-  AND j.id = f.job_id
+WHERE f.id = ANY (%(claim_ids)s::bigint[]) AND (%(claim_at)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(claim_at)s::timestamptz[]))
+  AND f.id = x.id AND f.state = 'queued' AND j.id = f.job_id
 RETURNING f.*, j.policies::text AS job_policies, j.trace_context AS job_trace
 
 -- name: mark_buffered
 -- Due firings kept waiting by their job's overlap policy: claim scans pass over them
 -- while the job stays at its cap (see store/claiming.py, ClaimPlan.buffered).
-UPDATE firings SET buffered_at = coalesce(buffered_at, :now)
-WHERE id = ANY (%(ids)s::bigint[]) AND state = 'queued'
+UPDATE firings f SET buffered_at = coalesce(f.buffered_at, :now)
+WHERE f.id = ANY (%(ids)s::bigint[]) AND (%(at)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(at)s::timestamptz[])) AND f.state = 'queued'
 
 -- name: heartbeat
--- By primary key, the state test kept off the partial indexes (see complete_batch).
+-- By primary key, the state test kept off the partial indexes (see complete_batch);
+-- %(instants)s: the firings' partitions, from their claim tokens (see complete_batch).
 -- The rows are locked in id order first (`lk`), the order every writer of a worker's
 -- claims takes them in (start, completions): an UPDATE over a join takes its rows in
 -- the join's order, and a heartbeat of a crowd's thousands of held claims deadlocked
 -- with the starts of the same claims (PostgreSQL's 1 s deadlock timeout, then a retry).
 WITH lk AS MATERIALIZED (
-    SELECT f.id FROM firings f WHERE f.id = ANY (%(ids)s::bigint[])
+    SELECT f.id FROM firings f WHERE f.id = ANY (%(ids)s::bigint[]) AND (%(instants)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(instants)s::timestamptz[]))
     ORDER BY f.id FOR NO KEY UPDATE
 )
 UPDATE firings f SET lease_until = :now + f.visibility_us * interval '1 microsecond'
 FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS c (id, token)
-WHERE f.id = ANY (ARRAY(SELECT id FROM lk))
+WHERE f.id = ANY (ARRAY(SELECT id FROM lk)) AND (%(instants)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(instants)s::timestamptz[]))
   AND f.id = c.id AND f.claim_token = c.token
   AND (f.state IN ('claimed', 'running')) IS NOT FALSE
 RETURNING f.id
@@ -150,6 +162,11 @@ RETURNING f.id
 -- its attempt.
 -- The batch is one JSON array of objects (params.complete_params): encoding it is one
 -- C call in the worker, where eight parameter arrays cost ~20 µs per completion.
+-- %(instants)s: the firings' scheduled instants, read from their claim tokens
+-- (params.token_instant), as a parameter: the statement is planned for the day
+-- partitions they name. By id alone it is planned for every partition, a few hundred
+-- microseconds each (an update by id: 13 ms with 41 partitions, 1 ms with them named).
+-- NULL (a token without one) probes every partition.
 WITH c AS (
     SELECT * FROM json_to_recordset(%(batch)s::json)
         AS c (id bigint, token text, ok boolean, cancelled boolean, started_at timestamptz,
@@ -188,7 +205,7 @@ upd AS (
     -- test is spelled so that it does not match the partial indexes on state: the
     -- planner otherwise chose to scan every RUNNING firing, cluster-wide (dead index
     -- entries included), for each batch. (state is NOT NULL: IS NOT FALSE is "=")
-    WHERE f.id = ANY (ARRAY(SELECT c.id FROM c))
+    WHERE f.id = ANY (ARRAY(SELECT c.id FROM c)) AND (%(instants)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(instants)s::timestamptz[]))
       AND f.id = c.id AND f.claim_token = c.token AND (f.state = 'running') IS NOT FALSE
     RETURNING f.id, f.attempt, f.worker_id, f.claimed_at, c.ok, c.cancelled, c.started_at,
               c.finished_at, c.error

@@ -234,21 +234,23 @@ SELECT * FROM firings WHERE /*where*/ ORDER BY id DESC LIMIT %(limit)s
 -- Held firings start: CLAIMED -> RUNNING, each a CAS on (claimed, claim token); a
 -- cancel since the claim makes it fail, and the handler is never called. %(batch)s is
 -- a JSON array of [id, token]; rows by primary key, the state test kept off the
--- partial indexes (see complete_batch).
+-- partial indexes (see complete_batch); %(instants)s: their partitions, from the
+-- tokens (claims.sql complete_batch).
 -- The rows are locked in id order first, as the heartbeat takes them (see heartbeat).
 WITH c AS (
     SELECT (e ->> 0)::bigint AS id, e ->> 1 AS token
     FROM json_array_elements(%(batch)s::json) AS e
 ),
 lk AS MATERIALIZED (
-    SELECT f.id FROM firings f WHERE f.id = ANY (ARRAY(SELECT id FROM c))
+    SELECT f.id FROM firings f WHERE f.id = ANY (ARRAY(SELECT id FROM c)) AND (%(instants)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(instants)s::timestamptz[]))
     ORDER BY f.id FOR NO KEY UPDATE
 )
 UPDATE firings f
 SET state = 'running', started_at = :now,
     lease_until = :now + f.visibility_us * interval '1 microsecond'
 FROM c
-WHERE f.id = ANY (ARRAY(SELECT id FROM lk)) AND f.id = c.id AND f.claim_token = c.token
+WHERE f.id = ANY (ARRAY(SELECT id FROM lk)) AND (%(instants)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(instants)s::timestamptz[]))
+  AND f.id = c.id AND f.claim_token = c.token
   AND (f.state = 'claimed') IS NOT FALSE
 RETURNING f.id
 

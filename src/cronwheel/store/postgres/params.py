@@ -4,8 +4,9 @@ the batched statements, rows back to domain values."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from cronwheel.store import codec
@@ -116,9 +117,47 @@ def insert_params(
     }
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_HEX = re.compile(r"[0-9a-f]{1,15}")  # to_hex of a positive bigint below 2**60
+_LATEST = datetime.max.replace(tzinfo=UTC)
+
+
+def token_instant(token: str) -> datetime | None:
+    """The scheduled instant a claim token carries, or None. A claim (claims.sql
+    claim_apply, schema.sql migration_18) writes the token as the firing's
+    ``scheduled_for`` in hexadecimal epoch microseconds, ``.``, then 32 random hex
+    digits: the statements that find held firings by (id, token) name the firing's day
+    partition with it instead of probing every partition's primary key. A token
+    written before migration 18, or not written by a claim, carries none."""
+    head, dot, _ = token.partition(".")
+    if not dot or _HEX.fullmatch(head) is None:
+        return None
+    try:
+        at = _EPOCH + timedelta(microseconds=int(head, 16))
+    except OverflowError:
+        return None
+    return at if at < _LATEST else None
+
+
+def claim_instants(tokens: Sequence[str]) -> list[datetime] | None:
+    """The instants of ``tokens`` (token_instant), for a statement's
+    ``scheduled_for = ANY`` that prunes its partitions; None when one carries none
+    (the statement then probes every partition, as before migration 18). A wrong
+    instant only misses the row, as a wrong token does: the CAS fails."""
+    out = []
+    for token in tokens:
+        at = token_instant(token)
+        if at is None:
+            return None
+        out.append(at)
+    return out
+
+
 def complete_params(batch: Sequence[Completion]) -> dict[str, Any]:
-    """The batch as one JSON text for complete_batch's json_to_recordset."""
+    """The batch as one JSON text for complete_batch's json_to_recordset, and the
+    claims' instants (claim_instants)."""
     return {
+        "instants": claim_instants([c.claim_token for c in batch]),
         "batch": json.dumps(
             [
                 {
@@ -134,7 +173,7 @@ def complete_params(batch: Sequence[Completion]) -> dict[str, Any]:
                 for c in batch
             ],
             ensure_ascii=False,
-        )
+        ),
     }
 
 
