@@ -13,7 +13,6 @@ from cronwheel.store.postgres import DbTime, PostgresStore
 from cronwheel.store.protocol import (
     DISPATCHER_LEASE,
     ClaimedFiring,
-    Completion,
     JobAdvance,
     PlannedFiring,
 )
@@ -53,8 +52,9 @@ def fill(store: PostgresStore) -> Legacy:
     idempotency key.
 
     Version 15 has neither claim function of today's claims (migrations 17 and 18): the
-    fill claims as version 15 did (``claim_v15``), with claim tokens that carry no
-    instant, which the store then starts and completes after the migration."""
+    fill claims and fails attempts as version 15 did (``claim_v15``, ``fail_v15``),
+    with claim tokens that carry no instant, which the store then starts and completes
+    after the migration."""
     return _fill(store)
 
 
@@ -70,6 +70,38 @@ WHERE f.id = (SELECT q.id FROM firings q
               ORDER BY q.vdeadline LIMIT 1 FOR UPDATE)
 RETURNING f.id, f.job_id, f.claim_token, f.lease_until
 """
+
+
+_FAIL_V15 = """
+WITH f AS (
+    UPDATE firings
+    SET state = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'queued' END,
+        vdeadline = CASE WHEN attempt >= max_attempts THEN vdeadline
+                         ELSE %(retry_at)s + (vdeadline - due_at) END,
+        due_at = CASE WHEN attempt >= max_attempts THEN due_at ELSE %(retry_at)s END,
+        finished_at = CASE WHEN attempt >= max_attempts THEN %(now)s::timestamptz END,
+        started_at = %(now)s, claim_token = NULL, lease_until = NULL, error = %(error)s
+    WHERE id = %(id)s AND claim_token = %(token)s AND state = 'running'
+    RETURNING id, attempt, worker_id, claimed_at
+)
+INSERT INTO firing_attempts (firing_id, attempt, worker_id, claimed_at, started_at,
+                             finished_at, outcome, error)
+SELECT id, attempt, worker_id, claimed_at, %(now)s, %(now)s, 'failed', %(error)s FROM f
+"""
+
+
+def fail_v15(store: PostgresStore, c: ClaimedFiring, error: str, *, retry_at: datetime) -> None:
+    """A failed attempt of ``c`` recorded as version 15 recorded it (queued again for
+    ``retry_at`` while attempts are left, else DEAD)."""
+    params = {
+        "now": store.now(),
+        "retry_at": retry_at,
+        "error": error,
+        "id": c.firing.id,
+        "token": c.claim_token,
+    }
+    n = store.db.write(lambda tx: tx.conn.execute(_FAIL_V15, params).rowcount)
+    assert n == 1, "the attempt was not recorded"
 
 
 def claim_v15(store: PostgresStore, worker: str, *, start: bool = True) -> ClaimedFiring:
@@ -121,19 +153,7 @@ def _fill(store: PostgresStore) -> Legacy:
     fire("fail", now - 2 * DAY)
     for _ in range(2):
         c = claim_v15(store, "w-old")
-        store.complete(
-            [
-                Completion(
-                    firing_id=c.firing.id,
-                    claim_token=c.claim_token,
-                    succeeded=False,
-                    started_at=now,
-                    finished_at=now,
-                    error="boom",
-                    retry_at=now,
-                )
-            ]
-        )
+        fail_v15(store, c, "boom", retry_at=now)
     # RUNNING, CLAIMED (held, not started), then QUEUED, CANCELLED and SKIPPED ones
     fire("work", now - 2 * H, now - H, now - 30 * M, now - 20 * M)
     out.running = claim_v15(store, "w-old")

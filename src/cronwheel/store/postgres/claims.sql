@@ -138,89 +138,16 @@ UPDATE firings f SET buffered_at = coalesce(f.buffered_at, :now)
 WHERE f.id = ANY (%(ids)s::bigint[]) AND (%(at)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(at)s::timestamptz[])) AND f.state = 'queued'
 
 -- name: heartbeat
--- By primary key, the state test kept off the partial indexes (see complete_batch);
--- %(instants)s: the firings' partitions, from their claim tokens (see complete_batch).
--- The rows are locked in id order first (`lk`), the order every writer of a worker's
--- claims takes them in (start, completions): an UPDATE over a join takes its rows in
--- the join's order, and a heartbeat of a crowd's thousands of held claims deadlocked
--- with the starts of the same claims (PostgreSQL's 1 s deadlock timeout, then a retry).
-WITH lk AS MATERIALIZED (
-    SELECT f.id FROM firings f WHERE f.id = ANY (%(ids)s::bigint[]) AND (%(instants)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(instants)s::timestamptz[]))
-    ORDER BY f.id FOR NO KEY UPDATE
-)
-UPDATE firings f SET lease_until = :now + f.visibility_us * interval '1 microsecond'
-FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS c (id, token)
-WHERE f.id = ANY (ARRAY(SELECT id FROM lk)) AND (%(instants)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(instants)s::timestamptz[]))
-  AND f.id = c.id AND f.claim_token = c.token
-  AND (f.state IN ('claimed', 'running')) IS NOT FALSE
-RETURNING f.id
+-- A worker's held firings' leases renewed (schema.sql migration_18: the statement;
+-- %(instants)s from the claim tokens, params.claim_instants).
+SELECT h.o_id AS id
+FROM cronwheel_heartbeat(%(ids)s::bigint[], %(tokens)s::text[], %(instants)s::timestamptz[],
+                         :now) h
 
 -- name: complete_batch
--- Outcomes for a batch of claims, each a CAS on (state running, claim token).
--- A handler that stopped on a cancellation request ends CANCELLED; a failure with
--- retry_at and attempts left goes back to queued, else dead; every failure records
--- its attempt.
--- The batch is one JSON array of objects (params.complete_params): encoding it is one
--- C call in the worker, where eight parameter arrays cost ~20 µs per completion.
--- %(instants)s: the firings' scheduled instants, read from their claim tokens
--- (params.token_instant), as a parameter: the statement is planned for the day
--- partitions they name. By id alone it is planned for every partition, a few hundred
--- microseconds each (an update by id: 13 ms with 41 partitions, 1 ms with them named).
--- NULL (a token without one) probes every partition.
-WITH c AS (
-    SELECT * FROM json_to_recordset(%(batch)s::json)
-        AS c (id bigint, token text, ok boolean, cancelled boolean, started_at timestamptz,
-              finished_at timestamptz, error text, retry_at timestamptz)
-),
-upd AS (
-    UPDATE firings f
-    -- a failure asking for a retry of a firing whose cancel was requested ends it
-    -- cancelled: a cancelled firing is not run again
-    SET state = CASE WHEN c.cancelled THEN 'cancelled'
-                     WHEN c.ok THEN 'succeeded'
-                     WHEN c.retry_at IS NULL OR f.attempt >= f.max_attempts THEN 'dead'
-                     WHEN f.cancel_requested_at IS NOT NULL THEN 'cancelled'
-                     ELSE 'queued' END,
-        vdeadline = CASE WHEN NOT c.cancelled AND NOT c.ok AND c.retry_at IS NOT NULL
-                              AND f.attempt < f.max_attempts AND f.cancel_requested_at IS NULL
-                         THEN c.retry_at + (f.vdeadline - f.due_at) ELSE f.vdeadline END,
-        due_at = CASE WHEN NOT c.cancelled AND NOT c.ok AND c.retry_at IS NOT NULL
-                           AND f.attempt < f.max_attempts AND f.cancel_requested_at IS NULL
-                      THEN c.retry_at ELSE f.due_at END,
-        finished_at = CASE WHEN NOT c.cancelled AND NOT c.ok AND c.retry_at IS NOT NULL
-                                AND f.attempt < f.max_attempts AND f.cancel_requested_at IS NULL
-                           THEN NULL ELSE c.finished_at END,
-        started_at = c.started_at,
-        claim_token = CASE WHEN c.ok AND NOT c.cancelled THEN f.claim_token ELSE NULL END,
-        lease_until = NULL,
-        error = CASE WHEN c.ok AND NOT c.cancelled THEN NULL ELSE c.error END,
-        reason = CASE WHEN c.cancelled THEN coalesce(f.reason, 'cancelled: the handler stopped')
-                      WHEN NOT c.ok AND c.retry_at IS NOT NULL AND f.attempt < f.max_attempts
-                           AND f.cancel_requested_at IS NOT NULL
-                      THEN coalesce(f.reason,
-                                    'cancel requested; the attempt failed and is not retried')
-                      ELSE f.reason END
-    FROM c
-    -- The rows are found by primary key, the ids passed again as an array. The state
-    -- test is spelled so that it does not match the partial indexes on state: the
-    -- planner otherwise chose to scan every RUNNING firing, cluster-wide (dead index
-    -- entries included), for each batch. (state is NOT NULL: IS NOT FALSE is "=")
-    WHERE f.id = ANY (ARRAY(SELECT c.id FROM c)) AND (%(instants)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(instants)s::timestamptz[]))
-      AND f.id = c.id AND f.claim_token = c.token AND (f.state = 'running') IS NOT FALSE
-    RETURNING f.id, f.attempt, f.worker_id, f.claimed_at, c.ok, c.cancelled, c.started_at,
-              c.finished_at, c.error
-),
-att AS (
-    INSERT INTO firing_attempts (firing_id, attempt, worker_id, claimed_at, started_at,
-                                 finished_at, outcome, error)
-    SELECT id, attempt, worker_id, claimed_at, started_at, finished_at, 'failed', error
-    FROM upd WHERE NOT ok AND NOT cancelled
-    ON CONFLICT (firing_id, attempt) DO UPDATE
-    SET worker_id = excluded.worker_id, claimed_at = excluded.claimed_at,
-        started_at = excluded.started_at,
-        finished_at = excluded.finished_at, outcome = excluded.outcome, error = excluded.error
-)
-SELECT id FROM upd
+-- Outcomes for a batch of claims (schema.sql migration_18: the statement): the batch as
+-- one JSON array (params.complete_params), %(instants)s from the claim tokens.
+SELECT c.o_id AS id FROM cronwheel_complete(%(batch)s::json, %(instants)s::timestamptz[]) c
 
 -- name: quota_lock_namespace
 -- The running quota's check after a claim: claimers of one namespace take this

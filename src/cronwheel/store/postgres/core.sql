@@ -231,28 +231,9 @@ SELECT * FROM firings WHERE id = %(id)s
 SELECT * FROM firings WHERE /*where*/ ORDER BY id DESC LIMIT %(limit)s
 
 -- name: start
--- Held firings start: CLAIMED -> RUNNING, each a CAS on (claimed, claim token); a
--- cancel since the claim makes it fail, and the handler is never called. %(batch)s is
--- a JSON array of [id, token]; rows by primary key, the state test kept off the
--- partial indexes (see complete_batch); %(instants)s: their partitions, from the
--- tokens (claims.sql complete_batch).
--- The rows are locked in id order first, as the heartbeat takes them (see heartbeat).
-WITH c AS (
-    SELECT (e ->> 0)::bigint AS id, e ->> 1 AS token
-    FROM json_array_elements(%(batch)s::json) AS e
-),
-lk AS MATERIALIZED (
-    SELECT f.id FROM firings f WHERE f.id = ANY (ARRAY(SELECT id FROM c)) AND (%(instants)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(instants)s::timestamptz[]))
-    ORDER BY f.id FOR NO KEY UPDATE
-)
-UPDATE firings f
-SET state = 'running', started_at = :now,
-    lease_until = :now + f.visibility_us * interval '1 microsecond'
-FROM c
-WHERE f.id = ANY (ARRAY(SELECT id FROM lk)) AND (%(instants)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(instants)s::timestamptz[]))
-  AND f.id = c.id AND f.claim_token = c.token
-  AND (f.state = 'claimed') IS NOT FALSE
-RETURNING f.id
+-- Held firings start: CLAIMED -> RUNNING (schema.sql migration_18: the statement).
+-- %(batch)s: a JSON array of [id, token]; %(instants)s from the tokens.
+SELECT s.o_id AS id FROM cronwheel_start(%(batch)s::json, %(instants)s::timestamptz[], :now) s
 
 -- name: cancel_queued
 -- A firing not yet started (queued, or held by a worker): cancelled at once; a held

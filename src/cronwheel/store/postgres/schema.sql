@@ -626,16 +626,184 @@ WHERE policies ? 'keep_for_s' OR policies ? 'keep_last';
 -- name: migration_18
 -- A claim token carries its firing's scheduled instant (the partition key): hexadecimal
 -- epoch microseconds, '.', 32 random hex digits. The statements that find held firings
--- by (id, token) — start, heartbeat, completions — pass the instants read from the
--- tokens (params.token_instant), so PostgreSQL plans them for the day partitions they
--- name; by id alone it plans them for every partition, a few hundred microseconds each
--- (13 ms an update by id with 41 partitions, 1 ms with them named). The claim's update
--- (claim_fast) names them the same way, from the candidates' own rows.
+-- by (id, token) — start, heartbeat, completions — are given the instants read from
+-- the tokens (params.token_instant) and read and update only the day partitions they
+-- name. By id alone they probed every partition's primary key, and a statement that
+-- PostgreSQL planned afresh at each call was planned for every partition, a few
+-- hundred microseconds each (a heartbeat: 18-23 ms with 41 partitions against 2-3 ms
+-- with 3). The claim's update (claim_fast) names them the same way, from the
+-- candidates' own rows.
 CREATE FUNCTION cronwheel_claim_token(p_at timestamptz) RETURNS text
 LANGUAGE sql VOLATILE
 AS $fn$
     SELECT to_hex((extract(epoch FROM p_at) * 1000000)::bigint) || '.'
            || replace(gen_random_uuid()::text, '-', '')
+$fn$;
+-- The statements that find held firings by (id, claim token) as functions planned once
+-- per session (as the claim, migration_17) and confined at each execution to the
+-- partitions from the earliest to the latest of p_instants: a generic plan prunes
+-- partitions by a range of parameters, not by `= ANY` of an array parameter.
+-- (PostgreSQL 15 still locks every partition of a generic plan, but reads and updates
+-- only these.) p_instants NULL (a token written before
+-- this migration carries none): the instants are read first, by id, in every
+-- partition. Each: rows by primary key, the state test kept off the partial indexes
+-- (see cronwheel_complete), locked in id order first (`lk`), the order every writer of
+-- a worker's claims takes them in: an UPDATE over a join takes its rows in the join's
+-- order, and a heartbeat of a crowd's thousands of held claims deadlocked with the
+-- starts of the same claims (PostgreSQL's 1 s deadlock timeout, then a retry).
+CREATE FUNCTION cronwheel_instants(p_ids bigint[]) RETURNS timestamptz[]
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $fn$
+    SELECT coalesce(array_agg(f.scheduled_for), '{}') FROM firings f WHERE f.id = ANY (p_ids)
+$fn$;
+-- Held firings start: CLAIMED -> RUNNING, each a CAS on (claimed, claim token); a
+-- cancel since the claim makes it fail, and the handler is never called. p_batch is a
+-- JSON array of [id, token].
+CREATE FUNCTION cronwheel_start(p_batch json, p_instants timestamptz[], p_now timestamptz)
+RETURNS TABLE (o_id bigint)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    v_ids bigint[] := ARRAY(SELECT (e ->> 0)::bigint FROM json_array_elements(p_batch) AS e);
+    v_at timestamptz[] := coalesce(p_instants, cronwheel_instants(v_ids));
+    v_lo timestamptz := (SELECT min(a) FROM unnest(v_at) AS a);
+    v_hi timestamptz := (SELECT max(a) FROM unnest(v_at) AS a);
+BEGIN
+    RETURN QUERY
+    WITH c AS (
+        SELECT (e ->> 0)::bigint AS id, e ->> 1 AS token
+        FROM json_array_elements(p_batch) AS e
+    ),
+    lk AS MATERIALIZED (
+        SELECT f.id FROM firings f
+        WHERE f.id = ANY (v_ids) AND f.scheduled_for BETWEEN v_lo AND v_hi
+          AND f.scheduled_for = ANY (v_at)
+        ORDER BY f.id FOR NO KEY UPDATE
+    )
+    UPDATE firings f
+    SET state = 'running', started_at = p_now,
+        lease_until = p_now + f.visibility_us * interval '1 microsecond'
+    FROM c
+    WHERE f.id = ANY (ARRAY(SELECT lk.id FROM lk))
+      AND f.scheduled_for BETWEEN v_lo AND v_hi AND f.scheduled_for = ANY (v_at)
+      AND f.id = c.id AND f.claim_token = c.token AND (f.state = 'claimed') IS NOT FALSE
+    RETURNING f.id;
+END
+$fn$;
+-- A worker's held firings' leases renewed, each a CAS on (held, claim token).
+CREATE FUNCTION cronwheel_heartbeat(p_ids bigint[], p_tokens text[], p_instants timestamptz[],
+                                    p_now timestamptz)
+RETURNS TABLE (o_id bigint)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    v_at timestamptz[] := coalesce(p_instants, cronwheel_instants(p_ids));
+    v_lo timestamptz := (SELECT min(a) FROM unnest(v_at) AS a);
+    v_hi timestamptz := (SELECT max(a) FROM unnest(v_at) AS a);
+BEGIN
+    RETURN QUERY
+    WITH lk AS MATERIALIZED (
+        SELECT f.id FROM firings f
+        WHERE f.id = ANY (p_ids) AND f.scheduled_for BETWEEN v_lo AND v_hi
+          AND f.scheduled_for = ANY (v_at)
+        ORDER BY f.id FOR NO KEY UPDATE
+    )
+    UPDATE firings f SET lease_until = p_now + f.visibility_us * interval '1 microsecond'
+    FROM unnest(p_ids, p_tokens) AS c (id, token)
+    WHERE f.id = ANY (ARRAY(SELECT lk.id FROM lk))
+      AND f.scheduled_for BETWEEN v_lo AND v_hi AND f.scheduled_for = ANY (v_at)
+      AND f.id = c.id AND f.claim_token = c.token
+      AND (f.state IN ('claimed', 'running')) IS NOT FALSE
+    RETURNING f.id;
+END
+$fn$;
+-- Outcomes for a batch of claims, each a CAS on (state running, claim token).
+-- A handler that stopped on a cancellation request ends CANCELLED; a failure with
+-- retry_at and attempts left goes back to queued, else dead; every failure records
+-- its attempt. p_batch is one JSON array of objects (params.complete_params):
+-- encoding it is one C call in the worker, where eight parameter arrays cost ~20 µs
+-- per completion.
+CREATE FUNCTION cronwheel_complete(p_batch json, p_instants timestamptz[])
+RETURNS TABLE (o_id bigint)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    v_ids bigint[] := ARRAY(SELECT (e ->> 'id')::bigint FROM json_array_elements(p_batch) AS e);
+    v_at timestamptz[] := coalesce(p_instants, cronwheel_instants(v_ids));
+    v_lo timestamptz := (SELECT min(a) FROM unnest(v_at) AS a);
+    v_hi timestamptz := (SELECT max(a) FROM unnest(v_at) AS a);
+BEGIN
+    RETURN QUERY
+    WITH c AS (
+        SELECT * FROM json_to_recordset(p_batch)
+            AS c (id bigint, token text, ok boolean, cancelled boolean,
+                  started_at timestamptz, finished_at timestamptz, error text,
+                  retry_at timestamptz)
+    ),
+    upd AS (
+        UPDATE firings f
+        -- a failure asking for a retry of a firing whose cancel was requested ends it
+        -- cancelled: a cancelled firing is not run again
+        SET state = CASE WHEN c.cancelled THEN 'cancelled'
+                         WHEN c.ok THEN 'succeeded'
+                         WHEN c.retry_at IS NULL OR f.attempt >= f.max_attempts THEN 'dead'
+                         WHEN f.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                         ELSE 'queued' END,
+            vdeadline = CASE WHEN NOT c.cancelled AND NOT c.ok AND c.retry_at IS NOT NULL
+                                  AND f.attempt < f.max_attempts
+                                  AND f.cancel_requested_at IS NULL
+                             THEN c.retry_at + (f.vdeadline - f.due_at) ELSE f.vdeadline END,
+            due_at = CASE WHEN NOT c.cancelled AND NOT c.ok AND c.retry_at IS NOT NULL
+                               AND f.attempt < f.max_attempts AND f.cancel_requested_at IS NULL
+                          THEN c.retry_at ELSE f.due_at END,
+            finished_at = CASE WHEN NOT c.cancelled AND NOT c.ok AND c.retry_at IS NOT NULL
+                                    AND f.attempt < f.max_attempts
+                                    AND f.cancel_requested_at IS NULL
+                               THEN NULL ELSE c.finished_at END,
+            started_at = c.started_at,
+            claim_token = CASE WHEN c.ok AND NOT c.cancelled THEN f.claim_token ELSE NULL END,
+            lease_until = NULL,
+            error = CASE WHEN c.ok AND NOT c.cancelled THEN NULL ELSE c.error END,
+            reason = CASE WHEN c.cancelled
+                          THEN coalesce(f.reason, 'cancelled: the handler stopped')
+                          WHEN NOT c.ok AND c.retry_at IS NOT NULL
+                               AND f.attempt < f.max_attempts
+                               AND f.cancel_requested_at IS NOT NULL
+                          THEN coalesce(f.reason,
+                                        'cancel requested; the attempt failed and is not retried')
+                          ELSE f.reason END
+        FROM c
+        -- The rows are found by primary key, the ids passed again as an array. The
+        -- state test is spelled so that it does not match the partial indexes on state:
+        -- the planner otherwise chose to scan every RUNNING firing, cluster-wide (dead
+        -- index entries included), for each batch. (state is NOT NULL: IS NOT FALSE is
+        -- "=")
+        WHERE f.id = ANY (v_ids)
+          AND f.scheduled_for BETWEEN v_lo AND v_hi AND f.scheduled_for = ANY (v_at)
+          AND f.id = c.id AND f.claim_token = c.token AND (f.state = 'running') IS NOT FALSE
+        RETURNING f.id, f.attempt, f.worker_id, f.claimed_at, c.ok, c.cancelled,
+                  c.started_at, c.finished_at, c.error
+    ),
+    att AS (
+        INSERT INTO firing_attempts (firing_id, attempt, worker_id, claimed_at, started_at,
+                                     finished_at, outcome, error)
+        SELECT u.id, u.attempt, u.worker_id, u.claimed_at, u.started_at, u.finished_at,
+               'failed', u.error
+        FROM upd u WHERE NOT u.ok AND NOT u.cancelled
+        ON CONFLICT (firing_id, attempt) DO UPDATE
+        SET worker_id = excluded.worker_id, claimed_at = excluded.claimed_at,
+            started_at = excluded.started_at, finished_at = excluded.finished_at,
+            outcome = excluded.outcome, error = excluded.error
+    )
+    SELECT u.id FROM upd u;
+END
 $fn$;
 DROP FUNCTION cronwheel_claim_fast(text[], interval, integer, integer, integer, text,
                                    timestamptz);
@@ -710,7 +878,8 @@ BEGIN
             buffered_at = NULL  -- a retry of it is hinted again (next_due_at)
         FROM pick p, jobs j
         WHERE u.id = ANY (ARRAY(SELECT p2.id FROM pick p2))
-          AND u.scheduled_for = ANY (ARRAY(SELECT p3.scheduled_for FROM pick p3))
+          AND u.scheduled_for BETWEEN (SELECT min(p3.scheduled_for) FROM pick p3)
+                                  AND (SELECT max(p3.scheduled_for) FROM pick p3)
           AND p.id = u.id AND j.id = u.job_id
         RETURNING u AS frow, j.policies::text AS pol, j.trace_context AS trace
     )
