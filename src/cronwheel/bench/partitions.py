@@ -4,7 +4,10 @@ today, the N - 1 days before it and tomorrow (empty: only their number differs);
 ``enqueue_now`` and one claim + completion through the store (soak's hot paths), the
 median of ``calls`` calls, three times, the median of the three; and a claim +
 completion of a recurring job with the default policies (``claim_recurring_ms``: the
-planned claim, which counts each job's held firings, see store/claiming.py). The leader keeps
+planned claim, which counts each job's held firings, see store/claiming.py); and a held
+firing's own calls (``held_ms``: a firing claimed ahead of its start, then its start, one
+heartbeat and its completion: the statements that find a held firing by its claim
+token, planned for the partition the token names). The leader keeps
 about ``keep_for`` + 2 partitions (README "Partitions by day"): 9 with the default
 7 days, 32 with 30."""
 
@@ -22,7 +25,8 @@ from cronwheel.bench.runner import fresh_store
 from cronwheel.bench.soak import claim_and_complete, hot_paths
 from cronwheel.domain.models import JobSpec
 from cronwheel.domain.schedules import every
-from cronwheel.store.protocol import DISPATCHER_LEASE, JobAdvance, PlannedFiring
+from cronwheel.domain.schedules import now as now_schedule
+from cronwheel.store.protocol import DISPATCHER_LEASE, Completion, JobAdvance, PlannedFiring
 
 DEFAULT_COUNTS = (2, 10, 40)  # days back from today (tomorrow's is made too)
 ROUNDS = 3
@@ -53,11 +57,12 @@ def run_partitions(
                     "enqueue_ms": round(statistics.median(x["enqueue_ms"] for x in runs), 2),
                     "claim_ms": round(statistics.median(x["claim_ms"] for x in runs), 2),
                     "claim_recurring_ms": _recurring(store, calls),
+                    "held_ms": _held(store, calls),
                 }
             )
     base = rows[0]
     for row in rows:
-        for key in ("enqueue_ms", "claim_ms", "claim_recurring_ms"):
+        for key in ("enqueue_ms", "claim_ms", "claim_recurring_ms", "held_ms"):
             row[key.replace("_ms", "_ratio")] = round(row[key] / base[key], 2)
     return {"workload": "partitions", "calls": calls, "rows": rows}
 
@@ -90,4 +95,34 @@ def _recurring(store: Any, calls: int) -> float:
         claim_and_complete(store, "bench.rec")
         if i >= calls:
             times.append((time.perf_counter() - t0) * 1000)
+    return round(statistics.median(times), 2)
+
+
+def _held(store: Any, calls: int) -> float:
+    """Median ms of a held firing's start + heartbeat + completion (claimed with
+    ``start=0``, untimed), over ``calls`` of them after as many untimed."""
+    times = []
+    for i in range(2 * calls):
+        store.enqueue_now(JobSpec(name=f"held-{i}", task="bench.held", schedule=now_schedule()))
+        (c,) = store.claim("bench-partitions", tasks=["bench.held"], limit=1, start=0)
+        held = [(c.firing.id, c.claim_token)]
+        t0 = time.perf_counter()
+        started = store.start("bench-partitions", held)
+        lost = store.heartbeat("bench-partitions", held)
+        at = store.now()
+        (ok,) = store.complete(
+            [
+                Completion(
+                    firing_id=c.firing.id,
+                    claim_token=c.claim_token,
+                    succeeded=True,
+                    started_at=at,
+                    finished_at=at,
+                )
+            ]
+        )
+        if i >= calls:
+            times.append((time.perf_counter() - t0) * 1000)
+        if started != {c.firing.id} or lost or not ok:
+            raise RuntimeError(f"a held firing's calls failed: {started} {lost} {ok}")
     return round(statistics.median(times), 2)

@@ -58,10 +58,10 @@ def partitions(store_url: str, calls: int, as_json: bool) -> None:
         click.echo(json.dumps(doc, indent=2))
         return
     table = Table(title=f"partitions: hot paths, median of {calls} calls", title_justify="left")
-    cols = ("partitions", "enqueue_ms", "claim_ms", "claim_recurring_ms", "enqueue_ratio",
-            "claim_ratio", "claim_recurring_ratio")  # fmt: skip
+    cols = ("partitions", "enqueue_ms", "claim_ms", "claim_recurring_ms", "held_ms",
+            "enqueue_ratio", "claim_ratio", "claim_recurring_ratio", "held_ratio")  # fmt: skip
     for col in cols:
         table.add_column(col)
     for row in doc["rows"]:
         table.add_row(*(str(row[c]) for c in cols))
-    Console(width=160).print(table)
+    Console(width=200).print(table)
