@@ -8,11 +8,14 @@ one whose instant is wrong is refused like a wrong token."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
+from cronwheel.bench.soak import succeeded
+from cronwheel.domain.models import ClaimedFiring
 from cronwheel.store.postgres.params import claim_instants, complete_params, token_instant
 from cronwheel.store.protocol import Completion
 from tests.contract.conftest import Harness, spec
@@ -91,14 +94,7 @@ def test_held_firings_are_looked_for_in_their_own_partition(h: Harness) -> None:
     job = h.store.create_job(spec("j"), first_fire_at=h.now())
     _fire(h, job, h.now() - 2 * DAY)
     (c,) = h.store.claim("w", tasks=["t"], limit=1, start=0)
-    at = h.now()
-    done = Completion(
-        firing_id=c.firing.id,
-        claim_token=c.claim_token,
-        succeeded=True,
-        started_at=at,
-        finished_at=at,
-    )
+    done = succeeded(c, h.now())
     instants = claim_instants([c.claim_token])
     assert instants == [c.firing.scheduled_for]
     cases = {
@@ -128,17 +124,15 @@ def test_a_token_with_a_wrong_instant_is_refused_and_a_token_without_one_accepte
     first, second = h.store.claim("w", tasks=["t"], limit=2)
     at = h.now()
 
-    def done(fid: Any, token: str) -> Completion:
-        return Completion(
-            firing_id=fid, claim_token=token, succeeded=True, started_at=at, finished_at=at
-        )
+    def done(c: ClaimedFiring, token: str) -> Completion:
+        return replace(succeeded(c, at), claim_token=token)
 
     # the right random part under another instant: not this firing's token
     head, _, tail = first.claim_token.partition(".")
     moved = f"{int(head, 16) + 1:x}.{tail}"
     assert h.store.heartbeat("w", [(first.firing.id, moved)]) == {first.firing.id}
-    assert h.store.complete([done(first.firing.id, moved)]) == [False]
-    assert h.store.complete([done(first.firing.id, first.claim_token)]) == [True]
+    assert h.store.complete([done(first, moved)]) == [False]
+    assert h.store.complete([done(first, first.claim_token)]) == [True]
     # a claim written as before migration 18 (no instant in its token) is found by id
     legacy = "0123456789abcdef0123456789abcdef"
     store: Any = h.store
@@ -149,5 +143,5 @@ def test_a_token_with_a_wrong_instant_is_refused_and_a_token_without_one_accepte
     )
     assert token_instant(legacy) is None
     assert h.store.heartbeat("w", [(second.firing.id, legacy)]) == set()
-    assert h.store.complete([done(second.firing.id, legacy)]) == [True]
+    assert h.store.complete([done(second, legacy)]) == [True]
     assert h.store.get_firing(second.firing.id).state.value == "succeeded"

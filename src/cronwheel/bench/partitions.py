@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from cronwheel.bench.runner import fresh_store
-from cronwheel.bench.soak import claim_and_complete, hot_paths
+from cronwheel.bench.soak import claim_and_complete, hot_paths, succeeded
 from cronwheel.domain.models import JobSpec
 from cronwheel.domain.schedules import every
 from cronwheel.domain.schedules import now as now_schedule
-from cronwheel.store.protocol import DISPATCHER_LEASE, Completion, JobAdvance, PlannedFiring
+from cronwheel.store.protocol import DISPATCHER_LEASE, JobAdvance, PlannedFiring
 
 DEFAULT_COUNTS = (2, 10, 40)  # days back from today (tomorrow's is made too)
 ROUNDS = 3
@@ -109,18 +109,7 @@ def _held(store: Any, calls: int) -> float:
         t0 = time.perf_counter()
         started = store.start("bench-partitions", held)
         lost = store.heartbeat("bench-partitions", held)
-        at = store.now()
-        (ok,) = store.complete(
-            [
-                Completion(
-                    firing_id=c.firing.id,
-                    claim_token=c.claim_token,
-                    succeeded=True,
-                    started_at=at,
-                    finished_at=at,
-                )
-            ]
-        )
+        (ok,) = store.complete([succeeded(c, store.now())])
         if i >= calls:
             times.append((time.perf_counter() - t0) * 1000)
         if started != {c.firing.id} or lost or not ok:

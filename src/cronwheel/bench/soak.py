@@ -43,7 +43,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,7 @@ from cronwheel.bench.runner import (
     store_kind,
 )
 from cronwheel.domain.fates import explain
-from cronwheel.domain.models import JobSpec
+from cronwheel.domain.models import ClaimedFiring, JobSpec
 from cronwheel.domain.schedules import every
 from cronwheel.domain.schedules import now as now_schedule
 from cronwheel.store.protocol import Completion, Store
@@ -121,18 +121,21 @@ def store_bytes(store: Store) -> int:
     return int(sized.database_size())
 
 
-def claim_and_complete(store: Store, task: str) -> None:
-    """Claim one firing of ``task`` (there must be one) and complete it, succeeded."""
-    (c,) = store.claim("soak-bench", tasks=[task], limit=1)
-    at = store.now()
-    done = Completion(
+def succeeded(c: ClaimedFiring, at: datetime) -> Completion:
+    """``c``'s attempt, succeeded at ``at`` (started then too)."""
+    return Completion(
         firing_id=c.firing.id,
         claim_token=c.claim_token,
         succeeded=True,
         started_at=at,
         finished_at=at,
     )
-    store.complete([done])
+
+
+def claim_and_complete(store: Store, task: str) -> None:
+    """Claim one firing of ``task`` (there must be one) and complete it, succeeded."""
+    (c,) = store.claim("soak-bench", tasks=[task], limit=1)
+    store.complete([succeeded(c, store.now())])
 
 
 def hot_paths(store: Store, *, calls: int = HOT_CALLS, prefix: str = "hot") -> dict[str, float]:
