@@ -333,9 +333,13 @@ class CoreStore(
         must not be called."""
         if not claims:
             return set()
-        batch = json.dumps([[fid, token] for fid, token in claims])
-        rows = self.db.write(lambda tx: tx.all("start", {"batch": batch}), atomic=False)
+        params = self._start_params(claims)
+        rows = self.db.write(lambda tx: tx.all("start", params), atomic=False)
         return {FiringId(r["id"]) for r in rows}
+
+    def _start_params(self, claims: Sequence[tuple[FiringId, str]]) -> dict[str, Any]:
+        """``start``'s parameters: the claims as one JSON array of [id, token]."""
+        return {"batch": json.dumps([[fid, token] for fid, token in claims])}
 
     # -- firings ------------------------------------------------------------------------
     def next_due_at(self) -> datetime | None:

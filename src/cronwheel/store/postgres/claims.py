@@ -148,7 +148,7 @@ class PgClaims(CoreStore[Database]):
         found = tx.all("claim_candidates", params)
         candidates, early = candidates_from_rows(found, lambda r: bool(r["early"]))
         jobs = sorted({c.job_id for c in [*candidates, *early] if capped(c) or c.overlap_override})
-        # each firing the plan may name, with its instant: its partition (claim_fates)
+        # each firing the plan may name, with its instant: its partition (_instants)
         at = {r["id"]: r["scheduled_for"] for r in found}
         running: dict[int, int] = {}
         due: dict[int, list[int]] = {}
@@ -203,16 +203,11 @@ class PgClaims(CoreStore[Database]):
         )
         return rows, planned
 
-    def start(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
-        """As the core's, naming the firings' partitions (claim_instants)."""
-        if not claims:
-            return set()
-        params = {
-            "batch": json.dumps([[fid, token] for fid, token in claims]),
-            "instants": claim_instants([token for _, token in claims]),
+    def _start_params(self, claims: Sequence[tuple[FiringId, str]]) -> dict[str, Any]:
+        """The core's, and the firings' partitions (claim_instants)."""
+        return super()._start_params(claims) | {
+            "instants": claim_instants([token for _, token in claims])
         }
-        rows = self.db.write(lambda tx: tx.all("start", params), atomic=False)
-        return {FiringId(r["id"]) for r in rows}
 
     def heartbeat(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
         if not claims:
@@ -267,11 +262,10 @@ def _claim_params(ask: ClaimAsk, *, planned: bool = False) -> dict[str, Any]:
     }
 
 
-def _instants(at: Mapping[int, datetime], ids: Sequence[int]) -> list[datetime] | None:
-    """The instants of ``ids`` (a statement's partitions), or None (every partition)
-    when one is not known."""
-    found = [at.get(i) for i in ids]
-    return None if any(a is None for a in found) else [a for a in found if a is not None]
+def _instants(at: Mapping[int, datetime], ids: Sequence[int]) -> list[datetime]:
+    """The instants of ``ids``, the partitions of a statement of the planned claim: the
+    plan names only candidates and their jobs' due firings, whose instants ``at`` holds."""
+    return [at[i] for i in ids]
 
 
 def _limited(rows: Sequence[Row]) -> dict[str, int]:
@@ -281,7 +275,7 @@ def _limited(rows: Sequence[Row]) -> dict[str, int]:
 
 
 def _claimed(rows: Sequence[Row]) -> list[ClaimedFiring]:
-    """Claimed rows (claim_fast's or claim_apply's) as ClaimedFirings, in claim order
+    """Claimed rows (claim_fast's or claim_take's) as ClaimedFirings, in claim order
     (claim_fast's row without a claim, when it claimed nothing, is left out)."""
     return codec.claimed_from_rows(
         (r for r in rows if r["id"] is not None),

@@ -7,7 +7,7 @@
 -- capped job, no overlap override, no passed start deadline): cronwheel_claim_fast
 -- (schema.sql migration_17: the statement, planned once per session), its firing rows
 -- spread into columns. Otherwise it claims nothing, `simple` is false, and the caller
--- runs the planned claim (claim_candidates ... claim_apply).
+-- runs the planned claim (claim_candidates ... claim_take).
 -- `limited`: the namespaces whose own record limits their running quota, as JSON
 -- (quota_running_limited's answer, read in the claim's snapshot: a claim with completions
 -- checks the quota in its transaction without a round trip of its own).
@@ -70,15 +70,15 @@ FROM unnest(%(jobs)s::bigint[]) AS j (id) LEFT JOIN run r ON r.job_id = j.id
 -- Step 4, the plan, as up to three statements on disjoint rows, each run only when
 -- the plan has any of its part (a statement over firings is planned for every
 -- partition it may touch, even for a part with no rows). The `_at` arrays are the
--- instants of the firings named (from the scan and the facts), which confine the
--- statement to their day partitions; NULL: every partition.
+-- instants of the firings named (from the scan and the facts): constants of a plan
+-- made for each call, they confine it to their day partitions.
 -- Fates of unrun firings (skipped, missed).
 UPDATE firings f
 SET state = x.state, reason = x.reason, finished_at = :now, claim_token = NULL,
     lease_until = NULL
 FROM unnest(%(fate_ids)s::bigint[], %(fate_states)s::text[], %(fate_reasons)s::text[])
     AS x (id, state, reason)
-WHERE f.id = ANY (%(fate_ids)s::bigint[]) AND (%(fate_at)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(fate_at)s::timestamptz[]))
+WHERE f.id = ANY (%(fate_ids)s::bigint[]) AND f.scheduled_for = ANY (%(fate_at)s::timestamptz[])
   AND f.id = x.id AND f.state = 'queued'
 
 -- name: claim_stop
@@ -127,7 +127,7 @@ SET state = CASE WHEN x.ord <= %(start)s AND f.due_at <= :now THEN 'running'
     finished_at = NULL,
     buffered_at = NULL  -- a retry of it is hinted again (next_due_at)
 FROM jobs j, unnest(%(claim_ids)s::bigint[]) WITH ORDINALITY AS x (id, ord)
-WHERE f.id = ANY (%(claim_ids)s::bigint[]) AND (%(claim_at)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(claim_at)s::timestamptz[]))
+WHERE f.id = ANY (%(claim_ids)s::bigint[]) AND f.scheduled_for = ANY (%(claim_at)s::timestamptz[])
   AND f.id = x.id AND f.state = 'queued' AND j.id = f.job_id
 RETURNING f.*, j.policies::text AS job_policies, j.trace_context AS job_trace
 
@@ -135,7 +135,7 @@ RETURNING f.*, j.policies::text AS job_policies, j.trace_context AS job_trace
 -- Due firings kept waiting by their job's overlap policy: claim scans pass over them
 -- while the job stays at its cap (see store/claiming.py, ClaimPlan.buffered).
 UPDATE firings f SET buffered_at = coalesce(f.buffered_at, :now)
-WHERE f.id = ANY (%(ids)s::bigint[]) AND (%(at)s::timestamptz[] IS NULL OR f.scheduled_for = ANY (%(at)s::timestamptz[])) AND f.state = 'queued'
+WHERE f.id = ANY (%(ids)s::bigint[]) AND f.scheduled_for = ANY (%(at)s::timestamptz[]) AND f.state = 'queued'
 
 -- name: heartbeat
 -- A worker's held firings' leases renewed (schema.sql migration_18: the statement;

@@ -119,31 +119,30 @@ def insert_params(
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _HEX = re.compile(r"[0-9a-f]{1,15}")  # to_hex of a positive bigint below 2**60
-_LATEST = datetime.max.replace(tzinfo=UTC)
 
 
 def token_instant(token: str) -> datetime | None:
     """The scheduled instant a claim token carries, or None. A claim (claims.sql
-    claim_apply, schema.sql migration_18) writes the token as the firing's
+    claim_take, schema.sql migration_18) writes the token as the firing's
     ``scheduled_for`` in hexadecimal epoch microseconds, ``.``, then 32 random hex
-    digits: the statements that find held firings by (id, token) name the firing's day
-    partition with it instead of probing every partition's primary key. A token
-    written before migration 18, or not written by a claim, carries none."""
+    digits: the statements that find held firings by (id, token) read only the day
+    partitions of their instants instead of probing every partition's primary key. A
+    token written before migration 18, or not written by a claim, carries none; one
+    past datetime's range carries none either."""
     head, dot, _ = token.partition(".")
     if not dot or _HEX.fullmatch(head) is None:
         return None
     try:
-        at = _EPOCH + timedelta(microseconds=int(head, 16))
+        return _EPOCH + timedelta(microseconds=int(head, 16))
     except OverflowError:
         return None
-    return at if at < _LATEST else None
 
 
 def claim_instants(tokens: Sequence[str]) -> list[datetime] | None:
-    """The instants of ``tokens`` (token_instant), for a statement's
-    ``scheduled_for = ANY`` that prunes its partitions; None when one carries none
-    (the statement then probes every partition, as before migration 18). A wrong
-    instant only misses the row, as a wrong token does: the CAS fails."""
+    """The instants of ``tokens`` (token_instant), which confine start, heartbeat and
+    completion to their partitions (schema.sql migration_18); None when one carries
+    none (the instants are then read by id, in every partition). A wrong instant only
+    misses the row, as a wrong token does: the CAS fails."""
     out = []
     for token in tokens:
         at = token_instant(token)
