@@ -1,5 +1,6 @@
 """``list_firings`` filters, on every store: namespace, job name, states (CLAIMED
-included), ``scheduled_from <= scheduled_for < scheduled_to``, keyset paging by id."""
+included), ``scheduled_from <= scheduled_for < scheduled_to``, keyset paging by id (``before_id``,
+``after_id``)."""
 
 from __future__ import annotations
 
@@ -39,3 +40,7 @@ def test_filters_combine(harness: Harness) -> None:
     page = ids(namespace="default", job_name="a", limit=1)
     assert page == [newest]
     assert ids(namespace="default", job_name="a", before_id=newest) == rest
+    oldest, middle, newest = sorted(a_ids)
+    assert ids(namespace="default", job_name="a", after_id=oldest) == [newest, middle]
+    assert ids(namespace="default", job_name="a", after_id=oldest, before_id=newest) == [middle]
+    assert ids(job_name="a", after_id=max(a_ids + other_ids)) == []

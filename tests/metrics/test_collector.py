@@ -275,16 +275,31 @@ class _Firings:
     def __init__(self) -> None:
         self.rows: dict[int, Firing] = {}
         self.reads = 0
+        self.rows_read = 0
 
     def put(self, base: Firing, fid: int, state: FiringState) -> None:
         self.rows[fid] = replace(base, id=FiringId(fid), state=state, attempt=1)
 
     def list_firings(
-        self, *, before_id: int | None = None, limit: int = 100, **_: Any
+        self,
+        *,
+        before_id: int | None = None,
+        after_id: int | None = None,
+        limit: int = 100,
+        **_: Any,
     ) -> list[Firing]:
         self.reads += 1
-        ids = sorted((i for i in self.rows if before_id is None or i < before_id), reverse=True)
-        return [self.rows[i] for i in ids[:limit]]
+        ids = sorted(
+            (
+                i
+                for i in self.rows
+                if (before_id is None or i < before_id) and (after_id is None or i > after_id)
+            ),
+            reverse=True,
+        )
+        page = [self.rows[i] for i in ids[:limit]]
+        self.rows_read += len(page)
+        return page
 
     def get_firing(self, firing_id: int) -> Firing:
         if firing_id not in self.rows:
@@ -316,6 +331,32 @@ def test_tally_walks_a_bounded_window_and_rechecks_old_pending_ids(store: Sqlite
     assert tally.outcomes[("default", "succeeded")] == 10 + 1  # the window, plus 50 re-checked
     assert tally.untracked == 79 - 10 - 51  # ids 52..69 were never seen
     assert tally.pending == set()  # 51 no longer exists
+
+
+def test_tally_reads_no_row_below_what_it_has_seen(store: SqliteStore) -> None:
+    """A scrape with nothing new reads no firing; one after new firings reads those and
+    the ones it saw unfinished, not the history below them."""
+    base = queue(store, "template")
+    fake = _Firings()
+    for i in range(1, 500):
+        fake.put(base, i, FiringState.SUCCEEDED)
+    fake.put(base, 500, FiringState.RUNNING)
+    tally = FiringTally()
+    tally.update(fake)  # type: ignore[arg-type]
+    assert tally.pending == {500}
+    fake.rows_read = 0
+    tally.update(fake)  # type: ignore[arg-type]
+    assert fake.rows_read == 1  # the pending one (id 500) and nothing below it
+    fake.put(base, 500, FiringState.SUCCEEDED)
+    fake.put(base, 501, FiringState.SUCCEEDED)
+    fake.rows_read = 0
+    tally.update(fake)  # type: ignore[arg-type]
+    assert fake.rows_read == 2
+    assert tally.outcomes[("default", "succeeded")] == 2
+    assert tally.pending == set()
+    fake.rows_read = 0
+    tally.update(fake)  # type: ignore[arg-type]
+    assert fake.rows_read == 0
 
 
 def test_tally_first_update_counts_nothing_but_remembers_unfinished(store: SqliteStore) -> None:

@@ -75,7 +75,8 @@ class FiringTally:
     would miss a firing inserted early and finished late. The tally keeps the
     highest id it has seen and the ids it saw unfinished (``pending``). Each
     ``update`` walks the firings newest first (``list_firings(before_id=...)``,
-    a primary-key range) down to the lower of the two; new finished firings and
+    a primary-key range) down to the lower of the two, and reads none below it
+    (``after_id``: a scrape with nothing new reads no row); new finished firings and
     pending ones that have finished are counted once. The walk is bounded by
     ``max_scan`` rows; pending firings below it are re-checked one by one (at most
     ``max_recheck`` per update). Firings that finished before the first update are
@@ -132,7 +133,9 @@ class FiringTally:
         walked: set[int] = set()
         while scanned < self.max_scan:
             limit = min(_PAGE, self.max_scan - scanned)
-            page = store.list_firings(before_id=before, limit=limit)
+            page = store.list_firings(
+                before_id=before, after_id=None if floor < 0 else floor, limit=limit
+            )
             for f in page:
                 if top is None:
                     top = f.id
@@ -356,9 +359,10 @@ class ClusterCollector(Collector):
         jobs: list[Job] = []
         after = 0
         while len(jobs) <= self.max_jobs:
-            page = self.store.list_jobs(after_id=after, limit=_PAGE)
+            limit = min(_PAGE, self.max_jobs + 1 - len(jobs))  # one past the bound at most
+            page = self.store.list_jobs(after_id=after, limit=limit)
             jobs.extend(page)
-            if len(page) < _PAGE:
+            if len(page) < limit:
                 break
             after = page[-1].id
         return jobs[: self.max_jobs + 1]

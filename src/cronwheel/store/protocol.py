@@ -1,10 +1,9 @@
 """The Store ports: the single source of truth, behind semantic methods.
 
-Split by who uses it: :class:`DispatchPort`, :class:`WorkerPort`, :class:`JobsPort`
-and :class:`ApiJobsPort` (jobs and firings), :class:`AdminPort` and
-:class:`ApiAdminPort` (schema, status, nodes, tokens); each component is typed against
-its port; :class:`Store` and :class:`ApiStore`, their unions, are what an
-implementation provides.
+Split by who uses it: :class:`DispatchPort`, :class:`WorkerPort`, :class:`JobsPort` and
+:class:`ApiJobsPort` (jobs and firings), :class:`AdminPort` and :class:`ApiAdminPort`
+(schema, status, nodes, tokens); each component is typed against its port;
+:class:`Store` and :class:`ApiStore`, their unions, are what an implementation provides.
 
 Three implementations (SQLite, PostgreSQL, memory) pass one contract suite
 (``tests/contract``; the state machine in ``test_transitions.py``). They all keep:
@@ -335,9 +334,10 @@ class JobsPort(BulkPort, Protocol):
         job_name: str | None = None,
         scheduled_from: datetime | None = None,
         scheduled_to: datetime | None = None,
+        after_id: int | None = None,
     ) -> list[Firing]:
-        """Newest first (by id); ``before_id`` pages backwards. ``job_name`` is exact;
-        ``scheduled_from <= scheduled_for < scheduled_to`` for the bounds given."""
+        """Newest first (by id), ``after_id < id < before_id`` for the bounds given (keyset
+        paging backwards); ``job_name`` exact; ``scheduled_from <= scheduled_for < scheduled_to``."""
         ...
 
     def list_attempts(self, firing_id: FiringId) -> list[Attempt]:

@@ -81,8 +81,10 @@ def firings(
     scheduled_from: datetime | None = None,
     scheduled_to: datetime | None = None,
     before_id: int | None = None,
+    after_id: int | None = None,
 ) -> Where:
-    """Firings before ``before_id`` (keyset paging, newest first) matching every filter."""
+    """Firings between ``after_id`` and ``before_id`` (keyset paging, newest first)
+    matching every filter."""
     c = _Clause(d)
     if job_id is not None:
         c.eq("job_id", "job_id", job_id)
@@ -100,4 +102,6 @@ def firings(
         c.add(f"scheduled_for < {d.param('to')}", "to", d.instant(scheduled_to))
     if before_id is not None:
         c.add(f"id < {d.param('before_id')}", "before_id", before_id)
+    if after_id is not None:
+        c.add(f"id > {d.param('after_id')}", "after_id", after_id)
     return c.done()

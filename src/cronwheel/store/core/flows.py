@@ -377,6 +377,7 @@ class CoreStore(
         job_name: str | None = None,
         scheduled_from: datetime | None = None,
         scheduled_to: datetime | None = None,
+        after_id: int | None = None,
     ) -> list[Firing]:
         where = filters.firings(
             self.db,
@@ -387,6 +388,7 @@ class CoreStore(
             scheduled_from=scheduled_from,
             scheduled_to=scheduled_to,
             before_id=before_id,
+            after_id=after_id,
         )
         return self._firings(where, limit)
 

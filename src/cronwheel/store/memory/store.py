@@ -9,9 +9,8 @@ the suite found the SQL stores wrong (its xfail marks), it does what the Store
 port documents: the reaper cancels a cancel-requested firing whose lease ran out,
 a cancel-requested firing that fails is cancelled rather than retried, a redrive
 clears an old cancellation request, and a claim clears the mark of a firing that
-waited for a slot (so its retry is in the wake-up hint). The attempt log the SQL stores
-keep (``firing_attempts``: failed and lease-expired attempts) is kept here too, for
-``list_attempts``.
+waited for a slot (so its retry is in the wake-up hint). The SQL stores' attempt log
+(``firing_attempts``: failed, lease-expired attempts) is kept for ``list_attempts``.
 
 One lock serializes every method (each is one atomic step, as a transaction).
 Its data lives in this process only: handles made with ``MemoryStore(data=...)``
@@ -281,10 +280,10 @@ class MemoryStore(ApiMethods, RetentionMethods, TzMethods):
         job_name: str | None = None,
         scheduled_from: datetime | None = None,
         scheduled_to: datetime | None = None,
+        after_id: int | None = None,
     ) -> list[Firing]:
         wanted = {s.value for s in states} if states else None
-        lo = None if scheduled_from is None else to_us(scheduled_from)
-        hi = None if scheduled_to is None else to_us(scheduled_to)
+        lo, hi = (None if t is None else to_us(t) for t in (scheduled_from, scheduled_to))
         with self._tx() as data:
             out: list[Firing] = []
             for f in reversed(data.firings.values()):
@@ -298,6 +297,7 @@ class MemoryStore(ApiMethods, RetentionMethods, TzMethods):
                     and (lo is None or f.scheduled_for >= lo)
                     and (hi is None or f.scheduled_for < hi)
                     and (before_id is None or f.id < before_id)
+                    and (after_id is None or f.id > after_id)
                 ):
                     out.append(codec.firing_from_row(f))
             return out
