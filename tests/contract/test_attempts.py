@@ -152,3 +152,7 @@ def test_status_lateness_counts_first_attempts_only(harness: Harness) -> None:
     (again,) = harness.store.claim("w", tasks=["t"], limit=1)
     assert _complete(harness, again)  # succeeded at its second attempt, 2 s late
     assert harness.store.status().lateness_ms == [1000.0]  # the first-attempt success only
+    mine = harness.store.status(namespace="default")  # a namespace token's view
+    assert mine.lateness_ms == [1000.0] and mine.counts.get("succeeded") == 2
+    other = harness.store.status(namespace="other")
+    assert other.lateness_ms == [] and other.counts.get("succeeded") is None

@@ -336,8 +336,8 @@ class JobsPort(BulkPort, Protocol):
         scheduled_to: datetime | None = None,
         after_id: int | None = None,
     ) -> list[Firing]:
-        """Newest first (by id), ``after_id < id < before_id`` for the bounds given (keyset
-        paging backwards); ``job_name`` exact; ``scheduled_from <= scheduled_for < scheduled_to``."""
+        """Newest first (by id); ``after_id < id < before_id`` and ``scheduled_from <=
+        scheduled_for < scheduled_to`` for the bounds given; ``job_name`` is exact."""
         ...
 
     def list_attempts(self, firing_id: FiringId) -> list[Attempt]:

@@ -157,7 +157,10 @@ class AdminFlows(Generic[D]):
 
         def body(tx: Tx) -> StoreStatus:
             counts: dict[str, int] = {"queued": 0, "claimed": 0, "running": 0}
-            for row in tx.all(f"status_counts{of}", window | ns):
+            for row in [
+                *tx.all(f"status_counts{of}", ns),
+                *tx.all(f"status_finished{of}", window | ns),
+            ]:
                 counts[row["state"]] = counts.get(row["state"], 0) + int(row["n"])
             jobs = tx.one(f"status_jobs{of}", ns or None)
             assert jobs is not None

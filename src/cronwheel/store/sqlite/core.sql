@@ -268,15 +268,16 @@ SELECT * FROM nodes ORDER BY kind, id
 SELECT * FROM nodes WHERE heartbeat_at >= :now - :within ORDER BY kind, id
 
 -- name: status_counts
--- Queued, claimed and running now (partial indexes: bounded by the live work), and the
--- finishes of the minutes within :window, counted as they happened (finished_counts,
--- at most 60 minutes of rows however long the history). [firings_claim, firings_lease,
--- finished_counts primary key]
+-- Queued, claimed and running now (partial indexes: bounded by the live work).
+-- [firings_claim, firings_lease]
 SELECT 'queued' AS state, count(*) AS n FROM firings WHERE state = 'queued'
 UNION ALL
 SELECT state, count(*) FROM firings WHERE state IN ('claimed', 'running') GROUP BY state
-UNION ALL
-SELECT state, sum(n) FROM finished_counts WHERE minute >= (:now - :window) / 60000000
+
+-- name: status_finished
+-- The finishes of the minutes within :window, counted as they happened (finished_counts,
+-- at most 60 minutes of rows however long the history). [finished_counts primary key]
+SELECT state, sum(n) AS n FROM finished_counts WHERE minute >= (:now - :window) / 60000000
 GROUP BY state
 
 -- name: status_jobs
@@ -301,13 +302,15 @@ LIMIT :limit
 
 -- name: status_counts_of_namespace
 -- status_counts of one namespace's firings (what a namespace token may see).
--- [firings_claim, firings_held_namespace, finished_counts primary key]
+-- [firings_claim, firings_held_namespace]
 SELECT 'queued' AS state, count(*) AS n FROM firings WHERE state = 'queued' AND namespace = :namespace
 UNION ALL
 SELECT state, count(*) FROM firings
 WHERE state IN ('claimed', 'running') AND namespace = :namespace GROUP BY state
-UNION ALL
-SELECT state, sum(n) FROM finished_counts
+
+-- name: status_finished_of_namespace
+-- status_finished of one namespace. [finished_counts primary key]
+SELECT state, sum(n) AS n FROM finished_counts
 WHERE minute >= (:now - :window) / 60000000 AND namespace = :namespace
 GROUP BY state
 
