@@ -921,3 +921,32 @@ BEGIN
     END IF;
 END
 $fn$;
+
+-- name: migration_20
+-- Creating a job no longer holds a row every other creation of the namespace (or of
+-- the cluster) waits for until COMMIT. Before, each one added 1 to its namespace's
+-- jobs counter (one quota_usage row) and to meta's jobs_version, and both row locks
+-- were held through the COMMIT's WAL flush, so one namespace's creations ran one at
+-- a time from the charge to the commit, however many API processes served them.
+-- - job_changes: a row per transaction that changed the job set; the version is
+--   meta's jobs_version plus their count (store/postgres/jobs_quota.py), folded into
+--   meta now and then. The count only grows with each committed change, and a fold
+--   deletes rows and adds their number to meta in one transaction, so no snapshot sees
+--   the version go back or stay when a change committed.
+-- - quota_jobs: each namespace's jobs counter in shards, each with its share of the
+--   room left under the limit (`room`). A creation takes its jobs from the room of one
+--   shard that no other transaction holds (SKIP LOCKED), so creations on different
+--   shards run side by side and none passes the limit: sum(used) + sum(room) is the
+--   limit, and room >= 0. When no free shard has room it locks every shard of the
+--   namespace, counts, refuses or shares the room out again.
+CREATE TABLE job_changes (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY);
+CREATE TABLE quota_jobs (
+    namespace text   NOT NULL,
+    shard     int    NOT NULL,
+    used      bigint NOT NULL,
+    room      bigint NOT NULL CHECK (room >= 0),
+    PRIMARY KEY (namespace, shard)
+);
+INSERT INTO quota_jobs (namespace, shard, used, room)
+SELECT namespace, 0, used, 0 FROM quota_usage WHERE quota = 'jobs' AND window_start = 0;
+DELETE FROM quota_usage WHERE quota = 'jobs' AND window_start = 0;
