@@ -387,35 +387,35 @@ RETURNING *
 
 -- name: recent_runs
 -- Each job's newest %(sample)s firings in one statement (store/core/flows.py
--- recent_runs): the first-attempt lateness in microseconds of its newest ones in a
--- started state (succeeded, dead, cancelled) that started at attempt 1, newest first;
--- its last outcome, the newest non-open firing among its newest of any state. Each is
--- a backward walk of firings_job_id (job_id, id), a Merge Append of the day
--- partitions' indexes, stopped at the LIMIT: never a scan of a job's history; the last
--- outcome's stops at its first non-open row (a row, not a hundred, when the newest
--- firing is finished: an index-only bound as SQLite's would fetch a hundred heap rows
--- wherever the visibility map is not set).
+-- recent_runs), newest by scheduled instant (unique per job): the first-attempt
+-- lateness in microseconds of its newest ones in a started state (succeeded, dead,
+-- cancelled) that started at attempt 1, newest first; its last outcome, the newest
+-- non-open firing among its newest of any state. Each is a backward walk of the
+-- (job_id, scheduled_for) unique index of the day partitions, newest partition first
+-- (an ordered Append on the partition key), stopped at the LIMIT: the partitions it
+-- does not reach are never read (a walk by id merged every partition's index, 54-64 ms
+-- for 50 jobs on 32 partitions). [firings (job_id, scheduled_for) unique]
 SELECT j.id AS job_id,
        ARRAY(SELECT s.late_us FROM (
-                 SELECT f.id,
+                 SELECT f.scheduled_for,
                         CASE WHEN f.attempt = 1 AND f.started_at IS NOT NULL
                              THEN (extract(epoch FROM f.started_at - f.scheduled_for)
                                    * 1000000)::bigint END AS late_us
                  FROM firings f
                  WHERE f.job_id = j.id AND f.state IN ('succeeded', 'dead', 'cancelled')
-                 ORDER BY f.id DESC
+                 ORDER BY f.scheduled_for DESC
                  LIMIT %(sample)s) s
              WHERE s.late_us IS NOT NULL
-             ORDER BY s.id DESC) AS late_us,
+             ORDER BY s.scheduled_for DESC) AS late_us,
        l.id AS last_id, l.state AS last_state
 FROM unnest(%(ids)s::bigint[]) AS j(id)
 LEFT JOIN LATERAL (
     SELECT r.id, r.state FROM (
-        SELECT f.id, f.state FROM firings f
+        SELECT f.id, f.state, f.scheduled_for FROM firings f
         WHERE f.job_id = j.id
-        ORDER BY f.id DESC
+        ORDER BY f.scheduled_for DESC
         LIMIT %(sample)s) r
     WHERE r.state NOT IN ('queued', 'claimed', 'running')
-    ORDER BY r.id DESC
+    ORDER BY r.scheduled_for DESC
     LIMIT 1
 ) l ON true
