@@ -1,9 +1,10 @@
 """``recent_runs`` on every store: what the jobs page, ``/metrics`` and ``cronwheel
 status`` read of each job's recent history (its newest firings by scheduled instant),
 exactly what reading its firings gave (``list_job_firings`` sorted by instant, then
-``first_attempt_lateness_s`` of each, and the newest one not open): with retried firings (attempt > 1, no sample), cancelled and dead ones, skipped
-ones, open ones, jobs without firings, more firings than ``sample``, and other jobs'
-firings interleaved with a job's ids."""
+``first_attempt_lateness_s`` of each, and the newest one not open): with retried
+firings (attempt > 1, no sample), cancelled and dead ones, skipped ones, open ones,
+jobs without firings, more firings than ``sample``, other jobs' firings interleaved
+with a job's ids, and firings added out of the order of their instants."""
 
 from __future__ import annotations
 
