@@ -386,36 +386,9 @@ WHERE id = %(id)s
 RETURNING *
 
 -- name: recent_runs
--- Each job's newest %(sample)s firings in one statement (store/core/flows.py
--- recent_runs), newest by scheduled instant (unique per job): the first-attempt
--- lateness in microseconds of its newest ones in a started state (succeeded, dead,
--- cancelled) that started at attempt 1, newest first; its last outcome, the newest
--- non-open firing among its newest of any state. Each is a backward walk of the
--- (job_id, scheduled_for) unique index of the day partitions, newest partition first
--- (an ordered Append on the partition key), stopped at the LIMIT: the partitions it
--- does not reach are never read (a walk by id merged every partition's index, 54-64 ms
--- for 50 jobs on 32 partitions). [firings (job_id, scheduled_for) unique]
-SELECT j.id AS job_id,
-       ARRAY(SELECT s.late_us FROM (
-                 SELECT f.scheduled_for,
-                        CASE WHEN f.attempt = 1 AND f.started_at IS NOT NULL
-                             THEN (extract(epoch FROM f.started_at - f.scheduled_for)
-                                   * 1000000)::bigint END AS late_us
-                 FROM firings f
-                 WHERE f.job_id = j.id AND f.state IN ('succeeded', 'dead', 'cancelled')
-                 ORDER BY f.scheduled_for DESC
-                 LIMIT %(sample)s) s
-             WHERE s.late_us IS NOT NULL
-             ORDER BY s.scheduled_for DESC) AS late_us,
-       l.id AS last_id, l.state AS last_state
-FROM unnest(%(ids)s::bigint[]) AS j(id)
-LEFT JOIN LATERAL (
-    SELECT r.id, r.state FROM (
-        SELECT f.id, f.state, f.scheduled_for FROM firings f
-        WHERE f.job_id = j.id
-        ORDER BY f.scheduled_for DESC
-        LIMIT %(sample)s) r
-    WHERE r.state NOT IN ('queued', 'claimed', 'running')
-    ORDER BY r.scheduled_for DESC
-    LIMIT 1
-) l ON true
+-- Each job's newest %(sample)s firings by scheduled instant (unique per job), in one
+-- statement (store/core/flows.py recent_runs): a function planned once per session
+-- (schema.sql migration_21, where the statement and its walks are described).
+-- [firings (job_id, scheduled_for) unique]
+SELECT job_id, late_us, last_id, last_state
+FROM cronwheel_recent_runs(%(ids)s::bigint[], %(sample)s)
