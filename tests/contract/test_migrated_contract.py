@@ -46,7 +46,6 @@ def harness(tmp_path: Any) -> Iterator[Harness]:
             tx.conn.execute("DELETE FROM jobs")
             tx.conn.execute("DELETE FROM leases")
             tx.conn.execute("DELETE FROM quota_usage")
-            tx.conn.execute("DELETE FROM quota_jobs")
             tx.conn.execute("DELETE FROM fair_clocks")
             tx.conn.execute("DELETE FROM finished_counts")
 
