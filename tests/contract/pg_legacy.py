@@ -3,12 +3,16 @@ data in every state: the starting point of the partition migration's tests."""
 
 from __future__ import annotations
 
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cronwheel.domain.schedules import every
 from cronwheel.domain.schedules import now as now_schedule
+from cronwheel.store.core.quotas import QuotaFlows
 from cronwheel.store.postgres import DbTime, PostgresStore
 from cronwheel.store.protocol import (
     DISPATCHER_LEASE,
@@ -54,8 +58,32 @@ def fill(store: PostgresStore) -> Legacy:
     Version 15 has neither claim function of today's claims (migrations 17 and 18): the
     fill claims and fails attempts as version 15 did (``claim_v15``, ``fail_v15``),
     with claim tokens that carry no instant, which the store then starts and completes
-    after the migration."""
-    return _fill(store)
+    after the migration. Nor the jobs counter's shards and job_changes (migration 20):
+    it counts jobs and versions the job set as version 15 did (``_jobs_as_v15``)."""
+    with _jobs_as_v15(store):
+        return _fill(store)
+
+
+_BUMP_V15 = """
+INSERT INTO meta (key, value) VALUES ('jobs_version', '1')
+ON CONFLICT (key) DO UPDATE SET value = (meta.value::bigint + 1)::text
+"""
+
+
+@contextmanager
+def _jobs_as_v15(store: PostgresStore) -> Iterator[None]:
+    """Job creations count in quota_usage and bump meta's jobs_version (the store
+    core's charge, the statement of before migration 20)."""
+    q: Any = store.db.q
+    bump = q["bump_jobs_version"]
+    q["bump_jobs_version"] = _BUMP_V15
+    charge: Any = store
+    charge._charge_jobs = types.MethodType(QuotaFlows._charge_jobs, store)
+    try:
+        yield
+    finally:
+        q["bump_jobs_version"] = bump
+        del charge._charge_jobs
 
 
 _CLAIM_V15 = """

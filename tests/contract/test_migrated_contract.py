@@ -46,6 +46,7 @@ def harness(tmp_path: Any) -> Iterator[Harness]:
             tx.conn.execute("DELETE FROM jobs")
             tx.conn.execute("DELETE FROM leases")
             tx.conn.execute("DELETE FROM quota_usage")
+            tx.conn.execute("DELETE FROM quota_jobs")
             tx.conn.execute("DELETE FROM fair_clocks")
             tx.conn.execute("DELETE FROM finished_counts")
 

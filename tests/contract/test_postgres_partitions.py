@@ -184,6 +184,14 @@ def test_a_version_15_database_holding_data_migrates_online(schema: str) -> None
             "skipped",
         }
         assert before["firing_attempts"] and before["idempotency_keys"]
+        counted = store.db.read(
+            lambda tx: tx.conn.execute(
+                "SELECT (SELECT used FROM quota_usage WHERE namespace = %s AND quota = 'jobs'"
+                " AND window_start = 0) AS jobs,"
+                " (SELECT value::bigint FROM meta WHERE key = 'jobs_version') AS version",
+                (pg_legacy.NS,),
+            ).fetchone()
+        )
         table = _relfile(store, "firings")
         boundary = store.prepare_partitioning()  # online: CHECK NOT VALID, VALIDATE, index
         assert boundary is not None and boundary == pg_legacy.midnight(boundary)
@@ -192,6 +200,9 @@ def test_a_version_15_database_holding_data_migrates_online(schema: str) -> None
         assert store.migrate() == latest >= 16
         assert store.migrate() == latest
         assert pg_legacy.snapshot(store) == before
+        # the jobs counter moved to its shards, the version stayed (migration 20)
+        assert counted["jobs"] == len(old.jobs) == store.status(namespace=pg_legacy.NS).jobs
+        assert store.jobs_version() == counted["version"]
         # the old table is the legacy partition, not rewritten; the index not rebuilt
         assert _relfile(store, "firings_legacy") == table
         assert _relfile(store, "firings_legacy_id_at") == index

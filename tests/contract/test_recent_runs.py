@@ -1,9 +1,10 @@
 """``recent_runs`` on every store: what the jobs page, ``/metrics`` and ``cronwheel
-status`` read of each job's recent history, exactly what reading its firings gave
-(``list_job_firings`` then ``first_attempt_lateness_s`` of each, and the newest one not
-open): with retried firings (attempt > 1, no sample), cancelled and dead ones, skipped
-ones, open ones, jobs without firings, more firings than ``sample``, and other jobs'
-firings interleaved with a job's ids."""
+status`` read of each job's recent history (its newest firings by scheduled instant),
+exactly what reading its firings gave (``list_job_firings`` sorted by instant, then
+``first_attempt_lateness_s`` of each, and the newest one not open): with retried
+firings (attempt > 1, no sample), cancelled and dead ones, skipped ones, open ones,
+jobs without firings, more firings than ``sample``, other jobs' firings interleaved
+with a job's ids, and firings added out of the order of their instants."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from cronwheel.domain.firing import FiringState
-from cronwheel.domain.models import FiringId, Job, JobId, RecentRuns
+from cronwheel.domain.models import Firing, FiringId, Job, JobId, RecentRuns
 from cronwheel.observability.lateness import STARTED_STATES, first_attempt_lateness_s
 from tests.contract.conftest import Harness, spec
 from tests.contract.test_store_contract import _complete
@@ -21,11 +22,17 @@ S = timedelta(seconds=1)
 OPEN = (FiringState.QUEUED, FiringState.CLAIMED, FiringState.RUNNING)
 
 
+def _newest(h: Harness, job_id: JobId, sample: int, **filters: Any) -> list[Firing]:
+    """The job's ``sample`` newest firings by scheduled instant, read whole."""
+    every = h.store.list_job_firings(job_id, limit=100_000, **filters)
+    return sorted(every, key=lambda f: f.scheduled_for, reverse=True)[:sample]
+
+
 def _expected(h: Harness, job_id: JobId, sample: int) -> RecentRuns:
     """The old computation: the firings read whole."""
-    recent = h.store.list_job_firings(job_id, limit=sample)
+    recent = _newest(h, job_id, sample)
     last = next((f for f in recent if f.state not in OPEN), None)
-    ran = h.store.list_job_firings(job_id, states=STARTED_STATES, limit=sample)
+    ran = _newest(h, job_id, sample, states=STARTED_STATES)
     late = tuple(x for x in map(first_attempt_lateness_s, ran) if x is not None)
     return RecentRuns(
         job_id=job_id,
@@ -140,7 +147,7 @@ def test_jobs_page_status_and_metrics_agree_with_the_firings(harness: Harness) -
     rows, more = data.jobs(store, "default")
     assert not more and [r.name for r in rows] == ["a", "b", "idle"]
     for row, job in zip(rows, jobs, strict=True):
-        recent = store.list_job_firings(job.id, limit=100)
+        recent = _newest(harness, job.id, 100)
         last = next((f for f in recent if f.state not in OPEN), None)
         assert row.last_outcome == (None if last is None else last.state.value)
         assert row.last_firing_id == (None if last is None else ids.encode("firing", last.id))

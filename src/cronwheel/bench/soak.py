@@ -25,13 +25,21 @@ Figures, each the median of a few calls where it is a call:
   worker processes), on the same store;
 - ``scrape_ms`` (a ``/metrics`` collection after a first one), ``status_ms``, the
   dashboard's ``overview_ms``, ``jobs_page_ms``, ``firings_page_ms``, and
-  ``explain_ms`` (``jobs explain`` of one job over the newest hour of history);
-- loaded side only: ``drain_while_pruning``: a drain of ten times ``count`` jobs while
+  ``explain_ms`` (``jobs explain`` of one job over the newest hour of history), each
+  after ``WARM_CALLS`` calls, as in an API process that has served them before: on
+  PostgreSQL a statement is prepared at its fifth call on a connection (psycopg) and
+  the pool hands its connections out in turn, so the first calls of a fresh store plan
+  every statement for every partition (its cost is in docs/benchmarks.md "Reads
+  planned once");
+- loaded side only: ``drain_while_pruning``: a drain of ten times ``count`` jobs (at
+  least ``PRUNING_DRAIN_MIN``) while
   the leader's retention pass drops the oldest day (the namespace's ``keep_for`` set to
   days - 1; under two days of history, half of it), its rate as a share of a plain
   drain of the same size just before (the pass paces itself, a step then nine times its
   duration of pause: a drain shorter than a few steps would measure one step, not the
-  pass), and the firings the pass deleted meanwhile;
+  pass; and a drain of a second or so can end before the pass has decided on a day
+  partition, paused and dropped it, so that it measures no pass at all), and the
+  firings the pass deleted meanwhile;
   ``bytes_per_firing`` (the store's size over the firings it holds) and the size at
   steady state for the retention period (``days x rate x bytes_per_firing``).
 """
@@ -65,12 +73,16 @@ from cronwheel.store.url import sqlite_path
 CHUNK = 200_000  # firings per INSERT ... SELECT of the loader
 ONE_SHOT_SHARE = 10  # one firing in ten of the history is an immediate one-shot job
 HOT_CALLS = 50
+WARM_CALLS = 40  # 5 calls on each of the store pool's 8 connections
 PRUNING_DRAIN = 10  # the drain during the retention pass: this many times ``count`` jobs
+PRUNING_DRAIN_MIN = 5_000  # and at least this many (several seconds: see the module doc)
 DAY = timedelta(days=1)
 BASE_DAYS = 3 / 24  # the baseline's history: three hours
 
 
-def _median_ms(fn: Callable[[], Any], calls: int = 5) -> float:
+def _median_ms(fn: Callable[[], Any], calls: int = 5, warm: int = 0) -> float:
+    for _ in range(warm):
+        fn()
     times = []
     for _ in range(calls):
         start = time.perf_counter()
@@ -174,15 +186,16 @@ def _reads(store: Any) -> dict[str, float]:
         events = store.job_events(job.id, limit=5000)
         explain(job, since=since, until=until, now=now, firings=firings, events=events)
 
+    w = WARM_CALLS
     return {
-        "scrape_ms": _median_ms(lambda: list(collector.collect())),
-        "status_ms": _median_ms(store.status),
-        "overview_ms": _median_ms(lambda: data.overview(store, "default", cluster=True)),
-        "jobs_page_ms": _median_ms(lambda: data.jobs(store, "default"), calls=3),
+        "scrape_ms": _median_ms(lambda: list(collector.collect()), warm=w),
+        "status_ms": _median_ms(store.status, warm=w),
+        "overview_ms": _median_ms(lambda: data.overview(store, "default", cluster=True), warm=w),
+        "jobs_page_ms": _median_ms(lambda: data.jobs(store, "default"), calls=3, warm=w),
         "firings_page_ms": _median_ms(
-            lambda: data.firings(store, "default", state=None, job_id=None)
+            lambda: data.firings(store, "default", state=None, job_id=None), warm=w
         ),
-        "explain_ms": _median_ms(explain_day, calls=3),
+        "explain_ms": _median_ms(explain_day, calls=3, warm=w),
     }
 
 
@@ -238,7 +251,7 @@ def _side(
             counter: Any = store  # the SQL engines' count (store/core/retention.py)
             # a drain long enough to span the pass's pacing (a step, then nine times its
             # duration of pause), against a plain drain of the same size just before
-            long = PRUNING_DRAIN * count
+            long = max(PRUNING_DRAIN * count, PRUNING_DRAIN_MIN)
             reference = drain_on(
                 url, store, tmp_path, long, workers, concurrency, progress, floor=floor,
                 prefix="drain-long",

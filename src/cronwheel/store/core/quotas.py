@@ -90,6 +90,7 @@ class QuotaFlows(Generic[D]):
             }
             row = tx.one("quota_set", params)
             assert row is not None
+            self._quota_changed(tx, namespace, quota)
             return row
 
         return quota_from_row(self.db.write(body))
@@ -123,6 +124,10 @@ class QuotaFlows(Generic[D]):
             ]
 
         return self.db.read(body)
+
+    def _quota_changed(self, tx: Tx, namespace: str, quota: Quota) -> None:
+        """After a namespace's quota record changed, in its transaction (PostgreSQL
+        shares the jobs counter's room out again: store/postgres/jobs_quota.py)."""
 
     # -- charges, inside a flow's transaction -------------------------------------------
     def _quota_in(self, tx: Tx, namespace: str) -> Quota:

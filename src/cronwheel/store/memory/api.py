@@ -139,11 +139,11 @@ class ApiMethods(CalendarMethods):
         with self._tx() as data:
             wanted = set(job_ids)
             of: dict[int, list[FiringRow]] = {}
-            for f in data.firings.values():  # in id order: one pass for every job
+            for f in data.firings.values():  # one pass for every job
                 if f.job_id in wanted:
                     of.setdefault(f.job_id, []).append(f)
             for job_id in job_ids:
-                newest = of.get(job_id, [])[::-1]
+                newest = sorted(of.get(job_id, []), key=lambda f: -f.scheduled_for)
                 ran = [f for f in newest if f.state in started][:n]
                 late = tuple(
                     (f.started_at - f.scheduled_for) / 1_000_000

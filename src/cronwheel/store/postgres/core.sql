@@ -77,13 +77,17 @@ WHERE id = %(id)s
 RETURNING *
 
 -- name: bump_jobs_version
--- Tells the leader the job set changed (it re-reads due jobs). [meta primary key]
-INSERT INTO meta (key, value) VALUES ('jobs_version', '1')
-ON CONFLICT (key) DO UPDATE SET value = (meta.value::bigint + 1)::text
+-- Tells the leader the job set changed (it re-reads due jobs): a row of job_changes,
+-- no lock another transaction waits for (schema.sql migration_20).
+INSERT INTO job_changes DEFAULT VALUES
 
 -- name: jobs_version
--- The job set's version (bump_jobs_version). [meta primary key]
-SELECT value FROM meta WHERE key = 'jobs_version'
+-- The job set's version: meta's jobs_version plus the changes not folded into it yet
+-- (how many: `pending`). [meta primary key, a read of job_changes: kept small by
+-- jobs_version_fold]
+SELECT coalesce((SELECT value::bigint FROM meta WHERE key = 'jobs_version'), 0)
+       + (SELECT count(*) FROM job_changes) AS value,
+       (SELECT count(*) FROM job_changes) AS pending
 
 -- name: get_job
 -- [jobs (namespace, name) unique]
@@ -318,9 +322,8 @@ GROUP BY state
 -- Registered jobs (the jobs quota's counters: every job but immediate one-shots), paused
 -- jobs, the oldest queued firing's due instant, and the clock: no scan of the jobs,
 -- which hold a one-shot per `app.enqueue` until retention prunes it.
--- [quota_usage, jobs_paused, firings_claim]
-SELECT (SELECT coalesce(sum(used), 0) FROM quota_usage
-        WHERE quota = 'jobs' AND window_start = 0) AS n,
+-- [quota_jobs, jobs_paused, firings_claim]
+SELECT (SELECT coalesce(sum(used), 0) FROM quota_jobs) AS n,
        (SELECT count(*) FROM jobs WHERE paused) AS p,
        (SELECT min(due_at) FROM firings WHERE state = 'queued') AS oldest,
        :now AS now
@@ -347,9 +350,8 @@ WHERE minute >= floor(extract(epoch FROM :now - %(window)s::interval) / 60)::big
 GROUP BY state
 
 -- name: status_jobs_of_namespace
--- status_jobs of one namespace. [quota_usage primary key, jobs_paused, firings_claim]
-SELECT (SELECT coalesce(sum(used), 0) FROM quota_usage
-        WHERE namespace = %(namespace)s AND quota = 'jobs' AND window_start = 0) AS n,
+-- status_jobs of one namespace. [quota_jobs primary key, jobs_paused, firings_claim]
+SELECT (SELECT coalesce(sum(used), 0) FROM quota_jobs WHERE namespace = %(namespace)s) AS n,
        (SELECT count(*) FROM jobs WHERE paused AND namespace = %(namespace)s) AS p,
        (SELECT min(due_at) FROM firings WHERE state = 'queued' AND namespace = %(namespace)s) AS oldest,
        :now AS now
@@ -384,36 +386,9 @@ WHERE id = %(id)s
 RETURNING *
 
 -- name: recent_runs
--- Each job's newest %(sample)s firings in one statement (store/core/flows.py
--- recent_runs): the first-attempt lateness in microseconds of its newest ones in a
--- started state (succeeded, dead, cancelled) that started at attempt 1, newest first;
--- its last outcome, the newest non-open firing among its newest of any state. Each is
--- a backward walk of firings_job_id (job_id, id), a Merge Append of the day
--- partitions' indexes, stopped at the LIMIT: never a scan of a job's history; the last
--- outcome's stops at its first non-open row (a row, not a hundred, when the newest
--- firing is finished: an index-only bound as SQLite's would fetch a hundred heap rows
--- wherever the visibility map is not set).
-SELECT j.id AS job_id,
-       ARRAY(SELECT s.late_us FROM (
-                 SELECT f.id,
-                        CASE WHEN f.attempt = 1 AND f.started_at IS NOT NULL
-                             THEN (extract(epoch FROM f.started_at - f.scheduled_for)
-                                   * 1000000)::bigint END AS late_us
-                 FROM firings f
-                 WHERE f.job_id = j.id AND f.state IN ('succeeded', 'dead', 'cancelled')
-                 ORDER BY f.id DESC
-                 LIMIT %(sample)s) s
-             WHERE s.late_us IS NOT NULL
-             ORDER BY s.id DESC) AS late_us,
-       l.id AS last_id, l.state AS last_state
-FROM unnest(%(ids)s::bigint[]) AS j(id)
-LEFT JOIN LATERAL (
-    SELECT r.id, r.state FROM (
-        SELECT f.id, f.state FROM firings f
-        WHERE f.job_id = j.id
-        ORDER BY f.id DESC
-        LIMIT %(sample)s) r
-    WHERE r.state NOT IN ('queued', 'claimed', 'running')
-    ORDER BY r.id DESC
-    LIMIT 1
-) l ON true
+-- Each job's newest %(sample)s firings by scheduled instant (unique per job), in one
+-- statement (store/core/flows.py recent_runs): a function planned once per session
+-- (schema.sql migration_21, where the statement and its walks are described).
+-- [firings (job_id, scheduled_for) unique]
+SELECT job_id, late_us, last_id, last_state
+FROM cronwheel_recent_runs(%(ids)s::bigint[], %(sample)s)

@@ -57,13 +57,18 @@ WHERE namespace = %(namespace)s AND quota = %(quota)s
 -- name: quota_usage
 -- The counters of the current windows (for ever: jobs and the leader's quota skips;
 -- this minute, today), of one namespace
--- or (namespace NULL) every one. [quota_usage primary key]
+-- or (namespace NULL) every one; the jobs counter is the sum of its shards.
+-- [quota_jobs and quota_usage primary keys]
 WITH clock AS (
     SELECT (extract(epoch FROM :now) * 1000000)::bigint AS now_us
 )
+SELECT q.namespace, 'jobs' AS quota, sum(q.used) AS used FROM quota_jobs q
+WHERE (%(namespace)s::text IS NULL OR q.namespace = %(namespace)s::text)
+GROUP BY q.namespace
+UNION ALL
 SELECT u.namespace, u.quota, u.used FROM quota_usage u, clock
 WHERE (%(namespace)s::text IS NULL OR u.namespace = %(namespace)s::text)
-  AND ((u.quota IN ('jobs', 'quota_skipped') AND u.window_start = 0)
+  AND ((u.quota = 'quota_skipped' AND u.window_start = 0)
        OR (u.quota = 'firings_per_minute'
            AND u.window_start = (clock.now_us / %(minute_us)s::bigint) * %(minute_us)s::bigint)
        OR (u.quota = 'backfill_per_day'

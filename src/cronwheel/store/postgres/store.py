@@ -25,6 +25,7 @@ from cronwheel.store.postgres.claims import PgClaims
 from cronwheel.store.postgres.db import Database, DbTime
 from cronwheel.store.postgres.dispatch import PgDispatch
 from cronwheel.store.postgres.ha import with_hosts
+from cronwheel.store.postgres.jobs_quota import PgJobsQuota
 from cronwheel.store.postgres.listen import PgListenWakeup, PollOnly
 from cronwheel.store.postgres.partitions import PgPartitions
 from cronwheel.wakeup import Wakeup
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from cronwheel.store.protocol import ApiStore
 
 
-class PostgresStore(PgDispatch, PgClaims, PgPartitions):
+class PostgresStore(PgJobsQuota, PgDispatch, PgClaims, PgPartitions):
     """The Store on a PostgreSQL database (see the module docstring).
 
     ``schema`` confines the store to one schema (``search_path``); ``db_time`` lets

@@ -356,19 +356,20 @@ RETURNING *
 
 -- name: recent_runs
 -- Each job's newest :sample firings in one statement (store/core/flows.py
--- recent_runs): the first-attempt lateness in microseconds (JSON array) of its newest
--- ones in a started state (succeeded, dead, cancelled) that started at attempt 1, newest
--- first; its last outcome, the newest non-open firing among its newest of any state.
--- Each subquery is a backward walk of firings_job_id (job_id, id) stopped at the LIMIT;
--- the last outcome's bound (the id of the job's sample-th newest firing) reads the
--- covering index only, and its walk stops at its first non-open row (a subquery
+-- recent_runs), newest by scheduled instant (unique per job): the first-attempt
+-- lateness in microseconds (JSON array) of its newest ones in a started state
+-- (succeeded, dead, cancelled) that started at attempt 1, newest first; its last
+-- outcome, the newest non-open firing among its newest of any state. Each subquery is
+-- a backward walk of the (job_id, scheduled_for) unique index stopped at the LIMIT;
+-- the last outcome's bound (the instant of the job's sample-th newest firing) reads
+-- the covering index only, and its walk stops at its first non-open row (a subquery
 -- ordered after its LIMIT sorted the hundred rows it read: 5x slower).
 SELECT j.value AS job_id,
        (SELECT json_group_array(s.late_us) FROM (
             SELECT f.started_at - f.scheduled_for AS late_us, f.attempt
             FROM firings f
             WHERE f.job_id = j.value AND f.state IN ('succeeded', 'dead', 'cancelled')
-            ORDER BY f.id DESC
+            ORDER BY f.scheduled_for DESC
             LIMIT :sample) s
         WHERE s.attempt = 1 AND s.late_us IS NOT NULL) AS late_us,
        l.id AS last_id, l.state AS last_state
@@ -376,8 +377,8 @@ FROM json_each(:ids) j
 LEFT JOIN firings l ON l.id = (
     SELECT f.id FROM firings f
     WHERE f.job_id = j.value AND f.state NOT IN ('queued', 'claimed', 'running')
-      AND f.id >= (SELECT min(w.id) FROM (
-                       SELECT id FROM firings WHERE job_id = j.value
-                       ORDER BY id DESC LIMIT :sample) w)
-    ORDER BY f.id DESC
+      AND f.scheduled_for >= (SELECT min(w.scheduled_for) FROM (
+                       SELECT scheduled_for FROM firings WHERE job_id = j.value
+                       ORDER BY scheduled_for DESC LIMIT :sample) w)
+    ORDER BY f.scheduled_for DESC
     LIMIT 1)

@@ -1,0 +1,104 @@
+"""What creating a job writes on PostgreSQL besides the job, without a row that every
+other creation waits for (schema.sql migration_20).
+
+- **The jobs quota in shards.** A namespace's jobs counter is ``SHARDS`` rows of
+  ``quota_jobs``, each with the jobs it counts (``used``) and its share of the room left
+  under the limit (``room``). A creation takes its jobs from the room of a shard that
+  no other transaction holds (``quota_jobs_take``, SKIP LOCKED): creations run side by
+  side, each holding one shard until its COMMIT. When no free shard has the room, the
+  slow path locks every shard of the namespace in order, counts, and either refuses
+  (the limit, exactly as one counter would) or takes the jobs and shares the room left
+  out again. A deletion gives jobs back the same way. ``sum(used) + sum(room)`` is the
+  limit after every slow path (``set_quota`` shares it out again too), and ``room`` is
+  never negative, so the fast path cannot pass the limit.
+- **The job set's version** is meta's ``jobs_version`` plus the rows of
+  ``job_changes`` (one per changing transaction, an insert that waits for nobody);
+  ``jobs_version()`` folds them into meta when more than ``FOLD_AT`` are pending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cronwheel.domain.models import JobSpec
+from cronwheel.domain.quotas import Quota, refuse_count
+from cronwheel.store.core.dialect import Tx
+from cronwheel.store.core.flows import CoreStore
+from cronwheel.store.core.quotas import counts_job
+from cronwheel.store.postgres.db import Database
+
+SHARDS = 8  # creations of one namespace that can hold a shard at once
+FOLD_AT = 1000  # job_changes rows a version read folds into meta
+
+
+class PgJobsQuota(CoreStore[Database]):
+    """The jobs quota's shards and the job set's version (module doc)."""
+
+    def jobs_version(self) -> int:
+        row = self._one("jobs_version")
+        assert row is not None
+        if int(row["pending"]) > FOLD_AT:
+            self.db.write(lambda tx: tx.run("jobs_version_fold"))
+        return int(row["value"])
+
+    def _charge_jobs(
+        self, tx: Tx, specs: Sequence[JobSpec], quotas: dict[str, Quota] | None = None
+    ) -> None:
+        per_namespace: dict[str, int] = {}
+        for spec in specs:
+            if counts_job(spec):
+                per_namespace[spec.namespace] = per_namespace.get(spec.namespace, 0) + 1
+        for namespace, n in sorted(per_namespace.items()):
+            key = {"namespace": namespace, "n": n}
+            if tx.one("quota_jobs_take", key) is not None:
+                continue
+            known = None if quotas is None else quotas.get(namespace)
+            limit = (self._quota_in(tx, namespace) if known is None else known).jobs
+            if not self._share(tx, namespace, limit, n):
+                what = "this job" if n == 1 else f"these {n} jobs"
+                raise refuse_count("jobs", limit, namespace=namespace, what=what)
+
+    def _uncharge_job(self, tx: Tx, namespace: str, n: int = 1) -> None:
+        if n <= 0 or tx.one("quota_jobs_give", {"namespace": namespace, "n": n}) is not None:
+            return
+        self._share(tx, namespace, self._quota_in(tx, namespace).jobs, -n)
+
+    def _quota_changed(self, tx: Tx, namespace: str, quota: Quota) -> None:
+        self._share(tx, namespace, quota.jobs, 0)
+
+    def _share(self, tx: Tx, namespace: str, limit: int, n: int) -> bool:
+        """The slow path: every shard of the namespace locked; ``n`` jobs taken (given
+        back when negative) unless that would pass ``limit`` (False, nothing written),
+        then the room left shared out evenly (the remainder to the first shards)."""
+        tx.run("quota_jobs_ensure", {"namespace": namespace, "shards": SHARDS})
+        rows = tx.all("quota_jobs_lock", {"namespace": namespace})
+        used = [int(r["used"]) for r in rows]
+        total = sum(used) + n
+        if n > 0 and total > limit:
+            return False
+        if n:
+            _spread(used, n)
+        room = max(0, limit - total)
+        share, extra = divmod(room, len(used))
+        params: Mapping[str, Any] = {
+            "namespace": namespace,
+            "shard": [int(r["shard"]) for r in rows],
+            "used": used,
+            "room": [share + (1 if i < extra else 0) for i in range(len(used))],
+        }
+        tx.run("quota_jobs_set", params)
+        return True
+
+
+def _spread(used: list[int], n: int) -> None:
+    """``n`` jobs added to the shards' counts (taken away when negative, from the
+    fullest first; a counter already lower than the jobs deleted stops at zero)."""
+    if n > 0:
+        used[0] += n
+        return
+    left = -n
+    for i in sorted(range(len(used)), key=lambda i: -used[i]):
+        take = min(left, used[i])
+        used[i] -= take
+        left -= take

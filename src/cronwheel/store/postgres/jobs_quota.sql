@@ -1,0 +1,55 @@
+-- PostgreSQL: the jobs quota's shards and the job set's version folded
+-- (store/postgres/jobs_quota.py, schema.sql migration_20). Each block: what it does;
+-- [the index it relies on].
+
+-- name: jobs_version_fold
+-- The changes moved into meta's jobs_version, in one transaction: the version stays.
+-- A concurrent fold waits for the rows this one deletes and counts only its own.
+WITH gone AS (DELETE FROM job_changes RETURNING 1)
+INSERT INTO meta (key, value) SELECT 'jobs_version', count(*)::text FROM gone
+ON CONFLICT (key) DO UPDATE SET value = (meta.value::bigint + excluded.value::bigint)::text
+
+-- name: quota_jobs_take
+-- %(n)s jobs charged to the room of one shard of the namespace's jobs counter that has
+-- it and that no other transaction holds (SKIP LOCKED: never waits); no row when none
+-- does (then quota_jobs_lock). [quota_jobs primary key]
+WITH pick AS (
+    SELECT shard FROM quota_jobs
+    WHERE namespace = %(namespace)s AND room >= %(n)s
+    ORDER BY random() LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE quota_jobs q SET used = q.used + %(n)s, room = q.room - %(n)s
+FROM pick WHERE q.namespace = %(namespace)s AND q.shard = pick.shard
+RETURNING q.shard
+
+-- name: quota_jobs_give
+-- %(n)s jobs given back (deleted) to one free shard that counts as many; no row when
+-- none does (then quota_jobs_lock). [quota_jobs primary key]
+WITH pick AS (
+    SELECT shard FROM quota_jobs
+    WHERE namespace = %(namespace)s AND used >= %(n)s
+    ORDER BY random() LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE quota_jobs q SET used = q.used - %(n)s, room = q.room + %(n)s
+FROM pick WHERE q.namespace = %(namespace)s AND q.shard = pick.shard
+RETURNING q.shard
+
+-- name: quota_jobs_ensure
+-- The namespace's %(shards)s shards (those missing made empty). [quota_jobs primary key]
+INSERT INTO quota_jobs (namespace, shard, used, room)
+SELECT %(namespace)s, s, 0, 0 FROM generate_series(0, %(shards)s - 1) AS s
+ON CONFLICT (namespace, shard) DO NOTHING
+
+-- name: quota_jobs_lock
+-- Every shard of the namespace, locked in shard order (waits for the transactions that
+-- hold one). [quota_jobs primary key]
+SELECT shard, used, room FROM quota_jobs WHERE namespace = %(namespace)s
+ORDER BY shard FOR UPDATE
+
+-- name: quota_jobs_set
+-- The namespace's shards rewritten (under quota_jobs_lock). [quota_jobs primary key]
+UPDATE quota_jobs q SET used = v.used, room = v.room
+FROM unnest(%(shard)s::int[], %(used)s::bigint[], %(room)s::bigint[]) AS v(shard, used, room)
+WHERE q.namespace = %(namespace)s AND q.shard = v.shard
