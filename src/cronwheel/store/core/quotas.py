@@ -152,10 +152,20 @@ class QuotaFlows(Generic[D]):
                 per_namespace[spec.namespace] = per_namespace.get(spec.namespace, 0) + 1
         for namespace, n in sorted(per_namespace.items()):
             known = None if quotas is None else quotas.get(namespace)
-            limit = (self._quota_in(tx, namespace) if known is None else known).jobs
-            if int(self._charge(tx, namespace, "jobs", 0, n)["used"]) > limit:
+
+            def limit(namespace: str = namespace, known: Quota | None = known) -> int:
+                return (self._quota_in(tx, namespace) if known is None else known).jobs
+
+            if not self._take_jobs(tx, namespace, n, limit):
                 what = "this job" if n == 1 else f"these {n} jobs"
-                raise refuse_count("jobs", limit, namespace=namespace, what=what)
+                raise refuse_count("jobs", limit(), namespace=namespace, what=what)
+
+    def _take_jobs(self, tx: Tx, namespace: str, n: int, limit: Callable[[], int]) -> bool:
+        """``n`` jobs charged to the namespace's counter unless that passes ``limit()``
+        (False; the caller's transaction is refused, so the charge is rolled back).
+        PostgreSQL charges a shard of the counter instead (store/postgres/jobs_quota.py)."""
+        cap = limit()
+        return int(self._charge(tx, namespace, "jobs", 0, n)["used"]) <= cap
 
     def _uncharge_job(self, tx: Tx, namespace: str, n: int = 1) -> None:
         self._charge(tx, namespace, "jobs", 0, -n)

@@ -18,14 +18,12 @@ other creation waits for (schema.sql migration_20).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from cronwheel.domain.models import JobSpec
-from cronwheel.domain.quotas import Quota, refuse_count
+from cronwheel.domain.quotas import Quota
 from cronwheel.store.core.dialect import Tx
 from cronwheel.store.core.flows import CoreStore
-from cronwheel.store.core.quotas import counts_job
 from cronwheel.store.postgres.db import Database
 
 SHARDS = 8  # creations of one namespace that can hold a shard at once
@@ -42,22 +40,9 @@ class PgJobsQuota(CoreStore[Database]):
             self.db.write(lambda tx: tx.run("jobs_version_fold"))
         return int(row["value"])
 
-    def _charge_jobs(
-        self, tx: Tx, specs: Sequence[JobSpec], quotas: dict[str, Quota] | None = None
-    ) -> None:
-        per_namespace: dict[str, int] = {}
-        for spec in specs:
-            if counts_job(spec):
-                per_namespace[spec.namespace] = per_namespace.get(spec.namespace, 0) + 1
-        for namespace, n in sorted(per_namespace.items()):
-            key = {"namespace": namespace, "n": n}
-            if tx.one("quota_jobs_take", key) is not None:
-                continue
-            known = None if quotas is None else quotas.get(namespace)
-            limit = (self._quota_in(tx, namespace) if known is None else known).jobs
-            if not self._share(tx, namespace, limit, n):
-                what = "this job" if n == 1 else f"these {n} jobs"
-                raise refuse_count("jobs", limit, namespace=namespace, what=what)
+    def _take_jobs(self, tx: Tx, namespace: str, n: int, limit: Callable[[], int]) -> bool:
+        key = {"namespace": namespace, "n": n}
+        return tx.one("quota_jobs_take", key) is not None or self._share(tx, namespace, limit(), n)
 
     def _uncharge_job(self, tx: Tx, namespace: str, n: int = 1) -> None:
         if n <= 0 or tx.one("quota_jobs_give", {"namespace": namespace, "n": n}) is not None:
