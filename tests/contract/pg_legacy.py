@@ -78,12 +78,12 @@ def _jobs_as_v15(store: PostgresStore) -> Iterator[None]:
     bump = q["bump_jobs_version"]
     q["bump_jobs_version"] = _BUMP_V15
     charge: Any = store
-    charge._charge_jobs = types.MethodType(QuotaFlows._charge_jobs, store)
+    charge._take_jobs = types.MethodType(QuotaFlows._take_jobs, store)
     try:
         yield
     finally:
         q["bump_jobs_version"] = bump
-        del charge._charge_jobs
+        del charge._take_jobs
 
 
 _CLAIM_V15 = """
