@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from cronwheel.domain.firing import FiringState
 from cronwheel.errors import LeaseLostError, StoreUnavailableError
 from cronwheel.store.protocol import DISPATCHER_LEASE, Completion, JobAdvance, PlannedFiring
 from cronwheel.store.sql import load_queries
@@ -770,11 +771,17 @@ def test_mixed_policies_under_load_keep_caps_without_deadlocks(h: Harness) -> No
         t.start()
     # run the mixed load until every fate has occurred (bounded: 75 s; the pytest timeout is
     # 120 s), at least 1 s
+    # (each fate is looked up by state over the whole history: a window of the newest firings
+    # can be all queued and skipped on a loaded machine, where the triggers outrun the workers)
+    fates = [FiringState.SUCCEEDED, FiringState.SKIPPED, FiringState.CANCELLED]
+
+    def occurred(store: Any) -> set[str]:
+        return {s.value for s in fates if store.list_firings(states=[s], limit=1)}
+
     started = time.monotonic()
     while time.monotonic() - started < 75 and not stop.is_set():
         time.sleep(0.2)
-        seen = {f.state.value for f in api.list_firings(limit=10_000)}
-        if time.monotonic() - started > 1 and {"succeeded", "skipped", "cancelled"} <= seen:
+        if time.monotonic() - started > 1 and occurred(api) == {s.value for s in fates}:
             break
     stop.set()
     for t in threads:
@@ -782,8 +789,7 @@ def test_mixed_policies_under_load_keep_caps_without_deadlocks(h: Harness) -> No
     peak = monitor.stop()
     assert not errors, errors
     assert all(n <= 1 for n in peak.values()), peak
-    states = {f.state.value for f in h.store.list_firings(limit=10_000)}
-    assert {"succeeded", "skipped", "cancelled"} <= states, states
+    assert occurred(h.store) == {"succeeded", "skipped", "cancelled"}
     assert _retried([_store(h), *stores]) == {"deadlock": 0, "serialization": 0}
 
 
