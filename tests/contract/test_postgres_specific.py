@@ -903,3 +903,45 @@ def test_retention_bounds_read_only_the_jobs_that_override(h: Harness) -> None:
     row = store.db.read(lambda tx: tx.one("retention_longest_keep_for"))
     assert row is not None and row["namespaces"] == ["default", "ns0", "ns1", "ns2"]
     assert row["keep_for_s"] == 2 * 86400
+
+
+def test_concurrent_finishes_do_not_wait_on_each_others_counter_rows(h: Harness) -> None:
+    """Two transactions finishing firings at once (two workers' completion batches) do
+    not wait for each other on the finish counters (finished_counts, status' last hour):
+    a transaction's finishes of one (minute, namespace, state) go to one slot, picked by
+    its transaction id (migration_22). By firing id (id % 8), a batch of eight took
+    every slot's row lock until its commit, and the workers' completions ran one at a
+    time."""
+    h.store.create_job(spec("many"), first_fire_at=None)
+    added = h.store.add_firings(
+        "default", "many", [h.now() - k * S for k in range(1, 17)], note="t"
+    )
+    ids = [f.id for f in added.inserted]
+    assert len(ids) == 16
+    finish = "UPDATE firings SET state = 'succeeded', finished_at = %s WHERE id = ANY (%s)"
+    slot = "SELECT pg_current_xact_id()::text::bigint % 16"
+    at = h.now()
+    first, second = _raw(h), _raw(h)
+    try:
+        first.execute(finish, (at, ids[:8]))
+        (mine,) = first.execute(slot).fetchone() or (None,)
+        # the second transaction's slot differs from the first's (transaction ids are
+        # consecutive unless another session took one between: then take a new one)
+        for _ in range(8):
+            (theirs,) = second.execute(slot).fetchone() or (None,)
+            if theirs != mine:
+                break
+            second.rollback()
+        assert theirs != mine
+        second.execute("SET LOCAL lock_timeout = '2s'")
+        # waits (and fails with LockNotAvailable after 2 s) if a counter row is the first's
+        second.execute(finish, (at, ids[8:]))
+        second.commit()
+        first.commit()
+        rows = first.execute(
+            "SELECT slot, n FROM finished_counts WHERE state = 'succeeded' ORDER BY slot"
+        ).fetchall()
+    finally:
+        first.close()
+        second.close()
+    assert sorted(rows) == sorted([(mine, 8), (theirs, 8)])
