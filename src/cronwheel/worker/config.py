@@ -1,4 +1,4 @@
-"""A worker's settings, its counters and its id."""
+"""A worker's settings, its counters, its id and which claims a heartbeat renews."""
 
 from __future__ import annotations
 
@@ -6,12 +6,13 @@ import os
 import socket
 import uuid
 from collections import deque
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from cronwheel.domain.clock import ClockBounds
-from cronwheel.domain.models import NodeInfo
+from cronwheel.domain.models import ClaimedFiring, FiringId, NodeInfo
 from cronwheel.domain.tzdb import tz_database
 from cronwheel.errors import ValidationError
 
@@ -93,3 +94,25 @@ def worker_node(worker_id: str, tasks: list[str], config: WorkerConfig, now: dat
         tz_source=tzdb.source,
         tz_version=tzdb.version,
     )
+
+
+def renewals(
+    claims: list[tuple[FiringId, str]],
+    active: Mapping[FiringId, tuple[ClaimedFiring, Any]],
+    held: Collection[tuple[FiringId, str]],
+    renewed: Mapping[FiringId, float],
+    until: float,
+) -> list[tuple[FiringId, str]]:
+    """The claims a heartbeat renews: every started one (its renewal is also how the
+    worker learns that a claim was revoked, and stops its handler), and each held one
+    (CLAIMED: waiting for its instant or a slot) whose renewal is due before ``until``,
+    the next beat: a third of its visibility timeout after it was taken or last renewed.
+    A crowd held ahead of its instant is not rewritten at every beat: its thousands of
+    rows, locked by the heartbeat, held up their own starts at the instant."""
+    return [
+        (fid, token)
+        for fid, token in claims
+        if (fid, token) not in held
+        or fid not in renewed
+        or renewed[fid] + active[fid][0].policies.visibility_timeout.total_seconds() / 3 <= until
+    ]

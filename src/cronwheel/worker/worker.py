@@ -46,6 +46,7 @@ from cronwheel.worker.config import (
     WorkerStats,
     finished_within,
     make_worker_id,
+    renewals,
     worker_node,
 )
 from cronwheel.worker.context import Context, ids_of, make_context
@@ -383,8 +384,7 @@ class Worker:
 
     @contextlib.contextmanager
     def _claiming(self) -> Iterator[None]:
-        """While the claim loop awaits a claim: the flush loop leaves the completions
-        to it (they ride with its next claim)."""
+        """While a claim is in flight, the flush loop leaves the completions to it."""
         assert self._claim_idle is not None
         self._claim_idle.clear()
         try:
@@ -453,9 +453,8 @@ class Worker:
         beat_every = self.config.heartbeat_interval.total_seconds()
         deadline = self.clock.monotonic() + beat_every  # persists across wake-ups
         while not stop.is_set():
-            # renew each claim a third of its visibility timeout after it was taken or
-            # last renewed; a new claim wakes the loop so its first renewal is on time
-            # (the regular deadline is kept, so a stream of claims cannot postpone it)
+            # renew each claim a third of its visibility timeout after it was taken or last
+            # renewed, a new claim waking the loop (the regular deadline is kept)
             mono = self.clock.monotonic()
             target = min(
                 [deadline]
@@ -476,11 +475,12 @@ class Worker:
                 claims = [(fid, c.claim_token) for fid, (c, _) in self._active.items()]
                 if claims:
                     beat_at = self.clock.monotonic()
-                    lost = await self._call_out(self.store.heartbeat, self.worker_id, claims)
-                    for fid, _ in claims:
+                    renew = renewals(claims, self._active, self._held, self._renewed, deadline)
+                    lost = await self._call_out(self.store.heartbeat, self.worker_id, renew)
+                    for fid, _ in renew:
                         if fid not in lost and fid in self._renewed:
                             self._renewed[fid] = beat_at
-                    self.events.claims_renewed(len(claims) - len(lost))
+                    self.events.claims_renewed(len(renew) - len(lost))
                     cancelled = await self._call(self.store.cancel_requested, claims)
                     for fid in lost | cancelled:
                         entry = self._active.get(fid)
