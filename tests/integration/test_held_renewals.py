@@ -10,16 +10,14 @@ instant, 3.7 s with this rule (docs/benchmarks.md).
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import datetime, timedelta
 from typing import Any
 
 from cronwheel.domain.firing import FiringState
-from cronwheel.domain.models import JobPolicies, JobSpec
-from cronwheel.domain.schedules import every
+from cronwheel.domain.models import JobPolicies
 from tests.integration.conftest import Rig
 from tests.integration.test_events import Recorder
-from tests.integration.test_policies import _run_until
+from tests.integration.test_policies import _crowd, _run_until
 
 S = timedelta(seconds=1)
 
@@ -38,18 +36,7 @@ def test_a_held_crowd_is_renewed_when_due_not_at_every_beat(rig: Rig) -> None:
         started.append(ctx.firing_id)
 
     # visibility timeout 3 s: each held claim's renewal is due 1 s after it was taken
-    policies = JobPolicies(visibility_timeout=3 * S)
-    rig.store.create_jobs(
-        [
-            (JobSpec(name=f"c{i}", task="crowded", schedule=every(3600), policies=policies), None)
-            for i in range(3)
-        ]
-    )
-    due = rig.clock.now() + 2.5 * S
-    for i in range(3):
-        rig.store.add_firings("default", f"c{i}", [due], note="crowd")
-    with sqlite3.connect(rig.path) as conn:  # due at their instant, not at once
-        conn.execute("UPDATE firings SET due_at = scheduled_for, vdeadline = scheduled_for")
+    _crowd(rig, 3, rig.clock.now() + 2.5 * S, JobPolicies(visibility_timeout=3 * S))
     sink = Recorder()
     # heartbeats every 20 ms of real time (the fake clock moves only when told)
     w = rig.worker(

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from cronwheel.domain.firing import FiringState
+from cronwheel.domain.models import JobPolicies
 from cronwheel.domain.schedules import at, every
 from cronwheel.store.protocol import Completion
 from tests.integration.conftest import Rig
@@ -379,14 +380,22 @@ def test_trigger_and_backfill_add_firings_without_moving_the_cursor(rig: Rig) ->
 
 
 # -- early claims (a crowd before its instant) ------------------------------------------------
-def _crowd(rig: Rig, n: int, due: datetime) -> None:
-    """``n`` jobs with one firing each, queued and due at ``due`` (as if enqueued ahead)."""
+def _crowd(rig: Rig, n: int, due: datetime, policies: JobPolicies | None = None) -> None:
+    """``n`` jobs with one firing each, queued and due at ``due`` (as if enqueued ahead);
+    ``policies``: the jobs' (the defaults when None)."""
     import sqlite3
 
     from cronwheel.domain.models import JobSpec
 
+    policies = policies or JobPolicies()
     rig.store.create_jobs(
-        [(JobSpec(name=f"crowd{i}", task="crowded", schedule=every(3600)), None) for i in range(n)]
+        [
+            (
+                JobSpec(name=f"crowd{i}", task="crowded", schedule=every(3600), policies=policies),
+                None,
+            )
+            for i in range(n)
+        ]
     )
     for i in range(n):
         rig.store.add_firings("default", f"crowd{i}", [due], note="crowd")

@@ -96,8 +96,13 @@ def worker_node(worker_id: str, tasks: list[str], config: WorkerConfig, now: dat
     )
 
 
+def renewal_at(claim: ClaimedFiring, renewed_at: float) -> float:
+    """When a claim is renewed: a third of its visibility timeout after it was taken or
+    last renewed (``renewed_at``, monotonic)."""
+    return renewed_at + claim.policies.visibility_timeout.total_seconds() / 3
+
+
 def renewals(
-    claims: list[tuple[FiringId, str]],
     active: Mapping[FiringId, tuple[ClaimedFiring, Any]],
     held: Collection[tuple[FiringId, str]],
     renewed: Mapping[FiringId, float],
@@ -105,14 +110,14 @@ def renewals(
 ) -> list[tuple[FiringId, str]]:
     """The claims a heartbeat renews: every started one (its renewal is also how the
     worker learns that a claim was revoked, and stops its handler), and each held one
-    (CLAIMED: waiting for its instant or a slot) whose renewal is due before ``until``,
-    the next beat: a third of its visibility timeout after it was taken or last renewed.
-    A crowd held ahead of its instant is not rewritten at every beat: its thousands of
-    rows, locked by the heartbeat, held up their own starts at the instant."""
+    (CLAIMED: waiting for its instant or a slot) whose renewal (``renewal_at``) is due
+    before ``until``, the next beat. A crowd held ahead of its instant is not rewritten
+    at every beat: its thousands of rows, locked by the heartbeat, held up their own
+    starts at the instant."""
     return [
-        (fid, token)
-        for fid, token in claims
-        if (fid, token) not in held
+        (fid, claim.claim_token)
+        for fid, (claim, _) in active.items()
+        if (fid, claim.claim_token) not in held
         or fid not in renewed
-        or renewed[fid] + active[fid][0].policies.visibility_timeout.total_seconds() / 3 <= until
+        or renewal_at(claim, renewed[fid]) <= until
     ]

@@ -46,6 +46,7 @@ from cronwheel.worker.config import (
     WorkerStats,
     finished_within,
     make_worker_id,
+    renewal_at,
     renewals,
     worker_node,
 )
@@ -456,13 +457,10 @@ class Worker:
             # renew each claim a third of its visibility timeout after it was taken or last
             # renewed, a new claim waking the loop (the regular deadline is kept)
             mono = self.clock.monotonic()
-            target = min(
-                [deadline]
-                + [
-                    self._renewed.get(fid, mono) + c.policies.visibility_timeout.total_seconds() / 3
-                    for fid, (c, _) in self._active.items()
-                ]
+            due = (
+                renewal_at(c, self._renewed.get(fid, mono)) for fid, (c, _) in self._active.items()
             )
+            target = min([deadline, *due])
             if target > mono:
                 self._claim_added.clear()
                 await wait_any([stop.wait(), self._claim_added.wait()], target - mono)
@@ -475,7 +473,7 @@ class Worker:
                 claims = [(fid, c.claim_token) for fid, (c, _) in self._active.items()]
                 if claims:
                     beat_at = self.clock.monotonic()
-                    renew = renewals(claims, self._active, self._held, self._renewed, deadline)
+                    renew = renewals(self._active, self._held, self._renewed, deadline)
                     lost = await self._call_out(self.store.heartbeat, self.worker_id, renew)
                     for fid, _ in renew:
                         if fid not in lost and fid in self._renewed:
