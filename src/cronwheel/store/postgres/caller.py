@@ -66,12 +66,11 @@ COPY_CHUNK = 1000  # rows of a COPY per trip to an AsyncConnection's event loop
 class Done:
     """A statement's outcome, read at once (its cursor is closed)."""
 
-    __slots__ = ("description", "rowcount", "rows")
+    __slots__ = ("rowcount", "rows")
 
-    def __init__(self, rows: list[DictRow], rowcount: int, description: Any) -> None:
+    def __init__(self, rows: list[DictRow], rowcount: int) -> None:
         self.rows = rows
         self.rowcount = rowcount
-        self.description = description
 
     def fetchall(self) -> list[DictRow]:
         return self.rows
@@ -126,7 +125,7 @@ class SyncLink:
             _own_adapters(cur)
             cur.execute(query(text), params, prepare=False)
             rows = cur.fetchall() if cur.description is not None else []
-            return Done(rows, cur.rowcount, cur.description)
+            return Done(rows, cur.rowcount)
 
     def savepoint(self) -> AbstractContextManager[Any]:
         return self.conn.transaction()
@@ -166,7 +165,7 @@ class AsyncLink:
             _own_adapters(cur)
             await cur.execute(query(text), params, prepare=False)
             rows = await cur.fetchall() if cur.description is not None else []
-            return Done(rows, cur.rowcount, cur.description)
+            return Done(rows, cur.rowcount)
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:

@@ -99,10 +99,8 @@ class DbTime:
 
 
 class Result(Protocol):
-    """What a unit of work reads of an executed statement (a psycopg cursor is one)."""
-
-    @property
-    def description(self) -> Any: ...
+    """What a unit of work reads of an executed statement (a psycopg cursor is one).
+    ``fetchall`` raises psycopg's ProgrammingError for a statement that returns no rows."""
 
     @property
     def rowcount(self) -> int: ...
@@ -127,7 +125,10 @@ class PgTx:
 
     def all(self, name: str, params: Mapping[str, Any] | None = None) -> list[DictRow]:
         cur = self.execute(self.db.q[name], params)
-        return cur.fetchall() if cur.description is not None else []
+        try:
+            return cur.fetchall()
+        except psycopg.ProgrammingError:  # the statement returned no row set
+            return []
 
     def one(self, name: str, params: Mapping[str, Any] | None = None) -> DictRow | None:
         rows = self.all(name, params)
