@@ -31,19 +31,23 @@ variable that :class:`ServingMode` sets for each request.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import functools
 import inspect
 import json
+import os
+import threading
 import types
 import typing
 from collections.abc import Awaitable, Callable, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import orjson
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
-from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 T = TypeVar("T")
@@ -58,12 +62,39 @@ _UNCHECKED: ContextVar[bool] = ContextVar("cronwheel_unchecked_answers", default
 _SUB_RESPONSE = "cronwheel_sub_response"  # the parameter that receives FastAPI's Response
 
 
+class _StoreThreads:
+    """The process's threads for store calls, made at their first use: a pool made
+    before a fork would have no threads in the child, so a child starts afresh."""
+
+    SIZE = 40  # as many as anyio's default thread limiter, which ran these calls before
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()
+        self._pool = None
+
+    def get(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.SIZE, thread_name_prefix="cronwheel-api-store")
+            return self._pool
+
+
+_STORE_THREADS = _StoreThreads()
+
+
 async def store_call(func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """``func(*args, **kwargs)`` on the loop or in the thread pool, as the app runs
     its store calls."""
     if _ON_LOOP.get():
         return func(*args, **kwargs)
-    return await run_in_threadpool(func, *args, **kwargs)
+    context = contextvars.copy_context()
+    call = functools.partial(context.run, func, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(_STORE_THREADS.get(), call)
 
 
 Fill = Callable[[Any], None]
