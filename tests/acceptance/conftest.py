@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -30,6 +31,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from cronwheel.store.sqlite.turn import SUFFIX as TURN_SUFFIX
 from cronwheel.store.url import open_store
 from tests.jsonlog import read_json_lines
 
@@ -250,23 +252,32 @@ class Cluster:
         proc.wait(timeout=10)
 
     def write_lock_free(self) -> bool:
-        """Whether SQLite's write lock is free right now (taken and released at once)."""
-        conn = sqlite3.connect(self.db_path, timeout=0.2, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("ROLLBACK")
-            return True
-        except sqlite3.OperationalError:
-            return False
-        finally:
-            conn.close()
+        """Whether the writers' turn (store/sqlite/turn.py) and SQLite's write lock are
+        both free right now (each taken and released at once)."""
+        with contextlib.ExitStack() as held:
+            turn = os.open(str(self.db_path) + TURN_SUFFIX, os.O_RDWR | os.O_CREAT, 0o600)
+            held.callback(os.close, turn)
+            try:
+                fcntl.flock(turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            conn = sqlite3.connect(self.db_path, timeout=0.2, isolation_level=None)
+            held.callback(conn.close)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("ROLLBACK")
+                return True
+            except sqlite3.OperationalError:
+                return False
 
     def pause(self, proc: Proc, timeout: float = 10) -> None:
-        """SIGSTOP ``proc`` at a moment it does not hold SQLite's write lock.
+        """SIGSTOP ``proc`` at a moment it holds neither the writers' turn nor SQLite's
+        write lock.
 
         A process frozen inside a write transaction blocks every other process on
-        the file (a property of SQLite, not of the code under test), so retry until
-        the freeze lands between transactions."""
+        the file (a property of SQLite, not of the code under test: the others wait
+        for their turn, then time out), so retry until the freeze lands between
+        transactions."""
         deadline = time.monotonic() + timeout
         while True:
             os.kill(proc.pid, signal.SIGSTOP)

@@ -23,6 +23,7 @@ from cronwheel.domain.clock import Clock
 from cronwheel.errors import StoreError, StoreUnavailableError
 from cronwheel.store.codec import duration_us, to_us
 from cronwheel.store.sql import load_package_queries, load_queries
+from cronwheel.store.sqlite.turn import TurnTimeoutError, WriterTurn
 from cronwheel.wakeup import Doorbell
 
 T = TypeVar("T")
@@ -90,6 +91,7 @@ class SqliteDb:
         clock: Clock,
         busy_timeout_ms: int,
         wake_addresses: Callable[[], list[str]],
+        turn_timeout_s: float = _LOCK_RETRY_S,
     ) -> None:
         self.path = path
         self.clock = clock
@@ -115,11 +117,16 @@ class SqliteDb:
         self.conn.execute("PRAGMA foreign_keys=ON")
         self.conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
         self.doorbell = Doorbell(wake_addresses)
+        # the processes' turn at the writer lock, waited for in the kernel (turn.py)
+        self.turn = WriterTurn(path) if path != ":memory:" else None
+        self.turn_timeout_s = turn_timeout_s
 
     def close(self) -> None:
         self.doorbell.close()
         with self._lock:
             self.conn.close()
+            if self.turn is not None:
+                self.turn.close()
 
     # -- units of work --------------------------------------------------------------
     @contextmanager
@@ -141,7 +148,7 @@ class SqliteDb:
         """One write transaction under SQLite's writer lock (BEGIN IMMEDIATE); the
         workers are woken after it commits if it asked to."""
         conn = self.conn
-        with self._lock:
+        with self._lock, self._writer_turn():
             deadline = time.monotonic() + _LOCK_RETRY_S
             delay = 0.005
             while True:
@@ -168,6 +175,17 @@ class SqliteDb:
                 raise StoreUnavailableError(f"sqlite commit: {exc}") from exc
         if tx.ring:
             self.doorbell.ring()
+
+    @contextmanager
+    def _writer_turn(self) -> Iterator[None]:
+        if self.turn is None:
+            yield
+            return
+        try:
+            with self.turn.taken(self.turn_timeout_s):
+                yield
+        except TurnTimeoutError as exc:  # raised only before the turn is held
+            raise StoreUnavailableError(f"sqlite: {exc}", field="store") from exc
 
     def write(self, body: Callable[[SqliteTx], T], *, atomic: bool = True) -> T:
         with self.transaction() as tx:
