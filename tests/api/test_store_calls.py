@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import threading
-import time
 from contextvars import ContextVar
 
 import pytest
 
 from cronwheel.api import calls
+from tests.forked import exit_code, fork
 
 REQUEST: ContextVar[str] = ContextVar("request", default="none")
 
@@ -67,21 +66,9 @@ def test_a_process_forked_after_a_store_call_makes_its_own_threads() -> None:
     """``cronwheel api --workers N`` forks its serving processes: a child must not wait
     on the threads of a pool its parent made (they do not exist in the child)."""
     asyncio.run(calls.store_call(where, tag="parent"))
-    pid = os.fork()
-    if pid == 0:  # the child: exit 0 when its store call came back
-        code = 1
-        try:
-            _, _, tag = asyncio.run(asyncio.wait_for(calls.store_call(where, tag="c"), 5))
-            code = 0 if tag == "c" else 1
-        finally:
-            os._exit(code)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            assert os.waitstatus_to_exitcode(status) == 0
-            return
-        time.sleep(0.05)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    raise AssertionError("the forked process's store call never came back")
+
+    def child() -> bool:  # its store call comes back
+        _, _, tag = asyncio.run(asyncio.wait_for(calls.store_call(where, tag="c"), 5))
+        return tag == "c"
+
+    assert exit_code(fork(child)) == 0

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import signal
 import threading
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from cronwheel.errors import StoreUnavailableError
 from cronwheel.store.sqlite.store import SqliteStore
 from cronwheel.store.sqlite.turn import SUFFIX
+from tests.forked import exit_code, fork, running
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="flock and fork: POSIX")
 
@@ -146,28 +146,11 @@ def test_a_forked_child_waits_for_its_own_turn(path: str) -> None:
     fcntl.flock(other, fcntl.LOCK_UN)
     waiter.join(10)
     fcntl.flock(other, fcntl.LOCK_EX)  # held again across the fork
-    pid = os.fork()
-    if pid == 0:  # the child: its write waits for the turn, then lands
-        code = 1
-        try:
-            mark(store, "child")
-            code = 0
-        finally:
-            os._exit(code)
+    pid = fork(lambda: mark(store, "child") is None)  # its write waits, then lands
     time.sleep(0.2)
-    assert os.waitpid(pid, os.WNOHANG) == (0, 0)  # still waiting for its turn
+    assert running(pid)  # still waiting for its turn
     fcntl.flock(other, fcntl.LOCK_UN)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            assert os.waitstatus_to_exitcode(status) == 0
-            break
-        time.sleep(0.02)
-    else:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        raise AssertionError("the child's write never landed")
+    assert exit_code(pid) == 0
     assert marks(store) == ["parent", "child"]
     os.close(other)
     store.close()
