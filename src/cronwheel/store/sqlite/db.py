@@ -1,8 +1,10 @@
 """SqliteDb: the SQLite dialect of the store core (connection, transactions, retries).
 
 Every write runs in ``BEGIN IMMEDIATE`` — SQLite's single writer lock — so a unit of
-work is atomic across the processes sharing the file. ``database is locked`` is waited
-out (busy timeout, then bounded retries with backoff) and surfaces as
+work is atomic across the processes sharing the file. The processes first take turns at
+that lock (turn.py: a waiting writer is woken when the lock is let go, not after a busy
+sleep). A turn not granted within ``turn_timeout_s``, or ``database is locked`` held by
+another program past the busy timeout and bounded retries with backoff, surfaces as
 StoreUnavailableError, never as lost work. SQLite has no server clock: the store's
 clock is the Clock it is given, read once per unit of work (``:now`` in the SQL).
 """
