@@ -78,6 +78,9 @@ class _StoreThreads:
         self._pool = None
 
     def get(self) -> ThreadPoolExecutor:
+        pool = self._pool
+        if pool is not None:  # every call after the first: no lock taken
+            return pool
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.SIZE, thread_name_prefix="cronwheel-api-store")

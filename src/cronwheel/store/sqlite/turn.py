@@ -68,11 +68,16 @@ class WriterTurn:
         self._requests: queue.SimpleQueue[_Wait] | None = None
         if fcntl is None:
             return
-        try:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError:
-            self._fd = None  # e.g. a read-only directory: SQLite's busy handling alone
+        self._fd = self._open()
         _TURNS.add(self)
+
+    def _open(self) -> int | None:
+        """A descriptor of the lock file, created if missing; None when it cannot be
+        opened (e.g. a read-only directory: SQLite's busy handling alone)."""
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return None
 
     def _after_fork(self) -> None:
         """In a forked child: a descriptor of its own (a lock shared with the parent
@@ -81,15 +86,7 @@ class WriterTurn:
         self._requests = None
         if self._fd is not None:
             os.close(self._fd)
-            self._fd = None
-            try:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
-            except OSError:
-                self._fd = None
-
-    @property
-    def enabled(self) -> bool:
-        return self._fd is not None
+            self._fd = self._open()
 
     def close(self) -> None:
         if self._fd is not None:
