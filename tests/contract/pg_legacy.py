@@ -10,16 +10,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from cronwheel.domain.models import ClaimedFiring
 from cronwheel.domain.schedules import every
 from cronwheel.domain.schedules import now as now_schedule
 from cronwheel.store.core.quotas import QuotaFlows
 from cronwheel.store.postgres import DbTime, PostgresStore
-from cronwheel.store.protocol import (
-    DISPATCHER_LEASE,
-    ClaimedFiring,
-    JobAdvance,
-    PlannedFiring,
-)
+from cronwheel.store.protocol import DISPATCHER_LEASE, JobAdvance, PlannedFiring
 from tests.conftest import PG_URL
 from tests.contract.conftest import spec
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from cronwheel.domain.firing import FiringState
+from cronwheel.store.protocol import Completion
 from tests.contract.conftest import Harness, spec
 from tests.contract.test_store_contract import (
     _capped_job,
@@ -49,6 +50,46 @@ def test_start_is_a_compare_and_swap_on_the_claim(harness: Harness) -> None:
     # started once: a second start changes nothing
     assert harness.store.start("w", [(a.firing.id, a.claim_token)]) == set()
     assert harness.store.start("w", []) == set()
+
+
+def _outcome(harness: Harness, claim, token: str | None = None, ok: bool = True) -> Completion:
+    now = harness.now()
+    return Completion(
+        firing_id=claim.firing.id,
+        claim_token=token or claim.claim_token,
+        succeeded=ok,
+        started_at=now,
+        finished_at=now,
+        error=None if ok else "boom",
+    )
+
+
+def test_outcomes_and_starts_go_together_each_a_compare_and_swap(harness: Harness) -> None:
+    """complete_and_start: the outcomes of running firings and the starts of held ones
+    in one call; each part answers as complete and start would alone."""
+    _queued(harness, 5)
+    ran, failed, stale, held, gone = harness.store.claim("w", tasks=["t"], limit=5, start=3)
+    assert [c.started for c in (ran, failed, stale, held, gone)] == [True] * 3 + [False] * 2
+    assert harness.store.cancel_firing(gone.firing.id).outcome == "cancelled"
+    harness.advance(S)
+    outcomes = [_outcome(harness, ran), _outcome(harness, failed, ok=False)]
+    outcomes.append(_outcome(harness, stale, token="not-its-token"))
+    starts = [(held.firing.id, held.claim_token), (gone.firing.id, gone.claim_token)]
+    accepted, started = harness.store.complete_and_start(outcomes, "w", starts)
+    assert accepted == [True, True, False]
+    assert started == {held.firing.id}
+    ran_, failed_, stale_, held_, gone_ = (
+        harness.store.get_firing(c.firing.id) for c in (ran, failed, stale, held, gone)
+    )
+    assert ran_.state is FiringState.SUCCEEDED
+    assert failed_.state is FiringState.DEAD  # no retry asked for
+    assert stale_.state is FiringState.RUNNING  # its outcome was refused
+    assert held_.state is FiringState.RUNNING and held_.started_at == harness.now()
+    assert gone_.state is FiringState.CANCELLED  # its handler must never be called
+    # either part may be empty
+    assert harness.store.complete_and_start([], "w", []) == ([], set())
+    assert harness.store.complete_and_start([_outcome(harness, held)], "w", []) == ([True], set())
+    assert harness.store.complete_and_start([], "w", starts) == ([], set())  # started once
 
 
 def test_a_held_firing_cannot_complete_before_it_starts(harness: Harness) -> None:

@@ -200,9 +200,7 @@ def test_a_claim_carrying_completions_holds_to_the_running_quota(harness: Harnes
         store.enqueue_now(spec(f"n{i}", namespace=NS, schedule=now()))
     (first,) = store.claim("w1", tasks=["t"], limit=1)
     store.set_quota(NS, {"running": 2})
-    accepted, more = store.complete_and_claim(
-        [_done(harness, first)], "w1", tasks=["t"], limit=10
-    )
+    accepted, more = store.complete_and_claim([_done(harness, first)], "w1", tasks=["t"], limit=10)
     assert accepted == [True]
     assert len(more) == 2  # the completed one's room is free again: two, not three
     assert _use(harness)["running"] == 2

@@ -23,15 +23,13 @@ Three implementations (SQLite, PostgreSQL, memory) pass one contract suite
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
 from cronwheel.domain.attempts import Attempt
-from cronwheel.domain.clock import ClockEstimate
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import (
-    ClaimedFiring,
     Firing,
     FiringId,
     Job,
@@ -68,7 +66,7 @@ from cronwheel.store.records import (  # re-exported (__all__): callers import t
 )
 from cronwheel.store.retention_port import RetentionPort  # re-exported (__all__)
 from cronwheel.store.tz_port import TzPort  # re-exported (__all__)
-from cronwheel.wakeup import Wakeup
+from cronwheel.store.worker_port import WorkerPort  # re-exported (__all__)
 
 __all__ = [
     "DISPATCHER_LEASE",
@@ -148,105 +146,6 @@ class DispatchPort(TzPort, RetentionPort, Protocol):
         CANCELLED (lease revoked: the worker's late result is rejected); QUEUED firings
         past their start deadline become MISSED. Returns the count of changes."""
         ...
-
-
-class WorkerPort(Protocol):
-    """The worker's port: claims, heartbeats, outcomes, wake-ups, its node record."""
-
-    def id_key(self) -> bytes:
-        """The cluster's secret for the ids users see (see AdminPort.id_key): a
-        handler's context carries those ids."""
-        ...
-
-    def claim(
-        self,
-        worker_id: str,
-        *,
-        tasks: Sequence[str],
-        limit: int,
-        prefetch: timedelta = timedelta(0),
-        start: int | None = None,
-    ) -> list[ClaimedFiring]:
-        """Atomically take up to ``limit`` QUEUED firings of these tasks whose
-        ``due_at <= now + prefetch``, in virtual-deadline order: each becomes CLAIMED with
-        attempt + 1, a fresh claim token, ``claimed_at = now`` and ``lease_until = now +
-        its visibility timeout``. The first ``start`` of them (None: all), if due, also
-        start in the same transaction (RUNNING, ``started_at = now``): the caller runs them
-        as the claim returns; the others are held until :meth:`start`. Safe against
-        concurrent claimers (no firing is claimed twice).
-
-        In the same transaction the job policies apply (store/claiming.py): a firing
-        whose start deadline passed becomes MISSED; a capped job (``max_concurrency``)
-        never has more CLAIMED + RUNNING firings than its cap across all workers, and its due
-        firings beyond the cap meet its overlap policy (SKIPPED, buffered, or the
-        running ones cancelled/terminated). A capped job's firing is only taken once
-        due (no prefetch), so the overlap decision is made at its instant."""
-        ...
-
-    def complete(self, completions: Sequence[Completion]) -> list[bool]:
-        """Record outcomes (CAS on state RUNNING + claim token); True where accepted.
-        A failure with ``retry_at`` and attempts left goes back to QUEUED due then, unless
-        its cancellation was requested (then CANCELLED: a cancelled firing is not run
-        again); otherwise DEAD."""
-        ...
-
-    def complete_and_claim(
-        self,
-        completions: Sequence[Completion],
-        worker_id: str,
-        *,
-        tasks: Sequence[str],
-        limit: int,
-        prefetch: timedelta = timedelta(0),
-        start: int | None = None,
-    ) -> tuple[list[bool], list[ClaimedFiring]]:
-        """``complete(completions)`` then ``claim(...)``, with one commit where the store
-        can: a busy worker reports what finished in the transaction that takes the next
-        firings. The outcomes are applied first (a capped job's finished firing frees its
-        slot for this very claim). Returns complete's flags and claim's firings. If it
-        raises, the outcomes are as after a failed ``complete``: not recorded, or (a
-        connection lost at commit) unknown — resending them is safe."""
-        ...
-
-    def start(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
-        """Held firings start: CLAIMED -> RUNNING (CAS on the claim token), ``started_at =
-        now``. Returns the ones that started; a firing cancelled since its claim is not
-        among them and its handler must never be called."""
-        ...
-
-    def heartbeat(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
-        """Extend the leases of these claims by their visibility timeouts. Returns the
-        firings whose claim is no longer held (reassigned, cancelled): the worker must stop
-        them and its late result will be rejected."""
-        ...
-
-    def cancel_requested(self, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
-        """Which of these held claims have a pending cancellation request."""
-        ...
-
-    def next_due_at(self) -> datetime | None:
-        """The earliest ``due_at`` of a QUEUED firing that is not yet due (any task), a
-        retry included: a worker's wake-up hint, since a capped job's firing is claimed only
-        at its instant."""
-        ...
-
-    def open_wakeup(self, callback: Callable[[], None]) -> Wakeup:
-        """Start listening for "work was queued" hints; ``callback`` may be called from any
-        thread. ``enqueue``, ``enqueue_now`` and ``redrive_firing``
-        send the hint after they commit. A lost hint costs only latency."""
-        ...
-
-    def now(self) -> datetime:
-        """The store's clock, which nodes act on (domain/clock.py StoreClock)."""
-        ...
-
-    def register_node(self, node: NodeInfo) -> None: ...
-
-    def heartbeat_node(self, node_id: str, clock: ClockEstimate | None = None) -> None:
-        """The node is alive; ``clock``: its offset to the store's clock (None: unknown)."""
-        ...
-
-    def remove_node(self, node_id: str) -> None: ...
 
 
 class JobsPort(BulkPort, Protocol):

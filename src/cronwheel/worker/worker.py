@@ -8,7 +8,8 @@
 - A claim starts the due firings it has free slots for (RUNNING) and holds the
   others (CLAIMED: up to ``prefetch`` ahead of their instant, or of a free slot); a
   held one is started at its instant, in a free slot, by the store's compare-and-swap
-  (worker/starts.py, batched), which a cancel that came first makes fail. While every
+  (worker/starts.py, batched), which a cancel that came first makes fail. Finished
+  handlers' outcomes ride with the next claim or start (worker/outcomes.py). While every
   claim held is an early one (a crowd is about to fall due), the worker claims up to
   ``early_claims`` beyond its concurrency, to start them as slots free up; at most
   ``concurrency`` handlers run at once all the same.
@@ -27,7 +28,7 @@ import contextlib
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import timedelta
@@ -54,6 +55,7 @@ from cronwheel.worker.context import Context, ids_of, make_context
 from cronwheel.worker.events import QuietWorkerEvents, WorkerEvents
 from cronwheel.worker.executing import Executing
 from cronwheel.worker.hooks import AttemptHooks
+from cronwheel.worker.outcomes import Outcomes
 from cronwheel.worker.registry import TaskRegistry
 from cronwheel.worker.slots import Slots
 from cronwheel.worker.starts import Starter
@@ -94,6 +96,8 @@ class Worker:
         # held firings' starts: own thread (a claim or a flush must not delay a handler)
         self._db_start = ThreadPoolExecutor(1, thread_name_prefix="cronwheel-store-start")
         self._starter = Starter(self._store_start)
+        # finished attempts' outcomes until a claim, a start or the flush writes them
+        self._outcomes = Outcomes(self.events, self.stats, self.config.flush_batch)
         self._threads = HandlerThreads(self.config.concurrency)
         self._attempts = Attempts(
             registry, self.clock, self.events, self.stats, self._threads, rng or random.Random()
@@ -102,12 +106,9 @@ class Worker:
         self.hooks = self._attempts.hooks = hooks
         self._executing = self._attempts.executing
         self._active: dict[FiringId, tuple[ClaimedFiring, Context]] = {}
-        self._done: list[Completion] = []
         self._slot_freed: asyncio.Event | None = None
-        self._completions_ready: asyncio.Event | None = None
         # monotonic instants of the latest handler finishes (the worker's pace)
         self._finished: deque[float] = deque(maxlen=self.config.concurrency)
-        self._claim_idle: asyncio.Event | None = None  # set by run(): see _claiming
         # monotonic instant each held claim was last renewed (or taken): the heartbeat
         # loop renews every claim by a third of its visibility timeout after that
         self._renewed: dict[FiringId, float] = {}
@@ -137,10 +138,23 @@ class Worker:
         await self._call_out(self.store.heartbeat_node, self.worker_id, estimate)
 
     async def _store_start(self, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
+        """Start held firings; on a store with one writer, carrying the outcomes of the
+        handlers that finished (whose slots they take): one commit for both
+        (worker/outcomes.py)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._db_start, partial(self.store.start, self.worker_id, claims)
-        )
+        joined = self.store.one_writer
+        done = self._outcomes.take() if joined else []
+        with self._outcomes.carrying() if joined else contextlib.nullcontext():
+            try:
+                accepted, started = await loop.run_in_executor(
+                    self._db_start,
+                    partial(self.store.complete_and_start, done, self.worker_id, claims),
+                )
+            except BaseException:
+                self._outcomes.give_back(done)
+                raise
+        self._outcomes.recorded(done, accepted)
+        return started
 
     # -- running one firing ------------------------------------------------------------
     async def execute(self, claim: ClaimedFiring, *, slot_taken: bool = False) -> Completion | None:
@@ -197,45 +211,15 @@ class Worker:
         try:
             completion = await self.execute(claim, slot_taken=slot_taken)
             if completion is not None:
-                self._done.append(completion)
-                if self._completions_ready is not None:
-                    self._completions_ready.set()
+                self._outcomes.add(completion)
         finally:
             self._finished.append(self.clock.monotonic())
             if self._slot_freed is not None:
                 self._slot_freed.set()
 
     async def flush(self) -> None:
-        """Write pending completions in one transaction."""
-        if self._done:
-            failpoints.hit("worker.before_complete")
-        while self._done:
-            batch = self._take_done()
-            try:
-                accepted = await self._call_out(self.store.complete, batch)
-            except BaseException:
-                self._give_back(batch)
-                raise
-            self._recorded(batch, accepted)
-
-    def _take_done(self) -> list[Completion]:
-        """Pending completions, taken: the flush loop and the claim loop (which sends them
-        with its claim) never send one twice."""
-        batch = self._done[: self.config.flush_batch]
-        del self._done[: len(batch)]
-        return batch
-
-    def _give_back(self, batch: list[Completion]) -> None:
-        """Completions whose sending failed go back, first in line."""
-        self._done[:0] = batch
-        if self._completions_ready is not None:
-            self._completions_ready.set()
-
-    def _recorded(self, batch: list[Completion], accepted: list[bool]) -> None:
-        for completion, ok in zip(batch, accepted, strict=True):
-            if not ok:
-                self.stats.rejected += 1
-                self.events.completion_rejected(completion.firing_id)
+        """Write pending completions, a batch a transaction."""
+        await self._outcomes.flush(partial(self._call_out, self.store.complete))
 
     # -- test/driver helper ---------------------------------------------------------------
     async def drain_once(self) -> int:
@@ -259,9 +243,7 @@ class Worker:
     # -- the loops -------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
         self._slot_freed = asyncio.Event()
-        self._completions_ready = asyncio.Event()
-        self._claim_idle = asyncio.Event()
-        self._claim_idle.set()
+        self._outcomes.bind()
         self._run_slots = Slots(self.config.concurrency)
         loop = asyncio.get_running_loop()
         rung = asyncio.Event()
@@ -279,7 +261,13 @@ class Worker:
             self.events.worker_started(self.worker_id, names, self.config.concurrency)
         loops = [
             asyncio.create_task(self._heartbeat_loop(stop)),
-            asyncio.create_task(self._flush_loop(stop)),
+            asyncio.create_task(
+                self._outcomes.flush_loop(
+                    stop,
+                    self.config.flush_interval.total_seconds(),
+                    partial(self._call_out, self.store.complete),
+                )
+            ),
             asyncio.create_task(self._watch.run(self.worker_id, stop, self._report_clock)),
         ]
         running: set[asyncio.Task[None]] = set()
@@ -323,9 +311,7 @@ class Worker:
                 # what finished since the last claim is recorded in the claim's own
                 # transaction (one commit instead of two: a store's commit is the costly
                 # part of a busy worker's round trip); the flush loop takes the rest
-                done = self._take_done()
-                if done:
-                    failpoints.hit("worker.before_complete")
+                done = self._outcomes.take()
                 # the slots no held claim waits for go to the claim's firings that are
                 # due: the claim starts those in its own transaction (RUNNING); the rest
                 # it holds (CLAIMED), to be started when their instant and a slot come.
@@ -336,7 +322,7 @@ class Worker:
                 taken = self._run_slots.take(min(free, spare))
                 began = time.time_ns()
                 try:
-                    with self._claiming():
+                    with self._outcomes.carrying():
                         accepted, claims = await self._call(
                             self.store.complete_and_claim,
                             done,
@@ -349,15 +335,14 @@ class Worker:
                     backoff = 0.1
                 except BaseException as exc:
                     self._run_slots.give(taken)
-                    if done:
-                        self._give_back(done)
+                    self._outcomes.give_back(done)
                     if not isinstance(exc, StoreUnavailableError):
                         raise
                     self.events.store_unavailable(str(exc), backoff)
                     await wait_any([stop.wait()], backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
-                self._recorded(done, accepted)
+                self._outcomes.recorded(done, accepted)
                 claimed = len(claims)
                 if claimed:
                     failpoints.hit("worker.after_claim")
@@ -382,16 +367,6 @@ class Worker:
                 else [stop.wait(), self._slot_freed.wait()]
             )
             await wait_any(waits, await self._idle_timeout(free))
-
-    @contextlib.contextmanager
-    def _claiming(self) -> Iterator[None]:
-        """While a claim is in flight, the flush loop leaves the completions to it."""
-        assert self._claim_idle is not None
-        self._claim_idle.clear()
-        try:
-            yield
-        finally:
-            self._claim_idle.set()
 
     def _room(self) -> int:
         """How many firings the next claim may take: the free slots; or, while every
@@ -428,25 +403,6 @@ class Worker:
         if hint is not None:
             timeout = min(timeout, max(0.0, (hint - self.clock.now()).total_seconds()))
         return timeout
-
-    async def _flush_loop(self, stop: asyncio.Event) -> None:
-        assert self._completions_ready is not None and self._claim_idle is not None
-        while not stop.is_set():
-            await self._completions_ready.wait()
-            self._completions_ready.clear()
-            await asyncio.sleep(self.config.flush_interval.total_seconds())
-            # While the claim loop is in a claim, it carries what finished with its next
-            # one (it claims again as soon as a slot frees): a separate write now would
-            # only add a commit and, on SQLite, a second writer waiting for the lock.
-            while not self._claim_idle.is_set() and not stop.is_set():
-                await self._claim_idle.wait()
-                await asyncio.sleep(0)  # the claim loop takes the completions first
-            try:
-                await self.flush()
-            except StoreUnavailableError as exc:
-                self.events.store_unavailable(str(exc))
-                await asyncio.sleep(0.5)
-                self._completions_ready.set()
 
     async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
         self._claim_added = asyncio.Event()

@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 from abc import abstractmethod
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from cronwheel.domain.attempts import Attempt, attempts_of
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import (
-    ClaimedFiring,
     Firing,
     FiringId,
     Job,
@@ -35,7 +34,6 @@ from cronwheel.errors import (
     JobNotFoundError,
 )
 from cronwheel.store import codec
-from cronwheel.store.claiming import ClaimAsk
 from cronwheel.store.codec import Row
 from cronwheel.store.core import filters
 from cronwheel.store.core.bulk import BulkFlows, job_exists
@@ -45,10 +43,10 @@ from cronwheel.store.core.retention import RetentionFlows
 from cronwheel.store.core.skips import SkipFlows
 from cronwheel.store.core.tasks import TaskFlows
 from cronwheel.store.core.tzdata import TzFlows
+from cronwheel.store.core.work import WorkFlows
 from cronwheel.store.protocol import (
     AddedFirings,
     CancelResult,
-    Completion,
 )
 
 D = TypeVar("D", bound=Dialect)
@@ -58,12 +56,18 @@ _BEGINNING = datetime(1, 1, 2, tzinfo=UTC)
 
 
 class CoreStore(
-    BulkFlows[D], SkipFlows[D], TaskFlows[D], CalendarFlows[D], RetentionFlows[D], TzFlows[D]
+    WorkFlows[D],
+    BulkFlows[D],
+    SkipFlows[D],
+    TaskFlows[D],
+    CalendarFlows[D],
+    RetentionFlows[D],
+    TzFlows[D],
 ):
     """The engine-independent flows of the Store and ApiStore protocols (the admin
     half, and the plumbing, in core/admin.py; skipping occurrences in core/skips.py;
     served tasks in core/tasks.py; quotas in core/quotas.py; bulk writes in
-    core/bulk.py; the tz database in core/tzdata.py)."""
+    core/bulk.py; the tz database in core/tzdata.py; the worker's side in core/work.py)."""
 
     # -- engine hooks -------------------------------------------------------------------
     @abstractmethod
@@ -79,16 +83,6 @@ class CoreStore(
         the instant and now, with fair virtual deadlines; ``extra`` holds their ``note``
         and ``overlap`` override); an instant the job has is passed over. The inserted
         rows; JobNotFoundError when there is no such job. Wakes the workers."""
-
-    @abstractmethod
-    def _claim(self, ask: ClaimAsk) -> list[ClaimedFiring]:
-        """claim() with a positive limit and at least one task."""
-
-    @abstractmethod
-    def _complete_and_claim(
-        self, completions: Sequence[Completion], ask: ClaimAsk
-    ) -> tuple[list[bool], list[ClaimedFiring]]:
-        """complete_and_claim(); the claim part only when ``ask.wants`` is true."""
 
     # -- jobs ---------------------------------------------------------------------------
     def create_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> Job:
@@ -298,48 +292,6 @@ class CoreStore(
         rows = self.db.write(body)
         inserted = [codec.firing_from_row(r) for r in sorted(rows, key=lambda r: r["id"])]
         return AddedFirings(inserted=inserted, duplicates=len(instants) - len(inserted))
-
-    # -- the worker's side ----------------------------------------------------------------
-    def claim(
-        self,
-        worker_id: str,
-        *,
-        tasks: Sequence[str],
-        limit: int,
-        prefetch: timedelta = timedelta(0),
-        start: int | None = None,
-    ) -> list[ClaimedFiring]:
-        ask = ClaimAsk(worker_id, tuple(tasks), limit, prefetch, start)
-        return self._claim(ask) if ask.wants else []
-
-    def complete_and_claim(
-        self,
-        completions: Sequence[Completion],
-        worker_id: str,
-        *,
-        tasks: Sequence[str],
-        limit: int,
-        prefetch: timedelta = timedelta(0),
-        start: int | None = None,
-    ) -> tuple[list[bool], list[ClaimedFiring]]:
-        """The completions and a claim, in one unit of work where the engine can."""
-        ask = ClaimAsk(worker_id, tuple(tasks), limit, prefetch, start)
-        return self._complete_and_claim(completions, ask)
-
-    def start(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
-        """Held firings start: each CLAIMED -> RUNNING by a compare-and-swap on its claim
-        token, ``started_at`` the store's clock. The ones that started; a firing
-        cancelled (or reclaimed) since its claim is not among them, and its handler
-        must not be called."""
-        if not claims:
-            return set()
-        params = self._start_params(claims)
-        rows = self.db.write(lambda tx: tx.all("start", params), atomic=False)
-        return {FiringId(r["id"]) for r in rows}
-
-    def _start_params(self, claims: Sequence[tuple[FiringId, str]]) -> dict[str, Any]:
-        """``start``'s parameters: the claims as one JSON array of [id, token]."""
-        return {"batch": json.dumps([[fid, token] for fid, token in claims])}
 
     # -- firings ------------------------------------------------------------------------
     def next_due_at(self) -> datetime | None:

@@ -37,6 +37,39 @@ class ApiMethods(CalendarMethods):
         with self._tx() as data:
             return data.id_key
 
+    def list_firings(
+        self,
+        *,
+        job_id: JobId | None = None,
+        namespace: str | None = None,
+        states: Sequence[FiringState] | None = None,
+        before_id: int | None = None,
+        limit: int = 100,
+        job_name: str | None = None,
+        scheduled_from: datetime | None = None,
+        scheduled_to: datetime | None = None,
+        after_id: int | None = None,
+    ) -> list[Firing]:
+        wanted = {s.value for s in states} if states else None
+        lo, hi = (None if t is None else to_us(t) for t in (scheduled_from, scheduled_to))
+        with self._tx() as data:
+            out: list[Firing] = []
+            for f in reversed(data.firings.values()):
+                if len(out) >= limit:
+                    break
+                if (
+                    (job_id is None or f.job_id == job_id)
+                    and (namespace is None or f.namespace == namespace)
+                    and (job_name is None or f.job_name == job_name)
+                    and (wanted is None or f.state in wanted)
+                    and (lo is None or f.scheduled_for >= lo)
+                    and (hi is None or f.scheduled_for < hi)
+                    and (before_id is None or f.id < before_id)
+                    and (after_id is None or f.id > after_id)
+                ):
+                    out.append(codec.firing_from_row(f))
+            return out
+
     # -- tokens ------------------------------------------------------------------------
     def create_token(
         self, *, namespace: str, role: str, label: str | None, secret_hash: str

@@ -28,13 +28,11 @@ from datetime import datetime, timedelta
 
 from cronwheel.domain.attempts import Attempt, attempts_of
 from cronwheel.domain.clock import ClockEstimate
-from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import (
     ClaimedFiring,
     Epoch,
     Firing,
     FiringId,
-    JobId,
     JobSpec,
     Lease,
     NodeInfo,
@@ -70,6 +68,8 @@ _STATUS_WINDOW_US = 3_600_000_000
 
 class MemoryStore(ApiMethods, RetentionMethods, TzMethods):
     """The Store in this process's memory (see the module docstring)."""
+
+    one_writer = True  # one lock serializes every method (WorkerPort)
 
     # -- lifecycle ----------------------------------------------------------------------
     def migrate(self) -> int:
@@ -243,6 +243,16 @@ class MemoryStore(ApiMethods, RetentionMethods, TzMethods):
         with self._tx() as data:
             return {FiringId(i) for i in work.start(data, claims, self._now_us())}
 
+    def complete_and_start(
+        self,
+        completions: Sequence[Completion],
+        worker_id: str,
+        claims: Sequence[tuple[FiringId, str]],
+    ) -> tuple[list[bool], set[FiringId]]:
+        with self._tx() as data:
+            accepted = work.complete(data, completions)
+            return accepted, {FiringId(i) for i in work.start(data, claims, self._now_us())}
+
     def next_due_at(self) -> datetime | None:
         with self._tx() as data:
             due = work.next_due_at(data, self._now_us())
@@ -268,39 +278,6 @@ class MemoryStore(ApiMethods, RetentionMethods, TzMethods):
     def get_firing(self, firing_id: FiringId) -> Firing:
         with self._tx() as data:
             return codec.firing_from_row(self._firing(data, firing_id))
-
-    def list_firings(
-        self,
-        *,
-        job_id: JobId | None = None,
-        namespace: str | None = None,
-        states: Sequence[FiringState] | None = None,
-        before_id: int | None = None,
-        limit: int = 100,
-        job_name: str | None = None,
-        scheduled_from: datetime | None = None,
-        scheduled_to: datetime | None = None,
-        after_id: int | None = None,
-    ) -> list[Firing]:
-        wanted = {s.value for s in states} if states else None
-        lo, hi = (None if t is None else to_us(t) for t in (scheduled_from, scheduled_to))
-        with self._tx() as data:
-            out: list[Firing] = []
-            for f in reversed(data.firings.values()):
-                if len(out) >= limit:
-                    break
-                if (
-                    (job_id is None or f.job_id == job_id)
-                    and (namespace is None or f.namespace == namespace)
-                    and (job_name is None or f.job_name == job_name)
-                    and (wanted is None or f.state in wanted)
-                    and (lo is None or f.scheduled_for >= lo)
-                    and (hi is None or f.scheduled_for < hi)
-                    and (before_id is None or f.id < before_id)
-                    and (after_id is None or f.id > after_id)
-                ):
-                    out.append(codec.firing_from_row(f))
-            return out
 
     def list_attempts(self, firing_id: FiringId) -> list[Attempt]:
         return self.firing_with_attempts(firing_id)[1]

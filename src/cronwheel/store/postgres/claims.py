@@ -27,6 +27,7 @@ from cronwheel.store.protocol import Completion
 
 
 class PgClaims(CoreStore[Database]):
+    one_writer = False  # writers run side by side, each on its connection (WorkerPort)
     # task sets whose last claim needed a policy decision (a hint, see claim)
     _planned_tasks: set[frozenset[str]]
 
@@ -120,6 +121,20 @@ class PgClaims(CoreStore[Database]):
             return accepted, _claimed(fast)
         self._remember_planned(key, True)
         return accepted, self._claim_after(ask)
+
+    def _complete_and_start(
+        self, completions: Sequence[Completion], params: dict[str, Any]
+    ) -> tuple[list[bool], set[FiringId]]:
+        """The starts, then the outcomes, each in its own transaction as ``start`` and
+        ``complete``: the rows of both are locked in id order statement by statement (as
+        a heartbeat locks them), and one transaction holding the started rows while it
+        locks the completed ones could deadlock with a heartbeat over both. A worker does
+        not join them here (``one_writer`` is false): in ``cronwheel bench herd`` the
+        last of 10,000 started 4.0 and 4.1 s after the instant with the two written on
+        their own connections, 4.4 and 4.9 s when joined in one call, 5.3 and 5.8 s
+        in one transaction."""
+        rows = self.db.write(lambda tx: tx.all("start", params), atomic=False)
+        return self.complete(completions), {FiringId(r["id"]) for r in rows}
 
     def _claim_after(self, ask: ClaimAsk) -> list[ClaimedFiring]:
         if not ask.wants:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from cronwheel.domain.models import ClaimedFiring, FiringId
 from cronwheel.store import codec
@@ -27,6 +28,8 @@ _Claimed = tuple[Sequence[codec.Row], dict[int, tuple[str, str | None]]]
 
 
 class SqliteClaims(CoreStore[SqliteDb]):
+    one_writer = True  # the database's writer lock (WorkerPort)
+
     def _claim(self, ask: ClaimAsk) -> list[ClaimedFiring]:
         with self.db.transaction() as tx:
             rows, jobs = self._claim_in(tx, ask)
@@ -42,6 +45,16 @@ class SqliteClaims(CoreStore[SqliteDb]):
                 return accepted, []
             rows, jobs = self._claim_in(tx, ask)
         return accepted, _claimed(rows, jobs)
+
+    def _complete_and_start(
+        self, completions: Sequence[Completion], params: dict[str, Any]
+    ) -> tuple[list[bool], set[FiringId]]:
+        """Both in one write transaction: one commit, one take of the writer lock (a
+        crowd's starts and its outcomes no longer queue for it one after the other)."""
+        with self.db.transaction() as tx:
+            started = tx.all("start", params)
+            accepted = self._complete_in(tx, completions)
+        return accepted, {FiringId(r["id"]) for r in started}
 
     def _claim_in(self, tx: SqliteTx, ask: ClaimAsk) -> _Claimed:
         """The claimed rows and their jobs' stored policies, as read in the transaction;

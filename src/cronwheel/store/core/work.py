@@ -1,0 +1,98 @@
+"""The store core's worker side: claims, starts and outcomes, written once over a
+Dialect; the engines give the claim and the transactions that join outcomes to a claim
+or to starts (their SQL differs)."""
+
+from __future__ import annotations
+
+import json
+from abc import abstractmethod
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from cronwheel.domain.models import ClaimedFiring, FiringId
+from cronwheel.store.claiming import ClaimAsk
+from cronwheel.store.core.admin import AdminFlows
+from cronwheel.store.core.dialect import Dialect
+from cronwheel.store.records import Completion
+
+D = TypeVar("D", bound=Dialect)
+
+
+class WorkFlows(AdminFlows[D]):
+    one_writer: bool  # the WorkerPort's: each engine says
+
+    @abstractmethod
+    def _claim(self, ask: ClaimAsk) -> list[ClaimedFiring]:
+        """claim() with a positive limit and at least one task."""
+
+    @abstractmethod
+    def _complete_and_claim(
+        self, completions: Sequence[Completion], ask: ClaimAsk
+    ) -> tuple[list[bool], list[ClaimedFiring]]:
+        """complete_and_claim(); the claim part only when ``ask.wants`` is true."""
+
+    @abstractmethod
+    def complete(self, completions: Sequence[Completion]) -> list[bool]:
+        """The engine's ``complete`` (the Store port's)."""
+
+    @abstractmethod
+    def _complete_and_start(
+        self, completions: Sequence[Completion], params: dict[str, Any]
+    ) -> tuple[list[bool], set[FiringId]]:
+        """complete_and_start() with both parts, in one transaction; ``params``: start's
+        (``_start_params``)."""
+
+    def claim(
+        self,
+        worker_id: str,
+        *,
+        tasks: Sequence[str],
+        limit: int,
+        prefetch: timedelta = timedelta(0),
+        start: int | None = None,
+    ) -> list[ClaimedFiring]:
+        ask = ClaimAsk(worker_id, tuple(tasks), limit, prefetch, start)
+        return self._claim(ask) if ask.wants else []
+
+    def complete_and_claim(
+        self,
+        completions: Sequence[Completion],
+        worker_id: str,
+        *,
+        tasks: Sequence[str],
+        limit: int,
+        prefetch: timedelta = timedelta(0),
+        start: int | None = None,
+    ) -> tuple[list[bool], list[ClaimedFiring]]:
+        """The completions and a claim, in one unit of work where the engine can."""
+        ask = ClaimAsk(worker_id, tuple(tasks), limit, prefetch, start)
+        return self._complete_and_claim(completions, ask)
+
+    def start(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
+        """Held firings start: each CLAIMED -> RUNNING by a compare-and-swap on its claim
+        token, ``started_at`` the store's clock. The ones that started; a firing
+        cancelled (or reclaimed) since its claim is not among them, and its handler
+        must not be called."""
+        if not claims:
+            return set()
+        params = self._start_params(claims)
+        rows = self.db.write(lambda tx: tx.all("start", params), atomic=False)
+        return {FiringId(r["id"]) for r in rows}
+
+    def complete_and_start(
+        self,
+        completions: Sequence[Completion],
+        worker_id: str,
+        claims: Sequence[tuple[FiringId, str]],
+    ) -> tuple[list[bool], set[FiringId]]:
+        """The completions and the starts, in one transaction when there are both."""
+        if not claims:
+            return self.complete(completions), set()
+        if not completions:
+            return [], self.start(worker_id, claims)
+        return self._complete_and_start(completions, self._start_params(claims))
+
+    def _start_params(self, claims: Sequence[tuple[FiringId, str]]) -> dict[str, Any]:
+        """``start``'s parameters: the claims as one JSON array of [id, token]."""
+        return {"batch": json.dumps([[fid, token] for fid, token in claims])}
