@@ -11,7 +11,6 @@ worker's :class:`Executing` while its code runs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import random
 import traceback
@@ -247,7 +246,9 @@ class Attempts:
             call = partial(task.fn, ctx, *firing.args, **firing.kwargs)
             if in_context:
                 call = partial(contextvars.copy_context().run, call)
-            handler = self.threads.submit(partial(_then, call, loop, running, self.executing))
+            handler = self.threads.submit(
+                partial(_then, call, running), after=partial(self.executing.ended, running)
+            )
             if timeout_s is None:
                 # a thread cannot be interrupted, so there is nothing to shield it from;
                 # if the worker stops, the future is dropped and the thread runs on
@@ -264,13 +265,12 @@ async def _nothing_lost(_claims: Any) -> set[Any]:
     return set()
 
 
-def _then(call: Any, loop: asyncio.AbstractEventLoop, running: Handler, ex: Executing) -> Any:
-    """``call()`` on a handler thread, then mark ``running`` ended, whatever happened: at
-    once (a flag ``Executing`` reads even if this loop is gone: a worker driven by one
-    ``asyncio.run`` per ``drain_once``), and on the loop."""
+def _then(call: Any, running: Handler) -> Any:
+    """``call()`` on a handler thread, then flag ``running`` as returned, whatever
+    happened (a flag ``Executing`` reads even if this loop is gone: a worker driven by one
+    ``asyncio.run`` per ``drain_once``); the handler threads' delivery then marks it
+    ended on the loop (``after``)."""
     try:
         return call()
     finally:
         running.returned = True
-        with contextlib.suppress(RuntimeError):  # the loop is closed
-            loop.call_soon_threadsafe(ex.ended, running)
