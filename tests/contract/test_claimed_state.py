@@ -11,11 +11,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 from cronwheel.domain.firing import FiringState
-from cronwheel.store.protocol import Completion
 from tests.contract.conftest import Harness, spec
 from tests.contract.test_store_contract import (
     _capped_job,
     _complete,
+    _completion,
     _enqueue_instants,
     _queued,
 )
@@ -52,18 +52,6 @@ def test_start_is_a_compare_and_swap_on_the_claim(harness: Harness) -> None:
     assert harness.store.start("w", []) == set()
 
 
-def _outcome(harness: Harness, claim, token: str | None = None, ok: bool = True) -> Completion:
-    now = harness.now()
-    return Completion(
-        firing_id=claim.firing.id,
-        claim_token=token or claim.claim_token,
-        succeeded=ok,
-        started_at=now,
-        finished_at=now,
-        error=None if ok else "boom",
-    )
-
-
 def test_outcomes_and_starts_go_together_each_a_compare_and_swap(harness: Harness) -> None:
     """complete_and_start: the outcomes of running firings and the starts of held ones
     in one call; each part answers as complete and start would alone."""
@@ -72,8 +60,8 @@ def test_outcomes_and_starts_go_together_each_a_compare_and_swap(harness: Harnes
     assert [c.started for c in (ran, failed, stale, held, gone)] == [True] * 3 + [False] * 2
     assert harness.store.cancel_firing(gone.firing.id).outcome == "cancelled"
     harness.advance(S)
-    outcomes = [_outcome(harness, ran), _outcome(harness, failed, ok=False)]
-    outcomes.append(_outcome(harness, stale, token="not-its-token"))
+    outcomes = [_completion(harness, ran), _completion(harness, failed, ok=False)]
+    outcomes.append(_completion(harness, stale, token="not-its-token"))
     starts = [(held.firing.id, held.claim_token), (gone.firing.id, gone.claim_token)]
     accepted, started = harness.store.complete_and_start(outcomes, "w", starts)
     assert accepted == [True, True, False]
@@ -88,7 +76,10 @@ def test_outcomes_and_starts_go_together_each_a_compare_and_swap(harness: Harnes
     assert gone_.state is FiringState.CANCELLED  # its handler must never be called
     # either part may be empty
     assert harness.store.complete_and_start([], "w", []) == ([], set())
-    assert harness.store.complete_and_start([_outcome(harness, held)], "w", []) == ([True], set())
+    assert harness.store.complete_and_start([_completion(harness, held)], "w", []) == (
+        [True],
+        set(),
+    )
     assert harness.store.complete_and_start([], "w", starts) == ([], set())  # started once
 
 

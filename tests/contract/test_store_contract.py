@@ -338,21 +338,24 @@ def test_concurrent_claimers_never_share_a_firing(harness: Harness) -> None:
 
 
 # -- completion, retries, reaper ----------------------------------------------------------------
-def _complete(h: Harness, claim, ok: bool = True, retry_in: timedelta | None = None, token=None):
+def _completion(
+    h: Harness, claim, ok: bool = True, retry_in: timedelta | None = None, token=None
+) -> Completion:
+    """The outcome of ``claim``'s attempt, now (``token``: another claim token)."""
     now = h.now()
-    return h.store.complete(
-        [
-            Completion(
-                firing_id=claim.firing.id,
-                claim_token=token or claim.claim_token,
-                succeeded=ok,
-                started_at=now,
-                finished_at=now,
-                error=None if ok else "boom",
-                retry_at=None if retry_in is None else now + retry_in,
-            )
-        ]
-    )[0]
+    return Completion(
+        firing_id=claim.firing.id,
+        claim_token=token or claim.claim_token,
+        succeeded=ok,
+        started_at=now,
+        finished_at=now,
+        error=None if ok else "boom",
+        retry_at=None if retry_in is None else now + retry_in,
+    )
+
+
+def _complete(h: Harness, claim, ok: bool = True, retry_in: timedelta | None = None, token=None):
+    return h.store.complete([_completion(h, claim, ok, retry_in, token)])[0]
 
 
 def _done(h: Harness, claim, token=None) -> Completion:
