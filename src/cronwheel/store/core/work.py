@@ -76,7 +76,10 @@ class WorkFlows(AdminFlows[D]):
         must not be called."""
         if not claims:
             return set()
-        params = self._start_params(claims)
+        return self._started(self._start_params(claims))
+
+    def _started(self, params: dict[str, Any]) -> set[FiringId]:
+        """``start`` in a transaction of its own, with ``_start_params``' parameters."""
         rows = self.db.write(lambda tx: tx.all("start", params), atomic=False)
         return {FiringId(r["id"]) for r in rows}
 

@@ -133,8 +133,8 @@ class PgClaims(CoreStore[Database]):
         last of 10,000 started 4.0 and 4.1 s after the instant with the two written on
         their own connections, 4.4 and 4.9 s when joined in one call, 5.3 and 5.8 s
         in one transaction."""
-        rows = self.db.write(lambda tx: tx.all("start", params), atomic=False)
-        return self.complete(completions), {FiringId(r["id"]) for r in rows}
+        started = self._started(params)
+        return self.complete(completions), started
 
     def _claim_after(self, ask: ClaimAsk) -> list[ClaimedFiring]:
         if not ask.wants:
