@@ -57,6 +57,8 @@ def test_retried_twice_then_succeeded_is_three_attempts(harness: Harness) -> Non
     # the row holds the last start: it does not claim to know the first one's lateness
     assert firing.started_at == harness.now() and firing.lateness is None
     assert lateness_of(firing, harness.store.list_attempts) == first_start - firing.scheduled_for
+    # one read of both (the API's firing document): the same firing and attempts
+    assert harness.store.firing_with_attempts(fid) == (firing, attempts)
 
 
 def test_failing_for_good_records_every_attempt_once(harness: Harness) -> None:
@@ -138,6 +140,8 @@ def test_cancelled_attempts_appear_once(harness: Harness) -> None:
 def test_attempts_of_an_unknown_firing(harness: Harness) -> None:
     with pytest.raises(FiringNotFoundError):
         harness.store.list_attempts(FiringId(987654))
+    with pytest.raises(FiringNotFoundError):
+        harness.store.firing_with_attempts(FiringId(987654))
 
 
 def test_status_lateness_counts_first_attempts_only(harness: Harness) -> None:

@@ -234,16 +234,17 @@ def firing_from_row(row: Row) -> Firing:
     )
 
 
-def attempt_from_row(row: Row) -> Attempt:
-    """A recorded attempt (a ``firing_attempts`` row)."""
+def attempt_from_row(row: Row, prefix: str = "") -> Attempt:
+    """A recorded attempt (a ``firing_attempts`` row; its columns named with ``prefix``
+    in a row joined to its firing's)."""
     return Attempt(
-        attempt=int(row["attempt"]),
-        worker_id=row["worker_id"],
-        claimed_at=opt_instant(row["claimed_at"]),
-        started_at=opt_instant(row["started_at"]),
-        finished_at=opt_instant(row["finished_at"]),
-        outcome=AttemptOutcome(row["outcome"]),
-        error=row["error"],
+        attempt=int(row[prefix + "attempt"]),
+        worker_id=row[prefix + "worker_id"],
+        claimed_at=opt_instant(row[prefix + "claimed_at"]),
+        started_at=opt_instant(row[prefix + "started_at"]),
+        finished_at=opt_instant(row[prefix + "finished_at"]),
+        outcome=AttemptOutcome(row[prefix + "outcome"]),
+        error=row[prefix + "error"],
     )
 
 

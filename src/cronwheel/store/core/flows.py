@@ -348,17 +348,13 @@ class CoreStore(
         return self.firing_with_attempts(firing_id)[1]
 
     def firing_with_attempts(self, firing_id: FiringId) -> tuple[Firing, list[Attempt]]:
-        key = {"id": firing_id}
-
-        def body(tx: Tx) -> tuple[Row | None, Sequence[Row]]:
-            row = tx.one("get_firing", key)
-            return row, ([] if row is None else tx.all("list_attempts", key))
-
-        row, recorded = self.db.read(body)
-        if row is None:
+        # one statement: the firing's row once per recorded attempt (a_* columns)
+        rows = self.db.read(lambda tx: tx.all("firing_with_attempts", {"id": firing_id}))
+        if not rows:
             raise FiringNotFoundError(f"no firing with id {firing_id}", field="firing_id")
-        firing = codec.firing_from_row(row)
-        return firing, attempts_of(firing, map(codec.attempt_from_row, recorded))
+        firing = codec.firing_from_row(rows[0])
+        recorded = [codec.attempt_from_row(r, "a_") for r in rows if r["a_attempt"] is not None]
+        return firing, attempts_of(firing, recorded)
 
     def list_job_firings(
         self,
