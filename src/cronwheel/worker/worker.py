@@ -26,12 +26,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
 
@@ -58,13 +59,14 @@ from cronwheel.worker.hooks import AttemptHooks
 from cronwheel.worker.outcomes import Outcomes
 from cronwheel.worker.registry import TaskRegistry
 from cronwheel.worker.slots import Slots
-from cronwheel.worker.starts import Starter
+from cronwheel.worker.starts import START_LEAD_S, Starter
 from cronwheel.worker.threads import HandlerThreads
 from cronwheel.worker.waits import until_available, wait_any
 
 __all__ = ["Worker", "WorkerConfig", "WorkerStats", "make_worker_id"]
 
 T = TypeVar("T")
+_NEVER_SET = threading.Event()  # waited on for a time (the start's last wait)
 
 
 class Worker:
@@ -137,19 +139,31 @@ class Worker:
     async def _report_clock(self, estimate: ClockEstimate | None) -> None:
         await self._call_out(self.store.heartbeat_node, self.worker_id, estimate)
 
-    async def _store_start(self, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
-        """Start held firings; on a store with one writer, carrying the outcomes of the
-        handlers that finished (whose slots they take): one commit for both
-        (worker/outcomes.py)."""
+    async def _store_start(
+        self, claims: Sequence[tuple[FiringId, str]], not_before: datetime
+    ) -> set[FiringId]:
+        """Start held firings, not before ``not_before`` (the store's thread waits out
+        the last ``START_LEAD_S``: worker/starts.py); on a store with one writer,
+        carrying the outcomes of the handlers that finished (whose slots they take): one
+        commit for both (worker/outcomes.py)."""
         loop = asyncio.get_running_loop()
         joined = self.store.one_writer
         done = self._outcomes.take() if joined else []
+        wait_s = min(START_LEAD_S, (not_before - self.clock.now()).total_seconds())
+        at = time.monotonic() + wait_s
+        store_start = partial(self.store.complete_and_start, done, self.worker_id, claims)
+
+        def at_instant() -> tuple[list[bool], set[FiringId]]:
+            left = at - time.monotonic()
+            if left > 0:
+                # a timed wait on the monotonic clock, as the loop's own: time.sleep
+                # fails under libfaketime (tests/faults/test_node_clocks.py)
+                _NEVER_SET.wait(left)
+            return store_start()
+
         with self._outcomes.carrying() if joined else contextlib.nullcontext():
             try:
-                accepted, started = await loop.run_in_executor(
-                    self._db_start,
-                    partial(self.store.complete_and_start, done, self.worker_id, claims),
-                )
+                accepted, started = await loop.run_in_executor(self._db_start, at_instant)
             except BaseException:
                 self._outcomes.give_back(done)
                 raise
@@ -179,7 +193,8 @@ class Worker:
                     if slot_taken and self._run_slots is not None:
                         self._run_slots.give()
             self._held.add((firing.id, claim.claim_token))
-            delay = (firing.due_at - self.clock.now()).total_seconds()
+            # the last START_LEAD_S are waited out by the start's thread (starts.py)
+            delay = (firing.due_at - self.clock.now()).total_seconds() - START_LEAD_S
             if delay > 0:
                 await asyncio.sleep(delay)
             # at most `concurrency` handlers at once (no limit when driven by drain_once)
