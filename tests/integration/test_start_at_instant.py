@@ -20,7 +20,6 @@ from cronwheel.domain.clock import SystemClock
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import FiringId, JobSpec
 from cronwheel.domain.schedules import every
-from cronwheel.store.protocol import Completion
 from cronwheel.store.sqlite.store import SqliteStore
 from cronwheel.worker.config import WorkerConfig
 from cronwheel.worker.starts import START_LEAD_S
@@ -42,14 +41,10 @@ class StartTimes:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
-    def complete_and_start(
-        self,
-        completions: Sequence[Completion],
-        worker_id: str,
-        claims: Sequence[tuple[FiringId, str]],
-    ) -> tuple[list[bool], set[FiringId]]:
+    def complete_and_start(self, *args: Any) -> tuple[list[bool], set[FiringId]]:
+        claims: Sequence[tuple[FiringId, str]] = args[2]  # (completions, worker_id, claims)
         self.calls.append((datetime.now(UTC), [fid for fid, _ in claims]))
-        return self._store.complete_and_start(completions, worker_id, claims)
+        return self._store.complete_and_start(*args)
 
 
 def test_held_firings_start_at_their_instants_not_at_the_loops_early_wake(
