@@ -7,12 +7,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import time
 from contextvars import ContextVar
 
 import pytest
-from fastapi import FastAPI
-from fastapi.testclient import TestClient
 
 from cronwheel.api import calls
 from tests.forked import exit_code, fork
@@ -38,43 +35,6 @@ def test_a_threaded_store_call_runs_off_the_loop_with_the_requests_context() -> 
         assert thread != loop_thread
         assert thread.startswith("cronwheel-api-store")
         assert (seen, tag) == (f"r{i}", f"t{i}")
-
-
-def test_reads_run_on_the_two_read_threads_and_writes_on_the_store_threads() -> None:
-    def slow(tag: str) -> tuple[str, str, str]:
-        time.sleep(0.01)  # the calls overlap: each pool uses as many threads as it has
-        return where(tag)
-
-    async def main() -> tuple[set[str], set[str]]:
-        rs = [calls.store_call(slow, f"r{i}", read=True) for i in range(12)]
-        ws = [calls.store_call(slow, f"w{i}") for i in range(12)]
-        done = await asyncio.gather(*rs, *ws)
-        return {t for t, _, tag in done if tag[0] == "r"}, {
-            t for t, _, tag in done if tag[0] == "w"
-        }
-
-    read_threads, write_threads = asyncio.run(main())
-    assert len(read_threads) <= 2 and all(t.startswith("cronwheel-api-read") for t in read_threads)
-    assert len(write_threads) > 2 and all(
-        t.startswith("cronwheel-api-store") for t in write_threads
-    )
-
-
-def test_a_get_routes_store_call_is_a_read_and_a_posts_is_not() -> None:
-    app = FastAPI()
-    app.router.route_class = calls.ApiRoute
-
-    @app.get("/thing")
-    def get_thing() -> dict[str, str]:
-        return {"thread": threading.current_thread().name}
-
-    @app.post("/thing")
-    def post_thing() -> dict[str, str]:
-        return {"thread": threading.current_thread().name}
-
-    with TestClient(app) as client:
-        assert client.get("/thing").json()["thread"].startswith("cronwheel-api-read")
-        assert client.post("/thing").json()["thread"].startswith("cronwheel-api-store")
 
 
 def test_a_store_call_on_the_loop_runs_in_the_loops_thread() -> None:

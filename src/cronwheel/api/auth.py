@@ -49,7 +49,7 @@ async def _principal(
     if cache is not None and cache.fresh(text):
         principal = principal_for(request, text)  # no store call: no thread needed
     else:
-        principal = await store_call(principal_for, request, text, read=True)
+        principal = await store_call(principal_for, request, text)
     if principal is None:
         raise HttpError(
             401,

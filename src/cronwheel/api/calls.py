@@ -1,4 +1,4 @@
-"""Where the API's endpoints run: on the event loop, or in a thread pool.
+"""Where the API's endpoints run: on the event loop, or in the thread pool.
 
 The endpoints are plain functions that call the store. Given to FastAPI as they are,
 each request would take three trips through the thread pool (the token check, the
@@ -10,9 +10,8 @@ it either
 - **on the event loop** (``store_calls_on_loop=True``): for a store whose calls never
   overlap anyway — SQLite's one connection under one lock, the memory store's lock —
   a thread buys nothing, and the request runs start to end on the loop;
-- **in a thread pool**, once (the default): for PostgreSQL, whose pool serves
-  several calls at once while each waits on its round trips. A GET route's call goes
-  to the two read threads, any other to the large pool (``_READ_THREADS``).
+- **in the thread pool**, once (the default): for PostgreSQL, whose pool serves
+  several calls at once while each waits on its round trips.
 
 **Answers.** FastAPI validates what an endpoint returns against its response model
 and then serializes it: for a list of 100 jobs that was a quarter of the request.
@@ -69,9 +68,7 @@ class _StoreThreads:
 
     SIZE = 40  # as many as anyio's default thread limiter, which ran these calls before
 
-    def __init__(self, size: int = SIZE, name: str = "cronwheel-api-store") -> None:
-        self.size = size
-        self.name = name
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         os.register_at_fork(after_in_child=self._forget)
@@ -86,30 +83,21 @@ class _StoreThreads:
             return pool
         with self._lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.size, thread_name_prefix=self.name)
+                self._pool = ThreadPoolExecutor(self.SIZE, thread_name_prefix="cronwheel-api-store")
             return self._pool
 
 
 _STORE_THREADS = _StoreThreads()
-# Reads (GET routes, token look-ups) run on threads of their own, and few of them. A
-# read is a round trip or two and then Python work under the GIL; eight reads on eight
-# threads spent their time handing the GIL to each other as each socket answered (31
-# context switches a firing get on PostgreSQL, against 8 on one thread). Writes keep
-# the large pool: they wait on commits and locks, where threads do run side by side.
-# Measured (`cronwheel bench api --store $PG` rows, alternating, 8 connections): a
-# firing get on 2 read threads 1,475-1,743 req/s, on 4 1,440-1,510, on 40 1,249-1,502.
-_READ_THREADS = _StoreThreads(2, "cronwheel-api-read")
 
 
-async def store_call(func: Callable[..., T], /, *args: Any, read: bool = False, **kwargs: Any) -> T:
-    """``func(*args, **kwargs)`` on the loop or in a thread pool, as the app runs its
-    store calls: ``read`` ones on the read threads."""
+async def store_call(func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``func(*args, **kwargs)`` on the loop or in the thread pool, as the app runs
+    its store calls."""
     if _ON_LOOP.get():
         return func(*args, **kwargs)
     context = contextvars.copy_context()
     call = functools.partial(context.run, func, *args, **kwargs)
-    threads = _READ_THREADS if read else _STORE_THREADS
-    return await asyncio.get_running_loop().run_in_executor(threads.get(), call)
+    return await asyncio.get_running_loop().run_in_executor(_STORE_THREADS.get(), call)
 
 
 Fill = Callable[[Any], None]
@@ -161,9 +149,7 @@ def filler(annotation: Any) -> Fill | None:
     return fill
 
 
-def _as_coroutine(
-    endpoint: Callable[..., Any], status_code: int | None, read: bool = False
-) -> Callable[..., Any]:
+def _as_coroutine(endpoint: Callable[..., Any], status_code: int | None) -> Callable[..., Any]:
     """``endpoint`` as a coroutine function that runs it by :func:`store_call`, with the
     same parameters (FastAPI reads their annotations through ``__wrapped__``) plus the
     Response FastAPI gives it, if it takes none itself."""
@@ -178,7 +164,7 @@ def _as_coroutine(
     @functools.wraps(endpoint)
     async def run(*args: Any, **kwargs: Any) -> Any:
         sub: Response | None = kwargs.get("response") if own else kwargs.pop(_SUB_RESPONSE)
-        result = await store_call(endpoint, *args, read=read, **kwargs)
+        result = await store_call(endpoint, *args, **kwargs)
         if _UNCHECKED.get() and isinstance(result, dict) and sub is not None:
             fill: Fill | None = getattr(run, "fill", None)
             if fill is not None:
@@ -212,8 +198,7 @@ class ApiRoute(APIRoute):
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         wrapped = None
         if not inspect.iscoroutinefunction(endpoint):
-            read = set(kwargs.get("methods") or ()) <= {"GET", "HEAD"}
-            endpoint = wrapped = _as_coroutine(endpoint, kwargs.get("status_code"), read)
+            endpoint = wrapped = _as_coroutine(endpoint, kwargs.get("status_code"))
         super().__init__(path, endpoint, **kwargs)
         if wrapped is not None:
             wrapped.fill = filler(self.response_model)  # type: ignore[attr-defined]
