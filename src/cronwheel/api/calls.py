@@ -32,6 +32,7 @@ variable that :class:`ServingMode` sets for each request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -40,7 +41,7 @@ import os
 import threading
 import types
 import typing
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import Any, TypeVar
@@ -48,9 +49,13 @@ from typing import Any, TypeVar
 import orjson
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
+from starlette.requests import Request
 from starlette.responses import Response
 
+from cronwheel.store.async_port import AsyncReads
+
 T = TypeVar("T")
+E = TypeVar("E", bound=Callable[..., Any])
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -98,6 +103,44 @@ async def store_call(func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     context = contextvars.copy_context()
     call = functools.partial(context.run, func, *args, **kwargs)
     return await asyncio.get_running_loop().run_in_executor(_STORE_THREADS.get(), call)
+
+
+async def store_read(
+    request: Request,
+    call: Callable[[], T],
+    aread: Callable[[AsyncReads], Awaitable[T]],
+) -> T:
+    """A read of the app's store: ``aread`` of the app's AsyncReads (store/async_port.py)
+    when its lifespan opened them on this loop and the app's store calls are not on the
+    loop already; else ``call()`` by :func:`store_call`."""
+    reads: AsyncReads | None = getattr(request.app.state, "async_reads", None)
+    if reads is not None and not _ON_LOOP.get() and reads.ready():
+        return await aread(reads)
+    return await store_call(call)
+
+
+def awaited(endpoint: E) -> E:
+    """Marks a coroutine endpoint that makes its store calls itself (:func:`store_call`,
+    :func:`store_read`): :class:`ApiRoute` writes its answer as a plain endpoint's."""
+    endpoint.cronwheel_awaited = True  # type: ignore[attr-defined]
+    return endpoint
+
+
+@contextlib.asynccontextmanager
+async def async_reads_open(app: Any) -> AsyncIterator[None]:
+    """The app's lifespan: the store's AsyncReads, if it has them, opened on the serving
+    loop (``app.state.async_reads``) and closed at shutdown. An app whose store calls
+    run on the loop (SQLite) has nothing to gain by them."""
+    reads = None if app.state.store_calls_on_loop else app.state.store.async_reads()
+    if reads is not None:
+        await reads.open()
+    app.state.async_reads = reads
+    try:
+        yield
+    finally:
+        app.state.async_reads = None
+        if reads is not None:
+            await reads.close()
 
 
 Fill = Callable[[Any], None]
@@ -161,10 +204,15 @@ def _as_coroutine(endpoint: Callable[..., Any], status_code: int | None) -> Call
         )
         signature = signature.replace(parameters=[*signature.parameters.values(), extra])
 
+    coroutine = inspect.iscoroutinefunction(endpoint)
+
     @functools.wraps(endpoint)
     async def run(*args: Any, **kwargs: Any) -> Any:
         sub: Response | None = kwargs.get("response") if own else kwargs.pop(_SUB_RESPONSE)
-        result = await store_call(endpoint, *args, **kwargs)
+        if coroutine:
+            result = await endpoint(*args, **kwargs)
+        else:
+            result = await store_call(endpoint, *args, **kwargs)
         if _UNCHECKED.get() and isinstance(result, dict) and sub is not None:
             fill: Fill | None = getattr(run, "fill", None)
             if fill is not None:
@@ -193,11 +241,14 @@ def _json(doc: dict[str, Any], sub: Response, status_code: int | None) -> Respon
 
 
 class ApiRoute(APIRoute):
-    """An APIRoute whose plain-function endpoint runs by :func:`store_call`."""
+    """An APIRoute whose plain-function endpoint runs by :func:`store_call` (an
+    :func:`awaited` one makes its calls itself), its answer written as the app says."""
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         wrapped = None
-        if not inspect.iscoroutinefunction(endpoint):
+        if not inspect.iscoroutinefunction(endpoint) or getattr(
+            endpoint, "cronwheel_awaited", False
+        ):
             endpoint = wrapped = _as_coroutine(endpoint, kwargs.get("status_code"))
         super().__init__(path, endpoint, **kwargs)
         if wrapped is not None:

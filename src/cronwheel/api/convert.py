@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from fastapi import Request
 from pydantic import BeforeValidator
 
+from cronwheel.api.calls import store_call
 from cronwheel.api.errors import HttpError
 from cronwheel.api.schemas import PoliciesIn, ScheduleIn
 from cronwheel.domain.firing import format_instant
@@ -33,7 +34,7 @@ from cronwheel.domain.schedules import (
 from cronwheel.domain.tz import load_zone
 from cronwheel.errors import CronwheelError, ValidationError
 from cronwheel.web.auth import store_of
-from cronwheel.web.ids import ids_for
+from cronwheel.web.ids import ids_for, known_ids
 from cronwheel.wire import job_to_json
 
 
@@ -153,6 +154,13 @@ _upcoming_cached = functools.lru_cache(maxsize=1024)(_upcoming)
 def ids_of(request: Request) -> IdCodec:
     """The codec of the ids users see (``domain/ids.py``), for this app's store."""
     return ids_for(store_of(request))
+
+
+async def ids_ready(request: Request) -> IdCodec:
+    """``ids_of(request)`` for a coroutine endpoint: by a store call the first time
+    only (the key is read once), then with none."""
+    codec = known_ids(store_of(request))
+    return codec if codec is not None else await store_call(ids_of, request)
 
 
 def job_out(

@@ -259,10 +259,13 @@ def app_from_env() -> Any:
     store = open_cli_store(settings["store_url"])
     app = _app(store, settings)
 
+    served = app.router.lifespan_context  # the app's own (api.calls.async_reads_open)
+
     @asynccontextmanager
     async def closing(_app: Any) -> AsyncIterator[None]:
         try:
-            yield
+            async with served(_app):
+                yield
         finally:
             store.close()
 

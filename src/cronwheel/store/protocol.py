@@ -43,6 +43,7 @@ from cronwheel.domain.results import (  # re-exported: the stores import it from
     CancelResult as CancelResult,  # noqa: PLC0414
 )
 from cronwheel.domain.skips import SkipResult
+from cronwheel.store.async_port import AsyncReads  # re-exported (__all__)
 from cronwheel.store.bulk_port import BulkPort as BulkPort  # noqa: PLC0414 (JobsPort's)
 from cronwheel.store.calendar_port import CalendarChange, CalendarPort  # re-exported
 from cronwheel.store.history_port import HistoryPort  # re-exported (__all__)
@@ -81,6 +82,7 @@ __all__ = [
     "ApiJobsPort",
     "ApiStore",
     "ApiToken",
+    "AsyncReads",
     "CalendarChange",
     "CalendarPort",
     "CancelResult",
@@ -366,6 +368,11 @@ class ApiJobsPort(HistoryPort, Protocol):
         (that firing, False) and create nothing; with another ``request_hash`` raise
         ConflictError; else enqueue, record the key and return (firing, True). A key is
         forgotten when its firing is deleted."""
+        ...
+
+    def async_reads(self) -> AsyncReads | None:
+        """A new AsyncReads of this store for one event loop (store/async_port.py), or
+        None where its reads are awaited no better than they are called."""
         ...
 
 

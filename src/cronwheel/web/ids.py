@@ -9,7 +9,7 @@ from weakref import WeakKeyDictionary
 from cronwheel.domain.ids import MAX_ID, IdCodec, Kind
 from cronwheel.store.protocol import AdminPort
 
-__all__ = ["IdCodec", "ids_for", "internal_id"]
+__all__ = ["IdCodec", "ids_for", "internal_id", "known_ids"]
 
 _CODECS: WeakKeyDictionary[AdminPort, IdCodec] = WeakKeyDictionary()
 
@@ -21,6 +21,11 @@ def ids_for(store: AdminPort) -> IdCodec:
         codec = IdCodec(store.id_key())
         _CODECS[store] = codec
     return codec
+
+
+def known_ids(store: AdminPort) -> IdCodec | None:
+    """``ids_for(store)`` if its key was read already (no store call), else None."""
+    return _CODECS.get(store)
 
 
 def internal_id(store: AdminPort, kind: Kind, shown: int | str) -> int | None:

@@ -46,6 +46,7 @@ from cronwheel.store.core.tzdata import TzFlows
 from cronwheel.store.core.work import WorkFlows
 from cronwheel.store.protocol import (
     AddedFirings,
+    AsyncReads,
     CancelResult,
 )
 
@@ -348,13 +349,11 @@ class CoreStore(
         return self.firing_with_attempts(firing_id)[1]
 
     def firing_with_attempts(self, firing_id: FiringId) -> tuple[Firing, list[Attempt]]:
-        # one statement: the firing's row once per recorded attempt (a_* columns)
         rows = self.db.read(lambda tx: tx.all("firing_with_attempts", {"id": firing_id}))
-        if not rows:
-            raise FiringNotFoundError(f"no firing with id {firing_id}", field="firing_id")
-        firing = codec.firing_from_row(rows[0])
-        recorded = [codec.attempt_from_row(r, "a_") for r in rows if r["a_attempt"] is not None]
-        return firing, attempts_of(firing, recorded)
+        return firing_and_attempts(rows, firing_id)
+
+    def async_reads(self) -> AsyncReads | None:
+        return None  # the engine's own, where it has them (PostgreSQL)
 
     def list_job_firings(
         self,
@@ -437,3 +436,13 @@ class CoreStore(
             return row
 
         return codec.firing_from_row(self.db.write(body))
+
+
+def firing_and_attempts(rows: Sequence[Row], firing_id: FiringId) -> tuple[Firing, list[Attempt]]:
+    """``firing_with_attempts``' answer from its one statement's rows: the firing's row
+    once per recorded attempt (a_* columns); FiringNotFoundError for none."""
+    if not rows:
+        raise FiringNotFoundError(f"no firing with id {firing_id}", field="firing_id")
+    firing = codec.firing_from_row(rows[0])
+    recorded = [codec.attempt_from_row(r, "a_") for r in rows if r["a_attempt"] is not None]
+    return firing, attempts_of(firing, recorded)

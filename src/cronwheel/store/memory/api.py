@@ -24,7 +24,7 @@ from cronwheel.store.codec import to_us
 from cronwheel.store.memory import work
 from cronwheel.store.memory.calendars import CalendarMethods
 from cronwheel.store.memory.rows import FiringRow, IdempotencyRow
-from cronwheel.store.protocol import TOKEN_ROLES, AddedFirings, ApiToken
+from cronwheel.store.protocol import TOKEN_ROLES, AddedFirings, ApiToken, AsyncReads
 
 
 class ApiMethods(CalendarMethods):
@@ -229,6 +229,9 @@ class ApiMethods(CalendarMethods):
         if inserted:
             self._wake()
         return AddedFirings(inserted=inserted, duplicates=duplicates)
+
+    def async_reads(self) -> AsyncReads | None:
+        return None  # a call under the store's lock: nothing to wait for
 
     def enqueue_now_once(
         self, spec: JobSpec, *, key_hash: str, request_hash: str

@@ -207,26 +207,38 @@ class Database:
     def timeline(self, value: int) -> None:  # tests: as after a failover
         self.primary.timeline = value
 
-    def _pool(self, conninfo: str, size: int, timeout_s: float, name: str) -> ConnectionPool[Conn]:
+    @property
+    def pool_size(self) -> int:
+        return self._max_size
+
+    @property
+    def timeout_s(self) -> float:
+        return self._timeout_s
+
+    def pool_options(self, size: int, timeout_s: float, name: str) -> dict[str, Any]:
+        """The pools' options (this one's, and the async reads' of aio.py)."""
         kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
         if self.pooled:
             kwargs["prepare_threshold"] = None  # a pooled server connection is not ours
-        pool: ConnectionPool[Conn] = ConnectionPool(
-            conninfo,
-            connection_class=Conn,
-            kwargs=kwargs,
-            min_size=1,
-            max_size=size,
+        return {
+            "kwargs": kwargs,
+            "min_size": 1,
+            "max_size": size,
             # no `check=`: psycopg_pool sleeps 1 s, 2 s, 4 s ... between failed checks,
             # which after a server restart stalls a leader past its lease. _checkout
             # checks each connection itself and retries at once instead.
-            timeout=timeout_s,
+            "timeout": timeout_s,
             # give a failed connection attempt up at once: the next caller starts a
             # fresh one, so the pool is back the moment the server is (the default
             # backs off for up to 5 minutes); callers see StoreUnavailableError meanwhile
-            reconnect_timeout=0,
-            name=name,
-            open=False,
+            "reconnect_timeout": 0,
+            "name": name,
+            "open": False,
+        }
+
+    def _pool(self, conninfo: str, size: int, timeout_s: float, name: str) -> ConnectionPool[Conn]:
+        pool: ConnectionPool[Conn] = ConnectionPool(
+            conninfo, connection_class=Conn, **self.pool_options(size, timeout_s, name)
         )
         pool.open(wait=False)
         return pool
@@ -283,9 +295,8 @@ class Database:
         of the timeout."""
         deadline = time.monotonic() + self._timeout_s
         while True:
-            left = deadline - time.monotonic()
             try:
-                return pool.getconn(timeout=max(0.01, min(_GETCONN_SLICE_S, left)))
+                return pool.getconn(timeout=getconn_slice(deadline))
             except PoolTimeout:
                 if time.monotonic() >= deadline:
                     raise
@@ -369,21 +380,11 @@ class Database:
                     ) from exc
                 time.sleep(random.uniform(0.001, 0.005 * 2**attempt))  # jitter, not security
             except PoolTimeout as exc:
-                raise StoreUnavailableError(
-                    f"postgresql: no connection within {self._timeout_s:g}s ({_first_line(exc)})",
-                    field="store",
-                ) from exc
+                raise pool_timeout(exc, self._timeout_s) from exc
             except psycopg.Error as exc:
-                # connection lost (whatever the error says: an idle-in-transaction
-                # timeout is class 25), admin shutdown, statement/lock timeout, ...
                 lost = bool(used) and used[-1].closed
-                if not (lost or isinstance(exc, psycopg.OperationalError)):
-                    raise store_error(exc) from exc  # e.g. InterfaceError: a bug
-                if (write and (sent[0] or not lost)) or attempt > _READ_RETRIES:
-                    raise StoreUnavailableError(
-                        f"postgresql: {_first_line(exc)}", field="store"
-                    ) from exc
-                time.sleep(0.05 * attempt)
+                written = write and (sent[0] or not lost)
+                time.sleep(retry_pause(exc, lost=lost, written=written, attempt=attempt))
 
     def add_partition(self, at: str) -> None:
         """The partition of firings holding the instant ``at`` (text as the server
@@ -437,6 +438,31 @@ class Database:
     def starts_with(self, column: str, param: str) -> str:
         # starts_with: '%' and '_' in a prefix are literal, never LIKE patterns
         return f"starts_with({column}, %({param})s)"
+
+
+def getconn_slice(deadline: float) -> float:
+    """The next wait for a pooled connection before ``deadline`` (monotonic): a short
+    slice of it (Database._getconn)."""
+    return max(0.01, min(_GETCONN_SLICE_S, deadline - time.monotonic()))
+
+
+def pool_timeout(exc: PoolTimeout, timeout_s: float) -> StoreUnavailableError:
+    return StoreUnavailableError(
+        f"postgresql: no connection within {timeout_s:g}s ({_first_line(exc)})", field="store"
+    )
+
+
+def retry_pause(exc: psycopg.Error, *, lost: bool, written: bool, attempt: int) -> float:
+    """After a driver error in a unit of work (connection lost, whatever the error says:
+    an idle-in-transaction timeout is class 25; admin shutdown, statement or lock
+    timeout, ...): the pause before it runs again, or cronwheel's error raised. ``lost``:
+    its connection is closed; ``written``: a write that may have reached the server (its
+    COMMIT, or its one autocommitted statement, was sent, or the connection still lives)."""
+    if not (lost or isinstance(exc, psycopg.OperationalError)):
+        raise store_error(exc) from exc  # e.g. InterfaceError: a bug
+    if written or attempt > _READ_RETRIES:
+        raise StoreUnavailableError(f"postgresql: {_first_line(exc)}", field="store") from exc
+    return 0.05 * attempt
 
 
 def store_error(exc: psycopg.Error) -> StoreError:

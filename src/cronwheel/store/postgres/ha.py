@@ -147,6 +147,10 @@ def with_hosts(conninfo: str, value: str, key: str, attrs: str) -> str:
     return make_conninfo("", **params)
 
 
+class _Standby(Exception):
+    """The checked server is a standby (PrimaryCheck._role)."""
+
+
 class PrimaryCheck:
     """The role and timeline of the primary pool's connections (module doc): read by a
     round trip at checkout, or trusted for ``TRUST_S`` after the connection answered;
@@ -166,17 +170,33 @@ class PrimaryCheck:
     def check(self, conn: Any, *, primary: bool) -> int:
         """The connection's server timeline (0 off the primary pool). Raises
         psycopg.Error for a connection to discard, StoreError to refuse the server."""
-        answered = self._answered.get(conn)
-        if answered is not None and not self.pooled:
-            at, tl = answered
-            if at > max(self._lost_at, time.monotonic() - TRUST_S):  # since any loss
-                if primary:
-                    self._fence(tl)
-                return tl
+        tl = self.trusted(conn, primary=primary)
+        if tl is not None:
+            return tl
         if not primary:
             conn.execute("")
             return 0
         return self._read(conn)
+
+    async def acheck(self, conn: Any) -> int:
+        """:meth:`check` of an async connection of a primary pool (store/postgres/aio.py)."""
+        tl = self.trusted(conn, primary=True)
+        if tl is not None:
+            return tl
+        return await self._aread(conn)
+
+    def trusted(self, conn: Any, *, primary: bool) -> int | None:
+        """The connection's timeline without a round trip, fenced, if it answered within
+        ``TRUST_S`` since any connection failure; else None: it must be checked."""
+        answered = self._answered.get(conn)
+        if answered is None or self.pooled:
+            return None
+        at, tl = answered
+        if at <= max(self._lost_at, time.monotonic() - TRUST_S):  # before a loss, or old
+            return None
+        if primary:
+            self._fence(tl)
+        return tl
 
     def answered(self, conn: Any, tl: int) -> None:
         """The connection's unit of work went through: it is alive now."""
@@ -188,6 +208,22 @@ class PrimaryCheck:
 
     def _read(self, conn: Any) -> int:
         row = conn.execute(ROLE_SQL).fetchone()
+        try:
+            return self._role(row)
+        except _Standby:
+            conn.close()  # never written to; the pool replaces a closed connection
+            raise psycopg.OperationalError("the server is a standby") from None
+
+    async def _aread(self, conn: Any) -> int:
+        row = await (await conn.execute(ROLE_SQL)).fetchone()
+        try:
+            return self._role(row)
+        except _Standby:
+            await conn.close()
+            raise psycopg.OperationalError("the server is a standby") from None
+
+    def _role(self, row: Any) -> int:
+        """The timeline of ROLE_SQL's row, fenced; _Standby for a standby."""
         assert row is not None
         if self.pooled and row["tz"] not in ("UTC", "Etc/UTC"):
             # through a transaction pooler the startup packet carries no ``options``:
@@ -199,9 +235,8 @@ class PrimaryCheck:
                 field="store",
             )
         tl = int(row["tl"])
-        if tl == 0:  # a standby: never written to; the pool replaces a closed connection
-            conn.close()
-            raise psycopg.OperationalError("the server is a standby")
+        if tl == 0:
+            raise _Standby
         self._fence(tl)
         return tl
 

@@ -1,0 +1,33 @@
+"""AsyncReads: reads awaited on an event loop, for the API's hottest read.
+
+The API runs a store call in a thread (``api/calls.py``), which costs more CPU than a
+small read itself on PostgreSQL: the executor's queue, the loop's wake-up and the GIL
+changing hands with the other threads. A store that can do better gives the API an
+``AsyncReads`` (``ApiJobsPort.async_reads``), opened by the app's lifespan on its
+event loop and awaited there; one that cannot (SQLite, whose API calls run on the loop
+already; the memory store) gives None, and its reads stay where they were.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from cronwheel.domain.attempts import Attempt
+from cronwheel.domain.models import Firing, FiringId
+
+
+class AsyncReads(Protocol):
+    async def open(self) -> None:
+        """Its connections, on the running event loop (the only one it serves)."""
+        ...
+
+    async def close(self) -> None: ...
+
+    def ready(self) -> bool:
+        """Open, and serving the running event loop (a caller on another loop uses the
+        store's own call)."""
+        ...
+
+    async def firing_with_attempts(self, firing_id: FiringId) -> tuple[Firing, list[Attempt]]:
+        """The store's ``firing_with_attempts``, with the same rules and errors."""
+        ...

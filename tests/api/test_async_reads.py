@@ -1,0 +1,270 @@
+"""The API's firing read awaited on its event loop (store/postgres/aio.py, api/calls.py
+``store_read``) on a real PostgreSQL: while the app is served (its lifespan), a
+``GET /v1/firings/{id}`` is answered from the async pool with no store thread and the
+same bytes as the thread path; it keeps Database.run's rules for a read (the primary's
+timeline fenced, a lost connection retried, a stall cut short, a dead server
+StoreUnavailableError as a 503); out of the lifespan, on another loop and on SQLite the
+store's own call answers."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import psycopg
+import pytest
+
+from cronwheel.api import calls
+from cronwheel.domain.models import FiringId, JobSpec
+from cronwheel.domain.schedules import now as now_schedule
+from cronwheel.errors import StoreUnavailableError
+from cronwheel.server import create_app
+from cronwheel.store.postgres import PostgresStore
+from cronwheel.store.postgres.aio import PgAsyncReads
+from cronwheel.store.sqlite import SqliteStore
+from cronwheel.web.ids import ids_for
+from cronwheel.web.tokens import issue_token
+from tests.conftest import PG_URL
+from tests.contract.pg_harness import drop_schema, new_schema
+from tests.contract.test_postgres_checkout import _terminate as terminate
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # starlette's TestClient asks for the httpx2 fork
+    from starlette.testclient import TestClient
+
+NS = "team-a"
+
+
+@dataclass
+class Pg:
+    store: PostgresStore
+    schema: str
+    firing: int  # the store's id
+    shown: int  # the id the API shows
+    headers: dict[str, str]
+
+
+@pytest.fixture
+def pg() -> Iterator[Pg]:
+    from tests.conftest import require_service
+
+    try:
+        schema = new_schema()
+    except psycopg.OperationalError as exc:
+        require_service("PostgreSQL", exc)
+        return
+    store = PostgresStore(PG_URL, schema=schema, pool_size=2)
+    try:
+        store.migrate()
+        token = issue_token(store, namespace=NS, role="write")[1]
+        firing = store.enqueue_now(
+            JobSpec(name="one", task="report", schedule=now_schedule(), namespace=NS)
+        )
+        yield Pg(
+            store=store,
+            schema=schema,
+            firing=firing.id,
+            shown=ids_for(store).encode("firing", firing.id),
+            headers={"Authorization": f"Bearer {token}"},
+        )
+    finally:
+        store.close()
+        drop_schema(schema)
+
+
+def _app(store: Any) -> Any:
+    # as `cronwheel api` serves PostgreSQL: store calls in threads, answers unvalidated
+    return create_app(store, auth_required=True, validate_responses=False)
+
+
+class _Threads:
+    """Counts the store calls of the thread path (api.calls.store_call)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.names: list[str] = []
+        original = calls.store_call
+
+        async def counted(func: Any, /, *args: Any, **kwargs: Any) -> Any:
+            self.names.append(getattr(func, "__name__", repr(func)))
+            return await original(func, *args, **kwargs)
+
+        monkeypatch.setattr(calls, "store_call", counted)
+
+
+def test_a_served_app_reads_a_firing_on_the_loop_with_the_thread_paths_answer(
+    pg: Pg, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = f"/v1/firings/{pg.shown}"
+    threaded = TestClient(_app(pg.store)).get(path, headers=pg.headers)  # no lifespan
+    assert threaded.status_code == 200, threaded.text
+    threads = _Threads(monkeypatch)
+    read_by: list[str] = []
+    original = pg.store.firing_with_attempts
+
+    def sync_read(firing_id: FiringId) -> Any:
+        read_by.append(threading.current_thread().name)
+        return original(firing_id)
+
+    monkeypatch.setattr(pg.store, "firing_with_attempts", sync_read)
+    app = _app(pg.store)
+    with TestClient(app) as client:
+        assert isinstance(app.state.async_reads, PgAsyncReads)
+        for _ in range(3):
+            served = client.get(path, headers=pg.headers)
+            assert served.status_code == 200, served.text
+            assert served.content == threaded.content
+        missing = client.get(f"/v1/firings/{pg.shown + 1}", headers=pg.headers)
+    assert missing.status_code == 404
+    assert missing.json()["error"]["field"] == "firing_id"
+    assert read_by == []  # never the store's own call
+    assert "firing_with_attempts" not in threads.names
+    assert app.state.async_reads is None  # closed with the lifespan
+
+
+def test_another_namespaces_firing_is_a_404_as_on_the_thread_path(pg: Pg) -> None:
+    other = issue_token(pg.store, namespace="team-b", role="read")[1]
+    path = f"/v1/firings/{pg.shown}"
+    with TestClient(_app(pg.store)) as client:
+        served = client.get(path, headers={"Authorization": f"Bearer {other}"})
+    threaded = TestClient(_app(pg.store)).get(path, headers={"Authorization": f"Bearer {other}"})
+    assert served.status_code == threaded.status_code == 404
+    assert served.content == threaded.content
+
+
+def test_a_timeline_below_the_highest_seen_is_refused_as_a_503(pg: Pg) -> None:
+    with TestClient(_app(pg.store)) as client:
+        assert client.get(f"/v1/firings/{pg.shown}", headers=pg.headers).status_code == 200
+        pg.store.db.timeline = 10**9  # as after a failover this server did not follow
+        refused = client.get(f"/v1/firings/{pg.shown}", headers=pg.headers)
+    assert refused.status_code == 503
+    assert "timeline" in refused.json()["error"]["message"]
+
+
+def test_a_connection_lost_between_reads_is_replaced_and_the_read_answers(pg: Pg) -> None:
+    one = PostgresStore(PG_URL, schema=pg.schema, pool_size=1)  # one connection to lose
+
+    async def main() -> None:
+        reads = PgAsyncReads(one.db)
+        await reads.open()
+        try:
+            first = await reads.firing_with_attempts(FiringId(pg.firing))
+            async with reads._checkout() as conn:  # its connection, trusted: it just answered
+                pid = conn.info.backend_pid
+            terminate(pid)  # and gone
+            again = await reads.firing_with_attempts(FiringId(pg.firing))
+            assert again == first
+            async with reads._checkout() as conn:
+                assert conn.info.backend_pid != pid
+        finally:
+            await reads.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        one.close()
+
+
+def test_a_dead_server_is_store_unavailable_within_the_stores_timeout() -> None:
+    store = PostgresStore("postgresql://postgres@127.0.0.1:1/test", pool_size=1, timeout_s=0.5)
+
+    async def main() -> None:
+        reads = store.async_reads()
+        await reads.open()
+        try:
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailableError) as caught:
+                await reads.firing_with_attempts(FiringId(1))
+            assert time.monotonic() - started < 5
+            assert caught.value.field == "store"
+        finally:
+            await reads.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        store.close()
+
+
+def test_a_stalled_read_is_cut_short_by_the_watchdog(
+    pg: Pg, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = PostgresStore(f"{PG_URL}?stall_timeout=0.3", schema=pg.schema, pool_size=1)
+    # the firing's statement behind a sleep the server would hold for 20 s
+    monkeypatch.setitem(
+        store.db.q, "firing_with_attempts", "SELECT pg_sleep(20), %(id)s::bigint AS id"
+    )
+
+    async def main() -> float:
+        reads = store.async_reads()
+        await reads.open()
+        try:
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailableError):
+                await reads.firing_with_attempts(FiringId(pg.firing))
+            return time.monotonic() - started
+        finally:
+            await reads.close()
+
+    try:
+        took = asyncio.run(main())
+    finally:
+        store.close()
+    # three attempts (the first and _READ_RETRIES), each shut a tick after 0.3 s
+    assert 0.9 <= took < 10
+
+
+def test_reads_opened_on_another_loop_leave_the_read_to_the_stores_own_call(pg: Pg) -> None:
+    reads = pg.store.async_reads()
+    opened = threading.Event()
+    stop = threading.Event()
+
+    async def serve() -> None:  # the serving loop, on a thread of its own
+        await reads.open()
+        opened.set()
+        while not stop.is_set():
+            await asyncio.sleep(0.01)
+        await reads.close()
+
+    server = threading.Thread(target=asyncio.run, args=(serve(),))
+    server.start()
+    try:
+        assert opened.wait(10)
+        request = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(async_reads=reads)))
+
+        async def elsewhere() -> tuple[bool, str]:
+            async def on_the_pool(_: Any) -> str:
+                return "async reads"
+
+            got = await calls.store_read(request, lambda: "the store's call", on_the_pool)  # type: ignore[arg-type]
+            return reads.ready(), got
+
+        assert asyncio.run(elsewhere()) == (False, "the store's call")
+    finally:
+        stop.set()
+        server.join(10)
+    assert not server.is_alive()
+
+
+@pytest.mark.parametrize("on_loop", [True, False])
+def test_a_sqlite_app_opens_no_async_reads(tmp_path: Any, on_loop: bool) -> None:
+    store = SqliteStore(str(tmp_path / "a.db"))
+    store.migrate()
+    try:
+        app = create_app(store, auth_required=False, store_calls_on_loop=on_loop)
+        with TestClient(app) as client:
+            assert client.get("/healthz").status_code == 200
+            assert app.state.async_reads is None
+    finally:
+        store.close()
+
+
+def test_an_app_on_the_loop_opens_no_async_reads_on_postgresql(pg: Pg) -> None:
+    app = create_app(pg.store, auth_required=False, store_calls_on_loop=True)
+    with TestClient(app):
+        assert app.state.async_reads is None
