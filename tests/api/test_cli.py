@@ -157,3 +157,30 @@ def test_bench_api_needs_wrk_and_other_workloads_keep_their_duration_floor(
 def test_api_workers_must_be_a_positive_count(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["api", "--workers", "0"], capsys)
     assert code == 2 and "--workers" in err
+
+
+def test_a_serving_processs_app_is_frozen_out_of_the_cyclic_gc(tmp_path: Path) -> None:
+    """`cronwheel api`'s app: what the process holds once it is built is not walked by
+    every full collection (api_cmd._app)."""
+    import gc
+
+    from cronwheel.cli.api_cmd import _app
+    from cronwheel.store.sqlite import SqliteStore
+
+    store = SqliteStore(str(tmp_path / "gc.db"))
+    store.migrate()
+    settings = {
+        "auth_required": True,
+        "max_body": 1 << 16,
+        "allowed_hosts": None,
+        "trusted_proxies": (),
+        "store_calls_on_loop": True,
+    }
+    gc.unfreeze()
+    try:
+        app = _app(store, settings)
+        assert gc.get_freeze_count() > 0
+        assert not any(o is app for o in gc.get_objects())  # frozen: no generation walks it
+    finally:
+        gc.unfreeze()
+        store.close()
