@@ -1,9 +1,10 @@
 """PostgreSQL: creating a job holds no row that every other creation waits for
 (schema.sql migration_20, store/postgres/jobs_quota.py). The jobs quota is counted in
-shards that a creation takes without waiting (SKIP LOCKED) and only locks all of when no
-free shard has room; the job set's version is a row per change, folded into meta. What
-the counters promise stays: never past the limit under concurrent creations, deletions
-give room back, the version grows with every committed change and with nothing else."""
+shards that a creation takes without waiting (SKIP LOCKED), waits for one of when all
+are held, and only locks all of when no shard has room; the job set's version is a row
+per change, folded into meta. What the counters promise stays: never past the limit
+under concurrent creations, deletions give room back, the version grows with every
+committed change and with nothing else."""
 
 from __future__ import annotations
 
@@ -100,6 +101,40 @@ def test_a_creation_takes_a_free_shard_and_waits_only_when_every_shard_is_held(
     thread.join(WAIT_S)
     assert not thread.is_alive() and not errors
     assert sorted(j.name for j in h.store.list_jobs(namespace=NS)) == ["after", "beside", "first"]
+
+
+def test_a_creation_that_finds_every_shard_held_waits_for_one_not_for_them_all(
+    h: Harness,
+) -> None:
+    """Under a steady load every shard can be held at once; a creation then waits for
+    one shard and takes its room there, as if it had been free. (Taking the slow path
+    instead, it locked every shard, so the next creations found them all held too: they
+    ran one at a time.)"""
+    h.store.create_job(spec("first", namespace=NS), first_fire_at=h.now())
+    with _session(h) as setup:  # shard 3 has counted ten jobs more than the others
+        setup.execute(
+            "UPDATE quota_jobs SET used = used + 10, room = room - 10"
+            " WHERE namespace = %s AND shard = 3",
+            (NS,),
+        )
+        setup.commit()
+    before = _shards(h)
+    with _session(h) as holder:
+        holder.execute("SELECT 1 FROM quota_jobs WHERE namespace = %s FOR UPDATE", (NS,))
+        thread, errors = _create_in_thread(h, "waited")
+        with _session(h) as watcher:
+            deadline = time.monotonic() + WAIT_S
+            while not _waiting_on_a_lock(watcher) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert _waiting_on_a_lock(watcher)
+        holder.rollback()
+    thread.join(WAIT_S)
+    assert not thread.is_alive() and not errors
+    after = _shards(h)
+    changed = [(b, a) for b, a in zip(before, after, strict=True) if a != b]
+    assert len(changed) == 1  # one shard took it; the room was not shared out again
+    (shard, used, room), (_, used_after, room_after) = changed[0]
+    assert (used_after, room_after) == (used + 1, room - 1), shard
 
 
 def test_concurrent_creations_never_pass_the_limit(h: Harness) -> None:

@@ -5,12 +5,16 @@ other creation waits for (schema.sql migration_20).
   ``quota_jobs``, each with the jobs it counts (``used``) and its share of the room left
   under the limit (``room``). A creation takes its jobs from the room of a shard that
   no other transaction holds (``quota_jobs_take``, SKIP LOCKED): creations run side by
-  side, each holding one shard until its COMMIT. When no free shard has the room, the
-  slow path locks every shard of the namespace in order, counts, and either refuses
-  (the limit, exactly as one counter would) or takes the jobs and shares the room left
-  out again. A deletion gives jobs back the same way. ``sum(used) + sum(room)`` is the
-  limit after every slow path (``set_quota`` shares it out again too), and ``room`` is
-  never negative, so the fast path cannot pass the limit.
+  side, each holding one shard until its COMMIT; when every shard with the room is
+  held, it waits for one of them (``quota_jobs_take_waiting``). Only when no shard has
+  the room does the slow path lock every shard of the namespace in order, count, and
+  either refuse (the limit, exactly as one counter would) or take the jobs and share
+  the room left out again. (Creations that found every shard held used to take the
+  slow path, and under a steady load each then found them all held by the one before:
+  8 API connections creating jobs in one namespace ran one at a time.) A deletion
+  gives jobs back the same way. ``sum(used) + sum(room)`` is the limit after every
+  slow path (``set_quota`` shares it out again too), and ``room`` is never negative,
+  so the fast path cannot pass the limit.
 - **The job set's version** is meta's ``jobs_version`` plus the rows of
   ``job_changes`` (one per changing transaction, an insert that waits for nobody);
   ``jobs_version()`` folds them into meta when more than ``FOLD_AT`` are pending.
@@ -42,10 +46,12 @@ class PgJobsQuota(CoreStore[Database]):
 
     def _take_jobs(self, tx: Tx, namespace: str, n: int, limit: Callable[[], int]) -> bool:
         key = {"namespace": namespace, "n": n}
-        return tx.one("quota_jobs_take", key) is not None or self._share(tx, namespace, limit(), n)
+        if _one_shard(tx, "quota_jobs_take", key):
+            return True
+        return self._share(tx, namespace, limit(), n)
 
     def _uncharge_job(self, tx: Tx, namespace: str, n: int = 1) -> None:
-        if n <= 0 or tx.one("quota_jobs_give", {"namespace": namespace, "n": n}) is not None:
+        if n <= 0 or _one_shard(tx, "quota_jobs_give", {"namespace": namespace, "n": n}):
             return
         self._share(tx, namespace, self._quota_in(tx, namespace).jobs, -n)
 
@@ -74,6 +80,12 @@ class PgJobsQuota(CoreStore[Database]):
         }
         tx.run("quota_jobs_set", params)
         return True
+
+
+def _one_shard(tx: Tx, name: str, key: Mapping[str, Any]) -> bool:
+    """``name`` on a free shard, else on a held one waited for (``name``_waiting);
+    False when no shard can take it: the slow path decides."""
+    return tx.one(name, key) is not None or tx.one(f"{name}_waiting", key) is not None
 
 
 def _spread(used: list[int], n: int) -> None:

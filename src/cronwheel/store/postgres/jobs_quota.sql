@@ -23,6 +23,22 @@ UPDATE quota_jobs q SET used = q.used + %(n)s, room = q.room - %(n)s
 FROM pick WHERE q.namespace = %(namespace)s AND q.shard = pick.shard
 RETURNING q.shard
 
+-- name: quota_jobs_take_waiting
+-- quota_jobs_take when every shard with the room was held: one of them, its holder
+-- waited for (FOR UPDATE checks the room again on the row its holder committed, and
+-- passes to another shard without it); no row when no shard has the room (then
+-- quota_jobs_lock). Without it, creations that found every shard held locked them all
+-- and so kept finding them held. [quota_jobs primary key]
+WITH pick AS (
+    SELECT shard FROM quota_jobs
+    WHERE namespace = %(namespace)s AND room >= %(n)s
+    ORDER BY random() LIMIT 1
+    FOR UPDATE
+)
+UPDATE quota_jobs q SET used = q.used + %(n)s, room = q.room - %(n)s
+FROM pick WHERE q.namespace = %(namespace)s AND q.shard = pick.shard
+RETURNING q.shard
+
 -- name: quota_jobs_give
 -- %(n)s jobs given back (deleted) to one free shard that counts as many; no row when
 -- none does (then quota_jobs_lock). [quota_jobs primary key]
@@ -31,6 +47,19 @@ WITH pick AS (
     WHERE namespace = %(namespace)s AND used >= %(n)s
     ORDER BY random() LIMIT 1
     FOR UPDATE SKIP LOCKED
+)
+UPDATE quota_jobs q SET used = q.used - %(n)s, room = q.room + %(n)s
+FROM pick WHERE q.namespace = %(namespace)s AND q.shard = pick.shard
+RETURNING q.shard
+
+-- name: quota_jobs_give_waiting
+-- quota_jobs_give when every shard that counts as many was held: one of them, waited
+-- for, as quota_jobs_take_waiting. [quota_jobs primary key]
+WITH pick AS (
+    SELECT shard FROM quota_jobs
+    WHERE namespace = %(namespace)s AND used >= %(n)s
+    ORDER BY random() LIMIT 1
+    FOR UPDATE
 )
 UPDATE quota_jobs q SET used = q.used - %(n)s, room = q.room + %(n)s
 FROM pick WHERE q.namespace = %(namespace)s AND q.shard = pick.shard
