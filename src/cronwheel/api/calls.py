@@ -113,8 +113,10 @@ async def store_read(
     """A read of the app's store: ``aread`` of the app's AsyncReads (store/async_port.py)
     when its lifespan opened them on this loop and the app's store calls are not on the
     loop already; else ``call()`` by :func:`store_call`."""
+    if _ON_LOOP.get():
+        return call()
     reads: AsyncReads | None = getattr(request.app.state, "async_reads", None)
-    if reads is not None and not _ON_LOOP.get() and reads.ready():
+    if reads is not None and reads.ready():
         return await aread(reads)
     return await store_call(call)
 

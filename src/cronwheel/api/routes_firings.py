@@ -200,7 +200,7 @@ async def get_firing(
     first attempt's."""
     store = store_of(request)
     ids = await ids_ready(request)
-    internal = internal_id(store, "firing", firing_id)  # the key is known: no store call
+    internal = ids.decode("firing", firing_id)  # as internal_id, with the codec at hand
     found = None
     if internal is not None:
         fid = FiringId(internal)
