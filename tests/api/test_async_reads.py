@@ -9,6 +9,7 @@ store's own call answers."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 import warnings
@@ -84,17 +85,29 @@ def _app(store: Any) -> Any:
 
 
 class _Threads:
-    """Counts the store calls of the thread path (api.calls.store_call)."""
+    """Records what runs on the API's store threads (api/calls.py ``store_call``), by
+    the name of the function called there."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.names: list[str] = []
-        original = calls.store_call
+        pool = calls._STORE_THREADS.get()
+        names = self.names
 
-        async def counted(func: Any, /, *args: Any, **kwargs: Any) -> Any:
-            self.names.append(getattr(func, "__name__", repr(func)))
-            return await original(func, *args, **kwargs)
+        class Recording:
+            def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+                names.append(_name(fn))
+                return pool.submit(fn, *args, **kwargs)
 
-        monkeypatch.setattr(calls, "store_call", counted)
+        monkeypatch.setattr(calls._STORE_THREADS, "get", Recording)
+
+
+def _name(fn: Any) -> str:
+    """The function a store call runs: through the partials and the context's run."""
+    while True:
+        if isinstance(fn, functools.partial):
+            fn = fn.args[0] if getattr(fn.func, "__name__", "") == "run" else fn.func
+        else:
+            return str(getattr(fn, "__name__", repr(fn)))
 
 
 def test_a_served_app_reads_a_firing_on_the_loop_with_the_thread_paths_answer(
@@ -268,3 +281,28 @@ def test_an_app_on_the_loop_opens_no_async_reads_on_postgresql(pg: Pg) -> None:
     app = create_app(pg.store, auth_required=False, store_calls_on_loop=True)
     with TestClient(app):
         assert app.state.async_reads is None
+
+
+def test_an_unchanged_put_is_answered_from_the_async_pool(
+    pg: Pg, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = {
+        "task": "report",
+        "schedule": {"kind": "cron", "cron": "0 9 * * *", "tz": "Europe/Berlin"},
+        "allow_unknown_task": True,
+    }
+    headers = pg.headers | {"Content-Type": "application/json"}
+    threaded = TestClient(_app(pg.store))  # no lifespan: the thread path
+    assert threaded.put("/v1/jobs/deploy", json=body, headers=headers).status_code == 201
+    before = threaded.put("/v1/jobs/deploy", json=body, headers=headers)
+    assert (before.status_code, before.json()["changed"]) == (200, False)
+    threads = _Threads(monkeypatch)
+    app = _app(pg.store)
+    with TestClient(app) as client:
+        served = client.put("/v1/jobs/deploy", json=body, headers=headers)
+        changed = client.put("/v1/jobs/deploy", json=body | {"args": [1]}, headers=headers)
+    assert served.status_code == 200
+    assert served.content == before.content
+    # the token's first look-up in this app, then only the PUT that changes the job
+    assert threads.names == ["principal_for", "_put"]
+    assert (changed.status_code, changed.json()["changed"]) == (200, True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from functools import partial
 from typing import Annotated, Any
@@ -13,12 +13,13 @@ from pydantic import AfterValidator
 
 from cronwheel.api.auth import Principal, Reader, Writer, store_of
 from cronwheel.api.batch import batch_out, parse_item, served_once
-from cronwheel.api.calls import ApiRoute
+from cronwheel.api.calls import ApiRoute, awaited, store_call, store_read
 from cronwheel.api.convert import (
     AsciiInt,
     decode_cursor,
     encode_cursor,
     ids_of,
+    ids_ready,
     instant,
     job_out,
     to_policies,
@@ -40,6 +41,7 @@ from cronwheel.api.schemas import (
 from cronwheel.api.schemas_batch import BatchErrorOut, BatchOut, JobsBatchIn
 from cronwheel.api.traced import traced, traced_batch
 from cronwheel.domain.batch import BatchResult, run_batch
+from cronwheel.domain.calendars import CalendarRules
 from cronwheel.domain.jobs import (
     bind_calendar,
     bind_schedule,
@@ -148,14 +150,71 @@ def create_jobs_batch(body: JobsBatchIn, principal: Writer, request: Request) ->
 
 
 @router.put("/{name}", response_model=JobOut, summary="Create or update a job by name")
-def put_job(
+@awaited
+async def put_job(
     name: JobName, body: JobBody, principal: Writer, request: Request, response: Response
 ) -> dict[str, Any]:
     """201 when created; 200 otherwise, with `changed` false when the same definition was
     already stored (deploy scripts can PUT on every deploy). `paused` omitted keeps the
     job's state."""
     store = store_of(request)
-    existing = _find(store, principal.namespace, name)
+    namespace = principal.namespace
+    existing = await store_read(
+        request,
+        partial(_find, store, namespace, name),
+        lambda reads: _found(reads.get_job(namespace, name)),
+    )
+    if existing is not None and _unchanged(request, principal, name, body, existing):
+        # the definition stored as read: nothing to write (a write would find it so
+        # again, or a newer one, which this PUT then precedes)
+        response.status_code = 200
+        return job_out(await ids_ready(request), existing, upcoming=UPCOMING, changed=False)
+    return await store_call(_put, store, existing, name, body, principal, request, response)
+
+
+def _unchanged(
+    request: Request, principal: Principal, name: str, body: JobBody, existing: Job
+) -> bool:
+    """Whether the body describes ``existing`` as it is, decided without a store call:
+    False when that needs one (a stored calendar's rules), or a traced write (its
+    producer span) is asked for."""
+    if getattr(request.app.state, "tracing", False):
+        return False
+    if body.paused is not None and body.paused != existing.paused:
+        return False
+    try:
+        spec = _spec(request.app.state.store, principal, name, body, existing.paused, _no_lookup)
+    except _NeedsStore:
+        return False
+    return existing.spec.spec_hash() == spec.spec_hash()
+
+
+class _NeedsStore(Exception):
+    """The body names a stored calendar, whose rules only the store has."""
+
+
+def _no_lookup(namespace: str, name: str) -> CalendarRules | None:
+    raise _NeedsStore(namespace, name)
+
+
+async def _found(job: Awaitable[Job]) -> Job | None:
+    try:
+        return await job
+    except JobNotFoundError:
+        return None
+
+
+def _put(
+    store: ApiStore,
+    existing: Job | None,
+    name: str,
+    body: JobBody,
+    principal: Principal,
+    request: Request,
+    response: Response,
+) -> dict[str, Any]:
+    """A PUT that may write: in the thread pool (or on the loop, as the app runs its
+    store calls)."""
     paused = body.paused if body.paused is not None else bool(existing and existing.paused)
     spec = _spec(store, principal, name, body, paused)
     if existing is None or existing.spec.task != spec.task:

@@ -1,4 +1,5 @@
-"""AsyncReads: reads awaited on an event loop, for the API's hottest read.
+"""AsyncReads: reads awaited on an event loop, for the API's hottest reads (a firing;
+a job by name, which a PUT of an unchanged job answers from).
 
 The API runs a store call in a thread (``api/calls.py``), which costs more CPU than a
 small read itself on PostgreSQL: the executor's queue, the loop's wake-up and the GIL
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from cronwheel.domain.attempts import Attempt
-from cronwheel.domain.models import Firing, FiringId
+from cronwheel.domain.models import Firing, FiringId, Job
 
 
 class AsyncReads(Protocol):
@@ -30,4 +31,8 @@ class AsyncReads(Protocol):
 
     async def firing_with_attempts(self, firing_id: FiringId) -> tuple[Firing, list[Attempt]]:
         """The store's ``firing_with_attempts``, with the same rules and errors."""
+        ...
+
+    async def get_job(self, namespace: str, name: str) -> Job:
+        """The store's ``get_job``: JobNotFoundError when there is none."""
         ...

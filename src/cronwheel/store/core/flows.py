@@ -132,10 +132,8 @@ class CoreStore(
         return codec.job_from_row(row), changed
 
     def get_job(self, namespace: str, name: str) -> Job:
-        row = self._one("get_job", {"namespace": namespace, "name": name})
-        if row is None:
-            raise JobNotFoundError(f"no job named {name!r}", field="name")
-        return codec.job_from_row(row)
+        rows = self.db.read(lambda tx: tx.all("get_job", {"namespace": namespace, "name": name}))
+        return job_from_rows(rows, name)
 
     def get_job_by_id(self, job_id: JobId) -> Job:
         row = self._one("get_job_by_id", {"id": job_id})
@@ -446,3 +444,10 @@ def firing_and_attempts(rows: Sequence[Row], firing_id: FiringId) -> tuple[Firin
     firing = codec.firing_from_row(rows[0])
     recorded = [codec.attempt_from_row(r, "a_") for r in rows if r["a_attempt"] is not None]
     return firing, attempts_of(firing, recorded)
+
+
+def job_from_rows(rows: Sequence[Row], name: str) -> Job:
+    """``get_job``'s answer from its statement's rows: JobNotFoundError for none."""
+    if not rows:
+        raise JobNotFoundError(f"no job named {name!r}", field="name")
+    return codec.job_from_row(rows[0])

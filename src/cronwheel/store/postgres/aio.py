@@ -1,4 +1,4 @@
-"""PostgreSQL's AsyncReads (store/async_port.py): the API's hottest read awaited on its
+"""PostgreSQL's AsyncReads (store/async_port.py): the API's hottest reads awaited on its
 event loop, on async connections of a pool of their own.
 
 Under wrk, a ``GET /v1/firings/{id}`` on PostgreSQL cost the API process ~610 µs of
@@ -37,9 +37,9 @@ from psycopg.rows import DictRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from cronwheel.domain.attempts import Attempt
-from cronwheel.domain.models import Firing, FiringId
+from cronwheel.domain.models import Firing, FiringId, Job
 from cronwheel.errors import CronwheelError, StoreError
-from cronwheel.store.core.flows import firing_and_attempts
+from cronwheel.store.core.flows import firing_and_attempts, job_from_rows
 from cronwheel.store.postgres.db import (
     Database,
     getconn_slice,
@@ -82,6 +82,10 @@ class PgAsyncReads:
     async def firing_with_attempts(self, firing_id: FiringId) -> tuple[Firing, list[Attempt]]:
         rows = await self._read("firing_with_attempts", {"id": firing_id})
         return firing_and_attempts(rows, firing_id)
+
+    async def get_job(self, namespace: str, name: str) -> Job:
+        rows = await self._read("get_job", {"namespace": namespace, "name": name})
+        return job_from_rows(rows, name)
 
     async def _read(self, name: str, params: Mapping[str, Any]) -> list[DictRow]:
         """One statement of this package's SQL, by Database.run's rules for a read."""
