@@ -13,12 +13,11 @@ import functools
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar
 
-import psycopg
 import pytest
 
 from cronwheel.api import calls
@@ -32,7 +31,7 @@ from cronwheel.store.sqlite import SqliteStore
 from cronwheel.web.ids import ids_for
 from cronwheel.web.tokens import issue_token
 from tests.conftest import PG_URL
-from tests.contract.pg_harness import drop_schema, new_schema
+from tests.contract.pg_harness import fresh_schema
 from tests.contract.test_postgres_checkout import _terminate as terminate
 
 with warnings.catch_warnings():
@@ -40,6 +39,7 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 NS = "team-a"
+T = TypeVar("T")
 
 
 @dataclass
@@ -53,13 +53,11 @@ class Pg:
 
 @pytest.fixture
 def pg() -> Iterator[Pg]:
-    from tests.conftest import require_service
+    with fresh_schema() as schema:
+        yield from _pg(schema)
 
-    try:
-        schema = new_schema()
-    except psycopg.OperationalError as exc:
-        require_service("PostgreSQL", exc)
-        return
+
+def _pg(schema: str) -> Iterator[Pg]:
     store = PostgresStore(PG_URL, schema=schema, pool_size=2)
     try:
         store.migrate()
@@ -76,7 +74,6 @@ def pg() -> Iterator[Pg]:
         )
     finally:
         store.close()
-        drop_schema(schema)
 
 
 def _app(store: Any) -> Any:
@@ -183,25 +180,36 @@ def test_a_connection_lost_between_reads_is_replaced_and_the_read_answers(pg: Pg
         one.close()
 
 
-def test_a_dead_server_is_store_unavailable_within_the_stores_timeout() -> None:
-    store = PostgresStore("postgresql://postgres@127.0.0.1:1/test", pool_size=1, timeout_s=0.5)
+def _on_reads(store: PostgresStore, body: Callable[[PgAsyncReads], Awaitable[T]]) -> T:
+    """``body`` on the store's AsyncReads, opened on a loop of its own; the store closed."""
 
-    async def main() -> None:
+    async def main() -> T:
         reads = store.async_reads()
         await reads.open()
         try:
-            started = time.monotonic()
-            with pytest.raises(StoreUnavailableError) as caught:
-                await reads.firing_with_attempts(FiringId(1))
-            assert time.monotonic() - started < 5
-            assert caught.value.field == "store"
+            return await body(reads)
         finally:
             await reads.close()
 
     try:
-        asyncio.run(main())
+        return asyncio.run(main())
     finally:
         store.close()
+
+
+async def _unavailable(reads: PgAsyncReads, firing: int) -> tuple[float, StoreUnavailableError]:
+    """How long the firing's read took to fail, and its error (it must)."""
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailableError) as caught:
+        await reads.firing_with_attempts(FiringId(firing))
+    return time.monotonic() - started, caught.value
+
+
+def test_a_dead_server_is_store_unavailable_within_the_stores_timeout() -> None:
+    store = PostgresStore("postgresql://postgres@127.0.0.1:1/test", pool_size=1, timeout_s=0.5)
+    took, error = _on_reads(store, lambda reads: _unavailable(reads, 1))
+    assert took < 5
+    assert error.field == "store"
 
 
 def test_a_stalled_read_is_cut_short_by_the_watchdog(
@@ -212,22 +220,7 @@ def test_a_stalled_read_is_cut_short_by_the_watchdog(
     monkeypatch.setitem(
         store.db.q, "firing_with_attempts", "SELECT pg_sleep(20), %(id)s::bigint AS id"
     )
-
-    async def main() -> float:
-        reads = store.async_reads()
-        await reads.open()
-        try:
-            started = time.monotonic()
-            with pytest.raises(StoreUnavailableError):
-                await reads.firing_with_attempts(FiringId(pg.firing))
-            return time.monotonic() - started
-        finally:
-            await reads.close()
-
-    try:
-        took = asyncio.run(main())
-    finally:
-        store.close()
+    took, _ = _on_reads(store, lambda reads: _unavailable(reads, pg.firing))
     # three attempts (the first and _READ_RETRIES), each shut a tick after 0.3 s
     assert 0.9 <= took < 10
 

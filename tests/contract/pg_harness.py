@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -33,6 +34,21 @@ def new_schema(url: str = PG_URL) -> str:
 def drop_schema(schema: str, url: str = PG_URL) -> None:
     with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")  # type: ignore[arg-type]
+
+
+@contextmanager
+def fresh_schema() -> Iterator[str]:
+    """A new empty schema, dropped afterwards; without a server, skips locally and fails
+    in CI."""
+    try:
+        name = new_schema()
+    except psycopg.OperationalError as exc:
+        require_service("PostgreSQL", exc)
+        raise
+    try:
+        yield name
+    finally:
+        drop_schema(name)
 
 
 def postgres_harness(tmp_path: Any) -> Iterator[Harness]:

@@ -72,6 +72,15 @@ def _waiting_on_a_lock(conn: psycopg.Connection[Any]) -> bool:
     return bool(row and row[0])
 
 
+def _await_a_lock_wait(h: Harness) -> None:
+    """Until a session of the store's database waits on a lock (within WAIT_S)."""
+    with _session(h) as watcher:
+        deadline = time.monotonic() + WAIT_S
+        while not _waiting_on_a_lock(watcher) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _waiting_on_a_lock(watcher)
+
+
 def test_a_creation_takes_a_free_shard_and_waits_only_when_every_shard_is_held(
     h: Harness,
 ) -> None:
@@ -91,11 +100,7 @@ def test_a_creation_takes_a_free_shard_and_waits_only_when_every_shard_is_held(
         # now every shard is held: a creation waits for them (the slow path's lock)
         holder.execute("SELECT 1 FROM quota_jobs WHERE namespace = %s FOR UPDATE", (NS,))
         thread, errors = _create_in_thread(h, "after")
-        with _session(h) as watcher:
-            deadline = time.monotonic() + WAIT_S
-            while not _waiting_on_a_lock(watcher) and time.monotonic() < deadline:
-                time.sleep(0.02)
-            assert _waiting_on_a_lock(watcher)
+        _await_a_lock_wait(h)
         assert thread.is_alive()
         holder.rollback()
     thread.join(WAIT_S)
@@ -122,11 +127,7 @@ def test_a_creation_that_finds_every_shard_held_waits_for_one_not_for_them_all(
     with _session(h) as holder:
         holder.execute("SELECT 1 FROM quota_jobs WHERE namespace = %s FOR UPDATE", (NS,))
         thread, errors = _create_in_thread(h, "waited")
-        with _session(h) as watcher:
-            deadline = time.monotonic() + WAIT_S
-            while not _waiting_on_a_lock(watcher) and time.monotonic() < deadline:
-                time.sleep(0.02)
-            assert _waiting_on_a_lock(watcher)
+        _await_a_lock_wait(h)
         holder.rollback()
     thread.join(WAIT_S)
     assert not thread.is_alive() and not errors

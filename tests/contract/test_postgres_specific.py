@@ -17,9 +17,9 @@ from cronwheel.domain.firing import FiringState
 from cronwheel.errors import LeaseLostError, StoreUnavailableError
 from cronwheel.store.protocol import DISPATCHER_LEASE, Completion, JobAdvance, PlannedFiring
 from cronwheel.store.sql import load_queries
-from tests.conftest import PG_URL, require_service
+from tests.conftest import PG_URL
 from tests.contract.conftest import Harness, spec
-from tests.contract.pg_harness import drop_schema, new_schema, postgres_harness
+from tests.contract.pg_harness import fresh_schema, postgres_harness
 
 S = timedelta(seconds=1)
 
@@ -32,13 +32,8 @@ def h(tmp_path: Any) -> Iterator[Harness]:
 @pytest.fixture
 def schema() -> Iterator[str]:
     """A fresh empty schema (skips locally / fails in CI without a server)."""
-    try:
-        name = new_schema()
-    except psycopg.OperationalError as exc:
-        require_service("PostgreSQL", exc)
-        raise
-    yield name
-    drop_schema(name)
+    with fresh_schema() as name:
+        yield name
 
 
 def _store(h: Harness) -> Any:
