@@ -296,12 +296,15 @@ def test_documented_disagreements() -> None:
     assert [d.day for d in sim] == [2, 4, 5]
     assert [d.day for d in it] == [2, 5, 7]
     assert mine("0 0 * * 1/2", start, 3) == sim
-    # a one-value range with a step: cronsim runs it to the end of the field
+    # a one-value range with a step: croniter runs it to the end of the field (Friday,
+    # Saturday: every day from Wednesday on); cronwheel takes the one value, Wednesday,
+    # as cronsim does since 2.9 (before it, cronsim ran it to the end as croniter does)
+    wednesdays = [datetime(2026, 1, 7), datetime(2026, 1, 14)]
+    assert mine("0 0 * * 3-3/1", start, 2) == wednesdays
+    assert by_croniter("0 0 * * 3-3/1", start, 2) == [datetime(2026, 1, 2), datetime(2026, 1, 3)]
     sim = by_cronsim("0 0 * * 3-3/1", start, 2)
     assert sim is not None
-    assert [d.day for d in sim] == [2, 3]  # Friday, Saturday: every day from Wednesday on
-    assert mine("0 0 * * 3-3/1", start, 2) == [datetime(2026, 1, 7), datetime(2026, 1, 14)]
-    assert by_croniter("0 0 * * 3-3/1", start, 2) == sim
+    assert [d.day for d in sim] in ([7, 14], [2, 3])  # cronsim >= 2.9 / before it
     # croniter: "2-2" in the seconds field fires every second
     it6 = croniter("2-2 * * * * *", start, second_at_beginning=True)
     assert it6.get_next(datetime) == datetime(2026, 1, 1, 0, 0, 1)
