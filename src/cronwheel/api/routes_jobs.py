@@ -39,7 +39,7 @@ from cronwheel.api.schemas import (
     TriggerIn,
 )
 from cronwheel.api.schemas_batch import BatchErrorOut, BatchOut, JobsBatchIn
-from cronwheel.api.traced import traced, traced_batch
+from cronwheel.api.traced import traced, traced_batch, tracing_on
 from cronwheel.domain.batch import BatchResult, run_batch
 from cronwheel.domain.calendars import CalendarRules
 from cronwheel.domain.jobs import (
@@ -164,7 +164,7 @@ async def put_job(
         partial(_find, store, namespace, name),
         lambda reads: _found(reads.get_job(namespace, name)),
     )
-    if existing is not None and _unchanged(request, principal, name, body, existing):
+    if existing is not None and _unchanged(store, request, principal, name, body, existing):
         # the definition stored as read: nothing to write (a write would find it so
         # again, or a newer one, which this PUT then precedes)
         response.status_code = 200
@@ -173,17 +173,22 @@ async def put_job(
 
 
 def _unchanged(
-    request: Request, principal: Principal, name: str, body: JobBody, existing: Job
+    store: ApiStore,
+    request: Request,
+    principal: Principal,
+    name: str,
+    body: JobBody,
+    existing: Job,
 ) -> bool:
     """Whether the body describes ``existing`` as it is, decided without a store call:
     False when that needs one (a stored calendar's rules), or a traced write (its
     producer span) is asked for."""
-    if getattr(request.app.state, "tracing", False):
+    if tracing_on(request):
         return False
     if body.paused is not None and body.paused != existing.paused:
         return False
     try:
-        spec = _spec(request.app.state.store, principal, name, body, existing.paused, _no_lookup)
+        spec = _spec(store, principal, name, body, existing.paused, _no_lookup)
     except _NeedsStore:
         return False
     return existing.spec.spec_hash() == spec.spec_hash()

@@ -18,9 +18,14 @@ from cronwheel.domain.models import JobSpec
 T = TypeVar("T")
 
 
+def tracing_on(request: Request) -> bool:
+    """Whether the app carries trace contexts with what it writes."""
+    return bool(getattr(request.app.state, "tracing", False))
+
+
 def traced(request: Request, spec: JobSpec, write: Callable[[JobSpec], T], *, name: str) -> T:
     """``write(spec)``, with the request's trace context carried when tracing is on."""
-    if not getattr(request.app.state, "tracing", False):
+    if not tracing_on(request):
         return write(spec)
     from cronwheel.observability.tracing import traced_write
 
@@ -39,7 +44,7 @@ def traced_batch(
 ) -> BatchResult[T]:
     """``run(carry)`` (a batch endpoint's write), in one producer span for the batch when
     tracing is on (each item's spec passed through ``carry``)."""
-    if not getattr(request.app.state, "tracing", False):
+    if not tracing_on(request):
         return run(lambda spec: spec)
     from cronwheel.observability.tracing import traced_batch as produce_batch
 

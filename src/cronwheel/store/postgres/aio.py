@@ -131,8 +131,7 @@ class PgAsyncReads:
                 yield conn
                 db.primary.answered(conn, tl)
             except psycopg.Error as exc:
-                if conn.closed or isinstance(exc, psycopg.OperationalError):
-                    db.primary.lost()
+                db.primary.failed(conn, exc)
                 raise
             finally:
                 db.stalls.unwatch(conn)

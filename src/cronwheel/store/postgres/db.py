@@ -278,8 +278,7 @@ class Database:
                 yield conn
                 self.primary.answered(conn, tl)
             except psycopg.Error as exc:
-                if conn.closed or isinstance(exc, psycopg.OperationalError):
-                    self.primary.lost()
+                self.primary.failed(conn, exc)
                 raise
             finally:
                 self.stalls.unwatch(conn)

@@ -206,6 +206,12 @@ class PrimaryCheck:
         """A connection failed: every connection is checked before its next use."""
         self._lost_at = time.monotonic()
 
+    def failed(self, conn: Any, exc: BaseException) -> None:
+        """The connection's unit of work raised ``exc``: a closed connection or an
+        operational error (lost, shut by the watchdog) is a connection failure."""
+        if conn.closed or isinstance(exc, psycopg.OperationalError):
+            self.lost()
+
     def _read(self, conn: Any) -> int:
         row = conn.execute(ROLE_SQL).fetchone()
         try:
