@@ -106,3 +106,27 @@ def test_with_tracing_on_an_unchanged_put_takes_the_write_path(
         r = client.put("/v1/jobs/traced", json=body, headers=headers)
     assert (r.status_code, r.json()["changed"]) == (200, False)
     assert writes == ["traced"]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"schedule": {"kind": "cron", "cron": "0 9 * * *", "tz": "Mars/Olympus"}}, "tz"),
+        ({"schedule": {"kind": "cron", "cron": "0 99 * * *", "tz": "UTC"}}, "cron"),
+    ],
+)
+def test_a_bad_body_for_a_stored_job_is_refused_and_changes_nothing(
+    api: Api, monkeypatch: pytest.MonkeyPatch, change: dict[str, Any], field: str
+) -> None:
+    stored = _put(api, "deploy", BODY)
+    assert stored.status_code == 201
+    writes = _writes(api, monkeypatch)
+    r = _put(api, "deploy", BODY | change)
+    assert r.status_code == 422, r.text
+    assert field in r.json()["error"]["field"]
+    assert writes == []
+    again = api.call("GET", "/v1/jobs/deploy").json()
+    assert (
+        again["schedule"]["tz"] == "Europe/Berlin"
+        and again["updated_at"] == stored.json()["updated_at"]
+    )
