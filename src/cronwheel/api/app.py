@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from cronwheel.api.calls import ServingMode, async_reads_open
+from cronwheel.api.calls import ServingMode, async_calls_open
 from cronwheel.api.errors import install_error_handlers
 from cronwheel.api.fast import FastRoutes
 from cronwheel.api.guard import DEFAULT_MAX_BODY, BodyGuard
@@ -50,7 +50,7 @@ def create_api(
     Endpoints are plain functions calling the store: they run in the thread pool, or on
     the event loop with ``store_calls_on_loop`` (for a store whose calls never overlap,
     such as SQLite's one connection: see ``api.calls``); while the app is served (its
-    lifespan), a store with AsyncReads (PostgreSQL) serves the firing read on the loop.
+    lifespan), a store with AsyncCalls (PostgreSQL) serves the firing read on the loop.
     ``validate_responses=False`` writes the endpoints' documents with orjson, without
     FastAPI's response validation, and (``fast_routes``) answers the hottest routes
     without FastAPI's routing and dependency solving (``api.fast``: the same validation,
@@ -79,12 +79,12 @@ def create_api(
         # cronwheel's metrics are Prometheus (/metrics) and its logs structlog: FastAPI's
         # own OpenTelemetry instrumentation looked up providers on every request
         telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
-        # the store's AsyncReads (api.calls.store_read), open while the app is served
-        lifespan=async_reads_open,
+        # the store's AsyncCalls (api.calls.store_read), open while the app is served
+        lifespan=async_calls_open,
     )
     app.state.store = store
     app.state.store_calls_on_loop = store_calls_on_loop
-    app.state.async_reads = None
+    app.state.async_calls = None
     app.state.auth_required = auth_required
     app.state.tracing = tracing_wanted(tracing)
     app.state.served_tasks = set()  # tasks seen served (routes_jobs.require_served)

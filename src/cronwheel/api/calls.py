@@ -52,7 +52,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
-from cronwheel.store.async_port import AsyncReads
+from cronwheel.store.async_port import AsyncCalls
 
 T = TypeVar("T")
 E = TypeVar("E", bound=Callable[..., Any])
@@ -108,17 +108,26 @@ async def store_call(func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
 async def store_read(
     request: Request,
     call: Callable[[], T],
-    aread: Callable[[AsyncReads], Awaitable[T]],
+    aread: Callable[[AsyncCalls], Awaitable[T]],
 ) -> T:
-    """A read of the app's store: ``aread`` of the app's AsyncReads (store/async_port.py)
+    """A read of the app's store: ``aread`` of the app's AsyncCalls (store/async_port.py)
     when its lifespan opened them on this loop and the app's store calls are not on the
     loop already; else ``call()`` by :func:`store_call`."""
     if _ON_LOOP.get():
         return call()
-    reads: AsyncReads | None = getattr(request.app.state, "async_reads", None)
-    if reads is not None and reads.ready():
-        return await aread(reads)
+    calls = async_calls_of(request)
+    if calls is not None:
+        return await aread(calls)
     return await store_call(call)
+
+
+def async_calls_of(request: Request) -> AsyncCalls | None:
+    """The app's AsyncCalls when they serve this request: opened by its lifespan on this
+    loop, and the app's store calls not on the loop already (None otherwise)."""
+    if _ON_LOOP.get():
+        return None
+    calls: AsyncCalls | None = getattr(request.app.state, "async_calls", None)
+    return calls if calls is not None and calls.ready() else None
 
 
 def awaited(endpoint: E) -> E:
@@ -129,18 +138,18 @@ def awaited(endpoint: E) -> E:
 
 
 @contextlib.asynccontextmanager
-async def async_reads_open(app: Any) -> AsyncIterator[None]:
-    """The app's lifespan: the store's AsyncReads, if it has them, opened on the serving
-    loop (``app.state.async_reads``) and closed at shutdown. An app whose store calls
+async def async_calls_open(app: Any) -> AsyncIterator[None]:
+    """The app's lifespan: the store's AsyncCalls, if it has them, opened on the serving
+    loop (``app.state.async_calls``) and closed at shutdown. An app whose store calls
     run on the loop (SQLite) has nothing to gain by them."""
-    reads = None if app.state.store_calls_on_loop else app.state.store.async_reads()
+    reads = None if app.state.store_calls_on_loop else app.state.store.async_calls()
     if reads is not None:
         await reads.open()
-    app.state.async_reads = reads
+    app.state.async_calls = reads
     try:
         yield
     finally:
-        app.state.async_reads = None
+        app.state.async_calls = None
         if reads is not None:
             await reads.close()
 

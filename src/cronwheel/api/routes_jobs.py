@@ -13,7 +13,7 @@ from pydantic import AfterValidator
 
 from cronwheel.api.auth import Principal, Reader, Writer, store_of
 from cronwheel.api.batch import batch_out, parse_item, served_once
-from cronwheel.api.calls import ApiRoute, awaited, store_call, store_read
+from cronwheel.api.calls import ApiRoute, async_calls_of, awaited, store_call, store_read
 from cronwheel.api.convert import (
     AsciiInt,
     decode_cursor,
@@ -53,6 +53,7 @@ from cronwheel.domain.policies import instants_between
 from cronwheel.domain.schedules import LISTING_STEPS, next_after_within
 from cronwheel.domain.transitions import StepBudget
 from cronwheel.errors import ConflictError, JobNotFoundError, ValidationError
+from cronwheel.store.async_port import AsyncCalls
 from cronwheel.store.calendar_port import Lookup, calendar_rules_of
 from cronwheel.store.protocol import ApiStore
 from cronwheel.wire import firing_to_json
@@ -95,15 +96,44 @@ def _spec(
 
 
 @router.post("", status_code=201, response_model=JobOut, summary="Create a job")
-def create_job(body: JobCreate, principal: Writer, request: Request) -> dict[str, Any]:
+@awaited
+async def create_job(body: JobCreate, principal: Writer, request: Request) -> dict[str, Any]:
     """409 `job_exists` when the name is taken."""
     store = store_of(request)
+    calls = async_calls_of(request)
+    job = None if calls is None else await _create_awaited(calls, store, principal, body, request)
+    if job is None:
+        job = await store_call(_create, store, principal, body, request)
+    return job_out(await ids_ready(request), job, upcoming=UPCOMING)
+
+
+async def _create_awaited(
+    calls: AsyncCalls, store: ApiStore, principal: Principal, body: JobCreate, request: Request
+) -> Job | None:
+    """The creation awaited on the loop (the store's clock, then the job in one
+    statement: store/postgres/aio.py), or None when it is :func:`_create`'s to decide:
+    a stored calendar's rules, a traced write (its producer span), a quota to wait for
+    or refuse by, a task no worker serves. Bad input fails here as it would there."""
+    if tracing_on(request):
+        return None
+    try:
+        spec = _spec(store, principal, body.name, body, bool(body.paused), _no_lookup)
+    except _NeedsStore:
+        return None
+    known: set[str] = request.app.state.served_tasks
+    check = not body.allow_unknown_task and spec.task not in known
+    first = spec_first_fire_at(spec, await calls.now(), allow_past=body.allow_past)
+    return await calls.create_job(spec, first_fire_at=first, check_task=check)
+
+
+def _create(store: ApiStore, principal: Principal, body: JobCreate, request: Request) -> Job:
+    """A creation in the thread pool (or on the loop, as the app runs its store calls)."""
     spec = _spec(store, principal, body.name, body, bool(body.paused))
     require_served(request, spec.task, body.allow_unknown_task)
     first = spec_first_fire_at(spec, store.now(), allow_past=body.allow_past)
     create = partial(store.create_job, first_fire_at=first)
-    job = traced(request, spec, create, name="cronwheel.schedule")
-    return job_out(ids_of(request), job, upcoming=UPCOMING)
+    job: Job = traced(request, spec, create, name="cronwheel.schedule")
+    return job
 
 
 @router.post(

@@ -267,7 +267,7 @@ def app_from_env() -> Any:
     store = open_cli_store(settings["store_url"])
     app = _app(store, settings)
 
-    served = app.router.lifespan_context  # the app's own (api.calls.async_reads_open)
+    served = app.router.lifespan_context  # the app's own (api.calls.async_calls_open)
 
     @asynccontextmanager
     async def closing(_app: Any) -> AsyncIterator[None]:

@@ -1,23 +1,25 @@
-"""AsyncReads: reads awaited on an event loop, for the API's hottest reads (a firing;
-a job by name, which a PUT of an unchanged job answers from).
+"""AsyncCalls: store calls awaited on an event loop, for the API's hottest requests: the
+reads of a firing and of a job by name (which a PUT of an unchanged job answers from),
+the store's clock, and a job's creation in one statement where it needs no decision.
 
 The API runs a store call in a thread (``api/calls.py``), which costs more CPU than a
 small read itself on PostgreSQL: the executor's queue, the loop's wake-up and the GIL
 changing hands with the other threads. A store that can do better gives the API an
-``AsyncReads`` (``ApiJobsPort.async_reads``), opened by the app's lifespan on its
+``AsyncCalls`` (``ApiJobsPort.async_calls``), opened by the app's lifespan on its
 event loop and awaited there; one that cannot (SQLite, whose API calls run on the loop
 already; the memory store) gives None, and its reads stay where they were.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Protocol
 
 from cronwheel.domain.attempts import Attempt
-from cronwheel.domain.models import Firing, FiringId, Job
+from cronwheel.domain.models import Firing, FiringId, Job, JobSpec
 
 
-class AsyncReads(Protocol):
+class AsyncCalls(Protocol):
     async def open(self) -> None:
         """Its connections, on the running event loop (the only one it serves)."""
         ...
@@ -35,4 +37,17 @@ class AsyncReads(Protocol):
 
     async def get_job(self, namespace: str, name: str) -> Job:
         """The store's ``get_job``: JobNotFoundError when there is none."""
+        ...
+
+    async def now(self) -> datetime:
+        """The store's clock (``Store.now``)."""
+        ...
+
+    async def create_job(
+        self, spec: JobSpec, *, first_fire_at: datetime | None, check_task: bool
+    ) -> Job | None:
+        """The store's ``create_job`` (ConflictError ``job_exists`` when the name is
+        taken), or None, with nothing written, when the creation needs a decision this
+        call leaves to the store's own (a quota to wait for or refuse by; with
+        ``check_task``, a task no worker serves while some worker has served tasks)."""
         ...

@@ -43,7 +43,7 @@ from cronwheel.domain.results import (  # re-exported: the stores import it from
     CancelResult as CancelResult,  # noqa: PLC0414
 )
 from cronwheel.domain.skips import SkipResult
-from cronwheel.store.async_port import AsyncReads  # re-exported (__all__)
+from cronwheel.store.async_port import AsyncCalls  # re-exported (__all__)
 from cronwheel.store.bulk_port import BulkPort as BulkPort  # noqa: PLC0414 (JobsPort's)
 from cronwheel.store.calendar_port import CalendarChange, CalendarPort  # re-exported
 from cronwheel.store.history_port import HistoryPort  # re-exported (__all__)
@@ -82,7 +82,7 @@ __all__ = [
     "ApiJobsPort",
     "ApiStore",
     "ApiToken",
-    "AsyncReads",
+    "AsyncCalls",
     "CalendarChange",
     "CalendarPort",
     "CancelResult",
@@ -370,8 +370,8 @@ class ApiJobsPort(HistoryPort, Protocol):
         forgotten when its firing is deleted."""
         ...
 
-    def async_reads(self) -> AsyncReads | None:
-        """A new AsyncReads of this store for one event loop (store/async_port.py), or
+    def async_calls(self) -> AsyncCalls | None:
+        """A new AsyncCalls of this store for one event loop (store/async_port.py), or
         None where its reads are awaited no better than they are called."""
         ...
 

@@ -46,7 +46,7 @@ from cronwheel.store.core.tzdata import TzFlows
 from cronwheel.store.core.work import WorkFlows
 from cronwheel.store.protocol import (
     AddedFirings,
-    AsyncReads,
+    AsyncCalls,
     CancelResult,
 )
 
@@ -350,7 +350,7 @@ class CoreStore(
         rows = self.db.read(lambda tx: tx.all("firing_with_attempts", {"id": firing_id}))
         return firing_and_attempts(rows, firing_id)
 
-    def async_reads(self) -> AsyncReads | None:
+    def async_calls(self) -> AsyncCalls | None:
         return None  # the engine's own, where it has them (PostgreSQL)
 
     def list_job_firings(

@@ -24,7 +24,7 @@ from cronwheel.store.codec import to_us
 from cronwheel.store.memory import work
 from cronwheel.store.memory.calendars import CalendarMethods
 from cronwheel.store.memory.rows import FiringRow, IdempotencyRow
-from cronwheel.store.protocol import TOKEN_ROLES, AddedFirings, ApiToken, AsyncReads
+from cronwheel.store.protocol import TOKEN_ROLES, AddedFirings, ApiToken, AsyncCalls
 
 
 class ApiMethods(CalendarMethods):
@@ -230,7 +230,7 @@ class ApiMethods(CalendarMethods):
             self._wake()
         return AddedFirings(inserted=inserted, duplicates=duplicates)
 
-    def async_reads(self) -> AsyncReads | None:
+    def async_calls(self) -> AsyncCalls | None:
         return None  # a call under the store's lock: nothing to wait for
 
     def enqueue_now_once(

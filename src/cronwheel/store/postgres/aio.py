@@ -1,4 +1,4 @@
-"""PostgreSQL's AsyncReads (store/async_port.py): the API's hottest reads awaited on its
+"""PostgreSQL's AsyncCalls (store/async_port.py): the API's hottest reads awaited on its
 event loop, on async connections of a pool of their own.
 
 Under wrk, a ``GET /v1/firings/{id}`` on PostgreSQL cost the API process ~610 µs of
@@ -20,6 +20,14 @@ hooks, its PrimaryCheck and stall watchdog), so nothing a read promises changes:
   the store's timeout is StoreUnavailableError too; any other driver error is a
   StoreError.
 
+One write is awaited here too: the API's job creation in one statement
+(``create_job``: store/postgres/jobs_quota.py, schema.sql migration_23), by
+Database.run's rules for a write of one autocommitted statement: a connection lost
+before the statement was sent is retried on a fresh one; once it was sent, a lost
+connection is StoreUnavailableError (the job may or may not exist, as on the thread
+path). When the function leaves the creation to the full transaction (CW001, nothing
+written) it answers None, and the API runs that transaction as before.
+
 The pool is opened on one loop (the API's lifespan) and serves that loop only: its
 connections wait through that loop's selector.
 """
@@ -28,16 +36,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import DictRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from cronwheel.domain.attempts import Attempt
-from cronwheel.domain.models import Firing, FiringId, Job
+from cronwheel.domain.models import Firing, FiringId, Job, JobSpec
 from cronwheel.errors import CronwheelError, StoreError
 from cronwheel.store.core.flows import firing_and_attempts, job_from_rows
 from cronwheel.store.postgres.db import (
@@ -47,12 +56,14 @@ from cronwheel.store.postgres.db import (
     query,
     retry_pause,
 )
+from cronwheel.store.postgres.jobs_quota import create_params, created_job, decides
 
 AConn = psycopg.AsyncConnection[DictRow]
+T = TypeVar("T")
 
 
-class PgAsyncReads:
-    """See the module docstring; one per event loop (``PostgresStore.async_reads``)."""
+class PgAsyncCalls:
+    """See the module docstring; one per event loop (``PostgresStore.async_calls``)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -87,9 +98,45 @@ class PgAsyncReads:
         rows = await self._read("get_job", {"namespace": namespace, "name": name})
         return job_from_rows(rows, name)
 
+    async def now(self) -> datetime:
+        """The store's clock (``Store.now``)."""
+        rows = await self._read("now", {})
+        value: datetime = rows[0]["now"]
+        return value.astimezone(UTC)
+
+    async def create_job(
+        self, spec: JobSpec, *, first_fire_at: datetime | None, check_task: bool
+    ) -> Job | None:
+        """``Store.create_job`` in one statement (module doc); None when the full
+        creation must decide (nothing written). ``check_task``: also leave it to the
+        full creation when a worker has served tasks but not this one."""
+        text = query(self.db.q["create_job_one"])
+        values = self.db.params(create_params(spec, first_fire_at, check_task=check_task))
+
+        async def body(conn: AConn) -> list[DictRow] | None:
+            try:
+                return await (await conn.execute(text, values)).fetchall()
+            except psycopg.Error as exc:
+                if decides(exc):
+                    return None
+                raise
+
+        rows = await self._unit(body, write=True)
+        return None if rows is None else created_job(spec, rows)
+
     async def _read(self, name: str, params: Mapping[str, Any]) -> list[DictRow]:
         """One statement of this package's SQL, by Database.run's rules for a read."""
         text, values = query(self.db.q[name]), self.db.params(params)
+
+        async def body(conn: AConn) -> list[DictRow]:
+            return await (await conn.execute(text, values)).fetchall()
+
+        return await self._unit(body, write=False)
+
+    async def _unit(self, body: Callable[[AConn], Awaitable[T]], *, write: bool) -> T:
+        """``body`` on a connection of the pool by Database.run's rules for a read, or
+        for a write of one autocommitted statement (``write``: not run again once
+        sent)."""
         attempt = 0
         while True:
             attempt += 1
@@ -97,14 +144,15 @@ class PgAsyncReads:
             try:
                 async with self._checkout() as conn:
                     used.append(conn)
-                    return await (await conn.execute(text, values)).fetchall()
+                    return await body(conn)
             except CronwheelError:
                 raise
             except PoolTimeout as exc:
                 raise pool_timeout(exc, self.db.timeout_s) from exc
             except psycopg.Error as exc:
                 lost = bool(used) and used[-1].closed
-                await asyncio.sleep(retry_pause(exc, lost=lost, written=False, attempt=attempt))
+                sent = write and bool(used)
+                await asyncio.sleep(retry_pause(exc, lost=lost, written=sent, attempt=attempt))
 
     @asynccontextmanager
     async def _checkout(self) -> AsyncIterator[AConn]:

@@ -245,6 +245,8 @@ class CallerDatabase(Database):
     """The store's dialect (its queries, value encoders and time hooks) on the caller's
     connection: every unit of work, read or write, is a savepoint on it (module doc)."""
 
+    own_units = False  # the caller's transaction: an error aborts its savepoint
+
     def __init__(self, db: Database, link: Link, *, search_path: str, key: str) -> None:
         # no pool of its own (Database.__init__ is not called): the connection is the caller's
         self.time = db.time

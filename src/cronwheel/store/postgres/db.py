@@ -161,6 +161,10 @@ class Database:
     """The PostgreSQL dialect of the store core: a pool of autocommit connections;
     ``run`` executes one unit of work with the retry rules below."""
 
+    #: each unit of work runs on a connection of its own (not in a caller's transaction):
+    #: an error of one autocommitted statement ends that statement alone
+    own_units = True
+
     def __init__(
         self,
         url: str,

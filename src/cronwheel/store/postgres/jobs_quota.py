@@ -18,20 +18,37 @@ other creation waits for (schema.sql migration_20).
 - **The job set's version** is meta's ``jobs_version`` plus the rows of
   ``job_changes`` (one per changing transaction, an insert that waits for nobody);
   ``jobs_version()`` folds them into meta when more than ``FOLD_AT`` are pending.
+- **A creation in one statement** (``create_job``, schema.sql migration_23). The
+  common creation (a free shard with room, the schedule within ``min_interval``, a new
+  name) is one autocommitted call of ``cronwheel_create_job``: one round trip where
+  the transaction of CoreStore.create_job made six. Whatever needs a decision (no free
+  shard with room, a schedule under the namespace's ``min_interval``, a task no worker
+  serves when asked to check it) makes the function raise ``CW001`` with nothing
+  written, and that transaction runs instead, with its own reads, waits and errors.
+  The API awaits the same call on its event loop (store/postgres/aio.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
-from cronwheel.domain.quotas import Quota
+import psycopg
+
+from cronwheel.domain.models import Job, JobSpec
+from cronwheel.domain.quotas import DEFAULT_QUOTA, Quota, min_gap
+from cronwheel.store import codec
+from cronwheel.store.codec import Row, duration_us
+from cronwheel.store.core.bulk import job_exists
 from cronwheel.store.core.dialect import Tx
 from cronwheel.store.core.flows import CoreStore
+from cronwheel.store.core.quotas import counts_job
 from cronwheel.store.postgres.db import Database
 
 SHARDS = 8  # creations of one namespace that can hold a shard at once
 FOLD_AT = 1000  # job_changes rows a version read folds into meta
+DECIDE = "CW001"  # cronwheel_create_job's SQLSTATE: the full creation must decide
 
 
 class PgJobsQuota(CoreStore[Database]):
@@ -43,6 +60,17 @@ class PgJobsQuota(CoreStore[Database]):
         if int(row["pending"]) > FOLD_AT:
             self.db.write(lambda tx: tx.run("jobs_version_fold"))
         return int(row["value"])
+
+    def create_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> Job:
+        """In one statement when it needs no decision (module doc), else CoreStore's
+        transaction. Not in a caller's transaction (``Database.own_units`` false): the
+        function's CW001 would leave the caller's savepoint aborted."""
+        if self.db.own_units:
+            params = create_params(spec, first_fire_at, check_task=False)
+            rows = self.db.write(lambda tx: created(tx.all, params), atomic=False)
+            if rows is not None:
+                return created_job(spec, rows)
+        return super().create_job(spec, first_fire_at=first_fire_at)
 
     def _take_jobs(self, tx: Tx, namespace: str, n: int, limit: Callable[[], int]) -> bool:
         key = {"namespace": namespace, "n": n}
@@ -80,6 +108,47 @@ class PgJobsQuota(CoreStore[Database]):
         }
         tx.run("quota_jobs_set", params)
         return True
+
+
+def create_params(
+    spec: JobSpec, first_fire_at: datetime | None, *, check_task: bool
+) -> dict[str, Any]:
+    """``create_job_one``'s parameters; ``check_task``: refuse (CW001) a task no worker
+    has served while some worker has served tasks (domain.jobs.require_served_task)."""
+    gap = min_gap(spec.schedule, first_fire_at)
+    return codec.job_params(spec) | {
+        "next_fire_at": first_fire_at,
+        "gap_us": None if gap is None else duration_us(gap),
+        "min_interval_us": duration_us(DEFAULT_QUOTA.min_interval),
+        "counts": counts_job(spec),
+        "check_task": check_task,
+    }
+
+
+def created(
+    all_rows: Callable[[str, Mapping[str, Any]], list[Any]], params: Mapping[str, Any]
+) -> list[Any] | None:
+    """``create_job_one`` run by ``all_rows`` (a unit's ``tx.all``): its rows, or None
+    when the function left the creation to the full transaction (CW001, nothing written).
+    Only on a connection of its own in autocommit: the error ends that statement alone."""
+    try:
+        return all_rows("create_job_one", params)
+    except psycopg.Error as exc:
+        if decides(exc):
+            return None
+        raise
+
+
+def decides(exc: psycopg.Error) -> bool:
+    """Whether ``exc`` is cronwheel_create_job leaving the creation to the full one."""
+    return exc.sqlstate == DECIDE
+
+
+def created_job(spec: JobSpec, rows: Sequence[Row]) -> Job:
+    """The job ``create_job_one`` returned; no row: the namespace has the name (409)."""
+    if not rows:
+        raise job_exists(spec, naming_namespace=True)
+    return codec.job_from_row(rows[0])
 
 
 def _one_shard(tx: Tx, name: str, key: Mapping[str, Any]) -> bool:

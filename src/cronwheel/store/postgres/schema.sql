@@ -1021,3 +1021,69 @@ BEGIN
     RETURN NULL;
 END
 $fn$;
+
+-- name: migration_23
+-- A job created in one statement (store/postgres/jobs_quota.py create_job): what
+-- CoreStore.create_job does in a transaction of six round trips (BEGIN, the quota read,
+-- the insert, a shard of the jobs counter, the job set's change, COMMIT), in one
+-- autocommitted call, for the common case only. Whatever needs a decision is left to
+-- that transaction, which then decides with its own reads and errors: the function
+-- raises SQLSTATE CW001 (so that nothing it wrote stays) when the task is to be checked
+-- and a worker has served tasks but not this one, when the schedule fires more often
+-- than the namespace's min_interval (p_min_interval_us: the default quota's, for a
+-- namespace with no record), or when no shard of the namespace's jobs counter is free
+-- with room (none yet, every one held, or the limit reached). A name the namespace has
+-- already returns no row and writes nothing.
+CREATE FUNCTION cronwheel_create_job(
+    p_namespace text, p_name text, p_task text, p_schedule jsonb, p_payload json,
+    p_policies jsonb, p_spec_hash text, p_priority double precision, p_max_attempts integer,
+    p_visibility_us bigint, p_paused boolean, p_next_fire_at timestamptz, p_shard smallint,
+    p_max_concurrency integer, p_overlap text, p_max_buffer integer,
+    p_cancel_grace_us bigint, p_start_deadline_us bigint, p_bounds jsonb,
+    p_remaining_runs integer, p_trace_context text, p_now timestamptz, p_gap_us bigint,
+    p_min_interval_us bigint, p_counts boolean, p_check_task boolean)
+RETURNS SETOF jobs
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    created jobs;
+BEGIN
+    IF p_check_task AND EXISTS (SELECT 1 FROM served_tasks)
+       AND NOT EXISTS (SELECT 1 FROM served_tasks WHERE task = p_task) THEN
+        RAISE EXCEPTION 'cronwheel: task % is not served', p_task USING ERRCODE = 'CW001';
+    END IF;
+    IF p_gap_us IS NOT NULL AND p_gap_us < coalesce(
+           (SELECT min_interval_us FROM quotas WHERE namespace = p_namespace),
+           p_min_interval_us) THEN
+        RAISE EXCEPTION 'cronwheel: under min_interval' USING ERRCODE = 'CW001';
+    END IF;
+    INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
+                      max_attempts, visibility_us, paused, next_fire_at, created_at,
+                      updated_at, shard, max_concurrency, overlap, max_buffer,
+                      cancel_grace_us, start_deadline_us, bounds, remaining_runs,
+                      trace_context)
+    VALUES (p_namespace, p_name, p_task, p_schedule, p_payload, p_policies, p_spec_hash,
+            p_priority, p_max_attempts, p_visibility_us, p_paused, p_next_fire_at, p_now,
+            p_now, p_shard, p_max_concurrency, p_overlap, p_max_buffer, p_cancel_grace_us,
+            p_start_deadline_us, p_bounds, p_remaining_runs, p_trace_context)
+    ON CONFLICT (namespace, name) DO NOTHING
+    RETURNING * INTO created;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF p_counts THEN
+        UPDATE quota_jobs q SET used = q.used + 1, room = q.room - 1
+        FROM (SELECT shard FROM quota_jobs
+              WHERE namespace = p_namespace AND room >= 1
+              ORDER BY random() LIMIT 1
+              FOR UPDATE SKIP LOCKED) pick
+        WHERE q.namespace = p_namespace AND q.shard = pick.shard;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'cronwheel: no free shard with room' USING ERRCODE = 'CW001';
+        END IF;
+    END IF;
+    INSERT INTO job_changes DEFAULT VALUES;
+    RETURN NEXT created;
+END
+$fn$;

@@ -20,7 +20,7 @@ from cronwheel.domain.clock import Clock
 from cronwheel.domain.retention import PruneReport
 from cronwheel.errors import StoreError
 from cronwheel.store.core.retention import WALK_START
-from cronwheel.store.postgres.aio import PgAsyncReads
+from cronwheel.store.postgres.aio import PgAsyncCalls
 from cronwheel.store.postgres.caller import CallerDatabase, Link
 from cronwheel.store.postgres.claims import PgClaims
 from cronwheel.store.postgres.db import Database, DbTime
@@ -135,9 +135,9 @@ class PostgresStore(PgJobsQuota, PgDispatch, PgClaims, PgPartitions):
     def close(self) -> None:
         self.db.close()
 
-    def async_reads(self) -> PgAsyncReads:
+    def async_calls(self) -> PgAsyncCalls:
         """The API's hottest read awaited on its event loop (store/postgres/aio.py)."""
-        return PgAsyncReads(self.db)
+        return PgAsyncCalls(self.db)
 
     def open_wakeup(self, callback: Callable[[], None]) -> Wakeup:
         """LISTEN on a connection of its own. Through a transaction pooler (where LISTEN

@@ -26,7 +26,7 @@ from cronwheel.domain.schedules import now as now_schedule
 from cronwheel.errors import StoreUnavailableError
 from cronwheel.server import create_app
 from cronwheel.store.postgres import PostgresStore
-from cronwheel.store.postgres.aio import PgAsyncReads
+from cronwheel.store.postgres.aio import PgAsyncCalls
 from cronwheel.store.sqlite import SqliteStore
 from cronwheel.web.ids import ids_for
 from cronwheel.web.tokens import issue_token
@@ -124,7 +124,7 @@ def test_a_served_app_reads_a_firing_on_the_loop_with_the_thread_paths_answer(
     monkeypatch.setattr(pg.store, "firing_with_attempts", sync_read)
     app = _app(pg.store)
     with TestClient(app) as client:
-        assert isinstance(app.state.async_reads, PgAsyncReads)
+        assert isinstance(app.state.async_calls, PgAsyncCalls)
         for _ in range(3):
             served = client.get(path, headers=pg.headers)
             assert served.status_code == 200, served.text
@@ -134,7 +134,7 @@ def test_a_served_app_reads_a_firing_on_the_loop_with_the_thread_paths_answer(
     assert missing.json()["error"]["field"] == "firing_id"
     assert read_by == []  # never the store's own call
     assert "firing_with_attempts" not in threads.names
-    assert app.state.async_reads is None  # closed with the lifespan
+    assert app.state.async_calls is None  # closed with the lifespan
 
 
 def test_another_namespaces_firing_is_a_404_as_on_the_thread_path(pg: Pg) -> None:
@@ -160,7 +160,7 @@ def test_a_connection_lost_between_reads_is_replaced_and_the_read_answers(pg: Pg
     one = PostgresStore(PG_URL, schema=pg.schema, pool_size=1)  # one connection to lose
 
     async def main() -> None:
-        reads = PgAsyncReads(one.db)
+        reads = PgAsyncCalls(one.db)
         await reads.open()
         try:
             first = await reads.firing_with_attempts(FiringId(pg.firing))
@@ -180,11 +180,11 @@ def test_a_connection_lost_between_reads_is_replaced_and_the_read_answers(pg: Pg
         one.close()
 
 
-def _on_reads(store: PostgresStore, body: Callable[[PgAsyncReads], Awaitable[T]]) -> T:
-    """``body`` on the store's AsyncReads, opened on a loop of its own; the store closed."""
+def _on_reads(store: PostgresStore, body: Callable[[PgAsyncCalls], Awaitable[T]]) -> T:
+    """``body`` on the store's AsyncCalls, opened on a loop of its own; the store closed."""
 
     async def main() -> T:
-        reads = store.async_reads()
+        reads = store.async_calls()
         await reads.open()
         try:
             return await body(reads)
@@ -197,7 +197,7 @@ def _on_reads(store: PostgresStore, body: Callable[[PgAsyncReads], Awaitable[T]]
         store.close()
 
 
-async def _unavailable(reads: PgAsyncReads, firing: int) -> tuple[float, StoreUnavailableError]:
+async def _unavailable(reads: PgAsyncCalls, firing: int) -> tuple[float, StoreUnavailableError]:
     """How long the firing's read took to fail, and its error (it must)."""
     started = time.monotonic()
     with pytest.raises(StoreUnavailableError) as caught:
@@ -226,7 +226,7 @@ def test_a_stalled_read_is_cut_short_by_the_watchdog(
 
 
 def test_reads_opened_on_another_loop_leave_the_read_to_the_stores_own_call(pg: Pg) -> None:
-    reads = pg.store.async_reads()
+    reads = pg.store.async_calls()
     opened = threading.Event()
     stop = threading.Event()
 
@@ -241,7 +241,7 @@ def test_reads_opened_on_another_loop_leave_the_read_to_the_stores_own_call(pg: 
     server.start()
     try:
         assert opened.wait(10)
-        request = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(async_reads=reads)))
+        request = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(async_calls=reads)))
 
         async def elsewhere() -> tuple[bool, str]:
             async def on_the_pool(_: Any) -> str:
@@ -258,22 +258,22 @@ def test_reads_opened_on_another_loop_leave_the_read_to_the_stores_own_call(pg: 
 
 
 @pytest.mark.parametrize("on_loop", [True, False])
-def test_a_sqlite_app_opens_no_async_reads(tmp_path: Any, on_loop: bool) -> None:
+def test_a_sqlite_app_opens_no_async_calls(tmp_path: Any, on_loop: bool) -> None:
     store = SqliteStore(str(tmp_path / "a.db"))
     store.migrate()
     try:
         app = create_app(store, auth_required=False, store_calls_on_loop=on_loop)
         with TestClient(app) as client:
             assert client.get("/healthz").status_code == 200
-            assert app.state.async_reads is None
+            assert app.state.async_calls is None
     finally:
         store.close()
 
 
-def test_an_app_on_the_loop_opens_no_async_reads_on_postgresql(pg: Pg) -> None:
+def test_an_app_on_the_loop_opens_no_async_calls_on_postgresql(pg: Pg) -> None:
     app = create_app(pg.store, auth_required=False, store_calls_on_loop=True)
     with TestClient(app):
-        assert app.state.async_reads is None
+        assert app.state.async_calls is None
 
 
 def test_an_unchanged_put_is_answered_from_the_async_pool(
