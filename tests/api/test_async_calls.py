@@ -4,7 +4,8 @@
 same bytes as the thread path; it keeps Database.run's rules for a read (the primary's
 timeline fenced, a lost connection retried, a stall cut short, a dead server
 StoreUnavailableError as a 503); out of the lifespan, on another loop and on SQLite the
-store's own call answers."""
+store's own call answers. A ``POST /v1/jobs`` is awaited there too (the store's clock,
+then the job in one statement), and what needs a decision takes the thread path."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from typing import Any, TypeVar
 import pytest
 
 from cronwheel.api import calls
-from cronwheel.domain.models import FiringId, JobSpec
+from cronwheel.domain.models import FiringId, JobSpec, NodeInfo
 from cronwheel.domain.schedules import now as now_schedule
 from cronwheel.errors import StoreUnavailableError
 from cronwheel.server import create_app
@@ -299,3 +300,55 @@ def test_an_unchanged_put_is_answered_from_the_async_pool(
     # the token's first look-up in this app, then only the PUT that changes the job
     assert threads.names == ["principal_for", "_put"]
     assert (changed.status_code, changed.json()["changed"]) == (200, True)
+
+
+def test_a_create_is_awaited_on_the_loop_and_what_needs_a_decision_takes_the_thread(
+    pg: Pg, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = {
+        "task": "report",
+        "schedule": {"kind": "cron", "cron": "0 9 * * *", "tz": "Europe/Berlin"},
+    }
+    headers = pg.headers | {"Content-Type": "application/json"}
+    threaded = TestClient(_app(pg.store))  # no lifespan: the thread path
+    first = threaded.post("/v1/jobs", json=body | {"name": "first"}, headers=headers)
+    assert first.status_code == 201, first.text  # the namespace's shards are made here
+    threads = _Threads(monkeypatch)
+    app = _app(pg.store)
+    with TestClient(app) as client:
+        served = client.post("/v1/jobs", json=body | {"name": "loop"}, headers=headers)
+        taken = client.post("/v1/jobs", json=body | {"name": "loop"}, headers=headers)
+        on_loop = list(threads.names)
+        now = pg.store.now()
+        pg.store.register_node(
+            NodeInfo(
+                id="w1",
+                kind="worker",
+                hostname="h",
+                pid=1,
+                started_at=now,
+                heartbeat_at=now,
+                info={"tasks": ["report"]},
+            )
+        )
+        unserved = client.post(
+            "/v1/jobs", json=body | {"name": "typo", "task": "reprot"}, headers=headers
+        )
+        allowed = client.post(
+            "/v1/jobs",
+            json=body | {"name": "new", "task": "later", "allow_unknown_task": True},
+            headers=headers,
+        )
+        in_lifespan = list(threads.names)
+    assert served.status_code == 201, served.text
+    shown = threaded.get("/v1/jobs/loop", headers=headers)
+    assert served.json() == shown.json()  # the thread path's document of the same job
+    assert (taken.status_code, taken.json()["error"]["code"]) == (409, "job_exists")
+    assert on_loop == ["principal_for"]  # the token's first look-up; no store thread after
+    # a task no worker serves: the statement leaves it to the thread path, which refuses
+    assert unserved.status_code == 422
+    assert unserved.json()["error"]["field"] == "task"
+    assert in_lifespan[len(on_loop) :] == ["_create"]
+    assert allowed.status_code == 201, allowed.text  # allowed: on the loop again
+    names = sorted(j.spec.name for j in pg.store.list_jobs(namespace=NS))
+    assert names == ["first", "loop", "new", "one"]  # "one": the fixture's enqueued job

@@ -13,6 +13,7 @@ from typing import Any
 from cronwheel.domain.models import ClaimedFiring
 from cronwheel.domain.schedules import every
 from cronwheel.domain.schedules import now as now_schedule
+from cronwheel.store.core.flows import CoreStore
 from cronwheel.store.core.quotas import QuotaFlows
 from cronwheel.store.postgres import DbTime, PostgresStore
 from cronwheel.store.protocol import DISPATCHER_LEASE, JobAdvance, PlannedFiring
@@ -69,17 +70,20 @@ ON CONFLICT (key) DO UPDATE SET value = (meta.value::bigint + 1)::text
 @contextmanager
 def _jobs_as_v15(store: PostgresStore) -> Iterator[None]:
     """Job creations count in quota_usage and bump meta's jobs_version (the store
-    core's charge, the statement of before migration 20)."""
+    core's charge, the statement of before migration 20), in the store core's
+    transaction (the one-statement creation is migration 23's)."""
     q: Any = store.db.q
     bump = q["bump_jobs_version"]
     q["bump_jobs_version"] = _BUMP_V15
     charge: Any = store
     charge._take_jobs = types.MethodType(QuotaFlows._take_jobs, store)
+    charge.create_job = types.MethodType(CoreStore.create_job, store)
     try:
         yield
     finally:
         q["bump_jobs_version"] = bump
         del charge._take_jobs
+        del charge.create_job
 
 
 _CLAIM_V15 = """

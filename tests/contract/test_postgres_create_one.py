@@ -1,0 +1,201 @@
+"""PostgreSQL: a job's creation in one statement (schema.sql migration_23,
+store/postgres/jobs_quota.py ``create_job``). The common creation is one autocommitted
+call of cronwheel_create_job; whatever needs a decision (a namespace with no shards yet,
+no free shard with room, a schedule under ``min_interval``, an unserved task when asked
+to check it) is left, with nothing written, to CoreStore's transaction, which decides as
+before. Either way the job, its quota charge and the job set's version are the same."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from cronwheel.domain.models import Job, NodeInfo
+from cronwheel.domain.schedules import cron, every
+from cronwheel.errors import ConflictError, QuotaExceededError
+from cronwheel.store.postgres import PostgresStore
+from tests.contract.conftest import Harness, spec
+from tests.contract.pg_harness import PG_URL, postgres_harness
+
+NS = "one"
+FIRST = datetime(2030, 1, 1, 9, tzinfo=UTC)  # a first instant: no store call to make it
+
+
+@pytest.fixture
+def h(tmp_path: Any) -> Iterator[Harness]:
+    yield from postgres_harness(tmp_path)
+
+
+class Units:
+    """Records the store's units of work: (write, atomic) of each ``Database.run``."""
+
+    def __init__(self, store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.seen: list[tuple[bool, bool]] = []
+        run = store.db.run
+
+        def recording(body: Any, *, write: bool, atomic: bool = True, **kw: Any) -> Any:
+            self.seen.append((write, atomic))
+            return run(body, write=write, atomic=atomic, **kw)
+
+        monkeypatch.setattr(store.db, "run", recording)
+
+
+def _pg(h: Harness) -> PostgresStore:
+    store = h.store
+    assert isinstance(store, PostgresStore)
+    return store
+
+
+def _used(store: PostgresStore) -> int:
+    row = store.db.read(
+        lambda tx: tx.conn.execute(
+            "SELECT coalesce(sum(used), 0) AS n FROM quota_jobs WHERE namespace = %s", (NS,)
+        ).fetchone()
+    )
+    return int(row["n"])
+
+
+def _create(h: Harness, name: str, **kw: Any) -> Job:
+    s = spec(name, namespace=NS, **kw)
+    return h.store.create_job(s, first_fire_at=FIRST)
+
+
+def test_a_creation_with_a_free_shard_is_one_autocommitted_statement(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _pg(h)
+    _create(h, "first")  # the namespace's first job: its shards are made by the transaction
+    version = store.jobs_version()
+    units = Units(store, monkeypatch)
+    job = _create(h, "second", schedule=cron("0 9 * * *", tz="Europe/Berlin"))
+    assert units.seen == [(True, False)]  # one unit: one statement, no BEGIN/COMMIT
+    assert store.get_job(NS, "second") == job
+    assert job.spec.schedule == cron("0 9 * * *", tz="Europe/Berlin")
+    assert _used(store) == 2  # charged to the jobs quota as the transaction charges
+    assert store.jobs_version() == version + 1  # the leader is told the job set changed
+
+
+def test_a_namespace_without_shards_is_left_to_the_transaction(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _pg(h)
+    units = Units(store, monkeypatch)
+    _create(h, "first")
+    # the statement found no shard (nothing written), then the transaction made them
+    assert units.seen == [(True, False), (True, True)]
+    assert _used(store) == 1
+    assert [j.spec.name for j in store.list_jobs(namespace=NS)] == ["first"]
+
+
+def test_a_taken_name_is_a_conflict_and_charges_nothing(h: Harness) -> None:
+    store = _pg(h)
+    _create(h, "taken")
+    version = store.jobs_version()
+    with pytest.raises(ConflictError) as caught:
+        _create(h, "taken")
+    assert caught.value.code == "job_exists"
+    assert caught.value.field == "name"
+    assert _used(store) == 1
+    assert store.jobs_version() == version
+
+
+def test_the_jobs_limit_is_refused_by_the_transaction_with_nothing_written(h: Harness) -> None:
+    store = _pg(h)
+    store.set_quota(NS, {"jobs": 2})
+    _create(h, "a")
+    _create(h, "b")
+    version = store.jobs_version()
+    with pytest.raises(QuotaExceededError) as caught:
+        _create(h, "c")
+    assert caught.value.quota == "jobs"
+    assert sorted(j.spec.name for j in store.list_jobs(namespace=NS)) == ["a", "b"]
+    assert _used(store) == 2
+    assert store.jobs_version() == version
+
+
+@pytest.mark.parametrize("record", [True, False], ids=["own-record", "default-quota"])
+def test_a_schedule_under_min_interval_is_refused_naming_schedule(h: Harness, record: bool) -> None:
+    store = _pg(h)
+    _create(h, "ok")
+    if record:
+        store.set_quota(NS, {"min_interval": "1h"})
+        too_often = every(timedelta(minutes=30))
+    else:  # the default quota's min_interval, passed to the statement by the store
+        too_often = every(timedelta(milliseconds=10))
+    with pytest.raises(QuotaExceededError) as caught:
+        _create(h, "flood", schedule=too_often)
+    assert (caught.value.quota, caught.value.field) == ("min_interval", "schedule")
+    assert [j.spec.name for j in store.list_jobs(namespace=NS)] == ["ok"]
+    assert _used(store) == 1
+
+
+def test_every_shard_held_leaves_the_creation_to_the_transaction_which_waits(
+    h: Harness,
+) -> None:
+    store = _pg(h)
+    _create(h, "first")
+    # another session holds every shard of the namespace until it commits
+    other = psycopg.connect(PG_URL)
+    try:
+        other.execute(f'SET search_path TO "{store.schema}"')
+        other.execute("SELECT * FROM quota_jobs WHERE namespace = %s FOR UPDATE", (NS,))
+
+        async def create_while_held() -> Job:
+            task = asyncio.create_task(asyncio.to_thread(_create, h, "waiter"))
+            await asyncio.sleep(0)
+            return await task
+
+        loop = asyncio.new_event_loop()
+        try:
+            pending = loop.create_task(create_while_held())
+            loop.run_until_complete(asyncio.wait({pending}, timeout=0.5))
+            assert not pending.done()  # the transaction waits for a shard with room
+            other.commit()
+            job = loop.run_until_complete(asyncio.wait_for(pending, 20))
+        finally:
+            loop.close()
+    finally:
+        other.close()
+    assert job.spec.name == "waiter"
+    assert _used(store) == 2
+
+
+def test_the_check_of_the_task_is_left_to_the_transaction_once_a_worker_served(
+    h: Harness,
+) -> None:
+    store = _pg(h)
+    _create(h, "first")
+
+    async def create(name: str, task: str) -> Job | None:
+        calls = store.async_calls()
+        await calls.open()
+        try:
+            s = spec(name, task=task, namespace=NS)
+            first = await calls.now() + timedelta(minutes=5)
+            return await calls.create_job(s, first_fire_at=first, check_task=True)
+        finally:
+            await calls.close()
+
+    # no worker ever registered: every task is accepted in the one statement
+    assert asyncio.run(create("before", "typo")) is not None
+    now = h.now()
+    worker = NodeInfo(
+        id="w1",
+        kind="worker",
+        hostname="h",
+        pid=1,
+        started_at=now,
+        heartbeat_at=now,
+        info={"tasks": ["report"]},
+    )
+    store.register_node(worker)
+    assert asyncio.run(create("served", "report")) is not None
+    assert asyncio.run(create("unserved", "typo")) is None  # nothing written
+    names = sorted(j.spec.name for j in store.list_jobs(namespace=NS))
+    assert names == ["before", "first", "served"]
+    assert _used(store) == 3
