@@ -16,13 +16,15 @@ import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import pytest
 
 from cronwheel.api import calls
-from cronwheel.domain.models import FiringId, JobSpec, NodeInfo
+from cronwheel.domain.models import FiringId, Job, JobSpec, NodeInfo
+from cronwheel.domain.schedules import every
 from cronwheel.domain.schedules import now as now_schedule
 from cronwheel.errors import StoreUnavailableError
 from cronwheel.server import create_app
@@ -352,3 +354,39 @@ def test_a_create_is_awaited_on_the_loop_and_what_needs_a_decision_takes_the_thr
     assert allowed.status_code == 201, allowed.text  # allowed: on the loop again
     names = sorted(j.spec.name for j in pg.store.list_jobs(namespace=NS))
     assert names == ["first", "loop", "new", "one"]  # "one": the fixture's enqueued job
+
+
+def _hourly(name: str) -> JobSpec:
+    return JobSpec(name=name, task="report", schedule=every(timedelta(hours=1)), namespace=NS)
+
+
+def test_a_connection_lost_before_the_create_was_sent_is_replaced_and_the_job_made(
+    pg: Pg,
+) -> None:
+    first = datetime(2030, 1, 1, 9, tzinfo=UTC)
+    pg.store.create_job(_hourly("seed"), first_fire_at=first)  # the namespace's shards
+    one = PostgresStore(PG_URL, schema=pg.schema, pool_size=1)  # one connection to lose
+
+    async def main() -> Job | None:
+        calls = PgAsyncCalls(one.db)
+        await calls.open()
+        try:
+            await calls.firing_with_attempts(FiringId(pg.firing))
+            async with calls._checkout() as conn:  # trusted: it just answered
+                pid = conn.info.backend_pid
+            terminate(pid)  # gone before the clock's read: nothing was sent
+            job = await calls.create_job(
+                _hourly("after-loss"), first_fire_at=lambda now: first, check_task=False
+            )
+            async with calls._checkout() as conn:
+                assert conn.info.backend_pid != pid
+            return job
+        finally:
+            await calls.close()
+
+    try:
+        job = asyncio.run(main())
+    finally:
+        one.close()
+    assert job is not None
+    assert pg.store.get_job(NS, "after-loss") == job

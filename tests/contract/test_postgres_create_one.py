@@ -176,8 +176,7 @@ def test_the_check_of_the_task_is_left_to_the_transaction_once_a_worker_served(
         await calls.open()
         try:
             s = spec(name, task=task, namespace=NS)
-            first = await calls.now() + timedelta(minutes=5)
-            return await calls.create_job(s, first_fire_at=first, check_task=True)
+            return await calls.create_job(s, first_fire_at=lambda now: FIRST, check_task=True)
         finally:
             await calls.close()
 

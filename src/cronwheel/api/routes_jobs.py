@@ -111,9 +111,10 @@ async def _create_awaited(
     calls: AsyncCalls, store: ApiStore, principal: Principal, body: JobCreate, request: Request
 ) -> Job | None:
     """The creation awaited on the loop (the store's clock, then the job in one
-    statement: store/postgres/aio.py), or None when it is :func:`_create`'s to decide:
-    a stored calendar's rules, a traced write (its producer span), a quota to wait for
-    or refuse by, a task no worker serves. Bad input fails here as it would there."""
+    statement, on one connection: store/postgres/aio.py), or None when it is
+    :func:`_create`'s to decide: a stored calendar's rules, a traced write (its producer
+    span), a quota to wait for or refuse by, a task no worker serves. Bad input fails
+    here as it would there."""
     if tracing_on(request):
         return None
     try:
@@ -122,7 +123,7 @@ async def _create_awaited(
         return None
     known: set[str] = request.app.state.served_tasks
     check = not body.allow_unknown_task and spec.task not in known
-    first = spec_first_fire_at(spec, await calls.now(), allow_past=body.allow_past)
+    first = partial(spec_first_fire_at, spec, allow_past=body.allow_past)
     return await calls.create_job(spec, first_fire_at=first, check_task=check)
 
 

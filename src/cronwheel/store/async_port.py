@@ -1,6 +1,6 @@
 """AsyncCalls: store calls awaited on an event loop, for the API's hottest requests: the
 reads of a firing and of a job by name (which a PUT of an unchanged job answers from),
-the store's clock, and a job's creation in one statement where it needs no decision.
+and a job's creation in one statement where it needs no decision.
 
 The API runs a store call in a thread (``api/calls.py``), which costs more CPU than a
 small read itself on PostgreSQL: the executor's queue, the loop's wake-up and the GIL
@@ -12,6 +12,7 @@ already; the memory store) gives None, and its reads stay where they were.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Protocol
 
@@ -39,15 +40,17 @@ class AsyncCalls(Protocol):
         """The store's ``get_job``: JobNotFoundError when there is none."""
         ...
 
-    async def now(self) -> datetime:
-        """The store's clock (``Store.now``)."""
-        ...
-
     async def create_job(
-        self, spec: JobSpec, *, first_fire_at: datetime | None, check_task: bool
+        self,
+        spec: JobSpec,
+        *,
+        first_fire_at: Callable[[datetime], datetime | None],
+        check_task: bool,
     ) -> Job | None:
-        """The store's ``create_job`` (ConflictError ``job_exists`` when the name is
-        taken), or None, with nothing written, when the creation needs a decision this
-        call leaves to the store's own (a quota to wait for or refuse by; with
-        ``check_task``, a task no worker serves while some worker has served tasks)."""
+        """The store's ``create_job`` with ``first_fire_at(now)`` of the store's clock
+        (read in the same call; its errors raised as they are), ConflictError
+        ``job_exists`` when the name is taken; or None, with nothing written, when the
+        creation needs a decision this call leaves to the store's own (a quota to wait
+        for or refuse by; with ``check_task``, a task no worker serves while some
+        worker has served tasks)."""
         ...

@@ -98,30 +98,35 @@ class PgAsyncCalls:
         rows = await self._read("get_job", {"namespace": namespace, "name": name})
         return job_from_rows(rows, name)
 
-    async def now(self) -> datetime:
-        """The store's clock (``Store.now``)."""
-        rows = await self._read("now", {})
-        value: datetime = rows[0]["now"]
-        return value.astimezone(UTC)
-
     async def create_job(
-        self, spec: JobSpec, *, first_fire_at: datetime | None, check_task: bool
+        self,
+        spec: JobSpec,
+        *,
+        first_fire_at: Callable[[datetime], datetime | None],
+        check_task: bool,
     ) -> Job | None:
-        """``Store.create_job`` in one statement (module doc); None when the full
-        creation must decide (nothing written). ``check_task``: also leave it to the
-        full creation when a worker has served tasks but not this one."""
-        text = query(self.db.q["create_job_one"])
-        values = self.db.params(create_params(spec, first_fire_at, check_task=check_task))
+        """``Store.create_job`` in one statement (module doc), its first instant
+        ``first_fire_at(now)`` of the store's clock read first on the same connection;
+        None when the full creation must decide (nothing written). ``check_task``: also
+        leave it to the full creation when a worker has served tasks but not this one."""
+        db = self.db
+        clock, create = query(db.q["now"]), query(db.q["create_job_one"])
+        sent = [False]
 
         async def body(conn: AConn) -> list[DictRow] | None:
+            row = await (await conn.execute(clock, db.params())).fetchone()
+            assert row is not None
+            now: datetime = row["now"]
+            params = create_params(spec, first_fire_at(now.astimezone(UTC)), check_task=check_task)
+            sent[0] = True
             try:
-                return await (await conn.execute(text, values)).fetchall()
+                return await (await conn.execute(create, db.params(params))).fetchall()
             except psycopg.Error as exc:
                 if decides(exc):
                     return None
                 raise
 
-        rows = await self._unit(body, write=True)
+        rows = await self._unit(body, sent=sent)
         return None if rows is None else created_job(spec, rows)
 
     async def _read(self, name: str, params: Mapping[str, Any]) -> list[DictRow]:
@@ -131,12 +136,14 @@ class PgAsyncCalls:
         async def body(conn: AConn) -> list[DictRow]:
             return await (await conn.execute(text, values)).fetchall()
 
-        return await self._unit(body, write=False)
+        return await self._unit(body)
 
-    async def _unit(self, body: Callable[[AConn], Awaitable[T]], *, write: bool) -> T:
+    async def _unit(
+        self, body: Callable[[AConn], Awaitable[T]], *, sent: list[bool] | None = None
+    ) -> T:
         """``body`` on a connection of the pool by Database.run's rules for a read, or
-        for a write of one autocommitted statement (``write``: not run again once
-        sent)."""
+        for reads then one autocommitted write (``sent``: set by ``body`` as it sends
+        the write, which is not run again once sent)."""
         attempt = 0
         while True:
             attempt += 1
@@ -151,8 +158,8 @@ class PgAsyncCalls:
                 raise pool_timeout(exc, self.db.timeout_s) from exc
             except psycopg.Error as exc:
                 lost = bool(used) and used[-1].closed
-                sent = write and bool(used)
-                await asyncio.sleep(retry_pause(exc, lost=lost, written=sent, attempt=attempt))
+                written = sent is not None and sent[0]
+                await asyncio.sleep(retry_pause(exc, lost=lost, written=written, attempt=attempt))
 
     @asynccontextmanager
     async def _checkout(self) -> AsyncIterator[AConn]:
