@@ -57,6 +57,8 @@ def create_app(
     (``api.fast``). Token
     records are believed for ``token_cache_s`` seconds of ``clock``'s monotonic time
     (``web.tokens.TokenCache``): the bound within which a revoked token stops working.
+    ``clock.now()`` is the guess of the store's clock a creation's one statement is
+    checked against (``api.routes_jobs.create_job``).
     """
     hosts = None if allowed_hosts is None else parse_allowed_hosts(allowed_hosts)
     proxies = parse_trusted_proxies(trusted_proxies)
@@ -69,7 +71,9 @@ def create_app(
         fast_routes=fast_routes,
         tracing=tracing,
     )
-    app.state.token_cache = TokenCache((clock or SystemClock()).monotonic, token_cache_s)
+    clock = clock or SystemClock()
+    app.state.token_cache = TokenCache(clock.monotonic, token_cache_s)
+    app.state.clock = clock  # a guess of the store's: see api.routes_jobs.create_job
     mount(app)
     app.add_middleware(BrowserGuard, allowed_hosts=hosts)
     if proxies:

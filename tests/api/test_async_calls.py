@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import pytest
 
 from cronwheel.api import calls
+from cronwheel.domain.clock import FakeClock
 from cronwheel.domain.models import FiringId, Job, JobSpec, NodeInfo
 from cronwheel.domain.schedules import every
 from cronwheel.domain.schedules import now as now_schedule
@@ -360,12 +361,15 @@ def _hourly(name: str) -> JobSpec:
     return JobSpec(name=name, task="report", schedule=every(timedelta(hours=1)), namespace=NS)
 
 
-def test_a_connection_lost_before_the_create_was_sent_is_replaced_and_the_job_made(
+def test_a_connection_lost_under_a_create_is_a_503_and_the_next_create_a_fresh_one(
     pg: Pg,
 ) -> None:
+    # an autocommitted write on a lost connection may have been written: never sent again
+    # (Database.run's rule for a write of one statement), StoreUnavailableError instead
     first = datetime(2030, 1, 1, 9, tzinfo=UTC)
     pg.store.create_job(_hourly("seed"), first_fire_at=first)  # the namespace's shards
     one = PostgresStore(PG_URL, schema=pg.schema, pool_size=1)  # one connection to lose
+    since = first - timedelta(days=3650)  # any clock of the store's up to `first`
 
     async def main() -> Job | None:
         calls = PgAsyncCalls(one.db)
@@ -374,9 +378,13 @@ def test_a_connection_lost_before_the_create_was_sent_is_replaced_and_the_job_ma
             await calls.firing_with_attempts(FiringId(pg.firing))
             async with calls._checkout() as conn:  # trusted: it just answered
                 pid = conn.info.backend_pid
-            terminate(pid)  # gone before the clock's read: nothing was sent
+            terminate(pid)
+            with pytest.raises(StoreUnavailableError):
+                await calls.create_job(
+                    _hourly("lost"), first_fire_at=first, valid_from=since, check_task=False
+                )
             job = await calls.create_job(
-                _hourly("after-loss"), first_fire_at=lambda now: first, check_task=False
+                _hourly("after"), first_fire_at=first, valid_from=since, check_task=False
             )
             async with calls._checkout() as conn:
                 assert conn.info.backend_pid != pid
@@ -389,4 +397,34 @@ def test_a_connection_lost_before_the_create_was_sent_is_replaced_and_the_job_ma
     finally:
         one.close()
     assert job is not None
-    assert pg.store.get_job(NS, "after-loss") == job
+    assert pg.store.get_job(NS, "after") == job
+    names = sorted(j.spec.name for j in pg.store.list_jobs(namespace=NS))
+    assert names == ["after", "one", "seed"]  # "lost" never reached the server
+
+
+@pytest.mark.parametrize("off", [timedelta(hours=1), -timedelta(hours=1)])
+def test_an_app_clock_off_the_stores_leaves_the_create_to_the_thread_path(
+    pg: Pg, monkeypatch: pytest.MonkeyPatch, off: timedelta
+) -> None:
+    body = {"task": "report", "schedule": {"kind": "every", "interval": "7m"}}
+    headers = pg.headers | {"Content-Type": "application/json"}
+    TestClient(_app(pg.store)).post(  # the namespace's shards, by the thread path
+        "/v1/jobs", json=body | {"name": "seed"}, headers=headers
+    )
+    threads = _Threads(monkeypatch)
+    app = create_app(
+        pg.store,
+        auth_required=True,
+        validate_responses=False,
+        clock=FakeClock(datetime.now(UTC) + off),
+    )
+    with TestClient(app) as client:
+        before = pg.store.now()
+        made = client.post("/v1/jobs", json=body | {"name": "off"}, headers=headers)
+        after = pg.store.now()
+    assert made.status_code == 201, made.text
+    assert threads.names == ["principal_for", "_create"]  # the statement refused the guess
+    job = pg.store.get_job(NS, "off")
+    assert job.next_fire_at is not None
+    # the store's clock made it: the next 7-minute step after a reading in [before, after]
+    assert before < job.next_fire_at <= after + timedelta(minutes=7)

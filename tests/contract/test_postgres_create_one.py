@@ -176,7 +176,8 @@ def test_the_check_of_the_task_is_left_to_the_transaction_once_a_worker_served(
         await calls.open()
         try:
             s = spec(name, task=task, namespace=NS)
-            return await calls.create_job(s, first_fire_at=lambda now: FIRST, check_task=True)
+            since = FIRST - timedelta(days=3650)  # any clock of the store's before FIRST
+            return await calls.create_job(s, first_fire_at=FIRST, valid_from=since, check_task=True)
         finally:
             await calls.close()
 
@@ -198,3 +199,41 @@ def test_the_check_of_the_task_is_left_to_the_transaction_once_a_worker_served(
     names = sorted(j.spec.name for j in store.list_jobs(namespace=NS))
     assert names == ["before", "first", "served"]
     assert _used(store) == 3
+
+
+@pytest.mark.parametrize(
+    ("since_s", "first_s", "made"),
+    [
+        (-1, 1, True),  # the store's clock in [since, first): the guess holds
+        (1, 60, False),  # the store's clock behind the range
+        (-60, 0, False),  # the store's clock at the first instant: it may be another
+        (-60, -1, False),  # past it
+    ],
+)
+def test_the_statement_checks_the_stores_clock_against_the_guess(
+    h: Harness, since_s: int, first_s: int, made: bool
+) -> None:
+    store = _pg(h)
+    _create(h, "first")
+    now = h.now()
+
+    async def create() -> Job | None:
+        calls = store.async_calls()
+        await calls.open()
+        try:
+            return await calls.create_job(
+                spec("guessed", namespace=NS),
+                first_fire_at=now + timedelta(seconds=first_s),
+                valid_from=now + timedelta(seconds=since_s),
+                check_task=False,
+            )
+        finally:
+            await calls.close()
+
+    job = asyncio.run(create())
+    assert (job is not None) == made
+    names = sorted(j.spec.name for j in store.list_jobs(namespace=NS))
+    assert names == (["first", "guessed"] if made else ["first"])
+    assert _used(store) == (2 if made else 1)
+    if job is not None:
+        assert job.next_fire_at == now + timedelta(seconds=first_s)

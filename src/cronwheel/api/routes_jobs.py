@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Annotated, Any
 
@@ -45,6 +45,7 @@ from cronwheel.domain.calendars import CalendarRules
 from cronwheel.domain.jobs import (
     bind_calendar,
     bind_schedule,
+    first_fire_window,
     require_served_task,
     spec_first_fire_at,
 )
@@ -59,6 +60,9 @@ from cronwheel.store.protocol import ApiStore
 from cronwheel.wire import firing_to_json
 
 UPCOMING = 5
+# how far the store's clock may be behind the app's for a creation to be made in one
+# statement from the app's clock (``_create_awaited``); further, the store's is read
+CLOCK_MARGIN = timedelta(milliseconds=500)
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=ApiRoute)
 JobName = Annotated[
@@ -110,21 +114,30 @@ async def create_job(body: JobCreate, principal: Writer, request: Request) -> di
 async def _create_awaited(
     calls: AsyncCalls, store: ApiStore, principal: Principal, body: JobCreate, request: Request
 ) -> Job | None:
-    """The creation awaited on the loop (the store's clock, then the job in one
-    statement, on one connection: store/postgres/aio.py), or None when it is
-    :func:`_create`'s to decide: a stored calendar's rules, a traced write (its producer
-    span), a quota to wait for or refuse by, a task no worker serves. Bad input fails
-    here as it would there."""
+    """The creation in one statement awaited on the loop (store/postgres/aio.py), its
+    first instant made from the app's clock (a guess of the store's, checked by the
+    statement: domain/jobs.py first_fire_window); or None when it is :func:`_create`'s
+    to decide with the store's clock: a stored calendar's rules, a traced write (its
+    producer span), a first instant the guess does not settle, the store's clock off
+    the guess, a quota to wait for or refuse by, a task no worker serves. Bad input
+    fails in :func:`_create` as it always did."""
     if tracing_on(request):
         return None
     try:
         spec = _spec(store, principal, body.name, body, bool(body.paused), _no_lookup)
-    except _NeedsStore:
+    except (_NeedsStore, ValidationError):
         return None
+    window = first_fire_window(
+        spec, request.app.state.clock.now(), margin=CLOCK_MARGIN, allow_past=body.allow_past
+    )
+    if window is None:
+        return None
+    first, valid_from = window
     known: set[str] = request.app.state.served_tasks
     check = not body.allow_unknown_task and spec.task not in known
-    first = partial(spec_first_fire_at, spec, allow_past=body.allow_past)
-    return await calls.create_job(spec, first_fire_at=first, check_task=check)
+    return await calls.create_job(
+        spec, first_fire_at=first, valid_from=valid_from, check_task=check
+    )
 
 
 def _create(store: ApiStore, principal: Principal, body: JobCreate, request: Request) -> Job:

@@ -134,6 +134,29 @@ def spec_first_fire_at(
     )
 
 
+def first_fire_window(
+    spec: JobSpec, around: datetime, *, margin: timedelta, allow_past: bool = False
+) -> tuple[datetime, datetime] | None:
+    """``spec_first_fire_at`` for a store clock only guessed (``around``, within
+    ``margin``): ``(first, valid_from)`` such that ``spec_first_fire_at(spec, t)`` is
+    ``first`` for every ``t`` from ``valid_from`` (``around - margin``) up to ``first``
+    (excluded), or None when no such instant is known (the caller then reads the clock):
+    an error, no instant, or not the same instant across the range.
+
+    The first instant is nondecreasing in the clock (each schedule's next instant after
+    it, bounded by ``start_at``/``end_at``): when it is the same at both ends of
+    ``[around - margin, around]`` it is the same across, and it stays so up to itself."""
+    since = around - margin
+    try:
+        first = spec_first_fire_at(spec, around, allow_past=allow_past)
+        earlier = spec_first_fire_at(spec, since, allow_past=allow_past)
+    except ValidationError:
+        return None
+    if first is None or earlier != first or first <= around:
+        return None  # exhausted, a `now` schedule, an `at` passed (allow_past), a step
+    return first, since
+
+
 def build_policies(
     *,
     retries: int | None = None,

@@ -12,7 +12,6 @@ already; the memory store) gives None, and its reads stay where they were.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
 from typing import Protocol
 
@@ -41,16 +40,13 @@ class AsyncCalls(Protocol):
         ...
 
     async def create_job(
-        self,
-        spec: JobSpec,
-        *,
-        first_fire_at: Callable[[datetime], datetime | None],
-        check_task: bool,
+        self, spec: JobSpec, *, first_fire_at: datetime, valid_from: datetime, check_task: bool
     ) -> Job | None:
-        """The store's ``create_job`` with ``first_fire_at(now)`` of the store's clock
-        (read in the same call; its errors raised as they are), ConflictError
-        ``job_exists`` when the name is taken; or None, with nothing written, when the
+        """The store's ``create_job`` with ``first_fire_at`` as its first instant, which
+        holds for a store clock in ``[valid_from, first_fire_at)`` (domain/jobs.py
+        first_fire_window): ConflictError ``job_exists`` when the name is taken; or
+        None, with nothing written, when the store's clock is outside that range or the
         creation needs a decision this call leaves to the store's own (a quota to wait
-        for or refuse by; with ``check_task``, a task no worker serves while some
-        worker has served tasks)."""
+        for or refuse by; with ``check_task``, a task no worker serves while some worker
+        has served tasks)."""
         ...

@@ -22,11 +22,12 @@ hooks, its PrimaryCheck and stall watchdog), so nothing a read promises changes:
 
 One write is awaited here too: the API's job creation in one statement
 (``create_job``: store/postgres/jobs_quota.py, schema.sql migration_23), by
-Database.run's rules for a write of one autocommitted statement: a connection lost
-before the statement was sent is retried on a fresh one; once it was sent, a lost
-connection is StoreUnavailableError (the job may or may not exist, as on the thread
-path). When the function leaves the creation to the full transaction (CW001, nothing
-written) it answers None, and the API runs that transaction as before.
+Database.run's rules for a write of one autocommitted statement: a connection that
+fails its checkout is replaced; once one is checked out the statement may have been
+sent, and a lost connection is StoreUnavailableError (the job may or may not exist,
+as on the thread path: the store's own one-statement creation follows the same rule).
+When the function leaves the creation to the full transaction (CW001, nothing written)
+it answers None, and the API runs that transaction as before.
 
 The pool is opened on one loop (the API's lifespan) and serves that loop only: its
 connections wait through that loop's selector.
@@ -38,7 +39,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 import psycopg
@@ -99,34 +100,25 @@ class PgAsyncCalls:
         return job_from_rows(rows, name)
 
     async def create_job(
-        self,
-        spec: JobSpec,
-        *,
-        first_fire_at: Callable[[datetime], datetime | None],
-        check_task: bool,
+        self, spec: JobSpec, *, first_fire_at: datetime, valid_from: datetime, check_task: bool
     ) -> Job | None:
-        """``Store.create_job`` in one statement (module doc), its first instant
-        ``first_fire_at(now)`` of the store's clock read first on the same connection;
-        None when the full creation must decide (nothing written). ``check_task``: also
-        leave it to the full creation when a worker has served tasks but not this one."""
-        db = self.db
-        clock, create = query(db.q["now"]), query(db.q["create_job_one"])
-        sent = [False]
+        """``Store.create_job`` in one statement (module doc) whose first instant holds for
+        a store clock in ``[valid_from, first_fire_at)`` (the statement checks it); None
+        when the full creation must decide (nothing written): the clock outside that
+        range, or a decision of the quotas, or (``check_task``) a task no worker serves
+        while some worker has served tasks."""
+        params = create_params(spec, first_fire_at, check_task=check_task, valid_from=valid_from)
+        text, values = query(self.db.q["create_job_one"]), self.db.params(params)
 
         async def body(conn: AConn) -> list[DictRow] | None:
-            row = await (await conn.execute(clock, db.params())).fetchone()
-            assert row is not None
-            now: datetime = row["now"]
-            params = create_params(spec, first_fire_at(now.astimezone(UTC)), check_task=check_task)
-            sent[0] = True
             try:
-                return await (await conn.execute(create, db.params(params))).fetchall()
+                return await (await conn.execute(text, values)).fetchall()
             except psycopg.Error as exc:
                 if decides(exc):
                     return None
                 raise
 
-        rows = await self._unit(body, sent=sent)
+        rows = await self._unit(body, write=True)
         return None if rows is None else created_job(spec, rows)
 
     async def _read(self, name: str, params: Mapping[str, Any]) -> list[DictRow]:
@@ -136,14 +128,12 @@ class PgAsyncCalls:
         async def body(conn: AConn) -> list[DictRow]:
             return await (await conn.execute(text, values)).fetchall()
 
-        return await self._unit(body)
+        return await self._unit(body, write=False)
 
-    async def _unit(
-        self, body: Callable[[AConn], Awaitable[T]], *, sent: list[bool] | None = None
-    ) -> T:
-        """``body`` on a connection of the pool by Database.run's rules for a read, or
-        for reads then one autocommitted write (``sent``: set by ``body`` as it sends
-        the write, which is not run again once sent)."""
+    async def _unit(self, body: Callable[[AConn], Awaitable[T]], *, write: bool) -> T:
+        """``body``, one statement, on a connection of the pool by Database.run's rules
+        for a read, or (``write``) for a write of one autocommitted statement: not run
+        again once it may have been sent."""
         attempt = 0
         while True:
             attempt += 1
@@ -158,8 +148,8 @@ class PgAsyncCalls:
                 raise pool_timeout(exc, self.db.timeout_s) from exc
             except psycopg.Error as exc:
                 lost = bool(used) and used[-1].closed
-                written = sent is not None and sent[0]
-                await asyncio.sleep(retry_pause(exc, lost=lost, written=written, attempt=attempt))
+                sent = write and bool(used)  # checked out: the statement may have gone
+                await asyncio.sleep(retry_pause(exc, lost=lost, written=sent, attempt=attempt))
 
     @asynccontextmanager
     async def _checkout(self) -> AsyncIterator[AConn]:

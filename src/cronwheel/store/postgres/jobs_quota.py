@@ -25,7 +25,9 @@ other creation waits for (schema.sql migration_20).
   shard with room, a schedule under the namespace's ``min_interval``, a task no worker
   serves when asked to check it) makes the function raise ``CW001`` with nothing
   written, and that transaction runs instead, with its own reads, waits and errors.
-  The API awaits the same call on its event loop (store/postgres/aio.py).
+  The API awaits the same call on its event loop (store/postgres/aio.py), with a first
+  instant made from its host's clock and checked against the store's in the statement
+  (``valid_from``: domain/jobs.py first_fire_window), so a creation is one round trip.
 """
 
 from __future__ import annotations
@@ -111,10 +113,16 @@ class PgJobsQuota(CoreStore[Database]):
 
 
 def create_params(
-    spec: JobSpec, first_fire_at: datetime | None, *, check_task: bool
+    spec: JobSpec,
+    first_fire_at: datetime | None,
+    *,
+    check_task: bool,
+    valid_from: datetime | None = None,
 ) -> dict[str, Any]:
-    """``create_job_one``'s parameters; ``check_task``: refuse (CW001) a task no worker
-    has served while some worker has served tasks (domain.jobs.require_served_task)."""
+    """``create_job_one``'s parameters; ``check_task``: leave it to the transaction
+    (CW001) when a worker has served tasks but not this one (domain.jobs.
+    require_served_task); ``valid_from``: likewise unless the store's clock is in
+    ``[valid_from, first_fire_at)`` (domain.jobs.first_fire_window)."""
     gap = min_gap(spec.schedule, first_fire_at)
     return codec.job_params(spec) | {
         "next_fire_at": first_fire_at,
@@ -122,6 +130,7 @@ def create_params(
         "min_interval_us": duration_us(DEFAULT_QUOTA.min_interval),
         "counts": counts_job(spec),
         "check_task": check_task,
+        "valid_from": valid_from,
     }
 
 

@@ -95,4 +95,4 @@ SELECT * FROM cronwheel_create_job(
     %(overlap)s::text, %(max_buffer)s::integer, %(cancel_grace_us)s::bigint,
     %(start_deadline_us)s::bigint, %(bounds)s::jsonb, %(remaining_runs)s::integer,
     %(trace_context)s::text, :now, %(gap_us)s::bigint, %(min_interval_us)s::bigint,
-    %(counts)s::boolean, %(check_task)s::boolean)
+    %(counts)s::boolean, %(check_task)s::boolean, %(valid_from)s::timestamptz)

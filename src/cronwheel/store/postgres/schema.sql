@@ -1032,8 +1032,11 @@ $fn$;
 -- and a worker has served tasks but not this one, when the schedule fires more often
 -- than the namespace's min_interval (p_min_interval_us: the default quota's, for a
 -- namespace with no record), or when no shard of the namespace's jobs counter is free
--- with room (none yet, every one held, or the limit reached). A name the namespace has
--- already returns no row and writes nothing.
+-- with room (none yet, every one held, or the limit reached), and when the store's
+-- clock is outside [p_valid_from, p_next_fire_at) (p_valid_from not NULL: the first
+-- instant was made from a guess of the clock, right for any reading in that range: the
+-- API's creation, domain/jobs.py first_fire_window). A name the namespace has already
+-- returns no row and writes nothing.
 CREATE FUNCTION cronwheel_create_job(
     p_namespace text, p_name text, p_task text, p_schedule jsonb, p_payload json,
     p_policies jsonb, p_spec_hash text, p_priority double precision, p_max_attempts integer,
@@ -1041,7 +1044,8 @@ CREATE FUNCTION cronwheel_create_job(
     p_max_concurrency integer, p_overlap text, p_max_buffer integer,
     p_cancel_grace_us bigint, p_start_deadline_us bigint, p_bounds jsonb,
     p_remaining_runs integer, p_trace_context text, p_now timestamptz, p_gap_us bigint,
-    p_min_interval_us bigint, p_counts boolean, p_check_task boolean)
+    p_min_interval_us bigint, p_counts boolean, p_check_task boolean,
+    p_valid_from timestamptz)
 RETURNS SETOF jobs
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -1049,6 +1053,10 @@ AS $fn$
 DECLARE
     created jobs;
 BEGIN
+    IF p_valid_from IS NOT NULL
+       AND NOT (p_valid_from <= p_now AND p_now < p_next_fire_at) THEN
+        RAISE EXCEPTION 'cronwheel: the clock is off its guess' USING ERRCODE = 'CW001';
+    END IF;
     IF p_check_task AND EXISTS (SELECT 1 FROM served_tasks)
        AND NOT EXISTS (SELECT 1 FROM served_tasks WHERE task = p_task) THEN
         RAISE EXCEPTION 'cronwheel: task % is not served', p_task USING ERRCODE = 'CW001';
