@@ -143,17 +143,16 @@ def first_fire_window(
     (excluded), or None when no such instant is known (the caller then reads the clock):
     an error, no instant, or not the same instant across the range.
 
-    The first instant is nondecreasing in the clock (each schedule's next instant after
-    it, bounded by ``start_at``/``end_at``): when it is the same at both ends of
-    ``[around - margin, around]`` it is the same across, and it stays so up to itself."""
+    The first instant is the schedule's next after the clock (bounded by ``start_at``/
+    ``end_at``): the one after ``around - margin``, when it is later than ``around``,
+    is also the one after every clock up to itself."""
     since = around - margin
     try:
-        first = spec_first_fire_at(spec, around, allow_past=allow_past)
-        earlier = spec_first_fire_at(spec, since, allow_past=allow_past)
+        first = spec_first_fire_at(spec, since, allow_past=allow_past)
     except ValidationError:
         return None
-    if first is None or earlier != first or first <= around:
-        return None  # exhausted, a `now` schedule, an `at` passed (allow_past), a step
+    if first is None or first <= around:
+        return None  # exhausted, a `now` schedule, an `at` passed, an instant in the range
     return first, since
 
 
