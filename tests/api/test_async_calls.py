@@ -24,7 +24,7 @@ import pytest
 
 from cronwheel.api import calls
 from cronwheel.domain.clock import FakeClock
-from cronwheel.domain.models import FiringId, Job, JobSpec, NodeInfo
+from cronwheel.domain.models import FiringId, Job, JobSpec
 from cronwheel.domain.schedules import every
 from cronwheel.domain.schedules import now as now_schedule
 from cronwheel.errors import StoreUnavailableError
@@ -35,6 +35,7 @@ from cronwheel.store.sqlite import SqliteStore
 from cronwheel.web.ids import ids_for
 from cronwheel.web.tokens import issue_token
 from tests.conftest import PG_URL
+from tests.contract.conftest import worker_node
 from tests.contract.pg_harness import fresh_schema
 from tests.contract.test_postgres_checkout import _terminate as terminate
 
@@ -43,6 +44,10 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 NS = "team-a"
+_DAILY = {
+    "task": "report",
+    "schedule": {"kind": "cron", "cron": "0 9 * * *", "tz": "Europe/Berlin"},
+}
 T = TypeVar("T")
 
 
@@ -283,11 +288,7 @@ def test_an_app_on_the_loop_opens_no_async_calls_on_postgresql(pg: Pg) -> None:
 def test_an_unchanged_put_is_answered_from_the_async_pool(
     pg: Pg, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    body = {
-        "task": "report",
-        "schedule": {"kind": "cron", "cron": "0 9 * * *", "tz": "Europe/Berlin"},
-        "allow_unknown_task": True,
-    }
+    body = _DAILY | {"allow_unknown_task": True}
     headers = pg.headers | {"Content-Type": "application/json"}
     threaded = TestClient(_app(pg.store))  # no lifespan: the thread path
     assert threaded.put("/v1/jobs/deploy", json=body, headers=headers).status_code == 201
@@ -308,10 +309,7 @@ def test_an_unchanged_put_is_answered_from_the_async_pool(
 def test_a_create_is_awaited_on_the_loop_and_what_needs_a_decision_takes_the_thread(
     pg: Pg, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    body = {
-        "task": "report",
-        "schedule": {"kind": "cron", "cron": "0 9 * * *", "tz": "Europe/Berlin"},
-    }
+    body = _DAILY
     headers = pg.headers | {"Content-Type": "application/json"}
     threaded = TestClient(_app(pg.store))  # no lifespan: the thread path
     first = threaded.post("/v1/jobs", json=body | {"name": "first"}, headers=headers)
@@ -322,18 +320,7 @@ def test_a_create_is_awaited_on_the_loop_and_what_needs_a_decision_takes_the_thr
         served = client.post("/v1/jobs", json=body | {"name": "loop"}, headers=headers)
         taken = client.post("/v1/jobs", json=body | {"name": "loop"}, headers=headers)
         on_loop = list(threads.names)
-        now = pg.store.now()
-        pg.store.register_node(
-            NodeInfo(
-                id="w1",
-                kind="worker",
-                hostname="h",
-                pid=1,
-                started_at=now,
-                heartbeat_at=now,
-                info={"tasks": ["report"]},
-            )
-        )
+        pg.store.register_node(worker_node("w1", pg.store.now(), tasks=["report"]))
         unserved = client.post(
             "/v1/jobs", json=body | {"name": "typo", "task": "reprot"}, headers=headers
         )

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from cronwheel.domain.clock import FakeClock
-from cronwheel.domain.models import JobPolicies, JobSpec
+from cronwheel.domain.models import JobPolicies, JobSpec, NodeInfo
 from cronwheel.domain.schedules import Schedule, every
 from cronwheel.store.protocol import Store
 
@@ -99,4 +99,11 @@ def spec(
         schedule=schedule or every("1m"),
         namespace=namespace,
         policies=JobPolicies(**policies),
+    )
+
+
+def worker_node(node_id: str, at: datetime, **info: Any) -> NodeInfo:
+    """A worker's registration at ``at`` (``info``: its ``tasks``, ``concurrency``...)."""
+    return NodeInfo(
+        id=node_id, kind="worker", hostname="h", pid=1, started_at=at, heartbeat_at=at, info=info
     )

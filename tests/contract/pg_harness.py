@@ -83,3 +83,12 @@ def postgres_harness(tmp_path: Any) -> Iterator[Harness]:
         for s in stores:
             s.close()
         drop_schema(schema)
+
+
+def pg_store(h: Harness) -> Any:
+    """The harness's store, a PostgresStore (asserted)."""
+    from cronwheel.store.postgres import PostgresStore
+
+    store = h.store
+    assert isinstance(store, PostgresStore)
+    return store

@@ -15,12 +15,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from cronwheel.domain.models import Job, NodeInfo
+from cronwheel.domain.models import Job
 from cronwheel.domain.schedules import cron, every
 from cronwheel.errors import ConflictError, QuotaExceededError
 from cronwheel.store.postgres import PostgresStore
-from tests.contract.conftest import Harness, spec
-from tests.contract.pg_harness import PG_URL, postgres_harness
+from tests.contract.conftest import Harness, spec, worker_node
+from tests.contract.pg_harness import PG_URL, pg_store, postgres_harness
 
 NS = "one"
 FIRST = datetime(2030, 1, 1, 9, tzinfo=UTC)  # a first instant: no store call to make it
@@ -45,12 +45,6 @@ class Units:
         monkeypatch.setattr(store.db, "run", recording)
 
 
-def _pg(h: Harness) -> PostgresStore:
-    store = h.store
-    assert isinstance(store, PostgresStore)
-    return store
-
-
 def _used(store: PostgresStore) -> int:
     row = store.db.read(
         lambda tx: tx.conn.execute(
@@ -68,7 +62,7 @@ def _create(h: Harness, name: str, **kw: Any) -> Job:
 def test_a_creation_with_a_free_shard_is_one_autocommitted_statement(
     h: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = _pg(h)
+    store = pg_store(h)
     _create(h, "first")  # the namespace's first job: its shards are made by the transaction
     version = store.jobs_version()
     units = Units(store, monkeypatch)
@@ -83,7 +77,7 @@ def test_a_creation_with_a_free_shard_is_one_autocommitted_statement(
 def test_a_namespace_without_shards_is_left_to_the_transaction(
     h: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = _pg(h)
+    store = pg_store(h)
     units = Units(store, monkeypatch)
     _create(h, "first")
     # the statement found no shard (nothing written), then the transaction made them
@@ -93,7 +87,7 @@ def test_a_namespace_without_shards_is_left_to_the_transaction(
 
 
 def test_a_taken_name_is_a_conflict_and_charges_nothing(h: Harness) -> None:
-    store = _pg(h)
+    store = pg_store(h)
     _create(h, "taken")
     version = store.jobs_version()
     with pytest.raises(ConflictError) as caught:
@@ -105,7 +99,7 @@ def test_a_taken_name_is_a_conflict_and_charges_nothing(h: Harness) -> None:
 
 
 def test_the_jobs_limit_is_refused_by_the_transaction_with_nothing_written(h: Harness) -> None:
-    store = _pg(h)
+    store = pg_store(h)
     store.set_quota(NS, {"jobs": 2})
     _create(h, "a")
     _create(h, "b")
@@ -120,7 +114,7 @@ def test_the_jobs_limit_is_refused_by_the_transaction_with_nothing_written(h: Ha
 
 @pytest.mark.parametrize("record", [True, False], ids=["own-record", "default-quota"])
 def test_a_schedule_under_min_interval_is_refused_naming_schedule(h: Harness, record: bool) -> None:
-    store = _pg(h)
+    store = pg_store(h)
     _create(h, "ok")
     if record:
         store.set_quota(NS, {"min_interval": "1h"})
@@ -137,7 +131,7 @@ def test_a_schedule_under_min_interval_is_refused_naming_schedule(h: Harness, re
 def test_every_shard_held_leaves_the_creation_to_the_transaction_which_waits(
     h: Harness,
 ) -> None:
-    store = _pg(h)
+    store = pg_store(h)
     _create(h, "first")
     # another session holds every shard of the namespace until it commits
     other = psycopg.connect(PG_URL)
@@ -168,7 +162,7 @@ def test_every_shard_held_leaves_the_creation_to_the_transaction_which_waits(
 def test_the_check_of_the_task_is_left_to_the_transaction_once_a_worker_served(
     h: Harness,
 ) -> None:
-    store = _pg(h)
+    store = pg_store(h)
     _create(h, "first")
 
     async def create(name: str, task: str) -> Job | None:
@@ -183,17 +177,7 @@ def test_the_check_of_the_task_is_left_to_the_transaction_once_a_worker_served(
 
     # no worker ever registered: every task is accepted in the one statement
     assert asyncio.run(create("before", "typo")) is not None
-    now = h.now()
-    worker = NodeInfo(
-        id="w1",
-        kind="worker",
-        hostname="h",
-        pid=1,
-        started_at=now,
-        heartbeat_at=now,
-        info={"tasks": ["report"]},
-    )
-    store.register_node(worker)
+    store.register_node(worker_node("w1", h.now(), tasks=["report"]))
     assert asyncio.run(create("served", "report")) is not None
     assert asyncio.run(create("unserved", "typo")) is None  # nothing written
     names = sorted(j.spec.name for j in store.list_jobs(namespace=NS))
@@ -213,7 +197,7 @@ def test_the_check_of_the_task_is_left_to_the_transaction_once_a_worker_served(
 def test_the_statement_checks_the_stores_clock_against_the_guess(
     h: Harness, since_s: int, first_s: int, made: bool
 ) -> None:
-    store = _pg(h)
+    store = pg_store(h)
     _create(h, "first")
     now = h.now()
 

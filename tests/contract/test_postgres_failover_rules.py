@@ -20,7 +20,7 @@ from cronwheel.store.postgres.listen import PgListenWakeup, PollOnly
 from cronwheel.store.protocol import DISPATCHER_LEASE
 from tests.conftest import PG_URL
 from tests.contract.conftest import Harness
-from tests.contract.pg_harness import postgres_harness
+from tests.contract.pg_harness import pg_store, postgres_harness
 
 S = timedelta(seconds=1)
 
@@ -28,12 +28,6 @@ S = timedelta(seconds=1)
 @pytest.fixture
 def h(tmp_path: Any) -> Iterator[Harness]:
     yield from postgres_harness(tmp_path)
-
-
-def _pg(h: Harness) -> PostgresStore:
-    store = h.store
-    assert isinstance(store, PostgresStore)
-    return store
 
 
 def _timeline(store: PostgresStore) -> int:
@@ -99,7 +93,7 @@ def test_pooler_mode_sends_no_session_settings_and_prepares_nothing() -> None:
 
 
 def test_epoch_carries_the_timeline_and_takeovers_count_within_it(h: Harness) -> None:
-    tl = _timeline(_pg(h))
+    tl = _timeline(pg_store(h))
     a = h.store.acquire_lease(DISPATCHER_LEASE, "a", 2 * S)
     assert a is not None and a.epoch == (tl << 32) + 1
     h.advance(3 * S)
@@ -113,7 +107,7 @@ def test_an_epoch_of_an_older_timeline_is_fenced_then_renewed_into_a_higher_term
     """What a failover does to a leader: its lease row (from before the promotion)
     carries the old timeline; its next enqueue is refused, its renewal starts a new
     term numbered above anything of the old timeline."""
-    store = _pg(h)
+    store = pg_store(h)
     tl = _timeline(store)
     a = h.store.acquire_lease(DISPATCHER_LEASE, "a", 60 * S)
     assert a is not None
@@ -133,7 +127,7 @@ def test_an_epoch_of_an_older_timeline_is_fenced_then_renewed_into_a_higher_term
 
 
 def test_a_server_whose_timeline_went_backwards_is_never_written(h: Harness) -> None:
-    store = _pg(h)
+    store = pg_store(h)
     tl = _timeline(store)
     assert store.db.timeline == tl
     store.db.timeline = tl + 1  # this process saw a later timeline (a failover)
@@ -149,7 +143,7 @@ def test_replica_reads_use_their_own_pool(h: Harness) -> None:
     """``replica_hosts`` on a server without replicas: prefer-standby falls back to the
     primary, through the second pool; decisions stay on the first."""
     url = f"{PG_URL}?replica_hosts=127.0.0.1:5432"
-    store = PostgresStore(url, schema=_pg(h).schema, pool_size=2)
+    store = PostgresStore(url, schema=pg_store(h).schema, pool_size=2)
     try:
         assert store.db.replica_pool is not None
         before = store.db.replica_pool.get_stats().get("requests_num", 0)
@@ -167,7 +161,7 @@ def test_a_stalled_unit_of_work_fails_within_stall_timeout(h: Harness) -> None:
     """A server that stops answering (here: a statement that sleeps) costs a call
     ``stall_timeout``, not a TCP timeout; the pool goes on with fresh connections."""
     url = f"{PG_URL}?stall_timeout=0.5"
-    store = PostgresStore(url, schema=_pg(h).schema, pool_size=2)
+    store = PostgresStore(url, schema=pg_store(h).schema, pool_size=2)
     try:
         t = time.monotonic()
         with pytest.raises(StoreUnavailableError):
