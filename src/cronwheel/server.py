@@ -20,7 +20,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from cronwheel.api import create_api
 from cronwheel.api.guard import DEFAULT_MAX_BODY
 from cronwheel.dashboard import mount
-from cronwheel.domain.clock import Clock, SystemClock
+from cronwheel.domain.clock import Clock
 from cronwheel.store.protocol import ApiStore
 from cronwheel.web.browser import BrowserGuard, parse_allowed_hosts, parse_trusted_proxies
 from cronwheel.web.tokens import TOKEN_CACHE_S, TokenCache
@@ -57,8 +57,8 @@ def create_app(
     (``api.fast``). Token
     records are believed for ``token_cache_s`` seconds of ``clock``'s monotonic time
     (``web.tokens.TokenCache``): the bound within which a revoked token stops working.
-    ``clock.now()`` is the guess of the store's clock a creation's one statement is
-    checked against (``api.routes_jobs.create_job``).
+    ``clock.now()`` is also the guess of the store's clock that a creation's one
+    statement is checked against (``create_api``).
     """
     hosts = None if allowed_hosts is None else parse_allowed_hosts(allowed_hosts)
     proxies = parse_trusted_proxies(trusted_proxies)
@@ -70,10 +70,9 @@ def create_app(
         validate_responses=validate_responses,
         fast_routes=fast_routes,
         tracing=tracing,
+        clock=clock,
     )
-    clock = clock or SystemClock()
-    app.state.token_cache = TokenCache(clock.monotonic, token_cache_s)
-    app.state.clock = clock  # a guess of the store's: see api.routes_jobs.create_job
+    app.state.token_cache = TokenCache(app.state.clock.monotonic, token_cache_s)
     mount(app)
     app.add_middleware(BrowserGuard, allowed_hosts=hosts)
     if proxies:

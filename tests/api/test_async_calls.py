@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import pytest
 
 from cronwheel.api import calls
+from cronwheel.api.app import create_api
 from cronwheel.domain.clock import FakeClock
 from cronwheel.domain.models import FiringId, Job, JobSpec
 from cronwheel.domain.schedules import every
@@ -415,3 +416,16 @@ def test_an_app_clock_off_the_stores_leaves_the_create_to_the_thread_path(
     assert job.next_fire_at is not None
     # the store's clock made it: the next 7-minute step after a reading in [before, after]
     assert before < job.next_fire_at <= after + timedelta(minutes=7)
+
+
+def test_the_api_alone_creates_on_the_loop_with_this_hosts_clock(
+    pg: Pg, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    headers = pg.headers | {"Content-Type": "application/json"}
+    TestClient(_app(pg.store)).post("/v1/jobs", json=_DAILY | {"name": "seed"}, headers=headers)
+    threads = _Threads(monkeypatch)
+    api = create_api(pg.store, auth_required=True, validate_responses=False)  # no dashboard
+    with TestClient(api) as client:
+        made = client.post("/v1/jobs", json=_DAILY | {"name": "api"}, headers=headers)
+    assert made.status_code == 201, made.text
+    assert threads.names == ["principal_for"]

@@ -13,6 +13,7 @@ from cronwheel.api.errors import install_error_handlers
 from cronwheel.api.fast import FastRoutes
 from cronwheel.api.guard import DEFAULT_MAX_BODY, BodyGuard
 from cronwheel.api.schemas import ErrorOut
+from cronwheel.domain.clock import Clock, SystemClock
 from cronwheel.observability.tracing_switch import tracing_wanted
 from cronwheel.store.protocol import ApiStore
 
@@ -42,6 +43,7 @@ def create_api(
     store_calls_on_loop: bool = False,
     validate_responses: bool = True,
     fast_routes: bool = True,
+    clock: Clock | None = None,
 ) -> FastAPI:
     """The HTTP API over ``store`` (which the caller opens, migrates and closes).
     ``tracing``: carry the requests' trace contexts with the jobs and firings they make
@@ -50,7 +52,10 @@ def create_api(
     Endpoints are plain functions calling the store: they run in the thread pool, or on
     the event loop with ``store_calls_on_loop`` (for a store whose calls never overlap,
     such as SQLite's one connection: see ``api.calls``); while the app is served (its
-    lifespan), a store with AsyncCalls (PostgreSQL) serves the firing read on the loop.
+    lifespan), a store with AsyncCalls (PostgreSQL) serves the firing read on the loop,
+    and a job's creation as one statement whose first instant is made from ``clock``
+    (default: this host's), a guess of the store's clock the statement checks
+    (``routes_jobs.create_job``).
     ``validate_responses=False`` writes the endpoints' documents with orjson, without
     FastAPI's response validation, and (``fast_routes``) answers the hottest routes
     without FastAPI's routing and dependency solving (``api.fast``: the same validation,
@@ -88,6 +93,7 @@ def create_api(
     app.state.auth_required = auth_required
     app.state.tracing = tracing_wanted(tracing)
     app.state.served_tasks = set()  # tasks seen served (routes_jobs.require_served)
+    app.state.clock = clock or SystemClock()  # a guess of the store's (routes_jobs.create_job)
     install_error_handlers(app)
     app.include_router(routes_jobs.router)
     app.include_router(routes_skip.router)
