@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
-from cronwheel.domain.models import Job
+from cronwheel.domain.models import Job, JobSpec
 from cronwheel.domain.schedules import cron, every
 from cronwheel.errors import ConflictError, QuotaExceededError
 from cronwheel.store.postgres import PostgresStore
@@ -57,6 +58,24 @@ def _used(store: PostgresStore) -> int:
 def _create(h: Harness, name: str, **kw: Any) -> Job:
     s = spec(name, namespace=NS, **kw)
     return h.store.create_job(s, first_fire_at=FIRST)
+
+
+def _awaited(
+    store: PostgresStore, job: JobSpec, first: datetime, since: datetime, *, check_task: bool
+) -> Job | None:
+    """The store's AsyncCalls.create_job, on an event loop of its own."""
+
+    async def main() -> Job | None:
+        calls = store.async_calls()
+        await calls.open()
+        try:
+            return await calls.create_job(
+                job, first_fire_at=first, valid_from=since, check_task=check_task
+            )
+        finally:
+            await calls.close()
+
+    return asyncio.run(main())
 
 
 def test_a_creation_with_a_free_shard_is_one_autocommitted_statement(
@@ -139,20 +158,12 @@ def test_every_shard_held_leaves_the_creation_to_the_transaction_which_waits(
         other.execute(f'SET search_path TO "{store.schema}"')
         other.execute("SELECT * FROM quota_jobs WHERE namespace = %s FOR UPDATE", (NS,))
 
-        async def create_while_held() -> Job:
-            task = asyncio.create_task(asyncio.to_thread(_create, h, "waiter"))
-            await asyncio.sleep(0)
-            return await task
-
-        loop = asyncio.new_event_loop()
-        try:
-            pending = loop.create_task(create_while_held())
-            loop.run_until_complete(asyncio.wait({pending}, timeout=0.5))
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(_create, h, "waiter")
+            wait([pending], timeout=0.5)
             assert not pending.done()  # the transaction waits for a shard with room
             other.commit()
-            job = loop.run_until_complete(asyncio.wait_for(pending, 20))
-        finally:
-            loop.close()
+            job = pending.result(timeout=20)
     finally:
         other.close()
     assert job.spec.name == "waiter"
@@ -165,21 +176,15 @@ def test_the_check_of_the_task_is_left_to_the_transaction_once_a_worker_served(
     store = pg_store(h)
     _create(h, "first")
 
-    async def create(name: str, task: str) -> Job | None:
-        calls = store.async_calls()
-        await calls.open()
-        try:
-            s = spec(name, task=task, namespace=NS)
-            since = FIRST - timedelta(days=3650)  # any clock of the store's before FIRST
-            return await calls.create_job(s, first_fire_at=FIRST, valid_from=since, check_task=True)
-        finally:
-            await calls.close()
+    def create(name: str, task: str) -> Job | None:
+        since = FIRST - timedelta(days=3650)  # any clock of the store's before FIRST
+        return _awaited(store, spec(name, task=task, namespace=NS), FIRST, since, check_task=True)
 
     # no worker ever registered: every task is accepted in the one statement
-    assert asyncio.run(create("before", "typo")) is not None
+    assert create("before", "typo") is not None
     store.register_node(worker_node("w1", h.now(), tasks=["report"]))
-    assert asyncio.run(create("served", "report")) is not None
-    assert asyncio.run(create("unserved", "typo")) is None  # nothing written
+    assert create("served", "report") is not None
+    assert create("unserved", "typo") is None  # nothing written
     names = sorted(j.spec.name for j in store.list_jobs(namespace=NS))
     assert names == ["before", "first", "served"]
     assert _used(store) == 3
@@ -201,23 +206,12 @@ def test_the_statement_checks_the_stores_clock_against_the_guess(
     _create(h, "first")
     now = h.now()
 
-    async def create() -> Job | None:
-        calls = store.async_calls()
-        await calls.open()
-        try:
-            return await calls.create_job(
-                spec("guessed", namespace=NS),
-                first_fire_at=now + timedelta(seconds=first_s),
-                valid_from=now + timedelta(seconds=since_s),
-                check_task=False,
-            )
-        finally:
-            await calls.close()
-
-    job = asyncio.run(create())
+    first = now + timedelta(seconds=first_s)
+    since = now + timedelta(seconds=since_s)
+    job = _awaited(store, spec("guessed", namespace=NS), first, since, check_task=False)
     assert (job is not None) == made
     names = sorted(j.spec.name for j in store.list_jobs(namespace=NS))
     assert names == (["first", "guessed"] if made else ["first"])
     assert _used(store) == (2 if made else 1)
     if job is not None:
-        assert job.next_fire_at == now + timedelta(seconds=first_s)
+        assert job.next_fire_at == first

@@ -113,8 +113,6 @@ async def store_read(
     """A read of the app's store: ``aread`` of the app's AsyncCalls (store/async_port.py)
     when its lifespan opened them on this loop and the app's store calls are not on the
     loop already; else ``call()`` by :func:`store_call`."""
-    if _ON_LOOP.get():
-        return call()
     calls = async_calls_of(request)
     if calls is not None:
         return await aread(calls)
@@ -142,16 +140,16 @@ async def async_calls_open(app: Any) -> AsyncIterator[None]:
     """The app's lifespan: the store's AsyncCalls, if it has them, opened on the serving
     loop (``app.state.async_calls``) and closed at shutdown. An app whose store calls
     run on the loop (SQLite) has nothing to gain by them."""
-    reads = None if app.state.store_calls_on_loop else app.state.store.async_calls()
-    if reads is not None:
-        await reads.open()
-    app.state.async_calls = reads
+    calls = None if app.state.store_calls_on_loop else app.state.store.async_calls()
+    if calls is not None:
+        await calls.open()
+    app.state.async_calls = calls
     try:
         yield
     finally:
         app.state.async_calls = None
-        if reads is not None:
-            await reads.close()
+        if calls is not None:
+            await calls.close()
 
 
 Fill = Callable[[Any], None]
