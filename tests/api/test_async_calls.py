@@ -429,3 +429,26 @@ def test_the_api_alone_creates_on_the_loop_with_this_hosts_clock(
         made = client.post("/v1/jobs", json=_DAILY | {"name": "api"}, headers=headers)
     assert made.status_code == 201, made.text
     assert threads.names == ["principal_for"]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"schedule": {"kind": "cron", "cron": "0 9 * * *", "tz": "Mars/Olympus"}}, "schedule.tz"),
+        ({"schedule": {"kind": "cron", "cron": "0 25 * * *", "tz": "UTC"}}, "schedule.cron"),
+        ({"name": "-flag"}, "name"),
+        ({"schedule": {"kind": "at", "at": "2001-01-01T00:00:00Z"}}, "schedule.at"),
+    ],
+)
+def test_a_bad_create_body_in_the_lifespan_is_the_thread_paths_422_and_writes_nothing(
+    pg: Pg, change: dict[str, Any], field: str
+) -> None:
+    headers = pg.headers | {"Content-Type": "application/json"}
+    body = _DAILY | {"name": "bad"} | change
+    with TestClient(_app(pg.store)) as client:
+        served = client.post("/v1/jobs", json=body, headers=headers)
+    threaded = TestClient(_app(pg.store)).post("/v1/jobs", json=body, headers=headers)
+    assert served.status_code == threaded.status_code == 422, served.text
+    assert served.json()["error"]["field"] == field
+    assert served.content == threaded.content
+    assert [j.spec.name for j in pg.store.list_jobs(namespace=NS)] == ["one"]
