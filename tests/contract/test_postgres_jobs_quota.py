@@ -30,10 +30,10 @@ def h(tmp_path: Any) -> Iterator[Harness]:
     yield from postgres_harness(tmp_path)
 
 
-def _session(h: Harness) -> psycopg.Connection[Any]:
+def _session(h: Harness, *, autocommit: bool = False) -> psycopg.Connection[Any]:
     """A connection of its own to the store's schema (another process's transaction)."""
     store: Any = h.store
-    conn = psycopg.connect(PG_URL)
+    conn = psycopg.connect(PG_URL, autocommit=autocommit)
     conn.execute(f'SET search_path TO "{store.schema}"')
     return conn
 
@@ -73,8 +73,10 @@ def _waiting_on_a_lock(conn: psycopg.Connection[Any]) -> bool:
 
 
 def _await_a_lock_wait(h: Harness) -> None:
-    """Until a session of the store's database waits on a lock (within WAIT_S)."""
-    with _session(h) as watcher:
+    """Until a session of the store's database waits on a lock (within WAIT_S). The
+    watcher autocommits: inside one transaction pg_stat_activity is read once and kept,
+    so a watcher that looked before the wait began would never see it."""
+    with _session(h, autocommit=True) as watcher:
         deadline = time.monotonic() + WAIT_S
         while not _waiting_on_a_lock(watcher) and time.monotonic() < deadline:
             time.sleep(0.02)
