@@ -8,6 +8,7 @@ before. Either way the job, its quota charge and the job set's version are the s
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import UTC, datetime, timedelta
@@ -215,3 +216,116 @@ def test_the_statement_checks_the_stores_clock_against_the_guess(
     assert _used(store) == (2 if made else 1)
     if job is not None:
         assert job.next_fire_at == first
+
+
+def test_an_upsert_of_a_new_name_is_the_one_statement(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``upsert_job`` (App.schedule's default, the API's PUT) of a name the namespace
+    does not have is created by the statement: one unit, the same row, charge and
+    version as the transaction's creation."""
+    store = pg_store(h)
+    _create(h, "first")
+    version = store.jobs_version()
+    units = Units(store, monkeypatch)
+    job, changed = store.upsert_job(spec("new", namespace=NS), first_fire_at=FIRST)
+    assert changed
+    assert units.seen == [(True, False)]
+    assert store.get_job(NS, "new") == job
+    assert job.next_fire_at == FIRST
+    assert _used(store) == 2
+    assert store.jobs_version() == version + 1
+
+
+def test_an_upsert_of_a_job_as_stored_is_one_statement_that_writes_nothing(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name stored with the same definition (App.schedule at every deploy): the
+    statement returns the job as stored, ``changed`` false, no charge, no version."""
+    store = pg_store(h)
+    first = _create(h, "kept")
+    version = store.jobs_version()
+    units = Units(store, monkeypatch)
+    later = FIRST + timedelta(days=1)  # an unchanged job keeps its cursor
+    same, changed = store.upsert_job(spec("kept", namespace=NS), first_fire_at=later)
+    assert (same, changed) == (first, False)
+    assert units.seen == [(True, False)]
+    assert store.get_job(NS, "kept") == first
+    assert _used(store) == 1
+    assert store.jobs_version() == version
+
+
+def test_an_upsert_of_a_changed_definition_is_the_transactions(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name stored with another definition: the statement leaves it (CW001, nothing
+    written), and the transaction updates the job under its lock: the same id, no
+    second charge, the version moved once."""
+    store = pg_store(h)
+    first = _create(h, "kept")
+    version = store.jobs_version()
+    units = Units(store, monkeypatch)
+    updated, changed = store.upsert_job(
+        spec("kept", namespace=NS, max_attempts=7), first_fire_at=FIRST
+    )
+    assert units.seen == [(True, False), (True, True)]
+    assert changed and updated.id == first.id
+    assert updated.spec.policies.max_attempts == 7
+    assert store.get_job(NS, "kept") == updated
+    assert _used(store) == 1  # an update charges nothing
+    assert store.jobs_version() == version + 1
+
+
+def test_an_upsert_racing_a_creation_of_its_name_is_the_transactions(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another session creates the name between the statement's read and its insert
+    (held here in an open transaction): the insert waits for it, finds the name taken,
+    and the statement leaves the upsert to the transaction (CW001, nothing written),
+    which finds that job and compares under its lock: one job, no second charge."""
+    store = pg_store(h)
+    _create(h, "first")
+    with psycopg.connect(PG_URL) as other:
+        other.execute(f'SET search_path TO "{store.schema}"')
+        (held_id,) = other.execute(
+            "INSERT INTO jobs OVERRIDING SYSTEM VALUE"
+            " SELECT (jsonb_populate_record(NULL::jobs, to_jsonb(j) || jsonb_build_object("
+            "'id', nextval(pg_get_serial_sequence('jobs', 'id')), 'name', 'raced'))).*"
+            " FROM jobs j WHERE namespace = %s AND name = 'first'"
+            " RETURNING id",
+            (NS,),
+        ).fetchone()
+        units = Units(store, monkeypatch)
+        with ThreadPoolExecutor(1) as pool:
+            upsert = pool.submit(store.upsert_job, spec("raced", namespace=NS), first_fire_at=FIRST)
+            with psycopg.connect(PG_URL, autocommit=True) as watcher:
+                for _ in range(1000):  # until the statement's insert waits on the holder
+                    if watcher.execute(
+                        "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND datname = current_database()"
+                    ).fetchone():
+                        break
+                    time.sleep(0.01)
+                else:
+                    raise AssertionError("the upsert never waited for the held creation")
+            other.commit()
+            job, changed = upsert.result(timeout=30)
+    # the held row, found by the transaction (its definition is this one: unchanged)
+    assert (job.id, changed) == (held_id, False)
+    assert units.seen == [(True, False), (True, True)]
+    assert [j.spec.name for j in store.list_jobs(namespace=NS)] == ["first", "raced"]
+    assert _used(store) == 1
+
+
+def test_an_upsert_that_needs_a_decision_is_the_transactions(h: Harness) -> None:
+    """A schedule under the namespace's min_interval: the statement leaves it (CW001,
+    nothing written), and the transaction refuses it naming ``schedule``."""
+    store = pg_store(h)
+    _create(h, "first")
+    store.set_quota(NS, {"min_interval": "1h"})
+    often = spec("often", namespace=NS, schedule=every(timedelta(minutes=30)))
+    with pytest.raises(QuotaExceededError) as caught:
+        store.upsert_job(often, first_fire_at=FIRST)
+    assert (caught.value.quota, caught.value.field) == ("min_interval", "schedule")
+    assert [j.spec.name for j in store.list_jobs(namespace=NS)] == ["first"]
+    assert _used(store) == 1

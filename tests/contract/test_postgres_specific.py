@@ -867,7 +867,8 @@ def test_only_the_claim_is_planned_once_per_session(h: Harness) -> None:
     rows = store.db.read(
         lambda tx: tx.conn.execute(
             "SELECT proname, proconfig FROM pg_proc WHERE proname IN"
-            " ('cronwheel_claim_fast', 'cronwheel_claim_scan') ORDER BY proname"
+            " ('cronwheel_claim_fast', 'cronwheel_claim_scan')"
+            " AND pronamespace = current_schema()::regnamespace ORDER BY proname"
         ).fetchall()
     )
     assert [r["proname"] for r in rows] == ["cronwheel_claim_fast", "cronwheel_claim_scan"]

@@ -28,6 +28,11 @@ other creation waits for (schema.sql migration_20).
   The API awaits the same call on its event loop (store/postgres/aio.py), with a first
   instant made from its host's clock and checked against the store's in the statement
   (``valid_from``: domain/jobs.py first_fire_window), so a creation is one round trip.
+- **An upsert in one statement** (``upsert_job``: ``App.schedule``'s default, the API's
+  PUT, ``jobs add``; schema.sql migration_24). ``cronwheel_upsert_job`` returns a job
+  stored with the same definition without writing, and creates a new name through
+  ``cronwheel_create_job``; a changed definition raises ``CW001`` and the transaction
+  of CoreStore.upsert_job compares and updates under the row's lock, as before.
 """
 
 from __future__ import annotations
@@ -65,14 +70,36 @@ class PgJobsQuota(CoreStore[Database]):
 
     def create_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> Job:
         """In one statement when it needs no decision (module doc), else CoreStore's
-        transaction. Not in a caller's transaction (``Database.own_units`` false): the
-        function's CW001 would leave the caller's savepoint aborted."""
-        if self.db.own_units:
-            params = create_params(spec, first_fire_at, check_task=False)
-            rows = self.db.write(lambda tx: created(tx.all, params), atomic=False)
-            if rows is not None:
-                return created_job(spec, rows)
+        transaction."""
+        rows = self._one_statement("create_job_one", spec, first_fire_at)
+        if rows is not None:
+            return created_job(spec, rows)
         return super().create_job(spec, first_fire_at=first_fire_at)
+
+    def upsert_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> tuple[Job, bool]:
+        """In one statement when it needs no decision (``upsert_job_one``): a name stored
+        with this very definition is returned unwritten, a new name is created as by
+        ``create_job``. A name stored with another definition (or created meanwhile),
+        and whatever a creation must decide, goes to CoreStore's transaction, which
+        compares and updates under the row's lock."""
+        rows = self._one_statement("upsert_job_one", spec, first_fire_at)
+        if rows:
+            return codec.job_from_row(rows[0]), bool(rows[0]["created"])
+        return super().upsert_job(spec, first_fire_at=first_fire_at)
+
+    def _one_statement(
+        self, name: str, spec: JobSpec, first_fire_at: datetime | None
+    ) -> list[Row] | None:
+        """Statement ``name``'s rows, or None when it must be the transaction: CW001, or
+        inside a caller's transaction (``Database.own_units`` false: the function's CW001
+        would leave the caller's savepoint aborted)."""
+        if not self.db.own_units:
+            return None
+        params = create_params(spec, first_fire_at, check_task=False)
+        rows: list[Row] | None = self.db.write(
+            lambda tx: created(tx.all, params, name), atomic=False
+        )
+        return rows
 
     def _take_jobs(self, tx: Tx, namespace: str, n: int, limit: Callable[[], int]) -> bool:
         key = {"namespace": namespace, "n": n}
@@ -135,13 +162,16 @@ def create_params(
 
 
 def created(
-    all_rows: Callable[[str, Mapping[str, Any]], list[Any]], params: Mapping[str, Any]
+    all_rows: Callable[[str, Mapping[str, Any]], list[Any]],
+    params: Mapping[str, Any],
+    name: str = "create_job_one",
 ) -> list[Any] | None:
-    """``create_job_one`` run by ``all_rows`` (a unit's ``tx.all``): its rows, or None
-    when the function left the creation to the full transaction (CW001, nothing written).
-    Only on a connection of its own in autocommit: the error ends that statement alone."""
+    """``name`` (``create_job_one``, ``upsert_job_one``) run by ``all_rows`` (a unit's
+    ``tx.all``): its rows, or None when the function left the job to the full
+    transaction (CW001, nothing written). Only on a connection of its own in
+    autocommit: the error ends that statement alone."""
     try:
-        return all_rows("create_job_one", params)
+        return all_rows(name, params)
     except psycopg.Error as exc:
         if decides(exc):
             return None

@@ -96,3 +96,18 @@ SELECT * FROM cronwheel_create_job(
     %(start_deadline_us)s::bigint, %(bounds)s::jsonb, %(remaining_runs)s::integer,
     %(trace_context)s::text, :now, %(gap_us)s::bigint, %(min_interval_us)s::bigint,
     %(counts)s::boolean, %(check_task)s::boolean, %(valid_from)s::timestamptz)
+
+-- name: upsert_job_one
+-- A job upserted in one autocommitted call (schema.sql migration_24): o_created and the
+-- job's row (stored as it was, or created); SQLSTATE CW001 (nothing written) when the
+-- full upsert must decide. [jobs (namespace, name) unique, quota_jobs primary key]
+SELECT u.o_created AS created, (u.o_job).*
+FROM cronwheel_upsert_job(
+    %(namespace)s::text, %(name)s::text, %(task)s::text, %(schedule)s::jsonb,
+    %(payload)s::json, %(policies)s::jsonb, %(spec_hash)s::text, %(priority)s::float8,
+    %(max_attempts)s::integer, %(visibility_us)s::bigint, %(paused)s::boolean,
+    %(next_fire_at)s::timestamptz, %(shard)s::smallint, %(max_concurrency)s::integer,
+    %(overlap)s::text, %(max_buffer)s::integer, %(cancel_grace_us)s::bigint,
+    %(start_deadline_us)s::bigint, %(bounds)s::jsonb, %(remaining_runs)s::integer,
+    %(trace_context)s::text, :now, %(gap_us)s::bigint, %(min_interval_us)s::bigint,
+    %(counts)s::boolean) u

@@ -1095,3 +1095,50 @@ BEGIN
     RETURN NEXT created;
 END
 $fn$;
+
+-- name: migration_24
+-- A job upserted in one statement when it needs no decision (store/postgres/jobs_quota.py
+-- upsert_job: App.schedule's default, the API's PUT, `jobs add`): a name the namespace
+-- has, stored with the same definition (spec_hash), is returned as it is, written
+-- nothing, o_created false; a new name is created by cronwheel_create_job (migration_23,
+-- its decisions and CW001 included), o_created true. A name stored with another
+-- definition, or created by another session between the read and the insert, raises
+-- CW001 with nothing written: CoreStore.upsert_job's transaction then compares and
+-- updates under the row's lock. (The read takes no lock: an upsert that finds its own
+-- definition writes nothing, and is ordered before any change committed after its read.)
+CREATE FUNCTION cronwheel_upsert_job(
+    p_namespace text, p_name text, p_task text, p_schedule jsonb, p_payload json,
+    p_policies jsonb, p_spec_hash text, p_priority double precision, p_max_attempts integer,
+    p_visibility_us bigint, p_paused boolean, p_next_fire_at timestamptz, p_shard smallint,
+    p_max_concurrency integer, p_overlap text, p_max_buffer integer,
+    p_cancel_grace_us bigint, p_start_deadline_us bigint, p_bounds jsonb,
+    p_remaining_runs integer, p_trace_context text, p_now timestamptz, p_gap_us bigint,
+    p_min_interval_us bigint, p_counts boolean)
+RETURNS TABLE (o_created boolean, o_job jobs)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    stored jobs;
+BEGIN
+    SELECT * INTO stored FROM jobs WHERE namespace = p_namespace AND name = p_name;
+    IF FOUND THEN
+        IF stored.spec_hash = p_spec_hash THEN
+            RETURN QUERY SELECT false, stored;
+            RETURN;
+        END IF;
+        RAISE EXCEPTION 'cronwheel: the job is stored with another definition'
+            USING ERRCODE = 'CW001';
+    END IF;
+    RETURN QUERY
+    SELECT true, c FROM cronwheel_create_job(
+        p_namespace, p_name, p_task, p_schedule, p_payload, p_policies, p_spec_hash,
+        p_priority, p_max_attempts, p_visibility_us, p_paused, p_next_fire_at, p_shard,
+        p_max_concurrency, p_overlap, p_max_buffer, p_cancel_grace_us, p_start_deadline_us,
+        p_bounds, p_remaining_runs, p_trace_context, p_now, p_gap_us, p_min_interval_us,
+        p_counts, false, NULL) c;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'cronwheel: the job was created meanwhile' USING ERRCODE = 'CW001';
+    END IF;
+END
+$fn$;
