@@ -255,25 +255,90 @@ def test_an_upsert_of_a_job_as_stored_is_one_statement_that_writes_nothing(
     assert store.jobs_version() == version
 
 
-def test_an_upsert_of_a_changed_definition_is_the_transactions(
+def test_an_upsert_of_a_changed_definition_of_the_same_schedule_is_one_statement(
     h: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A name stored with another definition: the statement leaves it (CW001, nothing
-    written), and the transaction updates the job under its lock: the same id, no
-    second charge, the version moved once."""
+    """Another definition (here: max_attempts), the same schedule: the statement
+    updates the job (the same id, its cursor kept), charges nothing, and moves the
+    job set's version once."""
     store = pg_store(h)
     first = _create(h, "kept")
     version = store.jobs_version()
     units = Units(store, monkeypatch)
+    later = FIRST + timedelta(days=1)
     updated, changed = store.upsert_job(
-        spec("kept", namespace=NS, max_attempts=7), first_fire_at=FIRST
+        spec("kept", namespace=NS, max_attempts=7), first_fire_at=later
     )
-    assert units.seen == [(True, False), (True, True)]
+    assert units.seen == [(True, False)]
     assert changed and updated.id == first.id
     assert updated.spec.policies.max_attempts == 7
+    assert updated.next_fire_at == first.next_fire_at  # the schedule did not change
     assert store.get_job(NS, "kept") == updated
     assert _used(store) == 1  # an update charges nothing
     assert store.jobs_version() == version + 1
+
+
+def test_an_upsert_of_a_new_schedule_is_the_transactions(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new schedule (its min_interval to check, its cursor to move): the statement
+    answers "decide" with nothing written, and the transaction updates the job under
+    its lock, the cursor moved to the new first instant."""
+    store = pg_store(h)
+    first = _create(h, "kept")
+    version = store.jobs_version()
+    units = Units(store, monkeypatch)
+    later = FIRST + timedelta(days=1)
+    updated, changed = store.upsert_job(
+        spec("kept", namespace=NS, schedule=every(timedelta(minutes=5))), first_fire_at=later
+    )
+    assert units.seen == [(True, False), (True, True)]
+    assert changed and updated.id == first.id
+    assert updated.next_fire_at == later
+    assert store.get_job(NS, "kept") == updated
+    assert store.jobs_version() == version + 1
+
+
+def test_an_upsert_whose_job_changed_since_its_read_is_the_transactions(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The statement's update is a compare-and-swap on the definition it read: another
+    session's change, committed while the update waited for its row, makes it answer
+    "decide" with nothing written, and the transaction compares with what is stored
+    now and writes this upsert's definition."""
+    store = pg_store(h)
+    _create(h, "kept")
+    with psycopg.connect(PG_URL) as other:
+        other.execute(f'SET search_path TO "{store.schema}"')
+        other.execute(
+            "UPDATE jobs SET spec_hash = 'another', max_attempts = 2"
+            " WHERE namespace = %s AND name = 'kept'",
+            (NS,),
+        )
+        units = Units(store, monkeypatch)
+        mine = spec("kept", namespace=NS, max_attempts=7)
+        with ThreadPoolExecutor(1) as pool:
+            upsert = pool.submit(store.upsert_job, mine, first_fire_at=FIRST)
+            _await_a_lock_wait()
+            other.commit()
+            updated, changed = upsert.result(timeout=30)
+    assert units.seen == [(True, False), (True, True)]
+    assert changed and updated.spec.policies.max_attempts == 7
+    assert store.get_job(NS, "kept").spec.spec_hash() == mine.spec_hash()
+
+
+def _await_a_lock_wait() -> None:
+    """Until a session of the test database waits on a lock (autocommit: inside one
+    transaction pg_stat_activity is read once and kept)."""
+    with psycopg.connect(PG_URL, autocommit=True) as watcher:
+        for _ in range(2000):
+            if watcher.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND datname = current_database()"
+            ).fetchone():
+                return
+            time.sleep(0.01)
+    raise AssertionError("no session waited on a lock")
 
 
 def test_an_upsert_racing_a_creation_of_its_name_is_the_transactions(
@@ -281,7 +346,7 @@ def test_an_upsert_racing_a_creation_of_its_name_is_the_transactions(
 ) -> None:
     """Another session creates the name between the statement's read and its insert
     (held here in an open transaction): the insert waits for it, finds the name taken,
-    and the statement leaves the upsert to the transaction (CW001, nothing written),
+    and the statement leaves the upsert to the transaction ("decide", nothing written),
     which finds that job and compares under its lock: one job, no second charge."""
     store = pg_store(h)
     _create(h, "first")
@@ -298,16 +363,7 @@ def test_an_upsert_racing_a_creation_of_its_name_is_the_transactions(
         units = Units(store, monkeypatch)
         with ThreadPoolExecutor(1) as pool:
             upsert = pool.submit(store.upsert_job, spec("raced", namespace=NS), first_fire_at=FIRST)
-            with psycopg.connect(PG_URL, autocommit=True) as watcher:
-                for _ in range(1000):  # until the statement's insert waits on the holder
-                    if watcher.execute(
-                        "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                        " AND datname = current_database()"
-                    ).fetchone():
-                        break
-                    time.sleep(0.01)
-                else:
-                    raise AssertionError("the upsert never waited for the held creation")
+            _await_a_lock_wait()
             other.commit()
             job, changed = upsert.result(timeout=30)
     # the held row, found by the transaction (its definition is this one: unchanged)

@@ -57,24 +57,15 @@ RETURNING *
 SELECT * FROM jobs WHERE namespace = %(namespace)s AND name = %(name)s FOR UPDATE
 
 -- name: update_job_spec
--- A changed spec; the cursor moves to next_fire_at only when the schedule changed,
--- the run budget restarts only when the bounds changed (every SET sees the old row);
--- a trace context is replaced only by another (a write without one keeps it).
-UPDATE jobs
-SET task = %(task)s, schedule = %(schedule)s::jsonb, payload = %(payload)s::json,
-    policies = %(policies)s::jsonb, spec_hash = %(spec_hash)s, priority = %(priority)s,
-    max_attempts = %(max_attempts)s, visibility_us = %(visibility_us)s,
-    next_fire_at = CASE WHEN schedule = %(schedule)s::jsonb THEN next_fire_at
-                        ELSE %(next_fire_at)s END,
-    updated_at = :now,
-    max_concurrency = %(max_concurrency)s, overlap = %(overlap)s, max_buffer = %(max_buffer)s,
-    cancel_grace_us = %(cancel_grace_us)s, start_deadline_us = %(start_deadline_us)s,
-    remaining_runs = CASE WHEN bounds = %(bounds)s::jsonb THEN remaining_runs
-                          ELSE %(remaining_runs)s END,
-    bounds = %(bounds)s::jsonb,
-    trace_context = coalesce(%(trace_context)s, trace_context)
-WHERE id = %(id)s
-RETURNING *
+-- A changed spec, in the transaction that locked the row: cronwheel_update_job
+-- (schema.sql migration_24: the cursor and the run budget move only with their rules).
+SELECT * FROM cronwheel_update_job(
+    %(id)s::bigint, NULL, %(task)s::text, %(schedule)s::jsonb, %(payload)s::json,
+    %(policies)s::jsonb, %(spec_hash)s::text, %(priority)s::float8,
+    %(max_attempts)s::integer, %(visibility_us)s::bigint, %(next_fire_at)s::timestamptz,
+    %(max_concurrency)s::integer, %(overlap)s::text, %(max_buffer)s::integer,
+    %(cancel_grace_us)s::bigint, %(start_deadline_us)s::bigint, %(bounds)s::jsonb,
+    %(remaining_runs)s::integer, %(trace_context)s::text, :now)
 
 -- name: bump_jobs_version
 -- Tells the leader the job set changed (it re-reads due jobs): a row of job_changes,

@@ -31,8 +31,10 @@ other creation waits for (schema.sql migration_20).
 - **An upsert in one statement** (``upsert_job``: ``App.schedule``'s default, the API's
   PUT, ``jobs add``; schema.sql migration_24). ``cronwheel_upsert_job`` returns a job
   stored with the same definition without writing, and creates a new name through
-  ``cronwheel_create_job``; a changed definition raises ``CW001`` and the transaction
-  of CoreStore.upsert_job compares and updates under the row's lock, as before.
+  ``cronwheel_create_job``, and updates a changed definition of the same schedule
+  (a compare-and-swap on its ``spec_hash``). For a new schedule (its ``min_interval``
+  and cursor) or a race it answers ``decide`` with nothing written, and the
+  transaction of CoreStore.upsert_job compares and updates under the row's lock.
 """
 
 from __future__ import annotations
@@ -78,13 +80,14 @@ class PgJobsQuota(CoreStore[Database]):
 
     def upsert_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> tuple[Job, bool]:
         """In one statement when it needs no decision (``upsert_job_one``): a name stored
-        with this very definition is returned unwritten, a new name is created as by
-        ``create_job``. A name stored with another definition (or created meanwhile),
-        and whatever a creation must decide, goes to CoreStore's transaction, which
-        compares and updates under the row's lock."""
+        with this very definition is returned unwritten, one stored with another
+        definition of the same schedule is updated, a new name is created as by
+        ``create_job``. A new schedule, a definition changed meanwhile, a name created
+        meanwhile and whatever a creation must decide go to CoreStore's transaction,
+        which compares and updates under the row's lock."""
         rows = self._one_statement("upsert_job_one", spec, first_fire_at)
-        if rows:
-            return codec.job_from_row(rows[0]), bool(rows[0]["created"])
+        if rows and rows[0]["outcome"] != "decide":
+            return codec.job_from_row(rows[0]), rows[0]["outcome"] != "unchanged"
         return super().upsert_job(spec, first_fire_at=first_fire_at)
 
     def _one_statement(

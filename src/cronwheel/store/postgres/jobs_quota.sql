@@ -98,10 +98,11 @@ SELECT * FROM cronwheel_create_job(
     %(counts)s::boolean, %(check_task)s::boolean, %(valid_from)s::timestamptz)
 
 -- name: upsert_job_one
--- A job upserted in one autocommitted call (schema.sql migration_24): o_created and the
--- job's row (stored as it was, or created); SQLSTATE CW001 (nothing written) when the
--- full upsert must decide. [jobs (namespace, name) unique, quota_jobs primary key]
-SELECT u.o_created AS created, (u.o_job).*
+-- A job upserted in one autocommitted call (schema.sql migration_24): its outcome
+-- (unchanged, created, or decide: the full upsert must) and the job's row; SQLSTATE
+-- CW001 (nothing written) when a creation must decide. [jobs (namespace, name) unique,
+-- quota_jobs primary key]
+SELECT u.o_outcome AS outcome, (u.o_job).*
 FROM cronwheel_upsert_job(
     %(namespace)s::text, %(name)s::text, %(task)s::text, %(schedule)s::jsonb,
     %(payload)s::json, %(policies)s::jsonb, %(spec_hash)s::text, %(priority)s::float8,

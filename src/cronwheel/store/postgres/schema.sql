@@ -1098,14 +1098,53 @@ $fn$;
 
 -- name: migration_24
 -- A job upserted in one statement when it needs no decision (store/postgres/jobs_quota.py
--- upsert_job: App.schedule's default, the API's PUT, `jobs add`): a name the namespace
--- has, stored with the same definition (spec_hash), is returned as it is, written
--- nothing, o_created false; a new name is created by cronwheel_create_job (migration_23,
--- its decisions and CW001 included), o_created true. A name stored with another
--- definition, or created by another session between the read and the insert, raises
--- CW001 with nothing written: CoreStore.upsert_job's transaction then compares and
--- updates under the row's lock. (The read takes no lock: an upsert that finds its own
--- definition writes nothing, and is ordered before any change committed after its read.)
+-- upsert_job: App.schedule's default, the API's PUT, `jobs add`). o_outcome:
+-- 'unchanged': the namespace has the name stored with the same definition (spec_hash),
+--   o_job as stored, nothing written;
+-- 'updated': stored with another definition but the same schedule: updated by
+--   cronwheel_update_job (the cursor stays), if its definition is still the one read
+--   (a compare-and-swap on spec_hash), and the job set's change recorded;
+-- 'created': a new name, created by cronwheel_create_job (migration_23: its decisions,
+--   and its CW001 with nothing written, included), o_job the new row;
+-- 'decide' (o_job NULL, nothing written): a new schedule (its min_interval and its
+--   cursor are decided by the transaction), a definition changed since the read, or a
+--   name created by another session between the read and the insert: CoreStore's
+--   upsert transaction then compares and updates under the row's lock. (An answer, not
+--   an error: an error's round trip costs the client several times a row's.)
+-- The read takes no lock: an upsert that finds its own definition writes nothing, and
+-- is ordered before any change committed after its read.
+-- cronwheel_update_job is also core.sql's update_job_spec (the transaction's update).
+CREATE FUNCTION cronwheel_update_job(
+    p_id bigint, p_expect_hash text, p_task text, p_schedule jsonb, p_payload json,
+    p_policies jsonb, p_spec_hash text, p_priority double precision, p_max_attempts integer,
+    p_visibility_us bigint, p_next_fire_at timestamptz, p_max_concurrency integer,
+    p_overlap text, p_max_buffer integer, p_cancel_grace_us bigint,
+    p_start_deadline_us bigint, p_bounds jsonb, p_remaining_runs integer,
+    p_trace_context text, p_now timestamptz)
+RETURNS SETOF jobs
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $fn$
+    -- the cursor moves to p_next_fire_at only when the schedule changed, the run budget
+    -- restarts only when the bounds changed (every SET sees the old row); a trace
+    -- context is replaced only by another (a write without one keeps it)
+    UPDATE jobs
+    SET task = p_task, schedule = p_schedule, payload = p_payload, policies = p_policies,
+        spec_hash = p_spec_hash, priority = p_priority, max_attempts = p_max_attempts,
+        visibility_us = p_visibility_us,
+        next_fire_at = CASE WHEN schedule = p_schedule THEN next_fire_at
+                            ELSE p_next_fire_at END,
+        updated_at = p_now,
+        max_concurrency = p_max_concurrency, overlap = p_overlap, max_buffer = p_max_buffer,
+        cancel_grace_us = p_cancel_grace_us, start_deadline_us = p_start_deadline_us,
+        remaining_runs = CASE WHEN bounds = p_bounds THEN remaining_runs
+                              ELSE p_remaining_runs END,
+        bounds = p_bounds,
+        trace_context = coalesce(p_trace_context, trace_context)
+    WHERE id = p_id AND (p_expect_hash IS NULL OR spec_hash = p_expect_hash)
+    RETURNING *
+$fn$;
+
 CREATE FUNCTION cronwheel_upsert_job(
     p_namespace text, p_name text, p_task text, p_schedule jsonb, p_payload json,
     p_policies jsonb, p_spec_hash text, p_priority double precision, p_max_attempts integer,
@@ -1114,31 +1153,44 @@ CREATE FUNCTION cronwheel_upsert_job(
     p_cancel_grace_us bigint, p_start_deadline_us bigint, p_bounds jsonb,
     p_remaining_runs integer, p_trace_context text, p_now timestamptz, p_gap_us bigint,
     p_min_interval_us bigint, p_counts boolean)
-RETURNS TABLE (o_created boolean, o_job jobs)
+RETURNS TABLE (o_outcome text, o_job jobs)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $fn$
 DECLARE
     stored jobs;
+    changed jobs;
 BEGIN
     SELECT * INTO stored FROM jobs WHERE namespace = p_namespace AND name = p_name;
     IF FOUND THEN
         IF stored.spec_hash = p_spec_hash THEN
-            RETURN QUERY SELECT false, stored;
+            RETURN QUERY SELECT 'unchanged', stored;
             RETURN;
         END IF;
-        RAISE EXCEPTION 'cronwheel: the job is stored with another definition'
-            USING ERRCODE = 'CW001';
+        IF stored.schedule = p_schedule THEN
+            SELECT * INTO changed FROM cronwheel_update_job(
+                stored.id, stored.spec_hash, p_task, p_schedule, p_payload, p_policies,
+                p_spec_hash, p_priority, p_max_attempts, p_visibility_us, p_next_fire_at,
+                p_max_concurrency, p_overlap, p_max_buffer, p_cancel_grace_us,
+                p_start_deadline_us, p_bounds, p_remaining_runs, p_trace_context, p_now);
+            IF FOUND THEN
+                INSERT INTO job_changes DEFAULT VALUES;
+                RETURN QUERY SELECT 'updated', changed;
+                RETURN;
+            END IF;
+        END IF;
+        RETURN QUERY SELECT 'decide', NULL::jobs;
+        RETURN;
     END IF;
     RETURN QUERY
-    SELECT true, c FROM cronwheel_create_job(
+    SELECT 'created', c FROM cronwheel_create_job(
         p_namespace, p_name, p_task, p_schedule, p_payload, p_policies, p_spec_hash,
         p_priority, p_max_attempts, p_visibility_us, p_paused, p_next_fire_at, p_shard,
         p_max_concurrency, p_overlap, p_max_buffer, p_cancel_grace_us, p_start_deadline_us,
         p_bounds, p_remaining_runs, p_trace_context, p_now, p_gap_us, p_min_interval_us,
         p_counts, false, NULL) c;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'cronwheel: the job was created meanwhile' USING ERRCODE = 'CW001';
+        RETURN QUERY SELECT 'decide', NULL::jobs;
     END IF;
 END
 $fn$;
