@@ -47,6 +47,8 @@ def test_bench_bulk_small_loses_and_duplicates_nothing() -> None:
     assert doc["workload"] == "bulk" and doc["expected"] == 2 * 300 + 2 * 1000
     assert doc["ran"] == doc["expected"] and doc["lost"] == doc["duplicated"] == 0
     assert doc["schedule_many_s"] > 0 and doc["api_jobs_batch_1000_ms_p50"] > 0
+    for upsert in ("new", "unchanged", "changed"):  # App.schedule's default, per call
+        assert doc[f"schedule_upsert_{upsert}_jobs_per_s"] > 0
 
 
 @pytest.mark.slow

@@ -237,66 +237,47 @@ def test_an_upsert_of_a_new_name_is_the_one_statement(
     assert store.jobs_version() == version + 1
 
 
-def test_an_upsert_of_a_job_as_stored_is_one_statement_that_writes_nothing(
-    h: Harness, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A name stored with the same definition (App.schedule at every deploy): the
-    statement returns the job as stored, ``changed`` false, no charge, no version."""
-    store = pg_store(h)
-    first = _create(h, "kept")
-    version = store.jobs_version()
-    units = Units(store, monkeypatch)
-    later = FIRST + timedelta(days=1)  # an unchanged job keeps its cursor
-    same, changed = store.upsert_job(spec("kept", namespace=NS), first_fire_at=later)
-    assert (same, changed) == (first, False)
-    assert units.seen == [(True, False)]
-    assert store.get_job(NS, "kept") == first
-    assert _used(store) == 1
-    assert store.jobs_version() == version
+STATEMENT, THEN_TRANSACTION = [(True, False)], [(True, False), (True, True)]
 
 
-def test_an_upsert_of_a_changed_definition_of_the_same_schedule_is_one_statement(
-    h: Harness, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("change", "units_seen", "changed", "cursor_moves"),
+    [
+        # every deploy re-declares its jobs: returned as stored, nothing written
+        ({}, STATEMENT, False, False),
+        # another definition (max_attempts), the same schedule: updated by the statement
+        ({"max_attempts": 7}, STATEMENT, True, False),
+        # a new schedule (its min_interval to check, its cursor to move): "decide",
+        # nothing written by the statement, then the transaction updates under the lock
+        ({"schedule": every(timedelta(minutes=5))}, THEN_TRANSACTION, True, True),
+    ],
+    ids=["as-stored", "same-schedule", "new-schedule"],
+)
+def test_an_upsert_of_a_stored_name(
+    h: Harness,
+    monkeypatch: pytest.MonkeyPatch,
+    change: dict[str, Any],
+    units_seen: list[tuple[bool, bool]],
+    changed: bool,
+    cursor_moves: bool,
 ) -> None:
-    """Another definition (here: max_attempts), the same schedule: the statement
-    updates the job (the same id, its cursor kept), charges nothing, and moves the
-    job set's version once."""
+    """A name the namespace has: the same id, no second charge, the job set's version
+    moved once when the job changed and not otherwise; the cursor moves only with a new
+    schedule."""
     store = pg_store(h)
     first = _create(h, "kept")
     version = store.jobs_version()
     units = Units(store, monkeypatch)
     later = FIRST + timedelta(days=1)
-    updated, changed = store.upsert_job(
-        spec("kept", namespace=NS, max_attempts=7), first_fire_at=later
-    )
-    assert units.seen == [(True, False)]
-    assert changed and updated.id == first.id
-    assert updated.spec.policies.max_attempts == 7
-    assert updated.next_fire_at == first.next_fire_at  # the schedule did not change
-    assert store.get_job(NS, "kept") == updated
+    job, was_changed = store.upsert_job(spec("kept", namespace=NS, **change), first_fire_at=later)
+    assert units.seen == units_seen
+    assert was_changed == changed and job.id == first.id
+    assert job == (store.get_job(NS, "kept") if changed else first)
+    assert job.next_fire_at == (later if cursor_moves else first.next_fire_at)
+    if "max_attempts" in change:
+        assert job.spec.policies.max_attempts == 7
     assert _used(store) == 1  # an update charges nothing
-    assert store.jobs_version() == version + 1
-
-
-def test_an_upsert_of_a_new_schedule_is_the_transactions(
-    h: Harness, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A new schedule (its min_interval to check, its cursor to move): the statement
-    answers "decide" with nothing written, and the transaction updates the job under
-    its lock, the cursor moved to the new first instant."""
-    store = pg_store(h)
-    first = _create(h, "kept")
-    version = store.jobs_version()
-    units = Units(store, monkeypatch)
-    later = FIRST + timedelta(days=1)
-    updated, changed = store.upsert_job(
-        spec("kept", namespace=NS, schedule=every(timedelta(minutes=5))), first_fire_at=later
-    )
-    assert units.seen == [(True, False), (True, True)]
-    assert changed and updated.id == first.id
-    assert updated.next_fire_at == later
-    assert store.get_job(NS, "kept") == updated
-    assert store.jobs_version() == version + 1
+    assert store.jobs_version() == version + changed
 
 
 def test_an_upsert_whose_job_changed_since_its_read_is_the_transactions(

@@ -24,7 +24,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,7 @@ def run_bulk(
             app.schedule(TASK, at(later), name=f"one-{n}", replace=False)
             n += 1
         single_rate = n / (time.perf_counter() - t0)
+        result.figures |= _upserts(app, later, single_s)
         # schedule_many: count one-shot jobs, one call
         items = [
             {"task": TASK, "name": f"many-{i}", "schedule": at(later + i * timedelta(seconds=1))}
@@ -129,6 +130,28 @@ def run_bulk(
         result.duplicated = max(0, stored - total)
         progress(total, total)
         return result
+
+
+def _upserts(app: App, at_: datetime, single_s: float) -> dict[str, int]:
+    """``App.schedule`` with its default (``replace=True``, an upsert), one job per
+    call for ``single_s`` each: new names, then those names again as stored
+    (unchanged), then again with other arguments (a changed definition, the same
+    schedule). Jobs/s of each."""
+    names: list[str] = []
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < single_s:
+        names.append(f"up-{len(names)}")
+        app.schedule(TASK, at(at_), name=names[-1])
+    figures = {"schedule_upsert_new_jobs_per_s": round(len(names) / (time.perf_counter() - t0))}
+    for figure, changed in (("unchanged", False), ("changed", True)):
+        n = 0
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < single_s:
+            args = (n,) if changed else ()
+            app.schedule(TASK, at(at_), name=names[n % len(names)], args=args)
+            n += 1
+        figures[f"schedule_upsert_{figure}_jobs_per_s"] = round(n / (time.perf_counter() - t0))
+    return figures
 
 
 def _timed(call: Callable[[], Any]) -> tuple[float, float, Any]:

@@ -108,7 +108,7 @@ class PgAsyncCalls:
         range, or a decision of the quotas, or (``check_task``) a task no worker serves
         while some worker has served tasks."""
         params = create_params(spec, first_fire_at, check_task=check_task, valid_from=valid_from)
-        text, values = query(self.db.q["create_job_one"]), self.db.params(params)
+        text, values = query(self.db.q["put_job_one"]), self.db.params(params)
 
         async def body(conn: AConn) -> list[DictRow] | None:
             try:

@@ -20,7 +20,8 @@ other creation waits for (schema.sql migration_20).
   ``jobs_version()`` folds them into meta when more than ``FOLD_AT`` are pending.
 - **A creation in one statement** (``create_job``, schema.sql migration_23). The
   common creation (a free shard with room, the schedule within ``min_interval``, a new
-  name) is one autocommitted call of ``cronwheel_create_job``: one round trip where
+  name) is one autocommitted call of ``cronwheel_create_job`` (through
+  ``cronwheel_put_job``, migration_24): one round trip where
   the transaction of CoreStore.create_job made six. Whatever needs a decision (no free
   shard with room, a schedule under the namespace's ``min_interval``, a task no worker
   serves when asked to check it) makes the function raise ``CW001`` with nothing
@@ -29,7 +30,7 @@ other creation waits for (schema.sql migration_20).
   instant made from its host's clock and checked against the store's in the statement
   (``valid_from``: domain/jobs.py first_fire_window), so a creation is one round trip.
 - **An upsert in one statement** (``upsert_job``: ``App.schedule``'s default, the API's
-  PUT, ``jobs add``; schema.sql migration_24). ``cronwheel_upsert_job`` returns a job
+  PUT, ``jobs add``; schema.sql migration_24). ``cronwheel_put_job`` returns a job
   stored with the same definition without writing, and creates a new name through
   ``cronwheel_create_job``, and updates a changed definition of the same schedule
   (a compare-and-swap on its ``spec_hash``). For a new schedule (its ``min_interval``
@@ -73,35 +74,33 @@ class PgJobsQuota(CoreStore[Database]):
     def create_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> Job:
         """In one statement when it needs no decision (module doc), else CoreStore's
         transaction."""
-        rows = self._one_statement("create_job_one", spec, first_fire_at)
+        rows = self._one_statement(spec, first_fire_at, upsert=False)
         if rows is not None:
             return created_job(spec, rows)
         return super().create_job(spec, first_fire_at=first_fire_at)
 
     def upsert_job(self, spec: JobSpec, *, first_fire_at: datetime | None) -> tuple[Job, bool]:
-        """In one statement when it needs no decision (``upsert_job_one``): a name stored
+        """In one statement when it needs no decision (``put_job_one``): a name stored
         with this very definition is returned unwritten, one stored with another
         definition of the same schedule is updated, a new name is created as by
         ``create_job``. A new schedule, a definition changed meanwhile, a name created
         meanwhile and whatever a creation must decide go to CoreStore's transaction,
         which compares and updates under the row's lock."""
-        rows = self._one_statement("upsert_job_one", spec, first_fire_at)
+        rows = self._one_statement(spec, first_fire_at, upsert=True)
         if rows and rows[0]["outcome"] != "decide":
             return codec.job_from_row(rows[0]), rows[0]["outcome"] != "unchanged"
         return super().upsert_job(spec, first_fire_at=first_fire_at)
 
     def _one_statement(
-        self, name: str, spec: JobSpec, first_fire_at: datetime | None
+        self, spec: JobSpec, first_fire_at: datetime | None, *, upsert: bool
     ) -> list[Row] | None:
-        """Statement ``name``'s rows, or None when it must be the transaction: CW001, or
+        """``put_job_one``'s rows, or None when it must be the transaction: CW001, or
         inside a caller's transaction (``Database.own_units`` false: the function's CW001
         would leave the caller's savepoint aborted)."""
         if not self.db.own_units:
             return None
-        params = create_params(spec, first_fire_at, check_task=False)
-        rows: list[Row] | None = self.db.write(
-            lambda tx: created(tx.all, params, name), atomic=False
-        )
+        params = create_params(spec, first_fire_at, check_task=False, upsert=upsert)
+        rows: list[Row] | None = self.db.write(lambda tx: created(tx.all, params), atomic=False)
         return rows
 
     def _take_jobs(self, tx: Tx, namespace: str, n: int, limit: Callable[[], int]) -> bool:
@@ -148,8 +147,9 @@ def create_params(
     *,
     check_task: bool,
     valid_from: datetime | None = None,
+    upsert: bool = False,
 ) -> dict[str, Any]:
-    """``create_job_one``'s parameters; ``check_task``: leave it to the transaction
+    """``put_job_one``'s parameters; ``check_task``: leave it to the transaction
     (CW001) when a worker has served tasks but not this one (domain.jobs.
     require_served_task); ``valid_from``: likewise unless the store's clock is in
     ``[valid_from, first_fire_at)`` (domain.jobs.first_fire_window)."""
@@ -161,20 +161,19 @@ def create_params(
         "counts": counts_job(spec),
         "check_task": check_task,
         "valid_from": valid_from,
+        "upsert": upsert,
     }
 
 
 def created(
-    all_rows: Callable[[str, Mapping[str, Any]], list[Any]],
-    params: Mapping[str, Any],
-    name: str = "create_job_one",
+    all_rows: Callable[[str, Mapping[str, Any]], list[Any]], params: Mapping[str, Any]
 ) -> list[Any] | None:
-    """``name`` (``create_job_one``, ``upsert_job_one``) run by ``all_rows`` (a unit's
-    ``tx.all``): its rows, or None when the function left the job to the full
-    transaction (CW001, nothing written). Only on a connection of its own in
-    autocommit: the error ends that statement alone."""
+    """``put_job_one`` run by ``all_rows`` (a unit's ``tx.all``): its rows, or None
+    when the function left the creation to the full transaction (CW001, nothing
+    written). Only on a connection of its own in autocommit: the error ends that
+    statement alone."""
     try:
-        return all_rows(name, params)
+        return all_rows("put_job_one", params)
     except psycopg.Error as exc:
         if decides(exc):
             return None
@@ -187,7 +186,7 @@ def decides(exc: psycopg.Error) -> bool:
 
 
 def created_job(spec: JobSpec, rows: Sequence[Row]) -> Job:
-    """The job ``create_job_one`` returned; no row: the namespace has the name (409)."""
+    """The job ``put_job_one`` created; no row: the namespace has the name (409)."""
     if not rows:
         raise job_exists(spec, naming_namespace=True)
     return codec.job_from_row(rows[0])

@@ -83,11 +83,14 @@ UPDATE quota_jobs q SET used = v.used, room = v.room
 FROM unnest(%(shard)s::int[], %(used)s::bigint[], %(room)s::bigint[]) AS v(shard, used, room)
 WHERE q.namespace = %(namespace)s AND q.shard = v.shard
 
--- name: create_job_one
--- A job created in one autocommitted call (schema.sql migration_23): its row; no row when
--- the namespace has the name; SQLSTATE CW001 (nothing written) when the full creation
--- must decide. [jobs (namespace, name) unique, quota_jobs and served_tasks primary keys]
-SELECT * FROM cronwheel_create_job(
+-- name: put_job_one
+-- A job created (upsert false) or upserted in one autocommitted call (schema.sql
+-- migration_24): its outcome (created; an upsert's unchanged, updated, or decide: the
+-- full upsert must) and the job's row; a creation of a name taken: no row; SQLSTATE
+-- CW001 (nothing written) when a creation must decide. [jobs (namespace, name)
+-- unique, quota_jobs and served_tasks primary keys]
+SELECT p.o_outcome AS outcome, (p.o_job).*
+FROM cronwheel_put_job(
     %(namespace)s::text, %(name)s::text, %(task)s::text, %(schedule)s::jsonb,
     %(payload)s::json, %(policies)s::jsonb, %(spec_hash)s::text, %(priority)s::float8,
     %(max_attempts)s::integer, %(visibility_us)s::bigint, %(paused)s::boolean,
@@ -95,20 +98,5 @@ SELECT * FROM cronwheel_create_job(
     %(overlap)s::text, %(max_buffer)s::integer, %(cancel_grace_us)s::bigint,
     %(start_deadline_us)s::bigint, %(bounds)s::jsonb, %(remaining_runs)s::integer,
     %(trace_context)s::text, :now, %(gap_us)s::bigint, %(min_interval_us)s::bigint,
-    %(counts)s::boolean, %(check_task)s::boolean, %(valid_from)s::timestamptz)
-
--- name: upsert_job_one
--- A job upserted in one autocommitted call (schema.sql migration_24): its outcome
--- (unchanged, created, or decide: the full upsert must) and the job's row; SQLSTATE
--- CW001 (nothing written) when a creation must decide. [jobs (namespace, name) unique,
--- quota_jobs primary key]
-SELECT u.o_outcome AS outcome, (u.o_job).*
-FROM cronwheel_upsert_job(
-    %(namespace)s::text, %(name)s::text, %(task)s::text, %(schedule)s::jsonb,
-    %(payload)s::json, %(policies)s::jsonb, %(spec_hash)s::text, %(priority)s::float8,
-    %(max_attempts)s::integer, %(visibility_us)s::bigint, %(paused)s::boolean,
-    %(next_fire_at)s::timestamptz, %(shard)s::smallint, %(max_concurrency)s::integer,
-    %(overlap)s::text, %(max_buffer)s::integer, %(cancel_grace_us)s::bigint,
-    %(start_deadline_us)s::bigint, %(bounds)s::jsonb, %(remaining_runs)s::integer,
-    %(trace_context)s::text, :now, %(gap_us)s::bigint, %(min_interval_us)s::bigint,
-    %(counts)s::boolean) u
+    %(counts)s::boolean, %(check_task)s::boolean, %(valid_from)s::timestamptz,
+    %(upsert)s::boolean) p

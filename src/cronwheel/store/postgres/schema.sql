@@ -1097,20 +1097,22 @@ END
 $fn$;
 
 -- name: migration_24
--- A job upserted in one statement when it needs no decision (store/postgres/jobs_quota.py
--- upsert_job: App.schedule's default, the API's PUT, `jobs add`). o_outcome:
+-- A job put in one statement (store/postgres/jobs_quota.py): cronwheel_put_job creates
+-- (p_upsert false: create_job, the API's POST; as cronwheel_create_job, migration_23,
+-- whose decisions and CW001 it keeps: no row for a name taken) or upserts (p_upsert
+-- true: upsert_job, that is App.schedule's default, the API's PUT, `jobs add`).
+-- An upsert's o_outcome:
 -- 'unchanged': the namespace has the name stored with the same definition (spec_hash),
 --   o_job as stored, nothing written;
 -- 'updated': stored with another definition but the same schedule: updated by
 --   cronwheel_update_job (the cursor stays), if its definition is still the one read
 --   (a compare-and-swap on spec_hash), and the job set's change recorded;
--- 'created': a new name, created by cronwheel_create_job (migration_23: its decisions,
---   and its CW001 with nothing written, included), o_job the new row;
+-- 'created': a new name, created by cronwheel_create_job, o_job the new row;
 -- 'decide' (o_job NULL, nothing written): a new schedule (its min_interval and its
 --   cursor are decided by the transaction), a definition changed since the read, or a
 --   name created by another session between the read and the insert: CoreStore's
 --   upsert transaction then compares and updates under the row's lock. (An answer, not
---   an error: an error's round trip costs the client several times a row's.)
+--   an error: an error's round trip costs the client more than a row's.)
 -- The read takes no lock: an upsert that finds its own definition writes nothing, and
 -- is ordered before any change committed after its read.
 -- cronwheel_update_job is also core.sql's update_job_spec (the transaction's update).
@@ -1145,14 +1147,15 @@ AS $fn$
     RETURNING *
 $fn$;
 
-CREATE FUNCTION cronwheel_upsert_job(
+CREATE FUNCTION cronwheel_put_job(
     p_namespace text, p_name text, p_task text, p_schedule jsonb, p_payload json,
     p_policies jsonb, p_spec_hash text, p_priority double precision, p_max_attempts integer,
     p_visibility_us bigint, p_paused boolean, p_next_fire_at timestamptz, p_shard smallint,
     p_max_concurrency integer, p_overlap text, p_max_buffer integer,
     p_cancel_grace_us bigint, p_start_deadline_us bigint, p_bounds jsonb,
     p_remaining_runs integer, p_trace_context text, p_now timestamptz, p_gap_us bigint,
-    p_min_interval_us bigint, p_counts boolean)
+    p_min_interval_us bigint, p_counts boolean, p_check_task boolean,
+    p_valid_from timestamptz, p_upsert boolean)
 RETURNS TABLE (o_outcome text, o_job jobs)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -1161,26 +1164,29 @@ DECLARE
     stored jobs;
     changed jobs;
 BEGIN
-    SELECT * INTO stored FROM jobs WHERE namespace = p_namespace AND name = p_name;
-    IF FOUND THEN
-        IF stored.spec_hash = p_spec_hash THEN
-            RETURN QUERY SELECT 'unchanged', stored;
-            RETURN;
-        END IF;
-        IF stored.schedule = p_schedule THEN
-            SELECT * INTO changed FROM cronwheel_update_job(
-                stored.id, stored.spec_hash, p_task, p_schedule, p_payload, p_policies,
-                p_spec_hash, p_priority, p_max_attempts, p_visibility_us, p_next_fire_at,
-                p_max_concurrency, p_overlap, p_max_buffer, p_cancel_grace_us,
-                p_start_deadline_us, p_bounds, p_remaining_runs, p_trace_context, p_now);
-            IF FOUND THEN
-                INSERT INTO job_changes DEFAULT VALUES;
-                RETURN QUERY SELECT 'updated', changed;
+    IF p_upsert THEN
+        SELECT * INTO stored FROM jobs WHERE namespace = p_namespace AND name = p_name;
+        IF FOUND THEN
+            IF stored.spec_hash = p_spec_hash THEN
+                RETURN QUERY SELECT 'unchanged', stored;
                 RETURN;
             END IF;
+            IF stored.schedule = p_schedule THEN
+                SELECT * INTO changed FROM cronwheel_update_job(
+                    stored.id, stored.spec_hash, p_task, p_schedule, p_payload, p_policies,
+                    p_spec_hash, p_priority, p_max_attempts, p_visibility_us,
+                    p_next_fire_at, p_max_concurrency, p_overlap, p_max_buffer,
+                    p_cancel_grace_us, p_start_deadline_us, p_bounds, p_remaining_runs,
+                    p_trace_context, p_now);
+                IF FOUND THEN
+                    INSERT INTO job_changes DEFAULT VALUES;
+                    RETURN QUERY SELECT 'updated', changed;
+                    RETURN;
+                END IF;
+            END IF;
+            RETURN QUERY SELECT 'decide', NULL::jobs;
+            RETURN;
         END IF;
-        RETURN QUERY SELECT 'decide', NULL::jobs;
-        RETURN;
     END IF;
     RETURN QUERY
     SELECT 'created', c FROM cronwheel_create_job(
@@ -1188,8 +1194,8 @@ BEGIN
         p_priority, p_max_attempts, p_visibility_us, p_paused, p_next_fire_at, p_shard,
         p_max_concurrency, p_overlap, p_max_buffer, p_cancel_grace_us, p_start_deadline_us,
         p_bounds, p_remaining_runs, p_trace_context, p_now, p_gap_us, p_min_interval_us,
-        p_counts, false, NULL) c;
-    IF NOT FOUND THEN
+        p_counts, p_check_task, p_valid_from) c;
+    IF NOT FOUND AND p_upsert THEN
         RETURN QUERY SELECT 'decide', NULL::jobs;
     END IF;
 END
