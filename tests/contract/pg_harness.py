@@ -13,6 +13,7 @@ the server's own time when the test starts and moves it with ``advance`` — thr
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -92,3 +93,23 @@ def pg_store(h: Harness) -> Any:
     store = h.store
     assert isinstance(store, PostgresStore)
     return store
+
+
+LOCK_WAIT_S = 20.0  # a bound for what must happen, never a pause
+
+
+def await_a_lock_wait(url: str = PG_URL) -> None:
+    """Until a session of the database waits on a lock (AssertionError after
+    ``LOCK_WAIT_S``). The watcher autocommits: inside one transaction
+    pg_stat_activity is read once and kept, so a watcher that looked before the wait
+    began would never see it."""
+    with psycopg.connect(url, autocommit=True) as watcher:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while time.monotonic() < deadline:
+            if watcher.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone():
+                return
+            time.sleep(0.02)
+    raise AssertionError(f"no session of the database waited on a lock within {LOCK_WAIT_S} s")

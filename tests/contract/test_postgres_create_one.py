@@ -8,9 +8,8 @@ before. Either way the job, its quota charge and the job set's version are the s
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,7 +21,7 @@ from cronwheel.domain.schedules import cron, every
 from cronwheel.errors import ConflictError, QuotaExceededError
 from cronwheel.store.postgres import PostgresStore
 from tests.contract.conftest import Harness, spec, worker_node
-from tests.contract.pg_harness import PG_URL, pg_store, postgres_harness
+from tests.contract.pg_harness import PG_URL, await_a_lock_wait, pg_store, postgres_harness
 
 NS = "one"
 FIRST = datetime(2030, 1, 1, 9, tzinfo=UTC)  # a first instant: no store call to make it
@@ -161,7 +160,7 @@ def test_every_shard_held_leaves_the_creation_to_the_transaction_which_waits(
 
         with ThreadPoolExecutor(1) as pool:
             pending = pool.submit(_create, h, "waiter")
-            wait([pending], timeout=0.5)
+            await_a_lock_wait()
             assert not pending.done()  # the transaction waits for a shard with room
             other.commit()
             job = pending.result(timeout=20)
@@ -300,26 +299,12 @@ def test_an_upsert_whose_job_changed_since_its_read_is_the_transactions(
         mine = spec("kept", namespace=NS, max_attempts=7)
         with ThreadPoolExecutor(1) as pool:
             upsert = pool.submit(store.upsert_job, mine, first_fire_at=FIRST)
-            _await_a_lock_wait()
+            await_a_lock_wait()
             other.commit()
             updated, changed = upsert.result(timeout=30)
     assert units.seen == [(True, False), (True, True)]
     assert changed and updated.spec.policies.max_attempts == 7
     assert store.get_job(NS, "kept").spec.spec_hash() == mine.spec_hash()
-
-
-def _await_a_lock_wait() -> None:
-    """Until a session of the test database waits on a lock (autocommit: inside one
-    transaction pg_stat_activity is read once and kept)."""
-    with psycopg.connect(PG_URL, autocommit=True) as watcher:
-        for _ in range(2000):
-            if watcher.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND datname = current_database()"
-            ).fetchone():
-                return
-            time.sleep(0.01)
-    raise AssertionError("no session waited on a lock")
 
 
 def test_an_upsert_racing_a_creation_of_its_name_is_the_transactions(
@@ -344,7 +329,7 @@ def test_an_upsert_racing_a_creation_of_its_name_is_the_transactions(
         units = Units(store, monkeypatch)
         with ThreadPoolExecutor(1) as pool:
             upsert = pool.submit(store.upsert_job, spec("raced", namespace=NS), first_fire_at=FIRST)
-            _await_a_lock_wait()
+            await_a_lock_wait()
             other.commit()
             job, changed = upsert.result(timeout=30)
     # the held row, found by the transaction (its definition is this one: unchanged)

@@ -9,7 +9,6 @@ committed change and with nothing else."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 from cronwheel.errors import QuotaExceededError
 from cronwheel.store.postgres import jobs_quota
 from tests.contract.conftest import Harness, spec
-from tests.contract.pg_harness import PG_URL, postgres_harness
+from tests.contract.pg_harness import PG_URL, await_a_lock_wait, postgres_harness
 
 NS = "shards"
 WAIT_S = 20.0  # a bound for what must happen, never a pause
@@ -30,10 +29,10 @@ def h(tmp_path: Any) -> Iterator[Harness]:
     yield from postgres_harness(tmp_path)
 
 
-def _session(h: Harness, *, autocommit: bool = False) -> psycopg.Connection[Any]:
+def _session(h: Harness) -> psycopg.Connection[Any]:
     """A connection of its own to the store's schema (another process's transaction)."""
     store: Any = h.store
-    conn = psycopg.connect(PG_URL, autocommit=autocommit)
+    conn = psycopg.connect(PG_URL)
     conn.execute(f'SET search_path TO "{store.schema}"')
     return conn
 
@@ -64,25 +63,6 @@ def _create_in_thread(h: Harness, name: str) -> tuple[threading.Thread, list[Bas
     return thread, errors
 
 
-def _waiting_on_a_lock(conn: psycopg.Connection[Any]) -> bool:
-    row = conn.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-        " AND datname = current_database() AND pid <> pg_backend_pid()"
-    ).fetchone()
-    return bool(row and row[0])
-
-
-def _await_a_lock_wait(h: Harness) -> None:
-    """Until a session of the store's database waits on a lock (within WAIT_S). The
-    watcher autocommits: inside one transaction pg_stat_activity is read once and kept,
-    so a watcher that looked before the wait began would never see it."""
-    with _session(h, autocommit=True) as watcher:
-        deadline = time.monotonic() + WAIT_S
-        while not _waiting_on_a_lock(watcher) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert _waiting_on_a_lock(watcher)
-
-
 def test_a_creation_takes_a_free_shard_and_waits_only_when_every_shard_is_held(
     h: Harness,
 ) -> None:
@@ -102,7 +82,7 @@ def test_a_creation_takes_a_free_shard_and_waits_only_when_every_shard_is_held(
         # now every shard is held: a creation waits for them (the slow path's lock)
         holder.execute("SELECT 1 FROM quota_jobs WHERE namespace = %s FOR UPDATE", (NS,))
         thread, errors = _create_in_thread(h, "after")
-        _await_a_lock_wait(h)
+        await_a_lock_wait()
         assert thread.is_alive()
         holder.rollback()
     thread.join(WAIT_S)
@@ -129,7 +109,7 @@ def test_a_creation_that_finds_every_shard_held_waits_for_one_not_for_them_all(
     with _session(h) as holder:
         holder.execute("SELECT 1 FROM quota_jobs WHERE namespace = %s FOR UPDATE", (NS,))
         thread, errors = _create_in_thread(h, "waited")
-        _await_a_lock_wait(h)
+        await_a_lock_wait()
         holder.rollback()
     thread.join(WAIT_S)
     assert not thread.is_alive() and not errors
