@@ -110,18 +110,23 @@ def _bulk_jobs(conn: psycopg.Connection[Any], n: int) -> None:
     )
 
 
-def _queue_one_per_job(conn: psycopg.Connection[Any], due: str, vdeadline: str = "now()") -> None:
+def _queue_one_per_job(
+    conn: psycopg.Connection[Any], h: Harness, due: str, vdeadline: str = "at"
+) -> None:
     """One QUEUED firing per job, due at the SQL expression ``due``, with virtual
-    deadline ``vdeadline`` (unseen by ANALYZE)."""
+    deadline ``vdeadline`` (unseen by ANALYZE). In both, ``at`` is the store's clock
+    (frozen when the test began), not the server's running now(): a bulk insert that
+    takes a second must not move "due a second ago" past the store's present."""
     conn.execute(
         f"""
         INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for,
                              due_at, vdeadline, state, max_attempts, priority,
                              visibility_us, enqueued_at, shard)
-        SELECT j.id, 'default', j.name, 't', '{{"args": [], "kwargs": {{}}}}', now(),
-               {due}, {vdeadline}, 'queued', 3, 1, 30000000, now(), 0
-        FROM jobs j
-        """
+        SELECT j.id, 'default', j.name, 't', '{{"args": [], "kwargs": {{}}}}', c.at,
+               {due}, {vdeadline}, 'queued', 3, 1, 30000000, c.at, 0
+        FROM jobs j, (SELECT %s::timestamptz AS at) c
+        """,
+        (h.now(),),
     )
     conn.commit()
 
@@ -151,7 +156,7 @@ def test_claim_scan_stays_an_ordered_index_walk_when_statistics_are_stale(h: Har
         conn.rollback()
         _bulk_jobs(conn, 5000)
         _queue_one_per_job(
-            conn, "now() - interval '1 s'", vdeadline="now() + (j.id % 4999) * interval '1 ms'"
+            conn, h, "now() - interval '1 s'", vdeadline="now() + mod(j.id, 4999) * interval '1 ms'"
         )
         row = conn.execute(
             "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
@@ -191,12 +196,14 @@ def test_next_due_hint_reads_an_index_not_the_queue(h: Harness) -> None:
         _bulk_jobs(conn, 5000)
         _queue_one_per_job(
             conn,
-            "now() - interval '1 s' + CASE WHEN j.id % 2 = 0 "
-            "THEN interval '1 h' + (j.id % 977) * interval '1 s' ELSE interval '0' END",
+            h,
+            "at - interval '1 s' + CASE WHEN mod(j.id, 2) = 0 "
+            "THEN interval '1 h' + mod(j.id, 977) * interval '1 s' ELSE interval '0' END",
         )
         top = _buffers(conn, h, "next_due_at", None)
         expect = conn.execute(
-            "SELECT min(due_at) FROM firings WHERE due_at > now() AND state = 'queued'"
+            "SELECT min(due_at) FROM firings WHERE due_at > %s AND state = 'queued'",
+            (h.now(),),
         ).fetchone()
         conn.rollback()
     assert top["touched"] < 20, f"{top['touched']} buffers to find the next due instant"
@@ -211,7 +218,7 @@ def test_claim_facts_look_up_their_jobs_not_the_queue(h: Harness) -> None:
     walk of the whole queue (which bounded a minute's burst of cron jobs)."""
     with _raw(h) as conn:
         _bulk_jobs(conn, 40000)
-        _queue_one_per_job(conn, "now() - interval '1 s'")
+        _queue_one_per_job(conn, h, "at - interval '1 s'")
         jobs = [r[0] for r in conn.execute("SELECT id FROM jobs ORDER BY id LIMIT 64 OFFSET 500")]
         top = _buffers(conn, h, "claim_facts", {"jobs": jobs})
         parts = conn.execute(
@@ -238,7 +245,7 @@ def test_reaper_start_deadline_pass_does_not_walk_the_queue(h: Harness) -> None:
         conn.execute(
             "UPDATE jobs SET start_deadline_us = 1000000 WHERE id = (SELECT min(id) FROM jobs)"
         )
-        _queue_one_per_job(conn, "now() - interval '1 minute'")
+        _queue_one_per_job(conn, h, "at - interval '1 minute'")
         _buffers(conn, h, "requeue_expired", {"limit": 1000})  # plans the function
         top = _buffers(conn, h, "requeue_expired", {"limit": 1000})
     assert top["touched"] < 100, f"{top['touched']} buffers for one late firing"
