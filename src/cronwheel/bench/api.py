@@ -18,6 +18,11 @@ The rows that read run first, on those 1,000 jobs (a status or a list costs more
 more jobs), then ``upsert`` and ``create``; they are reported in the order above.
 Each row reports requests/s and wrk's latency percentiles (p50, p99, max), the answers
 that were not 2xx, and the CPU the API processes used per request (from ``/proc``).
+On PostgreSQL it also reports the server's CPU per request (every ``postgres`` process
+of this host, from ``/proc``: the server must run here) and wrk's own (its rusage), and
+their sum with the API's, ``machine_cpu_us_per_request``: the machine's cores divided
+by it (``cores_bound_rps``) is the rate no number of API processes can pass here, since
+the server and the load generator share the cores with them.
 Request bodies come from a Lua script that builds each request (a counter per wrk
 thread makes the create names unique).
 """
@@ -27,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -161,6 +167,7 @@ def run_api(
             "rows": {},
         }
         rows_out: dict[str, Any] = {}
+        server_here = store_kind(url) == "postgresql" and _on_this_host(url)
         with _api_server(url, api_workers, Path(tmp)) as (base, pids):
             order = ["firing_get", "jobs_list", "status", "upsert", "create"]
             for i, row in enumerate(sorted(plan, key=lambda r: order.index(r.name))):
@@ -172,7 +179,11 @@ def run_api(
                 if warm_up:
                     _wrk([*common, "-d1s", base, "--", *_args(row, f"w{prefix}")])
                 cpu0 = _cpu_seconds(pids())
+                server0 = _cpu_by_pid(_postgres_pids()) if server_here else {}
+                wrk0 = _children_cpu_seconds()
                 doc = _wrk([*common, f"-d{duration_s:g}s", base, "--", *_args(row, f"m{prefix}")])
+                wrk_cpu = _children_cpu_seconds() - wrk0
+                server_cpu = _cpu_delta(server0, _cpu_by_pid(_postgres_pids()))
                 cpu = _cpu_seconds(pids())
                 requests = doc["requests"]
                 seconds = doc["duration_us"] / 1e6
@@ -190,6 +201,14 @@ def run_api(
                         else round((cpu - cpu0) * 1e6 / requests)
                     ),
                 }
+                if server_here and requests:
+                    rows_out[row.name].update(
+                        _machine_share(
+                            rows_out[row.name]["cpu_us_per_request"],
+                            server_cpu * 1e6 / requests,
+                            wrk_cpu * 1e6 / requests,
+                        )
+                    )
             progress(len(plan), len(plan))
         out["rows"] = {row.name: rows_out[row.name] for row in plan}
         return out
@@ -278,6 +297,72 @@ def _tree(root: int) -> list[int]:
         pid = todo.pop()
         out.append(pid)
         todo.extend(children.get(pid, ()))
+    return out
+
+
+def _on_this_host(url: str) -> bool:
+    """Whether the PostgreSQL server of ``url`` runs on this host (a loopback address or
+    a Unix socket, and ``postgres`` processes to read)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    host = str(conninfo_to_dict(url).get("host") or "")
+    local = host in ("", "localhost", "127.0.0.1", "::1") or host.startswith("/")
+    return local and bool(_postgres_pids())
+
+
+def _postgres_pids() -> list[int]:
+    """The pids of this host's ``postgres`` processes (none without /proc)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    out = []
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                if Path(f"/proc/{entry}/comm").read_text().strip() == "postgres":
+                    out.append(int(entry))
+            except OSError:
+                continue
+    return out
+
+
+def _cpu_by_pid(pids: list[int]) -> dict[int, float]:
+    """User + system CPU seconds of each of ``pids`` still running."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[pid] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
+    """The CPU spent between two readings: a process started in between counts whole;
+    one that ended in between is lost (a backend's exit is rare in a row)."""
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
+
+
+def _children_cpu_seconds() -> float:
+    """User + system CPU of this process's waited-for children (wrk's, once it ended)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _machine_share(api_us: int | None, server_us: float, wrk_us: float) -> dict[str, Any]:
+    """A row's CPU per request on the server and in wrk, their sum with the API's, and
+    the rate the machine's cores bound: cores / that sum."""
+    out: dict[str, Any] = {
+        "server_cpu_us_per_request": round(server_us),
+        "wrk_cpu_us_per_request": round(wrk_us),
+    }
+    if api_us is not None:
+        total = api_us + server_us + wrk_us
+        out["machine_cpu_us_per_request"] = round(total)
+        out["cores_bound_rps"] = round((os.cpu_count() or 1) * 1e6 / total) if total else None
     return out
 
 

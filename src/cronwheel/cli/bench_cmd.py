@@ -314,8 +314,12 @@ def _api(
             "CPU µs/req",
         ):
             table.add_column(col)
+        machine = any("machine_cpu_us_per_request" in r for r in doc["rows"].values())
+        if machine:  # PostgreSQL on this host: the server's and wrk's share of the cores
+            for col in ("server µs/req", "wrk µs/req", "all µs/req", "cores bound /s"):
+                table.add_column(col)
         for name, r in doc["rows"].items():
-            table.add_row(
+            cells = [
                 name,
                 r["request"],
                 str(r["rps"]),
@@ -324,7 +328,18 @@ def _api(
                 str(r["max_ms"]),
                 str(r["errors"]),
                 str(r["cpu_us_per_request"]),
-            )
+            ]
+            if machine:
+                cells += [
+                    str(r.get(k, "-"))
+                    for k in (
+                        "server_cpu_us_per_request",
+                        "wrk_cpu_us_per_request",
+                        "machine_cpu_us_per_request",
+                        "cores_bound_rps",
+                    )
+                ]
+            table.add_row(*cells)
         Console(width=200).print(table)
     bad = [name for name, r in doc["rows"].items() if r["errors"]]
     if bad:
