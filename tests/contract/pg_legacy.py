@@ -13,6 +13,7 @@ from typing import Any
 from cronwheel.domain.models import ClaimedFiring
 from cronwheel.domain.schedules import every
 from cronwheel.domain.schedules import now as now_schedule
+from cronwheel.store import codec
 from cronwheel.store.core.flows import CoreStore
 from cronwheel.store.core.quotas import QuotaFlows
 from cronwheel.store.postgres import DbTime, PostgresStore
@@ -56,7 +57,8 @@ def fill(store: PostgresStore) -> Legacy:
     fill claims and fails attempts as version 15 did (``claim_v15``, ``fail_v15``),
     with claim tokens that carry no instant, which the store then starts and completes
     after the migration. Nor the jobs counter's shards and job_changes (migration 20):
-    it counts jobs and versions the job set as version 15 did (``_jobs_as_v15``)."""
+    it counts jobs and versions the job set as version 15 did (``_jobs_as_v15``). Nor the
+    one-statement immediate enqueue (migration 25): it enqueues as version 15 did."""
     with _jobs_as_v15(store):
         return _fill(store)
 
@@ -78,12 +80,45 @@ def _jobs_as_v15(store: PostgresStore) -> Iterator[None]:
     charge: Any = store
     charge._take_jobs = types.MethodType(QuotaFlows._take_jobs, store)
     charge.create_job = types.MethodType(CoreStore.create_job, store)
+    charge._enqueue_now_in = types.MethodType(_enqueue_now_v15, store)
     try:
         yield
     finally:
         q["bump_jobs_version"] = bump
         del charge._take_jobs
         del charge.create_job
+        del charge._enqueue_now_in
+
+
+_ENQUEUE_NOW_V15 = """
+WITH job AS (
+    INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
+                      max_attempts, visibility_us, paused, next_fire_at, last_fired_at,
+                      created_at, updated_at, shard, overlap, cancel_grace_us)
+    VALUES (%(namespace)s, %(name)s, %(task)s, %(schedule)s::jsonb, %(payload)s::json,
+            %(policies)s::jsonb, %(spec_hash)s, %(priority)s, %(max_attempts)s,
+            %(visibility_us)s, false, NULL, %(now)s, %(now)s, %(now)s, %(shard)s,
+            %(overlap)s, %(cancel_grace_us)s)
+    RETURNING *
+)
+INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for, due_at,
+                     vdeadline, state, max_attempts, priority, visibility_us, enqueued_at,
+                     shard)
+SELECT id, namespace, name, task, payload, %(now)s, %(now)s,
+       %(now)s::timestamptz + interval '1 second', 'queued', max_attempts, priority,
+       visibility_us, %(now)s, shard
+FROM job
+RETURNING *
+"""
+
+
+def _enqueue_now_v15(store: PostgresStore, tx: Any, spec_: Any) -> Any:
+    """An immediate enqueue as version 15 wrote it (migration 25's statement is not
+    there yet): the one-shot job and its firing due now, charged by the store core."""
+    params = codec.job_params(spec_) | {"now": store.now()}
+    row = tx.conn.execute(_ENQUEUE_NOW_V15, params).fetchone()
+    QuotaFlows._charge_firings(store, tx, spec_.namespace, 1)
+    return row
 
 
 _CLAIM_V15 = """

@@ -284,11 +284,21 @@ def fair_deadline(
     idle namespace cannot bank credit (the clock never lags real time).
     Returns ``(virtual_deadline_us, new_clock_us)``.
     """
-    weight = max(priority, 1e-3)
+    base_us, quantum_us = fair_steps(priority, base_latency=base_latency, quantum=quantum)
     start = max(clock_us, due_us)
+    return start + base_us, start + quantum_us
+
+
+def fair_steps(
+    priority: float, *, base_latency: timedelta = BASE_LATENCY, quantum: timedelta = FAIR_QUANTUM
+) -> tuple[int, int]:
+    """A firing of ``priority``'s two steps in ``fair_deadline`` (µs): its base latency
+    (start to virtual deadline) and its quantum (how far it moves its namespace's
+    clock). PostgreSQL's one-statement enqueue takes them as parameters."""
+    weight = max(priority, 1e-3)
     q = quantum.total_seconds() * 1_000_000 / weight
     b = base_latency.total_seconds() * 1_000_000 / weight
-    return start + int(b), start + max(1, int(q))
+    return int(b), max(1, int(q))
 
 
 def bounded(next_after: NextAfter, *, end_at: datetime | None) -> NextAfter:

@@ -74,7 +74,10 @@ class CoreStore(
     @abstractmethod
     def _enqueue_now_in(self, tx: Tx, spec: JobSpec) -> Row:
         """Inside ``tx``: insert the one-shot job of ``spec`` (fired now) and its firing,
-        due now, with its fair virtual deadline; wake the workers. The firing's row."""
+        due now, with its fair virtual deadline; charge it to the namespace's
+        firings_per_minute (after the inserts, which lock the namespace's fair clock, as
+        the leader's enqueue does: one lock order, no deadlock between the two; 429 over
+        it); wake the workers. The firing's row."""
 
     @abstractmethod
     def _add_firings_in(
@@ -235,14 +238,7 @@ class CoreStore(
     def enqueue_now(self, spec: JobSpec) -> Firing:
         """Within the namespace's firings_per_minute (429 QuotaExceededError)."""
 
-        def body(tx: Tx) -> Row:
-            # charged after the insert (which locks the namespace's fair clock), as the
-            # leader's enqueue does: one lock order, no deadlock between the two
-            row = self._enqueue_now_in(tx, spec)
-            self._charge_firings(tx, spec.namespace, 1)
-            return row
-
-        return codec.firing_from_row(self.db.write(body))
+        return codec.firing_from_row(self.db.write(lambda tx: self._enqueue_now_in(tx, spec)))
 
     def enqueue_now_once(
         self, spec: JobSpec, *, key_hash: str, request_hash: str
@@ -263,7 +259,6 @@ class CoreStore(
                     )
                 return seen, False
             row = self._enqueue_now_in(tx, spec)
-            self._charge_firings(tx, spec.namespace, 1)  # after, as in enqueue_now
             ref = key | {"request_hash": request_hash, "firing_id": row["id"]}
             tx.run("insert_idempotency_key", ref)
             return row, True

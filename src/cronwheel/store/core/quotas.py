@@ -60,6 +60,19 @@ def counts_job(spec: JobSpec) -> bool:
     return spec.schedule.kind != "now"
 
 
+def refuse_over_rate(
+    quota: str, limit: int, namespace: str, used: int, window_start_us: int, now_us: int
+) -> None:
+    """A rate quota's counter after a charge (``used`` in the window starting at
+    ``window_start_us``, read at ``now_us``): over ``limit``, 429 with the seconds left
+    in the window."""
+    if int(used) > limit:
+        window_us = _MINUTE_US if quota == "firings_per_minute" else _DAY_US
+        left_us = int(window_start_us) + window_us - int(now_us)
+        retry_after = -(-left_us // 1_000_000)
+        raise refuse_rate(quota, limit, namespace=namespace, retry_after=retry_after)
+
+
 class QuotaFlows(Generic[D]):
     """The quota records and the charges of the guarded flows (see the module doc)."""
 
@@ -188,10 +201,7 @@ class QuotaFlows(Generic[D]):
         ``backfill_per_day``); over it, 429 with the seconds left in the window."""
         window_us = _MINUTE_US if quota == "firings_per_minute" else _DAY_US
         row = self._charge(tx, namespace, quota, window_us, n)
-        if int(row["used"]) > limit:
-            left_us = int(row["window_start"]) + window_us - int(row["now_us"])
-            retry_after = -(-left_us // 1_000_000)
-            raise refuse_rate(quota, limit, namespace=namespace, retry_after=retry_after)
+        refuse_over_rate(quota, limit, namespace, row["used"], row["window_start"], row["now_us"])
 
     def _charge_firings(self, tx: Tx, namespace: str, n: int) -> None:
         """Firings a caller creates (an immediate enqueue, a trigger, a backfill)."""

@@ -17,17 +17,21 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg import errors as pgerrors
 
 from cronwheel import failpoints
-from cronwheel.domain.models import FiringId, JobSpec, Lease
-from cronwheel.domain.quotas import Quota
+from cronwheel.domain.models import Firing, FiringId, JobSpec, Lease
+from cronwheel.domain.policies import fair_steps
+from cronwheel.domain.quotas import DEFAULT_QUOTA, Quota
 from cronwheel.errors import ConflictError, JobNotFoundError, LeaseLostError
 from cronwheel.store import codec
 from cronwheel.store.codec import Row
 from cronwheel.store.core import CoreStore, FairClocks, Tx
 from cronwheel.store.core.bulk import by_name, job_exists
+from cronwheel.store.core.quotas import refuse_over_rate
 from cronwheel.store.postgres.db import Database, PgTx
+from cronwheel.store.postgres.jobs_quota import decides
 from cronwheel.store.postgres.params import (
     advance_params,
     clock_params,
@@ -140,27 +144,41 @@ class PgDispatch(CoreStore[Database]):
         by_job = {f["job_id"]: f for f in firings}
         return [None if j is None else by_job[j["id"]] for j in jobs]
 
+    def enqueue_now(self, spec: JobSpec) -> Firing:
+        """One autocommitted statement (``enqueue_now_one``, schema.sql migration_25):
+        one round trip where the transaction made six. Over the namespace's
+        firings_per_minute the statement writes nothing (CW001) and the transaction
+        runs, to refuse with its retry-after; likewise inside a caller's transaction
+        (``Database.own_units`` false: a CW001 would leave its savepoint aborted)."""
+        if not self.db.own_units:
+            return super().enqueue_now(spec)
+        params = _enqueue_now_params(spec, refuse=True)
+
+        def body(tx: PgTx) -> Row | None:
+            try:
+                return _enqueue_now_one(tx, spec, params)
+            except psycopg.Error as exc:
+                if decides(exc):
+                    return None
+                raise
+
+        row = self.db.write(body, atomic=False)
+        if row is None:
+            return super().enqueue_now(spec)
+        return codec.firing_from_row(row)
+
     def _enqueue_now_in(self, tx: Tx, spec: JobSpec) -> Row:
-        """The one-shot job (fired now) and its namespace's fair clock, locked; then its
-        firing due now and the clock written back; the wake-up is sent at commit."""
-        try:
-            job = tx.one("insert_now_job", codec.job_params(spec))
-        except pgerrors.UniqueViolation:
-            raise job_exists(spec) from None
-        assert job is not None
-        namespace = job["namespace"]
-        fair = FairClocks()
-        fair.seen(namespace, job["vclock"])
-        at = utc(job["now"])
-        params = {
-            "job_id": job["id"],
-            "at": at,
-            "vdeadline": fair_deadline_at(fair, namespace, float(job["priority"]), at),
-            "namespace": namespace,
-            "vclock": fair.clocks[namespace],
-        }
-        row = tx.one("insert_now_firing", params)
-        assert row is not None
+        """``enqueue_now_one`` in the caller's transaction: over the rate, the charge it
+        answers refuses (429) and the transaction rolls back."""
+        row = _enqueue_now_one(tx, spec, _enqueue_now_params(spec, refuse=False))
+        refuse_over_rate(
+            "firings_per_minute",
+            int(row["charge_limit"]),
+            spec.namespace,
+            row["charged"],
+            row["charge_window"],
+            row["charge_now_us"],
+        )
         return row
 
     def _add_firings_in(
@@ -227,3 +245,24 @@ class PgDispatch(CoreStore[Database]):
         """The reaper, one statement (see requeue_expired in dispatch.sql)."""
         row = self.db.write(lambda tx: tx.one("requeue_expired", {"limit": limit}), atomic=False)
         return int(row["n"]) if row else 0
+
+
+def _enqueue_now_params(spec: JobSpec, *, refuse: bool) -> dict[str, Any]:
+    base_us, quantum_us = fair_steps(float(spec.policies.priority))
+    return codec.job_params(spec) | {
+        "base_us": base_us,
+        "quantum_us": quantum_us,
+        "default_rate": DEFAULT_QUOTA.firings_per_minute,
+        "refuse": refuse,
+    }
+
+
+def _enqueue_now_one(tx: Tx, spec: JobSpec, params: dict[str, Any]) -> Row:
+    """``enqueue_now_one``'s firing row (with the charge it made); a name the namespace
+    has is 409."""
+    try:
+        row = tx.one("enqueue_now_one", params)
+    except pgerrors.UniqueViolation:
+        raise job_exists(spec) from None
+    assert row is not None
+    return row

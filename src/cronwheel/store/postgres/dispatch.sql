@@ -86,9 +86,16 @@ clk AS (
 )
 SELECT i.id, i.namespace, (SELECT pg_notify('cronwheel_work', '')::text) AS notified FROM ins i
 
--- name: insert_now_job
--- enqueue_now step 1: the one-shot job (fired now) and its namespace's fair clock,
--- locked (see enqueue_advance); `now` is the instant its firing is due.
+-- name: enqueue_now_one
+-- An immediate enqueue in one statement (schema.sql migration_25): the one-shot job
+-- (fired now), its namespace's fair clock moved on by this firing's quantum (locked
+-- until commit: the clock's upsert computes the new value, the greater of the stored
+-- one and the due instant plus the quantum, so the firing's virtual deadline is that
+-- start plus its base latency, as domain.policies.fair_deadline), the firing due now,
+-- its namespace's firings_per_minute charged (after the inserts, as the leader's
+-- enqueue: one lock order), the workers woken at commit. %(base_us)s and
+-- %(quantum_us)s are the priority's steps (domain.policies.fair_steps); %(refuse)s:
+-- over the rate, CW001 (autocommitted: nothing stays), else the charge is answered.
 WITH job AS (
     INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
                       max_attempts, visibility_us, paused, next_fire_at, last_fired_at,
@@ -101,34 +108,38 @@ WITH job AS (
             %(max_concurrency)s, %(overlap)s, %(max_buffer)s, %(cancel_grace_us)s,
             %(start_deadline_us)s, %(bounds)s::jsonb, %(remaining_runs)s,
             %(trace_context)s)
-    RETURNING id, namespace, priority, created_at
+    RETURNING *
+),
+due AS (
+    SELECT (extract(epoch FROM :now) * 1000000)::bigint AS us
 ),
 clock AS (
     INSERT INTO fair_clocks AS c (namespace, vclock)
-    SELECT namespace, 0 FROM job
-    ON CONFLICT (namespace) DO UPDATE SET vclock = c.vclock
+    SELECT job.namespace, due.us + %(quantum_us)s::bigint FROM job, due
+    ON CONFLICT (namespace) DO UPDATE
+    SET vclock = greatest(c.vclock, excluded.vclock - %(quantum_us)s::bigint)
+                 + %(quantum_us)s::bigint
     RETURNING c.vclock
-)
-SELECT job.id, job.namespace, job.priority, job.created_at AS now, clock.vclock
-FROM job, clock
-
--- name: insert_now_firing
--- enqueue_now step 2: the firing and the clock written back; the wake-up is sent at
--- commit.
-WITH ins AS (
+),
+ins AS (
     INSERT INTO firings (job_id, namespace, job_name, task, payload, scheduled_for, due_at,
                          vdeadline, state, max_attempts, priority, visibility_us, enqueued_at,
                          enqueued_epoch, note, shard)
-    SELECT id, namespace, name, task, payload, %(at)s, %(at)s, %(vdeadline)s,
-           'queued', max_attempts, priority, visibility_us, :now, NULL, NULL, shard
-    FROM jobs WHERE id = %(job_id)s
+    SELECT job.id, job.namespace, job.name, job.task, job.payload, :now, :now,
+           timestamptz 'epoch'
+           + (clock.vclock - %(quantum_us)s::bigint + %(base_us)s::bigint)
+             * interval '1 microsecond',
+           'queued', job.max_attempts, job.priority, job.visibility_us, :now, NULL, NULL,
+           job.shard
+    FROM job, clock
     RETURNING *
-),
-clk AS (
-    UPDATE fair_clocks SET vclock = greatest(vclock, %(vclock)s)
-    WHERE namespace = %(namespace)s
 )
-SELECT ins.*, (SELECT pg_notify('cronwheel_work', '')::text) AS notified FROM ins
+SELECT ins.*, ch.o_used AS charged, ch.o_limit AS charge_limit,
+       ch.o_window_start AS charge_window, ch.o_now_us AS charge_now_us,
+       (SELECT pg_notify('cronwheel_work', '')::text) AS notified
+FROM ins
+CROSS JOIN LATERAL cronwheel_charge_firings(ins.namespace, 1, %(default_rate)s::bigint,
+                                            %(refuse)s::boolean, :now) ch
 
 -- name: add_firings_job
 -- add_firings step 1: the job (FOR KEY SHARE: it cannot be deleted under us, and

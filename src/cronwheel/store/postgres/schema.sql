@@ -1200,3 +1200,44 @@ BEGIN
     END IF;
 END
 $fn$;
+
+-- name: migration_25
+-- An immediate enqueue in one statement (store/postgres/dispatch.py enqueue_now:
+-- App.enqueue, the API's enqueue): the one-shot job, its namespace's fair clock moved
+-- on, its firing due now, the namespace's firings_per_minute charged and the workers
+-- woken, where the transaction made six round trips (BEGIN, the job, the firing, the
+-- quota read, the charge, COMMIT). cronwheel_charge_firings charges p_n firings to the
+-- namespace's counter of this minute (the upsert locks it until commit, so two servers
+-- cannot both pass), forgets older minutes when this one is new, and answers the
+-- counter, the limit (the namespace's record, else p_default) and the window; over the
+-- limit with p_refuse it raises CW001 instead, so that nothing the statement wrote
+-- stays and the transaction runs and refuses with its retry-after (inside a
+-- transaction the caller compares and refuses itself).
+CREATE FUNCTION cronwheel_charge_firings(p_namespace text, p_n integer, p_default bigint,
+                                         p_refuse boolean, p_now timestamptz)
+RETURNS TABLE (o_used bigint, o_limit bigint, o_window_start bigint, o_now_us bigint)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_now_us bigint := (extract(epoch FROM p_now) * 1000000)::bigint;
+    v_window bigint := (v_now_us / 60000000) * 60000000;
+    v_used bigint;
+    v_limit bigint := coalesce(
+        (SELECT firings_per_minute FROM quotas WHERE namespace = p_namespace), p_default);
+BEGIN
+    INSERT INTO quota_usage AS u (namespace, quota, window_start, used)
+    VALUES (p_namespace, 'firings_per_minute', v_window, p_n)
+    ON CONFLICT (namespace, quota, window_start) DO UPDATE SET used = u.used + excluded.used
+    RETURNING u.used INTO v_used;
+    IF p_refuse AND v_used > v_limit THEN
+        RAISE EXCEPTION 'cronwheel: over firings_per_minute' USING ERRCODE = 'CW001';
+    END IF;
+    IF v_used = p_n THEN  -- a new window: forget the old ones (as core.quotas._charge)
+        DELETE FROM quota_usage
+        WHERE namespace = p_namespace AND quota = 'firings_per_minute'
+          AND window_start < v_window;
+    END IF;
+    RETURN QUERY SELECT v_used, v_limit, v_window, v_now_us;
+END
+$fn$;

@@ -127,6 +127,7 @@ class SqliteDispatch(CoreStore[SqliteDb]):
         if row is None:
             raise job_exists(spec)
         clocks.save()
+        self._charge_firings(tx, spec.namespace, 1)
         tx.wake_workers()
         return row
 
