@@ -102,7 +102,14 @@ def test_bench_api_smoke() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     assert (doc["workload"], doc["store"], doc["api_workers"]) == ("api", "sqlite", 2)
-    assert list(doc["rows"]) == ["create", "upsert", "firing_get", "jobs_list", "status"]
+    assert list(doc["rows"]) == [
+        "create",
+        "upsert",
+        "firing_get",
+        "jobs_list",
+        "status",
+        "enqueue",
+    ]
     for name, row in doc["rows"].items():
         assert row["requests"] > 0 and row["errors"] == 0, (name, row)
         assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["max_ms"], (name, row)

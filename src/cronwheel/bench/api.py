@@ -1,8 +1,9 @@
 """``api``: the HTTP API under a real load generator.
 
 A fresh store (as every workload: a temporary SQLite file, or a temporary PostgreSQL
-database) with 1,000 cron jobs (the bulk path), a write token of namespace ``bench``
-and one queued firing; then
+database) with 1,000 cron jobs (the bulk path), a write token of namespace ``bench``,
+one queued firing, and a worker registered as serving the task (as a deployment has
+one: a create or an enqueue of a served task needs no read of the served tasks); then
 ``cronwheel api --auth`` as its own process(es) (``--workers N``) and, for each row,
 Debian's ``wrk`` (one thread, ``connections`` keep-alive connections, closed loop) for
 ``duration_s`` seconds after a one-second warm-up (none with ``warm_up=False``):
@@ -12,10 +13,14 @@ Debian's ``wrk`` (one thread, ``connections`` keep-alive connections, closed loo
   (the first 100 create, the rest are unchanged: what a deploy script does);
 - ``firing_get``: ``GET /v1/firings/{id}``;
 - ``jobs_list``: ``GET /v1/jobs`` (the first page of 100 jobs);
-- ``status``: ``GET /v1/status`` (the namespace's counts, backlog, unserved, quota).
+- ``status``: ``GET /v1/status`` (the namespace's counts, backlog, unserved, quota);
+- ``enqueue``: ``POST /v1/firings``, a one-off firing of the task due now (the
+  namespace's firings_per_minute raised for the run: the row measures the API, not the
+  quota).
 
 The rows that read run first, on those 1,000 jobs (a status or a list costs more with
-more jobs), then ``upsert`` and ``create``; they are reported in the order above.
+more jobs), then ``upsert``, ``create`` and ``enqueue``; they are reported in the order
+above.
 Each row reports requests/s and wrk's latency percentiles (p50, p99, max), the answers
 that were not 2xx, and the CPU the API processes used per request (from ``/proc``).
 On PostgreSQL it also reports the server's CPU per request (every ``postgres`` process
@@ -51,7 +56,7 @@ from typing import Any, cast
 
 from cronwheel.bench.runner import TASK, fresh_store, store_kind
 from cronwheel.domain.clock import SystemClock
-from cronwheel.domain.models import JobSpec
+from cronwheel.domain.models import JobSpec, NodeInfo
 from cronwheel.domain.schedules import cron
 from cronwheel.domain.schedules import now as now_schedule
 from cronwheel.store.protocol import ApiStore
@@ -61,6 +66,7 @@ from cronwheel.web.tokens import issue_token
 NAMESPACE = "bench"
 UPSERT_NAMES = 100
 PREPOPULATED = 1000
+ENQUEUE_RATE_CAP = 100_000_000  # firings a minute: far above what one host can enqueue
 _CRON, _TZ = "*/5 * * * *", "Europe/Berlin"
 _SCHEDULE = f'{{"kind":"cron","cron":"{_CRON}","tz":"{_TZ}"}}'
 _MARK = "CRONWHEEL-WRK "
@@ -124,6 +130,7 @@ def rows(firing_id: int) -> list[Row]:
         Row("firing_get", "GET", f"/v1/firings/{firing_id}"),
         Row("jobs_list", "GET", "/v1/jobs?limit=100"),
         Row("status", "GET", "/v1/status"),
+        Row("enqueue", "POST", "/v1/firings", f'{{"task":"{TASK}"}}'),
     ]
 
 
@@ -146,6 +153,19 @@ def run_api(
         raise RuntimeError("wrk is not installed (Debian: apt-get install wrk)")
     with tempfile.TemporaryDirectory() as tmp, fresh_store(store_url, Path(tmp)) as (url, store):
         _, token = issue_token(cast(ApiStore, store), namespace=NAMESPACE, role="write")
+        store.set_quota(NAMESPACE, {"firings_per_minute": ENQUEUE_RATE_CAP})
+        at = SystemClock().now()
+        store.register_node(
+            NodeInfo(
+                id="bench-worker",
+                kind="worker",
+                hostname=socket.gethostname(),
+                pid=os.getpid(),
+                started_at=at,
+                heartbeat_at=at,
+                info={"tasks": [TASK]},
+            )
+        )
         firing = store.enqueue_now(
             JobSpec(name="bench-firing", task=TASK, schedule=now_schedule(), namespace=NAMESPACE)
         )
@@ -169,7 +189,7 @@ def run_api(
         rows_out: dict[str, Any] = {}
         server_here = store_kind(url) == "postgresql" and _on_this_host(url)
         with _api_server(url, api_workers, Path(tmp)) as (base, pids):
-            order = ["firing_get", "jobs_list", "status", "upsert", "create"]
+            order = ["firing_get", "jobs_list", "status", "upsert", "create", "enqueue"]
             for i, row in enumerate(sorted(plan, key=lambda r: order.index(r.name))):
                 progress(i, len(plan))
                 common = [wrk, "-t1", f"-c{connections}", "--latency", "-s", str(script)]
