@@ -356,7 +356,7 @@ def _cpu_by_pid(pids: list[int]) -> dict[int, float]:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        out[pid] = (int(fields[11]) + int(fields[12])) / tick
+        out[pid] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
     return out
 
 
@@ -387,13 +387,6 @@ def _machine_share(api_us: int | None, server_us: float, wrk_us: float) -> dict[
 
 
 def _cpu_seconds(pids: list[int]) -> float | None:
-    """User + system CPU seconds of ``pids`` (None without /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / tick
+    """User + system CPU seconds of ``pids`` (None without /proc, or when one ended)."""
+    each = _cpu_by_pid(pids)
+    return sum(each.values()) if len(each) == len(pids) else None

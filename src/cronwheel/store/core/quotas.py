@@ -60,6 +60,11 @@ def counts_job(spec: JobSpec) -> bool:
     return spec.schedule.kind != "now"
 
 
+def _window_us(quota: str) -> int:
+    """A rate quota's window: a minute (firings_per_minute), else a day."""
+    return _MINUTE_US if quota == "firings_per_minute" else _DAY_US
+
+
 def refuse_over_rate(
     quota: str, limit: int, namespace: str, used: int, window_start_us: int, now_us: int
 ) -> None:
@@ -67,8 +72,7 @@ def refuse_over_rate(
     ``window_start_us``, read at ``now_us``): over ``limit``, 429 with the seconds left
     in the window."""
     if int(used) > limit:
-        window_us = _MINUTE_US if quota == "firings_per_minute" else _DAY_US
-        left_us = int(window_start_us) + window_us - int(now_us)
+        left_us = int(window_start_us) + _window_us(quota) - int(now_us)
         retry_after = -(-left_us // 1_000_000)
         raise refuse_rate(quota, limit, namespace=namespace, retry_after=retry_after)
 
@@ -199,8 +203,7 @@ class QuotaFlows(Generic[D]):
     def _charge_rate(self, tx: Tx, namespace: str, quota: str, limit: int, n: int) -> None:
         """Count ``n`` firings against a rate quota (``firings_per_minute``,
         ``backfill_per_day``); over it, 429 with the seconds left in the window."""
-        window_us = _MINUTE_US if quota == "firings_per_minute" else _DAY_US
-        row = self._charge(tx, namespace, quota, window_us, n)
+        row = self._charge(tx, namespace, quota, _window_us(quota), n)
         refuse_over_rate(quota, limit, namespace, row["used"], row["window_start"], row["now_us"])
 
     def _charge_firings(self, tx: Tx, namespace: str, n: int) -> None:

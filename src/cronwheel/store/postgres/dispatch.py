@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from psycopg import errors as pgerrors
 
 from cronwheel import failpoints
@@ -31,7 +30,7 @@ from cronwheel.store.core import CoreStore, FairClocks, Tx
 from cronwheel.store.core.bulk import by_name, job_exists
 from cronwheel.store.core.quotas import refuse_over_rate
 from cronwheel.store.postgres.db import Database, PgTx
-from cronwheel.store.postgres.jobs_quota import decides
+from cronwheel.store.postgres.jobs_quota import unless_decided
 from cronwheel.store.postgres.params import (
     advance_params,
     clock_params,
@@ -153,16 +152,9 @@ class PgDispatch(CoreStore[Database]):
         if not self.db.own_units:
             return super().enqueue_now(spec)
         params = _enqueue_now_params(spec, refuse=True)
-
-        def body(tx: PgTx) -> Row | None:
-            try:
-                return _enqueue_now_one(tx, spec, params)
-            except psycopg.Error as exc:
-                if decides(exc):
-                    return None
-                raise
-
-        row = self.db.write(body, atomic=False)
+        row = self.db.write(
+            lambda tx: unless_decided(lambda: _enqueue_now_one(tx, spec, params)), atomic=False
+        )
         if row is None:
             return super().enqueue_now(spec)
         return codec.firing_from_row(row)

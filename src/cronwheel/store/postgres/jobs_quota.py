@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -58,6 +58,8 @@ from cronwheel.store.postgres.db import Database
 
 SHARDS = 8  # creations of one namespace that can hold a shard at once
 FOLD_AT = 1000  # job_changes rows a version read folds into meta
+T = TypeVar("T")
+
 DECIDE = "CW001"  # cronwheel_create_job's SQLSTATE: the full creation must decide
 
 
@@ -93,15 +95,16 @@ class PgJobsQuota(CoreStore[Database]):
 
     def _one_statement(
         self, spec: JobSpec, first_fire_at: datetime | None, *, upsert: bool
-    ) -> list[Row] | None:
+    ) -> Sequence[Row] | None:
         """``put_job_one``'s rows, or None when it must be the transaction: CW001, or
         inside a caller's transaction (``Database.own_units`` false: the function's CW001
         would leave the caller's savepoint aborted)."""
         if not self.db.own_units:
             return None
         params = create_params(spec, first_fire_at, check_task=False, upsert=upsert)
-        rows: list[Row] | None = self.db.write(lambda tx: created(tx.all, params), atomic=False)
-        return rows
+        return self.db.write(
+            lambda tx: unless_decided(lambda: tx.all("put_job_one", params)), atomic=False
+        )
 
     def _take_jobs(self, tx: Tx, namespace: str, n: int, limit: Callable[[], int]) -> bool:
         key = {"namespace": namespace, "n": n}
@@ -165,15 +168,12 @@ def create_params(
     }
 
 
-def created(
-    all_rows: Callable[[str, Mapping[str, Any]], list[Any]], params: Mapping[str, Any]
-) -> list[Any] | None:
-    """``put_job_one`` run by ``all_rows`` (a unit's ``tx.all``): its rows, or None
-    when the function left the creation to the full transaction (CW001, nothing
-    written). Only on a connection of its own in autocommit: the error ends that
-    statement alone."""
+def unless_decided(statement: Callable[[], T]) -> T | None:
+    """``statement()``'s answer, or None when its function left the work to the full
+    transaction (CW001, nothing written: ``put_job_one``, ``enqueue_now_one``). Only on
+    a connection of its own in autocommit: the error ends that statement alone."""
     try:
-        return all_rows("put_job_one", params)
+        return statement()
     except psycopg.Error as exc:
         if decides(exc):
             return None
@@ -181,7 +181,8 @@ def created(
 
 
 def decides(exc: psycopg.Error) -> bool:
-    """Whether ``exc`` is cronwheel_create_job leaving the creation to the full one."""
+    """Whether ``exc`` is a one-statement function (cronwheel_create_job,
+    cronwheel_charge_firings) leaving the work to the full transaction."""
     return exc.sqlstate == DECIDE
 
 
