@@ -25,13 +25,15 @@ import pytest
 from cronwheel.api import calls
 from cronwheel.api.app import create_api
 from cronwheel.domain.clock import FakeClock
+from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import FiringId, Job, JobSpec
 from cronwheel.domain.schedules import every
 from cronwheel.domain.schedules import now as now_schedule
-from cronwheel.errors import StoreUnavailableError
+from cronwheel.errors import FiringNotFoundError, StoreUnavailableError
 from cronwheel.server import create_app
 from cronwheel.store.postgres import PostgresStore
 from cronwheel.store.postgres.aio import PgAsyncCalls
+from cronwheel.store.protocol import Completion
 from cronwheel.store.sqlite import SqliteStore
 from cronwheel.web.ids import ids_for
 from cronwheel.web.tokens import issue_token
@@ -226,9 +228,11 @@ def test_a_stalled_read_is_cut_short_by_the_watchdog(
     pg: Pg, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = PostgresStore(f"{PG_URL}?stall_timeout=0.3", schema=pg.schema, pool_size=1)
-    # the firing's statement behind a sleep the server would hold for 20 s
+    # the firings' statement behind a sleep the server would hold for 20 s
     monkeypatch.setitem(
-        store.db.q, "firing_with_attempts", "SELECT pg_sleep(20), %(id)s::bigint AS id"
+        store.db.q,
+        "firings_with_attempts",
+        "SELECT pg_sleep(20), unnest(%(ids)s::bigint[]) AS id",
     )
     took, _ = _on_reads(store, lambda reads: _unavailable(reads, pg.firing))
     # three attempts (the first and _READ_RETRIES), each shut a tick after 0.3 s
@@ -452,3 +456,50 @@ def test_a_bad_create_body_in_the_lifespan_is_the_thread_paths_422_and_writes_no
     assert served.json()["error"]["field"] == field
     assert served.content == threaded.content
     assert [j.spec.name for j in pg.store.list_jobs(namespace=NS)] == ["one"]
+
+
+def test_concurrent_reads_of_firings_answer_each_its_own_firing_as_the_stores_call(
+    pg: Pg,
+) -> None:
+    """Many reads at once go as one statement (store/coalesced_reads.py): each answers its
+    own firing and attempts, as the store's own call does; an id with no firing is that
+    read's FiringNotFoundError only; a read asked after a cancel committed sees it."""
+    store = pg.store
+    ids = [FiringId(pg.firing)]
+    for n in range(5):
+        ids.append(
+            store.enqueue_now(
+                JobSpec(name=f"many-{n}", task="report", schedule=now_schedule(), namespace=NS)
+            ).id
+        )
+    # the first firing failed once and is queued again: an attempt to read
+    (claim,) = store.claim("w1", tasks=["report"], limit=1)
+    assert claim.firing.id == ids[0]
+    at = datetime.now(UTC)
+    failed = Completion(
+        firing_id=claim.firing.id,
+        claim_token=claim.claim_token,
+        succeeded=False,
+        started_at=at,
+        finished_at=at,
+        error="boom",
+        retry_at=at,
+    )
+    assert store.complete([failed]) == [True]
+    missing = FiringId(max(ids) + 1000)
+    expected = [store.firing_with_attempts(i) for i in ids]
+
+    async def body(reads: PgAsyncCalls) -> tuple[list[Any], Any]:
+        answers = await asyncio.gather(
+            *(reads.firing_with_attempts(i) for i in [*ids, missing, ids[0]]),
+            return_exceptions=True,
+        )
+        store.cancel_firing(ids[3])  # committed before the next read is asked
+        return answers, await reads.firing_with_attempts(ids[3])
+
+    answers, after_cancel = _on_reads(PostgresStore(PG_URL, schema=pg.schema, pool_size=2), body)
+    assert answers[: len(ids)] == expected
+    assert [a.error for a in expected[0][1]] == ["boom"]  # its failed attempt
+    assert isinstance(answers[len(ids)], FiringNotFoundError)
+    assert answers[-1] == expected[0]
+    assert after_cancel[0].state is FiringState.CANCELLED

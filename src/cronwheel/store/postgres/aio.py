@@ -29,6 +29,10 @@ as on the thread path: the store's own one-statement creation follows the same r
 When the function leaves the creation to the full transaction (CW001, nothing written)
 it answers None, and the API runs that transaction as before.
 
+Concurrent reads of firings go as one statement (store/coalesced_reads.py: each is sent after it
+was asked; at most two such statements in flight), which is most of a firing's read
+saved when many are asked at once.
+
 The pool is opened on one loop (the API's lifespan) and serves that loop only: its
 connections wait through that loop's selector.
 """
@@ -37,7 +41,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, TypeVar
@@ -49,6 +54,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from cronwheel.domain.attempts import Attempt
 from cronwheel.domain.models import Firing, FiringId, Job, JobSpec
 from cronwheel.errors import CronwheelError, StoreError
+from cronwheel.store.coalesced_reads import Coalesced
 from cronwheel.store.core.flows import firing_and_attempts, job_from_rows
 from cronwheel.store.postgres.db import (
     Database,
@@ -70,6 +76,7 @@ class PgAsyncCalls:
         self.db = db
         self._pool: AsyncConnectionPool[AConn] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._firings: Coalesced[FiringId, list[DictRow]] = Coalesced(self._firings_rows)
 
     async def open(self) -> None:
         if self._pool is not None:
@@ -84,6 +91,7 @@ class PgAsyncCalls:
         self._pool, self._loop = pool, asyncio.get_running_loop()
 
     async def close(self) -> None:
+        await self._firings.close()
         pool, self._pool, self._loop = self._pool, None, None
         if pool is not None:
             await pool.close()
@@ -92,8 +100,14 @@ class PgAsyncCalls:
         return self._pool is not None and asyncio.get_running_loop() is self._loop
 
     async def firing_with_attempts(self, firing_id: FiringId) -> tuple[Firing, list[Attempt]]:
-        rows = await self._read("firing_with_attempts", {"id": firing_id})
-        return firing_and_attempts(rows, firing_id)
+        return firing_and_attempts(await self._firings.get(firing_id) or [], firing_id)
+
+    async def _firings_rows(self, ids: Sequence[FiringId]) -> dict[FiringId, list[DictRow]]:
+        """``firing_with_attempts``' rows of each of ``ids`` found, in one statement."""
+        by_id: dict[FiringId, list[DictRow]] = defaultdict(list)
+        for row in await self._read("firings_with_attempts", {"ids": list(ids)}):
+            by_id[row["id"]].append(row)
+        return by_id
 
     async def get_job(self, namespace: str, name: str) -> Job:
         rows = await self._read("get_job", {"namespace": namespace, "name": name})
