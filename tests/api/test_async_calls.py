@@ -15,7 +15,7 @@ import threading
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any, TypeVar
@@ -29,7 +29,7 @@ from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import FiringId, Job, JobSpec
 from cronwheel.domain.schedules import every
 from cronwheel.domain.schedules import now as now_schedule
-from cronwheel.errors import FiringNotFoundError, StoreUnavailableError
+from cronwheel.errors import FiringNotFoundError, JobNotFoundError, StoreUnavailableError
 from cronwheel.server import create_app
 from cronwheel.store.postgres import PostgresStore
 from cronwheel.store.postgres.aio import PgAsyncCalls
@@ -503,3 +503,32 @@ def test_concurrent_reads_of_firings_answer_each_its_own_firing_as_the_stores_ca
     assert isinstance(answers[len(ids)], FiringNotFoundError)
     assert answers[-1] == expected[0]
     assert after_cancel[0].state is FiringState.CANCELLED
+
+
+def test_concurrent_reads_of_jobs_by_name_answer_each_its_own_job(pg: Pg) -> None:
+    """Reads of jobs by name at once go as one statement: each answers the job of its own
+    namespace and name, as the store's call; a name with no job (or only in another
+    namespace) is that read's JobNotFoundError."""
+    store = pg.store
+    now = datetime.now(UTC)
+    spec = JobSpec(name="x", task="report", schedule=every("1h"), namespace=NS)
+    names = ["a", "b", "c"]
+    for name in names:
+        store.create_job(replace(spec, name=name), first_fire_at=now + timedelta(hours=1))
+    store.create_job(
+        replace(spec, name="other-only", namespace="team-b"), first_fire_at=now + timedelta(hours=1)
+    )
+    keys = [(NS, "c"), (NS, "a"), (NS, "missing"), (NS, "other-only"), ("team-b", "other-only")]
+    keys.append((NS, "b"))
+
+    async def body(reads: PgAsyncCalls) -> list[Any]:
+        return await asyncio.gather(
+            *(reads.get_job(ns, name) for ns, name in keys), return_exceptions=True
+        )
+
+    answers = _on_reads(PostgresStore(PG_URL, schema=pg.schema, pool_size=2), body)
+    for (ns, name), answer in zip(keys, answers, strict=True):
+        if name == "missing" or (ns, name) == (NS, "other-only"):
+            assert isinstance(answer, JobNotFoundError), (ns, name, answer)
+        else:
+            assert answer == store.get_job(ns, name)

@@ -29,9 +29,9 @@ as on the thread path: the store's own one-statement creation follows the same r
 When the function leaves the creation to the full transaction (CW001, nothing written)
 it answers None, and the API runs that transaction as before.
 
-Concurrent reads of firings go as one statement (store/coalesced_reads.py: each is sent after it
-was asked; at most two such statements in flight), which is most of a firing's read
-saved when many are asked at once.
+Concurrent reads of firings, and of jobs by name, go as one statement of each kind
+(store/coalesced_reads.py: each is sent after it was asked; at most two such statements
+in flight), which is most of a read's cost saved when many are asked at once.
 
 The pool is opened on one loop (the API's lifespan) and serves that loop only: its
 connections wait through that loop's selector.
@@ -77,6 +77,7 @@ class PgAsyncCalls:
         self._pool: AsyncConnectionPool[AConn] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._firings: Coalesced[FiringId, list[DictRow]] = Coalesced(self._firings_rows)
+        self._jobs: Coalesced[tuple[str, str], DictRow] = Coalesced(self._jobs_rows)
 
     async def open(self) -> None:
         if self._pool is not None:
@@ -92,6 +93,7 @@ class PgAsyncCalls:
 
     async def close(self) -> None:
         await self._firings.close()
+        await self._jobs.close()
         pool, self._pool, self._loop = self._pool, None, None
         if pool is not None:
             await pool.close()
@@ -110,8 +112,14 @@ class PgAsyncCalls:
         return by_id
 
     async def get_job(self, namespace: str, name: str) -> Job:
-        rows = await self._read("get_job", {"namespace": namespace, "name": name})
-        return job_from_rows(rows, name)
+        row = await self._jobs.get((namespace, name))
+        return job_from_rows([] if row is None else [row], name)
+
+    async def _jobs_rows(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], DictRow]:
+        """``get_job``'s row of each (namespace, name) of ``keys`` found, in one statement."""
+        params = {"namespaces": [ns for ns, _ in keys], "names": [name for _, name in keys]}
+        rows = await self._read("get_jobs_by_names", params)
+        return {(row["namespace"], row["name"]): row for row in rows}
 
     async def create_job(
         self, spec: JobSpec, *, first_fire_at: datetime, valid_from: datetime, check_task: bool
