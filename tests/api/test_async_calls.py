@@ -461,7 +461,7 @@ def test_a_bad_create_body_in_the_lifespan_is_the_thread_paths_422_and_writes_no
 def test_concurrent_reads_of_firings_answer_each_its_own_firing_as_the_stores_call(
     pg: Pg,
 ) -> None:
-    """Many reads at once go as one statement (store/coalesced_reads.py): each answers its
+    """Many reads at once go as one statement (store/coalesced.py): each answers its
     own firing and attempts, as the store's own call does; an id with no firing is that
     read's FiringNotFoundError only; a read asked after a cancel committed sees it."""
     store = pg.store

@@ -351,3 +351,89 @@ def test_an_upsert_that_needs_a_decision_is_the_transactions(h: Harness) -> None
     assert (caught.value.quota, caught.value.field) == ("min_interval", "schedule")
     assert [j.spec.name for j in store.list_jobs(namespace=NS)] == ["first"]
     assert _used(store) == 1
+
+
+def _awaited_together(
+    store: PostgresStore, asked: list[tuple[JobSpec, datetime]], monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[Any], list[str]]:
+    """The store's AsyncCalls.create_job of each (spec, valid_from) of ``asked``, all asked
+    in one turn of an event loop; each one's answer (a Job, None, or its error) and the
+    statements that ran, by name."""
+    ran: list[str] = []
+    execute = psycopg.AsyncConnection.execute
+
+    async def recording(conn: Any, text: Any, *args: Any, **kw: Any) -> Any:
+        for name in ("create_jobs_one", "put_job_one"):
+            if text == store.db.q[name]:
+                ran.append(name)
+        return await execute(conn, text, *args, **kw)
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "execute", recording)
+
+    async def main() -> list[Any]:
+        calls = store.async_calls()
+        await calls.open()
+        try:
+            return await asyncio.gather(
+                *(
+                    calls.create_job(job, first_fire_at=FIRST, valid_from=since, check_task=False)
+                    for job, since in asked
+                ),
+                return_exceptions=True,
+            )
+        finally:
+            await calls.close()
+
+    return asyncio.run(main()), ran
+
+
+def test_creations_asked_together_are_one_statement_each_with_its_own_answer(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Concurrent creations share one statement: each answers its own job, as one made
+    alone; a name taken before, or by an earlier creation of the same statement, is that
+    one's 409 and charges nothing; the quota and the job set's version count each job."""
+    store = pg_store(h)
+    _create(h, "taken")  # the namespace's shards, and a name taken
+    version = store.jobs_version()
+    since = h.now() - timedelta(seconds=1)
+    names = ["a", "b", "taken", "c", "b"]
+    asked = [
+        (spec(n, namespace=NS, schedule=every(f"{i + 1}m")), since) for i, n in enumerate(names)
+    ]
+    answers, ran = _awaited_together(store, asked, monkeypatch)
+    assert ran == ["create_jobs_one"]
+    for (job, _), answer in zip(asked[:2] + asked[3:4], answers[:2] + answers[3:4], strict=True):
+        assert isinstance(answer, Job)
+        assert answer == store.get_job(NS, job.name)
+        assert answer.spec.schedule == job.schedule
+        assert answer.next_fire_at == FIRST
+    for conflict in (answers[2], answers[4]):
+        assert isinstance(conflict, ConflictError)
+        assert conflict.code == "job_exists"
+    assert store.get_job(NS, "b").spec.schedule == every("2m")  # the first "b" asked
+    assert _used(store) == 4
+    assert store.jobs_version() == version + 3
+
+
+def test_creations_asked_together_go_alone_when_one_must_decide(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One creation the statement cannot settle (the store's clock off its guess: CW001)
+    makes the shared statement write nothing; each is then made alone: that one is left
+    to the transaction (None), the others created."""
+    store = pg_store(h)
+    _create(h, "first")
+    now = h.now()
+    asked = [
+        (spec("x", namespace=NS), now - timedelta(seconds=1)),
+        (spec("off", namespace=NS), now + timedelta(hours=1)),  # a guess ahead of the clock
+        (spec("y", namespace=NS), now - timedelta(seconds=1)),
+    ]
+    answers, ran = _awaited_together(store, asked, monkeypatch)
+    assert ran == ["create_jobs_one", "put_job_one", "put_job_one", "put_job_one"]
+    assert isinstance(answers[0], Job) and isinstance(answers[2], Job)
+    assert answers[1] is None
+    names = sorted(j.spec.name for j in store.list_jobs(namespace=NS))
+    assert names == ["first", "x", "y"]
+    assert _used(store) == 3

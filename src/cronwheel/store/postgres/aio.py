@@ -30,8 +30,13 @@ When the function leaves the creation to the full transaction (CW001, nothing wr
 it answers None, and the API runs that transaction as before.
 
 Concurrent reads of firings, and of jobs by name, go as one statement of each kind
-(store/coalesced_reads.py: each is sent after it was asked; at most two such statements
-in flight), which is most of a read's cost saved when many are asked at once.
+(store/coalesced.py: each is sent after it was asked; at most two such statements in
+flight), which is most of a read's cost saved when many are asked at once. Concurrent
+creations go as one statement too (``create_jobs_one``, at most four in flight: a
+write's statement waits for its commit): one call of the same function per job, one
+commit for all. A creation the statement cannot settle (CW001) fails it whole, with
+nothing written, and each of its creations is then made alone, as before; a job's
+answer (created, its name taken, left to the transaction) is the one it gets alone.
 
 The pool is opened on one loop (the API's lifespan) and serves that loop only: its
 connections wait through that loop's selector.
@@ -47,6 +52,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, TypeVar
 
+import orjson
 import psycopg
 from psycopg.rows import DictRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -54,7 +60,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from cronwheel.domain.attempts import Attempt
 from cronwheel.domain.models import Firing, FiringId, Job, JobSpec
 from cronwheel.errors import CronwheelError, StoreError
-from cronwheel.store.coalesced_reads import Coalesced
+from cronwheel.store.coalesced import Coalesced
 from cronwheel.store.core.flows import firing_and_attempts, job_from_rows
 from cronwheel.store.postgres.db import (
     Database,
@@ -78,6 +84,11 @@ class PgAsyncCalls:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._firings: Coalesced[FiringId, list[DictRow]] = Coalesced(self._firings_rows)
         self._jobs: Coalesced[tuple[str, str], DictRow] = Coalesced(self._jobs_rows)
+        # at most 64 a statement (a statement that fails as a whole is made again one
+        # creation at a time); four in flight, as each waits for its commit
+        self._creates: Coalesced[_Creation, _Created] = Coalesced(
+            self._create_many, limit=64, flights=4
+        )
 
     async def open(self) -> None:
         if self._pool is not None:
@@ -94,6 +105,7 @@ class PgAsyncCalls:
     async def close(self) -> None:
         await self._firings.close()
         await self._jobs.close()
+        await self._creates.close()
         pool, self._pool, self._loop = self._pool, None, None
         if pool is not None:
             await pool.close()
@@ -128,9 +140,48 @@ class PgAsyncCalls:
         a store clock in ``[valid_from, first_fire_at)`` (the statement checks it); None
         when the full creation must decide (nothing written): the clock outside that
         range, or a decision of the quotas, or (``check_task``) a task no worker serves
-        while some worker has served tasks."""
+        while some worker has served tasks. Creations asked together share a statement
+        (module doc)."""
         params = create_params(spec, first_fire_at, check_task=check_task, valid_from=valid_from)
-        text, values = query(self.db.q["put_job_one"]), self.db.params(params)
+        outcome = await self._creates.get(_Creation(params))
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return None if outcome is None else created_job(spec, outcome)
+
+    async def _create_many(self, creations: Sequence[_Creation]) -> dict[_Creation, _Created]:
+        """Each creation's outcome: its rows (none: the name is taken), None (it must
+        decide), or its error. Many go as one statement (``create_jobs_one``); when that
+        statement fails as a whole (a creation must decide, or any error that left the
+        connection alive: nothing was written), each is made alone, as it would have
+        been. A connection lost under it fails each (it may have been written)."""
+        if len(creations) == 1:
+            return {creations[0]: await self._create_alone(creations[0])}
+        items = [{"ord": i, **c.params} for i, c in enumerate(creations, start=1)]
+        text = query(self.db.q["create_jobs_one"])
+        values = self.db.params({"items": orjson.dumps(items).decode()})
+
+        async def body(conn: AConn) -> list[DictRow] | None:
+            try:
+                return await (await conn.execute(text, values)).fetchall()
+            except psycopg.Error:
+                if conn.broken or conn.closed:
+                    raise
+                return None  # the statement wrote nothing: each goes alone
+
+        rows = await self._unit(body, write=True)
+        if rows is not None:
+            by_ord: dict[int, list[DictRow]] = defaultdict(list)
+            for row in rows:
+                by_ord[row["ord"]].append(row)
+            return {c: by_ord.get(i, []) for i, c in enumerate(creations, start=1)}
+        alone = await asyncio.gather(
+            *(self._create_alone(c) for c in creations), return_exceptions=True
+        )
+        return dict(zip(creations, alone, strict=True))
+
+    async def _create_alone(self, creation: _Creation) -> list[DictRow] | None:
+        """``put_job_one`` for one creation: its rows, or None when it must decide."""
+        text, values = query(self.db.q["put_job_one"]), self.db.params(creation.params)
 
         async def body(conn: AConn) -> list[DictRow] | None:
             try:
@@ -140,8 +191,7 @@ class PgAsyncCalls:
                     return None
                 raise
 
-        rows = await self._unit(body, write=True)
-        return None if rows is None else created_job(spec, rows)
+        return await self._unit(body, write=True)
 
     async def _read(self, name: str, params: Mapping[str, Any]) -> list[DictRow]:
         """One statement of this package's SQL, by Database.run's rules for a read."""
@@ -217,3 +267,17 @@ async def _getconn(pool: AsyncConnectionPool[AConn], timeout_s: float) -> AConn:
         except PoolTimeout:
             if time.monotonic() >= deadline:
                 raise
+
+
+class _Creation:
+    """One creation's ``put_job_one`` parameters; a key of its own (by identity) among
+    those asked together."""
+
+    __slots__ = ("params",)
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.params = params
+
+
+# a creation's rows (none: the name is taken), None (it must decide), or its error
+_Created = list[DictRow] | None | BaseException

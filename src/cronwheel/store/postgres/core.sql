@@ -86,7 +86,7 @@ SELECT * FROM jobs WHERE namespace = %(namespace)s AND name = %(name)s
 
 -- name: get_jobs_by_names
 -- get_job for many (namespace, name) at once (the API's concurrent reads of jobs by name,
--- store/coalesced_reads.py). The LIMIT keeps each lookup a walk of the unique index (a
+-- store/coalesced.py). The LIMIT keeps each lookup a walk of the unique index (a
 -- subquery not flattened into a join the planner could hash over the whole table).
 -- [jobs (namespace, name) unique]
 SELECT j.*

@@ -21,7 +21,7 @@ ORDER BY a.attempt
 
 -- name: firings_with_attempts
 -- firing_with_attempts for many firings at once (the API's concurrent reads of firings,
--- store/coalesced_reads.py): their rows by firing, each firing's attempts in order.
+-- store/coalesced.py): their rows by firing, each firing's attempts in order.
 -- [firings primary key, firing_attempts primary key]
 SELECT f.*, a.attempt AS a_attempt, a.worker_id AS a_worker_id, a.claimed_at AS a_claimed_at,
        a.started_at AS a_started_at, a.finished_at AS a_finished_at, a.outcome AS a_outcome,

@@ -100,3 +100,28 @@ FROM cronwheel_put_job(
     %(trace_context)s::text, :now, %(gap_us)s::bigint, %(min_interval_us)s::bigint,
     %(counts)s::boolean, %(check_task)s::boolean, %(valid_from)s::timestamptz,
     %(upsert)s::boolean) p
+
+-- name: create_jobs_one
+-- put_job_one's creation (upsert false) of many jobs in one autocommitted statement (the
+-- API's concurrent creations, store/postgres/aio.py): %(items)s a JSON array of
+-- put_job_one's parameters, each with its place (ord); a row per job created, none for
+-- a name taken (by another job, or by an earlier one of these). A creation that must
+-- decide raises CW001 and the statement writes nothing (each is then made alone).
+-- The JSON documents among the parameters come as JSON strings (text), as to
+-- put_job_one. [as put_job_one]
+SELECT p.ord, o.o_outcome AS outcome, (o.o_job).*
+FROM json_to_recordset(%(items)s::json) AS p(
+         ord integer, namespace text, name text, task text, schedule text, payload text,
+         policies text, spec_hash text, priority float8, max_attempts integer,
+         visibility_us bigint, paused boolean, next_fire_at timestamptz, shard smallint,
+         max_concurrency integer, overlap text, max_buffer integer, cancel_grace_us bigint,
+         start_deadline_us bigint, bounds text, remaining_runs integer, trace_context text,
+         gap_us bigint, min_interval_us bigint, counts boolean, check_task boolean,
+         valid_from timestamptz),
+     LATERAL cronwheel_put_job(
+         p.namespace, p.name, p.task, p.schedule::jsonb, p.payload::json, p.policies::jsonb,
+         p.spec_hash, p.priority, p.max_attempts, p.visibility_us, p.paused, p.next_fire_at,
+         p.shard, p.max_concurrency, p.overlap, p.max_buffer, p.cancel_grace_us,
+         p.start_deadline_us, p.bounds::jsonb, p.remaining_runs, p.trace_context, :now,
+         p.gap_us, p.min_interval_us, p.counts, p.check_task, p.valid_from, false) o
+ORDER BY p.ord

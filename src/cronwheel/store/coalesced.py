@@ -1,25 +1,27 @@
-"""Concurrent reads of one kind sent as one statement (by key), on an event loop.
+"""Concurrent calls of one kind sent as one statement, on an event loop.
 
 Under ``wrk`` (``cronwheel bench api``), a ``GET /v1/firings/{id}`` on PostgreSQL spent
 most of the API's CPU on the driver's round of one small statement: the pool's checkout
 and return, the prepared statement's send, the wait, the rows. Eight clients asking at
-once paid that eight times for eight rows of one index. Here the reads asked while
+once paid that eight times for eight rows of one index. Here the calls asked while
 statements are in flight wait, and go together as one statement for all their keys
-(``fetch``): one round for many answers.
+(``fetch``): one round for many answers. The API's reads of firings and of jobs by
+name, and its creations of jobs, go this way (store/postgres/aio.py).
 
-What a read promises does not change:
+What a call promises does not change:
 
-- **It is sent after it was asked.** A read never takes the answer of a statement
+- **It is sent after it was asked.** A call never takes the answer of a statement
   already in flight (which may have started before the caller's own write committed):
   it joins the next statement, so a caller reads its own writes as with one statement
-  each.
-- **Nothing waits for company.** A read asked while fewer than ``flights`` statements
+  each, and a write is made no earlier than asked.
+- **Nothing waits for company.** A call asked while fewer than ``flights`` statements
   are in flight goes at the next turn of the loop, with whatever else was asked in that
-  turn; only reads asked while ``flights`` are in flight wait, for the first of them to
+  turn; only calls asked while ``flights`` are in flight wait, for the first of them to
   end.
-- **A failure is each read's failure.** The statement's exception is raised in every
-  read it carried; a key the answer lacks is None (the caller's "not found").
-- A read whose caller went away (cancelled) is dropped from its answer, not from the
+- **A failure is each call's failure.** The statement's exception is raised in every
+  call it carried (``fetch`` may instead answer each key with its own outcome); a key
+  the answer lacks is None (the caller's "not found").
+- A call whose caller went away (cancelled) is dropped from its answer, not from the
   statement.
 """
 
@@ -36,7 +38,7 @@ Fetch = Callable[[Sequence[K]], Awaitable[Mapping[K, V]]]
 
 
 class Coalesced(Generic[K, V]):
-    """Reads by key through ``fetch`` (distinct keys, at most ``limit`` a statement),
+    """Calls by key through ``fetch`` (distinct keys, at most ``limit`` a statement),
     with at most ``flights`` statements in flight. One per event loop."""
 
     def __init__(self, fetch: Fetch[K, V], *, flights: int = 2, limit: int = 500) -> None:

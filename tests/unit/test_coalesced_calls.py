@@ -1,4 +1,4 @@
-"""Concurrent reads sent as one statement (store/coalesced_reads.py): each read is sent after it
+"""Concurrent reads sent as one statement (store/coalesced.py): each read is sent after it
 was asked and answered with its own key; at most ``flights`` statements in flight; a
 failure is each of its reads' failure; a caller that went away does not stall the
 others. Driven on a real event loop by a fetch the test controls (no timing)."""
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from cronwheel.store.coalesced_reads import Coalesced
+from cronwheel.store.coalesced import Coalesced
 
 
 class Db:
