@@ -29,7 +29,12 @@ from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import FiringId, Job, JobSpec
 from cronwheel.domain.schedules import every
 from cronwheel.domain.schedules import now as now_schedule
-from cronwheel.errors import FiringNotFoundError, JobNotFoundError, StoreUnavailableError
+from cronwheel.errors import (
+    ConflictError,
+    FiringNotFoundError,
+    JobNotFoundError,
+    StoreUnavailableError,
+)
 from cronwheel.server import create_app
 from cronwheel.store.postgres import PostgresStore
 from cronwheel.store.postgres.aio import PgAsyncCalls
@@ -532,3 +537,72 @@ def test_concurrent_reads_of_jobs_by_name_answer_each_its_own_job(pg: Pg) -> Non
             assert isinstance(answer, JobNotFoundError), (ns, name, answer)
         else:
             assert answer == store.get_job(ns, name)
+
+
+def test_an_enqueue_is_awaited_on_the_loop_and_what_needs_a_decision_takes_the_thread(
+    pg: Pg, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``POST /v1/firings`` of a served task is one statement awaited on the loop, with
+    the thread path's document; an unserved task, an Idempotency-Key and the namespace's
+    rate reached go to the thread path, which answers as before (422, 201 then 200, 429
+    with its retry-after, nothing written)."""
+    headers = pg.headers | {"Content-Type": "application/json"}
+    pg.store.register_node(worker_node("w1", pg.store.now(), tasks=["report"]))
+    threaded = TestClient(_app(pg.store))  # no lifespan: the thread path
+    threads = _Threads(monkeypatch)
+    with TestClient(_app(pg.store)) as client:
+        # the first of a task learns on a store thread that a worker serves it
+        first = client.post("/v1/firings", json={"task": "report"}, headers=headers)
+        learned = list(threads.names)
+        made = client.post("/v1/firings", json={"task": "report", "args": [7]}, headers=headers)
+        on_loop = list(threads.names)[len(learned) :]
+        unserved = client.post("/v1/firings", json={"task": "reprot"}, headers=headers)
+        keyed = [
+            client.post(
+                "/v1/firings", json={"task": "report"}, headers=headers | {"Idempotency-Key": "k-1"}
+            )
+            for _ in range(2)
+        ]
+        before_rate = list(threads.names)
+        pg.store.set_quota(NS, {"firings_per_minute": 1})
+        # two more: one at least finds this minute's one firing taken (the first may be a
+        # new minute's)
+        limited = [
+            client.post("/v1/firings", json={"task": "report"}, headers=headers) for _ in range(2)
+        ]
+        after_rate = list(threads.names)
+    assert first.status_code == 201, first.text
+    assert learned == ["principal_for", "_enqueue"]
+    assert made.status_code == 201, made.text
+    shown = threaded.get(f"/v1/firings/{made.json()['id']}", headers=headers)
+    assert shown.status_code == 200
+    assert {k: v for k, v in made.json().items() if k != "attempts"} == {
+        k: v for k, v in shown.json().items() if k != "attempts"
+    }
+    assert made.json()["args"] == [7] and made.json()["state"] == "queued"
+    assert on_loop == []  # on the loop: no store thread
+    assert (unserved.status_code, unserved.json()["error"]["field"]) == (422, "task")
+    assert [r.status_code for r in keyed] == [201, 200]
+    assert keyed[0].json()["id"] == keyed[1].json()["id"]
+    assert before_rate[len(learned) :].count("_enqueue") == 3  # unserved, keyed twice
+    statuses = [r.status_code for r in limited]
+    assert 429 in statuses
+    refused = limited[statuses.index(429)]
+    assert refused.json()["error"]["field"] == "quota.firings_per_minute"
+    assert 1 <= int(refused.headers["Retry-After"]) <= 60
+    assert after_rate[len(before_rate) :].count("_enqueue") >= 1  # the refusal's
+    queued = pg.store.list_firings(namespace=NS, limit=100)
+    # the fixture's, first, made, keyed once, and each 201 of the limited pair
+    assert len(queued) == 4 + statuses.count(201)
+
+
+def test_an_awaited_enqueue_of_a_name_taken_is_a_conflict_and_writes_nothing(pg: Pg) -> None:
+    spec = JobSpec(name="one", task="report", schedule=now_schedule(), namespace=NS)  # taken
+
+    async def body(reads: PgAsyncCalls) -> Any:
+        return await reads.enqueue_now(spec)
+
+    with pytest.raises(ConflictError) as caught:
+        _on_reads(PostgresStore(PG_URL, schema=pg.schema, pool_size=1), body)
+    assert caught.value.code == "job_exists"
+    assert len(pg.store.list_firings(namespace=NS, limit=10)) == 1  # the fixture's alone

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from cronwheel.api.auth import Principal, Reader, Writer, store_of
 from cronwheel.api.batch import batch_out, parse_item, served_once
-from cronwheel.api.calls import ApiRoute, awaited, store_read
+from cronwheel.api.calls import ApiRoute, async_calls_of, awaited, store_call, store_read
 from cronwheel.api.convert import (
     AsciiInt,
     decode_cursor,
@@ -35,7 +35,7 @@ from cronwheel.api.schemas_batch import (
     EnqueueBatchItem,
     FiringsBatchIn,
 )
-from cronwheel.api.traced import traced, traced_batch
+from cronwheel.api.traced import traced, traced_batch, tracing_on
 from cronwheel.domain.attempts import Attempt
 from cronwheel.domain.batch import BatchResult, run_batch
 from cronwheel.domain.error_text import error_summary
@@ -45,6 +45,7 @@ from cronwheel.domain.models import Firing, FiringId, JobSpec
 from cronwheel.domain.results import CancelResult
 from cronwheel.domain.schedules import NowSchedule
 from cronwheel.errors import FiringNotFoundError
+from cronwheel.store.async_port import AsyncCalls
 from cronwheel.store.bulk_port import KeyRef
 from cronwheel.store.protocol import ApiStore
 from cronwheel.web.ids import internal_id
@@ -238,7 +239,8 @@ def retry_firing(firing_id: FiringIdPath, principal: Writer, request: Request) -
 
 
 @router.post("/v1/firings", status_code=201, response_model=FiringOut, summary="Run a task now")
-def enqueue(
+@awaited
+async def enqueue(
     body: EnqueueIn,
     principal: Writer,
     request: Request,
@@ -253,6 +255,38 @@ def enqueue(
 ) -> dict[str, Any]:
     """A one-off firing of `task` due now (201); 422 naming `task` when no worker has
     ever served it (once any worker registered), unless `allow_unknown_task`."""
+    firing = None
+    if idempotency_key is None:
+        calls = async_calls_of(request)
+        firing = None if calls is None else await _enqueue_awaited(calls, principal, body, request)
+    if firing is None:
+        return await store_call(_enqueue, principal, body, request, response, idempotency_key)
+    return firing_to_json((await ids_ready(request)).firing(firing))
+
+
+async def _enqueue_awaited(
+    calls: AsyncCalls, principal: Principal, body: EnqueueIn, request: Request
+) -> Firing | None:
+    """The enqueue in one statement awaited on the loop (store/postgres/aio.py); None
+    when it is :func:`_enqueue`'s to make on a store thread: a traced write (its producer
+    span), a task not known to be served (the check reads the store), or the namespace's
+    ``firings_per_minute`` reached (the store's own call refuses with its retry-after)."""
+    if tracing_on(request):
+        return None
+    spec = _now_spec(principal, body)
+    if not body.allow_unknown_task and spec.task not in request.app.state.served_tasks:
+        return None
+    return await calls.enqueue_now(spec)
+
+
+def _enqueue(
+    principal: Principal,
+    body: EnqueueIn,
+    request: Request,
+    response: Response,
+    idempotency_key: str | None,
+) -> dict[str, Any]:
+    """An enqueue on a store thread (or on the loop, as the app runs its store calls)."""
     store = store_of(request)
     spec = _now_spec(principal, body)
     # as App.enqueue: a task no worker has served

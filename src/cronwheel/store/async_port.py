@@ -1,6 +1,7 @@
 """AsyncCalls: store calls awaited on an event loop, for the API's hottest requests: the
 reads of a firing and of a job by name (which a PUT of an unchanged job answers from),
-and a job's creation in one statement where it needs no decision.
+and a job's creation and an immediate enqueue in one statement where they need no
+decision.
 
 The API runs a store call in a thread (``api/calls.py``), which costs more CPU than a
 small read itself on PostgreSQL: the executor's queue, the loop's wake-up and the GIL
@@ -37,6 +38,13 @@ class AsyncCalls(Protocol):
 
     async def get_job(self, namespace: str, name: str) -> Job:
         """The store's ``get_job``: JobNotFoundError when there is none."""
+        ...
+
+    async def enqueue_now(self, spec: JobSpec) -> Firing | None:
+        """The store's ``enqueue_now`` of a one-shot job due now: its firing; or None,
+        with nothing written, when the store's own call must decide (the namespace's
+        ``firings_per_minute`` reached: it refuses with its retry-after). ConflictError
+        ``job_exists`` when the namespace has the name."""
         ...
 
     async def create_job(

@@ -60,7 +60,9 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from cronwheel.domain.attempts import Attempt
 from cronwheel.domain.models import Firing, FiringId, Job, JobSpec
 from cronwheel.errors import CronwheelError, StoreError
+from cronwheel.store import codec
 from cronwheel.store.coalesced import Coalesced
+from cronwheel.store.core.bulk import job_exists
 from cronwheel.store.core.flows import firing_and_attempts, job_from_rows
 from cronwheel.store.postgres.db import (
     Database,
@@ -69,6 +71,7 @@ from cronwheel.store.postgres.db import (
     query,
     retry_pause,
 )
+from cronwheel.store.postgres.dispatch import enqueue_now_params
 from cronwheel.store.postgres.jobs_quota import create_params, created_job, decides
 
 AConn = psycopg.AsyncConnection[DictRow]
@@ -181,11 +184,32 @@ class PgAsyncCalls:
 
     async def _create_alone(self, creation: _Creation) -> list[DictRow] | None:
         """``put_job_one`` for one creation: its rows, or None when it must decide."""
-        text, values = query(self.db.q["put_job_one"]), self.db.params(creation.params)
+        return await self._unless_decided("put_job_one", creation.params)
+
+    async def enqueue_now(self, spec: JobSpec) -> Firing | None:
+        """``Store.enqueue_now`` in its one statement (``enqueue_now_one``, as
+        ``PgDispatch.enqueue_now``); None when the transaction must decide, with nothing
+        written: over the namespace's ``firings_per_minute`` (it refuses with its
+        retry-after). A name the namespace has is 409."""
+        params = enqueue_now_params(spec, refuse=True)
+        rows = await self._unless_decided("enqueue_now_one", params, taken=spec)
+        return None if rows is None else codec.firing_from_row(rows[0])
+
+    async def _unless_decided(
+        self, name: str, params: Mapping[str, Any], *, taken: JobSpec | None = None
+    ) -> list[DictRow] | None:
+        """One autocommitted statement of a function that may leave the work to the
+        store's transaction (CW001, nothing written: None), by Database.run's rules for
+        a write. ``taken``: the job whose name a unique violation says is taken (409)."""
+        text, values = query(self.db.q[name]), self.db.params(params)
 
         async def body(conn: AConn) -> list[DictRow] | None:
             try:
                 return await (await conn.execute(text, values)).fetchall()
+            except psycopg.errors.UniqueViolation:
+                if taken is None:
+                    raise
+                raise job_exists(taken) from None
             except psycopg.Error as exc:
                 if decides(exc):
                     return None

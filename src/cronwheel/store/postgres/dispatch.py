@@ -151,7 +151,7 @@ class PgDispatch(CoreStore[Database]):
         (``Database.own_units`` false: a CW001 would leave its savepoint aborted)."""
         if not self.db.own_units:
             return super().enqueue_now(spec)
-        params = _enqueue_now_params(spec, refuse=True)
+        params = enqueue_now_params(spec, refuse=True)
         row = self.db.write(
             lambda tx: unless_decided(lambda: _enqueue_now_one(tx, spec, params)), atomic=False
         )
@@ -162,7 +162,7 @@ class PgDispatch(CoreStore[Database]):
     def _enqueue_now_in(self, tx: Tx, spec: JobSpec) -> Row:
         """``enqueue_now_one`` in the caller's transaction: over the rate, the charge it
         answers refuses (429) and the transaction rolls back."""
-        row = _enqueue_now_one(tx, spec, _enqueue_now_params(spec, refuse=False))
+        row = _enqueue_now_one(tx, spec, enqueue_now_params(spec, refuse=False))
         refuse_over_rate(
             "firings_per_minute",
             int(row["charge_limit"]),
@@ -239,7 +239,7 @@ class PgDispatch(CoreStore[Database]):
         return int(row["n"]) if row else 0
 
 
-def _enqueue_now_params(spec: JobSpec, *, refuse: bool) -> dict[str, Any]:
+def enqueue_now_params(spec: JobSpec, *, refuse: bool) -> dict[str, Any]:
     base_us, quantum_us = fair_steps(float(spec.policies.priority))
     return codec.job_params(spec) | {
         "base_us": base_us,
