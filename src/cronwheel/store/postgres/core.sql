@@ -84,16 +84,6 @@ SELECT coalesce((SELECT value::bigint FROM meta WHERE key = 'jobs_version'), 0)
 -- [jobs (namespace, name) unique]
 SELECT * FROM jobs WHERE namespace = %(namespace)s AND name = %(name)s
 
--- name: get_jobs_by_names
--- get_job for many (namespace, name) at once (the API's concurrent reads of jobs by name,
--- store/coalesced.py). The LIMIT keeps each lookup a walk of the unique index (a
--- subquery not flattened into a join the planner could hash over the whole table).
--- [jobs (namespace, name) unique]
-SELECT j.*
-FROM unnest(%(namespaces)s::text[], %(names)s::text[]) AS k(namespace, name),
-     LATERAL (SELECT * FROM jobs
-              WHERE jobs.namespace = k.namespace AND jobs.name = k.name LIMIT 1) j
-
 -- name: get_job_by_id
 -- [jobs primary key]
 SELECT * FROM jobs WHERE id = %(id)s

@@ -18,14 +18,3 @@ SELECT f.*, a.attempt AS a_attempt, a.worker_id AS a_worker_id, a.claimed_at AS 
 FROM firings f LEFT JOIN firing_attempts a ON a.firing_id = f.id
 WHERE f.id = %(id)s
 ORDER BY a.attempt
-
--- name: firings_with_attempts
--- firing_with_attempts for many firings at once (the API's concurrent reads of firings,
--- store/coalesced.py): their rows by firing, each firing's attempts in order.
--- [firings primary key, firing_attempts primary key]
-SELECT f.*, a.attempt AS a_attempt, a.worker_id AS a_worker_id, a.claimed_at AS a_claimed_at,
-       a.started_at AS a_started_at, a.finished_at AS a_finished_at, a.outcome AS a_outcome,
-       a.error AS a_error
-FROM firings f LEFT JOIN firing_attempts a ON a.firing_id = f.id
-WHERE f.id = ANY(%(ids)s::bigint[])
-ORDER BY f.id, a.attempt
