@@ -25,7 +25,7 @@ from cronwheel.api.convert import (
     query_instant,
 )
 from cronwheel.api.errors import HttpError
-from cronwheel.api.routes_jobs import JobName, require_served
+from cronwheel.api.routes_jobs import JobName, accepted_unread, require_served
 from cronwheel.api.schemas import CancelOut, EnqueueIn, FiringList, FiringOut, FiringStateName
 from cronwheel.api.schemas_batch import (
     KEY_FORMAT,
@@ -274,7 +274,7 @@ async def _enqueue_awaited(
     if tracing_on(request):
         return None
     spec = _now_spec(principal, body)
-    if not body.allow_unknown_task and spec.task not in request.app.state.served_tasks:
+    if not accepted_unread(request, spec.task, body.allow_unknown_task):
         return None
     return await calls.enqueue_now(spec)
 

@@ -133,8 +133,7 @@ async def _create_awaited(
     if window is None:
         return None
     first, valid_from = window
-    known: set[str] = request.app.state.served_tasks
-    check = not body.allow_unknown_task and spec.task not in known
+    check = not accepted_unread(request, spec.task, body.allow_unknown_task)
     return await calls.create_job(
         spec, first_fire_at=first, valid_from=valid_from, check_task=check
     )
@@ -285,14 +284,18 @@ def require_served(request: Request, task: str, allow: bool) -> None:
     (422 naming ``task``) unless the body allows it. A task once served stays served
     (the store never forgets one), so the tasks seen served are remembered by the app
     (``app.state.served_tasks``) and a job of one of them needs no store call."""
-    if allow:
-        return
-    known: set[str] = request.app.state.served_tasks
-    if task in known:
+    if accepted_unread(request, task, allow):
         return
     served = [t.task for t in store_of(request).served_tasks()]
-    known.update(served)
+    request.app.state.served_tasks.update(served)
     require_served_task(task, served)
+
+
+def accepted_unread(request: Request, task: str, allow: bool) -> bool:
+    """Whether :func:`require_served` accepts ``task`` with no store call: the body
+    allows an unknown task, or the app has seen a worker serve it."""
+    known: set[str] = request.app.state.served_tasks
+    return allow or task in known
 
 
 def _find(store: ApiStore, namespace: str, name: str) -> Job | None:

@@ -75,7 +75,7 @@ class Coalesced(Generic[K, V]):
 
     async def _fly(self) -> None:
         try:
-            await asyncio.sleep(0)  # the reads asked in this turn of the loop go together
+            await asyncio.sleep(0)  # the calls asked in this turn of the loop go together
             await self._send()
         finally:
             self._flying -= 1  # no await after the last look at _pending (see __init__)
