@@ -7,7 +7,9 @@ import os
 
 import pytest
 
-from cronwheel.bench.api import _cpu_delta, _machine_share, _on_this_host
+from cronwheel.bench.api import _machine_share
+from cronwheel.bench.cpu import cpu_delta as _cpu_delta
+from cronwheel.bench.cpu import on_this_host as _on_this_host
 
 
 def test_a_backend_started_in_the_row_counts_whole_and_one_gone_is_left_out() -> None:
@@ -36,3 +38,27 @@ def test_without_the_api_figure_only_the_parts_are_reported() -> None:
 def test_a_remote_server_is_not_read_from_this_hosts_processes() -> None:
     assert not _on_this_host("postgresql://u@db.example.com:5432/x")
     assert not _on_this_host("postgresql://u@10.1.2.3/x")
+
+
+def test_a_drain_charges_each_side_its_cpu_per_job_and_sums_them() -> None:
+    from cronwheel.bench.cpu import SideMeter
+
+    before = {"workers": {1: 1.0, 2: 1.0}, "server": {9: 4.0}}
+    # worker 2 ended (its CPU is lost), a backend 10 started during the drain
+    after = {"workers": {1: 1.3}, "server": {9: 4.1, 10: 0.2}}
+    assert SideMeter.per_item(before, after, 1000) == {
+        "workers": 300,
+        "server": 300,
+        "machine": 600,
+    }
+    assert SideMeter.per_item(before, after, 0) == {}
+
+
+def test_the_meter_reads_each_side_from_its_pids_at_each_reading() -> None:
+    from cronwheel.bench.cpu import SideMeter
+
+    seen: list[int] = []
+    meter = SideMeter({"me": lambda: seen or [os.getpid()], "none": list})
+    reading = meter.read()
+    assert set(reading["me"]) == {os.getpid()} and reading["me"][os.getpid()] > 0
+    assert reading["none"] == {}

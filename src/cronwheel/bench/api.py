@@ -56,6 +56,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
+from cronwheel.bench.cpu import cpu_by_pid, cpu_delta, on_this_host, postgres_pids, tree
 from cronwheel.bench.runner import TASK, fresh_store, store_kind
 from cronwheel.bench.soak import analyze
 from cronwheel.domain.clock import SystemClock
@@ -195,7 +196,7 @@ def run_api(
             "rows": {},
         }
         rows_out: dict[str, Any] = {}
-        server_here = store_kind(url) == "postgresql" and _on_this_host(url)
+        server_here = store_kind(url) == "postgresql" and on_this_host(url)
         with _api_server(url, api_workers, Path(tmp)) as (base, pids):
             order = ["firing_get", "jobs_list", "status", "upsert", "create", "enqueue"]
             for i, row in enumerate(sorted(plan, key=lambda r: order.index(r.name))):
@@ -207,11 +208,11 @@ def run_api(
                 if warm_up:
                     _wrk([*common, "-d1s", base, "--", *_args(row, f"w{prefix}")])
                 cpu0 = _cpu_seconds(pids())
-                server0 = _cpu_by_pid(_postgres_pids()) if server_here else {}
+                server0 = cpu_by_pid(postgres_pids()) if server_here else {}
                 wrk0 = _children_cpu_seconds()
                 doc = _wrk([*common, f"-d{duration_s:g}s", base, "--", *_args(row, f"m{prefix}")])
                 wrk_cpu = _children_cpu_seconds() - wrk0
-                server_cpu = _cpu_delta(server0, _cpu_by_pid(_postgres_pids()))
+                server_cpu = cpu_delta(server0, cpu_by_pid(postgres_pids()))
                 cpu = _cpu_seconds(pids())
                 requests = doc["requests"]
                 seconds = doc["duration_us"] / 1e6
@@ -279,7 +280,7 @@ def _api_server(
         try:
             base = f"http://127.0.0.1:{port}"
             _wait_ready(base, proc, log_dir / "api.log")
-            yield base, lambda: _tree(proc.pid)
+            yield base, lambda: tree(proc.pid)
         finally:
             proc.terminate()
             try:
@@ -304,76 +305,6 @@ def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     raise RuntimeError("cronwheel api did not answer /readyz within 60 s")
 
 
-def _tree(root: int) -> list[int]:
-    """``root`` and its descendants (from /proc; just ``root`` elsewhere)."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return [root]
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, ()))
-    return out
-
-
-def _on_this_host(url: str) -> bool:
-    """Whether the PostgreSQL server of ``url`` runs on this host (a loopback address or
-    a Unix socket, and ``postgres`` processes to read)."""
-    from psycopg.conninfo import conninfo_to_dict
-
-    host = str(conninfo_to_dict(url).get("host") or "")
-    local = host in ("", "localhost", "127.0.0.1", "::1") or host.startswith("/")
-    return local and bool(_postgres_pids())
-
-
-def _postgres_pids() -> list[int]:
-    """The pids of this host's ``postgres`` processes (none without /proc)."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    out = []
-    for entry in entries:
-        if entry.isdigit():
-            try:
-                if Path(f"/proc/{entry}/comm").read_text().strip() == "postgres":
-                    out.append(int(entry))
-            except OSError:
-                continue
-    return out
-
-
-def _cpu_by_pid(pids: list[int]) -> dict[int, float]:
-    """User + system CPU seconds of each of ``pids`` still running."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out = {}
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out[pid] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-    return out
-
-
-def _cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
-    """The CPU spent between two readings: a process started in between counts whole;
-    one that ended in between is lost (a backend's exit is rare in a row)."""
-    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
-
-
 def _children_cpu_seconds() -> float:
     """User + system CPU of this process's waited-for children (wrk's, once it ended)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -396,5 +327,5 @@ def _machine_share(api_us: int | None, server_us: float, wrk_us: float) -> dict[
 
 def _cpu_seconds(pids: list[int]) -> float | None:
     """User + system CPU seconds of ``pids`` (None without /proc, or when one ended)."""
-    each = _cpu_by_pid(pids)
+    each = cpu_by_pid(pids)
     return sum(each.values()) if len(each) == len(pids) else None

@@ -24,6 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from cronwheel.bench.cpu import SideMeter, on_this_host, postgres_pids, tree
 from cronwheel.domain.clock import SystemClock
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import JobPolicies, JobSpec
@@ -189,6 +190,9 @@ def _as_url(conninfo: str) -> str:
 # took measurable CPU from the processes under test, on a 2-core machine. Every figure
 # comes from the stored timestamps, so the poll interval changes none of them.
 POLL_S = 1.0
+# the drain polls four times a second: its CPU per job is read from the first poll that
+# saw a job done to the one that saw the last, most of a drain of a few seconds
+DRAIN_POLL_S = 0.25
 
 
 def wait_until(done: Callable[[], bool], timeout_s: float, interval_s: float = 0.2) -> bool:
@@ -413,8 +417,29 @@ def drain_on(
     for i in range(count):
         spec = JobSpec(name=f"{prefix}-{i}", task=TASK, schedule=now_schedule())
         ids.add(store.enqueue_now(spec).job_id)
-    with Cluster(url, workers, concurrency, tmp):
-        wait_until(lambda: report_progress(store, count, progress, base), 300, POLL_S)
+    with Cluster(url, workers, concurrency, tmp) as cluster:
+        cpu = _drain_meter(cluster, url)
+        readings: list[tuple[int, dict[str, dict[int, float]]]] = []
+
+        def done() -> bool:
+            n = done_count(store) - base
+            progress(n, count)
+            finished = _finished(store, count, base)
+            if n > 0 and (not readings or finished):
+                readings.append((n, cpu.read()))
+            return finished
+
+        wait_until(done, 300, DRAIN_POLL_S)
+    if len(readings) == 2:
+        (n0, before), (n1, after) = readings
+        # CPU per job of each side from the first poll that saw a job done to the one
+        # that saw the last: the workers' start-up is left out (see docs/benchmarks.md)
+        for side, us in SideMeter.per_item(before, after, n1 - n0).items():
+            result.figures[f"cpu_us_per_job_{side}"] = us
+        machine = result.figures.get("cpu_us_per_job_machine")
+        if machine:
+            cores = os.cpu_count() or 1
+            result.figures["cores_bound_jobs_per_s"] = round(cores * 1e6 / machine)
     collect(store, result, ids, floor=floor)
     firings = [f for f in all_firings(store, floor=floor) if f.job_id in ids and f.started_at]
     if firings:
@@ -435,6 +460,19 @@ def drain_on(
             span = (last - all_up).total_seconds()
             result.figures["jobs_per_s_all_workers_up"] = round(len(steady) / max(span, 1e-3))
     return result
+
+
+def _drain_meter(cluster: Cluster, url: str) -> SideMeter:
+    """The drain's sides: its workers, its scheduler, and the PostgreSQL server when it
+    runs on this host (every ``postgres`` process: the bench's own polls included)."""
+    workers = [p for p in cluster.procs if p not in cluster.schedulers]
+    sides: dict[str, Callable[[], list[int]]] = {
+        "workers": lambda: [pid for p in workers for pid in tree(p.pid)],
+        "scheduler": lambda: [pid for p in cluster.schedulers for pid in tree(p.pid)],
+    }
+    if store_kind(url) == "postgresql" and on_this_host(url):
+        sides["server"] = postgres_pids
+    return SideMeter(sides)
 
 
 def all_firings(store: Store, *, floor: int = 0) -> list[Any]:
