@@ -32,6 +32,7 @@ from cronwheel.domain.models import NodeInfo
 from cronwheel.domain.tzdb import tz_database
 from cronwheel.errors import StoreUnavailableError, ValidationError
 from cronwheel.observability.sinks import DispatcherSink, WorkerSink
+from cronwheel.worker.config import DEFAULT_CONCURRENCY
 from cronwheel.worker.waits import store_backoff
 from cronwheel.worker.worker import Worker, WorkerConfig
 
@@ -249,7 +250,7 @@ def serve(
     store_url: str,
     *,
     workers: int = 1,
-    concurrency: int = 16,
+    concurrency: int = DEFAULT_CONCURRENCY,
     log_args: list[str] | None = None,
     tasks_file: str | None = None,
     isolation: str = "auto",

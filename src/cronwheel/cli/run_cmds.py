@@ -18,6 +18,7 @@ from cronwheel.cli.common import (
     tracing_option,
     tzdata_option,
 )
+from cronwheel.worker.config import DEFAULT_CONCURRENCY
 
 _APP_HELP = "MODULE:APP of your cronwheel.App (default: the built-in example app)."
 
@@ -80,7 +81,7 @@ def tasks_option(f: F) -> F:
 @click.option(
     "--concurrency",
     type=click.IntRange(1, 1024),
-    default=16,
+    default=DEFAULT_CONCURRENCY,
     show_default=True,
     help="Handlers each worker runs at once.",
 )
@@ -212,7 +213,7 @@ def scheduler_command(
 @click.option(
     "--concurrency",
     type=click.IntRange(1, 1024),
-    default=16,
+    default=DEFAULT_CONCURRENCY,
     show_default=True,
     help="Handlers run at once.",
 )

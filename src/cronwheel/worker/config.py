@@ -16,10 +16,21 @@ from cronwheel.domain.models import ClaimedFiring, FiringId, NodeInfo
 from cronwheel.domain.tzdb import tz_database
 from cronwheel.errors import ValidationError
 
+# a worker's default concurrency (WorkerConfig.concurrency), also the CLI's and serve()'s
+DEFAULT_CONCURRENCY = 64
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerConfig:
-    concurrency: int = 16
+    # Handlers run at once. Each store call of a worker (a claim carrying outcomes, a
+    # start of held firings) takes at most the slots its handlers free, so this also
+    # sizes every batch, and the CPU a firing costs the worker and the database falls
+    # as it grows (`cronwheel bench drain`, PostgreSQL, 2 workers: 351-365 µs a job at
+    # 16, 272 at 32, 214-227 at 64, 206 at 128; docs/benchmarks.md). 64 is where that
+    # curve flattens. Sync handlers get a thread each (~15 kB of RSS); a job's own
+    # `max_concurrency` still bounds its firings; lower it for handlers that share a
+    # small resource (a connection pool).
+    concurrency: int = DEFAULT_CONCURRENCY
     prefetch: timedelta = timedelta(milliseconds=2000)
     poll_interval: timedelta = timedelta(seconds=1)
     heartbeat_interval: timedelta = timedelta(seconds=2)
