@@ -1241,3 +1241,19 @@ BEGIN
     RETURN QUERY SELECT v_used, v_limit, v_window, v_now_us;
 END
 $fn$;
+
+-- name: migration_26
+-- The finish counters' row trigger (migration_15, by transaction since migration_22)
+-- fires for a finish only, as SQLite's triggers do: a WHEN condition, tested before an
+-- event is queued. It fired on every insert and on every update naming finished_at, and
+-- the function tested the same inside: an enqueue's insert and a claim's update (which
+-- sets finished_at to NULL) each queued an after-trigger event and called the function
+-- for nothing, two of the three calls a drained firing made.
+DROP TRIGGER firings_count_finished ON firings;
+CREATE TRIGGER firings_count_finished AFTER INSERT ON firings
+FOR EACH ROW WHEN (NEW.finished_at IS NOT NULL)
+EXECUTE FUNCTION cronwheel_count_finished();
+CREATE TRIGGER firings_count_refinished AFTER UPDATE OF finished_at ON firings
+FOR EACH ROW WHEN (NEW.finished_at IS NOT NULL
+                   AND NEW.finished_at IS DISTINCT FROM OLD.finished_at)
+EXECUTE FUNCTION cronwheel_count_finished();
