@@ -437,3 +437,31 @@ def test_creations_asked_together_go_alone_when_one_must_decide(
     names = sorted(j.spec.name for j in store.list_jobs(namespace=NS))
     assert names == ["first", "x", "y"]
     assert _used(store) == 3
+
+
+def _used_by_shard(store: PostgresStore) -> dict[int, int]:
+    rows = store.db.read(
+        lambda tx: tx.conn.execute(
+            "SELECT shard, used FROM quota_jobs WHERE namespace = %s", (NS,)
+        ).fetchall()
+    )
+    return {int(r["shard"]): int(r["used"]) for r in rows}
+
+
+def test_creations_asked_together_charge_one_shard_of_the_jobs_counter(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One statement's creations take their jobs from one shard (migration_27: the
+    transaction's own first), so that it holds one of the eight until its commit, not
+    one per creation; every job is counted."""
+    store = pg_store(h)
+    _create(h, "first")  # the namespace's shards
+    before = _used_by_shard(store)
+    since = h.now() - timedelta(seconds=1)
+    asked = [(spec(f"s{i}", namespace=NS, schedule=every(f"{i + 1}m")), since) for i in range(6)]
+    answers, ran = _awaited_together(store, asked, monkeypatch)
+    assert ran == ["create_jobs_one"]
+    assert all(isinstance(a, Job) for a in answers)
+    after = _used_by_shard(store)
+    grew = {shard: after[shard] - before[shard] for shard in after if after[shard] != before[shard]}
+    assert list(grew.values()) == [6], grew

@@ -1257,3 +1257,73 @@ CREATE TRIGGER firings_count_refinished AFTER UPDATE OF finished_at ON firings
 FOR EACH ROW WHEN (NEW.finished_at IS NOT NULL
                    AND NEW.finished_at IS DISTINCT FROM OLD.finished_at)
 EXECUTE FUNCTION cronwheel_count_finished();
+
+-- name: migration_27
+-- A creation's shard of the jobs counter (cronwheel_create_job, migration_23): the
+-- transaction's own first, the one its id names (xid % 8, jobs_quota.SHARDS; a hint
+-- only: any free shard with room is taken otherwise, as before). The creations that
+-- one statement makes together (the API's, create_jobs_one) each took a shard at random,
+-- a statement of k jobs holding up to k of the 8 until its commit; with four such
+-- statements in flight, a creation found every shard held by the others (CW001) and its
+-- statement was made again, one creation at a time. Now one statement holds one shard
+-- (its own lock is not skipped), and statements of consecutive transactions hold
+-- different ones.
+CREATE OR REPLACE FUNCTION cronwheel_create_job(
+    p_namespace text, p_name text, p_task text, p_schedule jsonb, p_payload json,
+    p_policies jsonb, p_spec_hash text, p_priority double precision, p_max_attempts integer,
+    p_visibility_us bigint, p_paused boolean, p_next_fire_at timestamptz, p_shard smallint,
+    p_max_concurrency integer, p_overlap text, p_max_buffer integer,
+    p_cancel_grace_us bigint, p_start_deadline_us bigint, p_bounds jsonb,
+    p_remaining_runs integer, p_trace_context text, p_now timestamptz, p_gap_us bigint,
+    p_min_interval_us bigint, p_counts boolean, p_check_task boolean,
+    p_valid_from timestamptz)
+RETURNS SETOF jobs
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    created jobs;
+BEGIN
+    IF p_valid_from IS NOT NULL
+       AND NOT (p_valid_from <= p_now AND p_now < p_next_fire_at) THEN
+        RAISE EXCEPTION 'cronwheel: the clock is off its guess' USING ERRCODE = 'CW001';
+    END IF;
+    IF p_check_task AND EXISTS (SELECT 1 FROM served_tasks)
+       AND NOT EXISTS (SELECT 1 FROM served_tasks WHERE task = p_task) THEN
+        RAISE EXCEPTION 'cronwheel: task % is not served', p_task USING ERRCODE = 'CW001';
+    END IF;
+    IF p_gap_us IS NOT NULL AND p_gap_us < coalesce(
+           (SELECT min_interval_us FROM quotas WHERE namespace = p_namespace),
+           p_min_interval_us) THEN
+        RAISE EXCEPTION 'cronwheel: under min_interval' USING ERRCODE = 'CW001';
+    END IF;
+    INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
+                      max_attempts, visibility_us, paused, next_fire_at, created_at,
+                      updated_at, shard, max_concurrency, overlap, max_buffer,
+                      cancel_grace_us, start_deadline_us, bounds, remaining_runs,
+                      trace_context)
+    VALUES (p_namespace, p_name, p_task, p_schedule, p_payload, p_policies, p_spec_hash,
+            p_priority, p_max_attempts, p_visibility_us, p_paused, p_next_fire_at, p_now,
+            p_now, p_shard, p_max_concurrency, p_overlap, p_max_buffer, p_cancel_grace_us,
+            p_start_deadline_us, p_bounds, p_remaining_runs, p_trace_context)
+    ON CONFLICT (namespace, name) DO NOTHING
+    RETURNING * INTO created;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF p_counts THEN
+        UPDATE quota_jobs q SET used = q.used + 1, room = q.room - 1
+        FROM (SELECT shard FROM quota_jobs
+              WHERE namespace = p_namespace AND room >= 1
+              ORDER BY shard = (pg_current_xact_id()::text::bigint % 8) DESC, random()
+              LIMIT 1
+              FOR UPDATE SKIP LOCKED) pick
+        WHERE q.namespace = p_namespace AND q.shard = pick.shard;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'cronwheel: no free shard with room' USING ERRCODE = 'CW001';
+        END IF;
+    END IF;
+    INSERT INTO job_changes DEFAULT VALUES;
+    RETURN NEXT created;
+END
+$fn$;
