@@ -4,8 +4,9 @@ to each side of a workload (the API, the workers, the PostgreSQL server, wrk).""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from subprocess import Popen
 
 
 def tree(root: int) -> list[int]:
@@ -84,6 +85,21 @@ class SideMeter:
 
     def __init__(self, sides: dict[str, Callable[[], list[int]]]) -> None:
         self._sides = sides
+
+    @classmethod
+    def of_processes(
+        cls, workers: Sequence[Popen[bytes]], schedulers: Sequence[Popen[bytes]], *, server: bool
+    ) -> SideMeter:
+        """A drain's sides: its worker processes, its schedulers (each with its children),
+        and with ``server`` every ``postgres`` process of this host (a benchmark's own
+        reads included)."""
+        sides: dict[str, Callable[[], list[int]]] = {
+            "workers": lambda: [pid for p in workers for pid in tree(p.pid)],
+            "scheduler": lambda: [pid for p in schedulers for pid in tree(p.pid)],
+        }
+        if server:
+            sides["server"] = postgres_pids
+        return cls(sides)
 
     def read(self) -> dict[str, dict[int, float]]:
         return {name: cpu_by_pid(pids()) for name, pids in self._sides.items()}

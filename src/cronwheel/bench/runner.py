@@ -24,7 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from cronwheel.bench.cpu import SideMeter, on_this_host, postgres_pids, tree
+from cronwheel.bench.cpu import SideMeter, on_this_host
 from cronwheel.domain.clock import SystemClock
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import JobPolicies, JobSpec
@@ -418,7 +418,9 @@ def drain_on(
         spec = JobSpec(name=f"{prefix}-{i}", task=TASK, schedule=now_schedule())
         ids.add(store.enqueue_now(spec).job_id)
     with Cluster(url, workers, concurrency, tmp) as cluster:
-        cpu = _drain_meter(cluster, url)
+        procs = [p for p in cluster.procs if p not in cluster.schedulers]
+        server = store_kind(url) == "postgresql" and on_this_host(url)
+        cpu = SideMeter.of_processes(procs, cluster.schedulers, server=server)
         readings: list[tuple[int, dict[str, dict[int, float]]]] = []
 
         def done() -> bool:
@@ -460,19 +462,6 @@ def drain_on(
             span = (last - all_up).total_seconds()
             result.figures["jobs_per_s_all_workers_up"] = round(len(steady) / max(span, 1e-3))
     return result
-
-
-def _drain_meter(cluster: Cluster, url: str) -> SideMeter:
-    """The drain's sides: its workers, its scheduler, and the PostgreSQL server when it
-    runs on this host (every ``postgres`` process: the bench's own polls included)."""
-    workers = [p for p in cluster.procs if p not in cluster.schedulers]
-    sides: dict[str, Callable[[], list[int]]] = {
-        "workers": lambda: [pid for p in workers for pid in tree(p.pid)],
-        "scheduler": lambda: [pid for p in cluster.schedulers for pid in tree(p.pid)],
-    }
-    if store_kind(url) == "postgresql" and on_this_host(url):
-        sides["server"] = postgres_pids
-    return SideMeter(sides)
 
 
 def all_firings(store: Store, *, floor: int = 0) -> list[Any]:
