@@ -34,6 +34,9 @@ from cronwheel.errors import InvalidScheduleError, NoFiringInHorizonError
 __all__ = ["CronSchedule", "instant_arg"]
 
 _TINY = timedelta(microseconds=1)
+# each expression's (zone, policies) latest search: (after, its answer) (_next_any_day)
+_LAST_NEXT: dict[tuple[str, ZoneInfo, str, str], tuple[datetime, Resolved | None]] = {}
+_LAST_NEXT_MAX = 4096
 
 
 def instant_arg(t: datetime) -> datetime:
@@ -231,9 +234,23 @@ class CronSchedule:
         return rules.never_allows(frozenset((d - 1) % 7 for d in cron_days), day)
 
     def _next_any_day(self, t: datetime, budget: StepBudget) -> Resolved | None:
-        return next_instant(
-            self._expr.next_wall, self.zone, self.gap, self.overlap, t, budget=budget
-        )
+        """The first instant after ``t`` (any day), remembered per expression, zone and
+        policies (``_LAST_NEXT``): the answer found after ``since`` is the answer after
+        every ``t`` from ``since`` up to it, as no instant lies between. The API's
+        creations of one schedule and the dispatcher's jobs sharing an expression (all
+        due at one instant, then all asking for the next) compute it once."""
+        zone = self.zone  # the tz database's current zone: a new database, a new key
+        key = (self.expr, zone, self.gap, self.overlap)
+        last = _LAST_NEXT.get(key)
+        if last is not None:
+            since, found = last
+            if since <= t and (found is None or t < found.utc):
+                return found
+        found = next_instant(self._expr.next_wall, zone, self.gap, self.overlap, t, budget=budget)
+        if len(_LAST_NEXT) >= _LAST_NEXT_MAX:
+            _LAST_NEXT.clear()
+        _LAST_NEXT[key] = (t, found)
+        return found
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
