@@ -31,12 +31,17 @@ from cronwheel.domain.tz import (
 )
 from cronwheel.errors import InvalidScheduleError, NoFiringInHorizonError
 
-__all__ = ["CronSchedule", "instant_arg"]
+__all__ = ["CronSchedule", "forget_searches", "instant_arg"]
 
 _TINY = timedelta(microseconds=1)
 # each expression's (zone, policies) latest search: (after, its answer) (_next_any_day)
 _LAST_NEXT: dict[tuple[str, ZoneInfo, str, str], tuple[datetime, Resolved | None]] = {}
 _LAST_NEXT_MAX = 4096
+
+
+def forget_searches() -> None:
+    """Forget every schedule's latest search (a benchmark timing the search itself)."""
+    _LAST_NEXT.clear()
 
 
 def instant_arg(t: datetime) -> datetime:
