@@ -233,15 +233,12 @@ def server_started_at(url: str | None) -> str | None:
             time.sleep(1.0)
 
 
-def _finished(store: Store, n: int, base: int = 0) -> bool:
-    """Nothing active, and ``n`` more finishes in status' last hour than ``base``."""
+def _progress(store: Store, n: int, base: int = 0) -> tuple[int, bool]:
+    """From one read of status: the finishes in its last hour beyond ``base``, and
+    whether the run is over (nothing active, and ``n`` of them)."""
     st = store.status()
-    return (
-        st.counts.get("queued", 0) == 0
-        and st.counts.get("claimed", 0) == 0
-        and st.counts.get("running", 0) == 0
-        and (sum(v for k, v in st.counts.items() if k not in ACTIVE) >= n + base)
-    )
+    done = sum(v for k, v in st.counts.items() if k not in ACTIVE) - base
+    return done, done >= n and all(st.counts.get(state, 0) == 0 for state in ACTIVE)
 
 
 def collect(store: Store, result: BenchResult, job_ids: set[int], *, floor: int = 0) -> list[float]:
@@ -424,9 +421,8 @@ def drain_on(
         readings: list[tuple[int, dict[str, dict[int, float]]]] = []
 
         def done() -> bool:
-            n = done_count(store) - base
+            n, finished = _progress(store, count, base)
             progress(n, count)
-            finished = _finished(store, count, base)
             if n > 0 and (not readings or finished):
                 readings.append((n, cpu.read()))
             return finished
@@ -478,8 +474,9 @@ def report_progress(
 ) -> bool:
     """Update the progress bar; True when every expected firing has finished (``base``:
     the finishes status counted before the run)."""
-    progress(done_count(store) - base, count)
-    return _finished(store, count, base)
+    done, finished = _progress(store, count, base)
+    progress(done, count)
+    return finished
 
 
 def done_count(store: Store) -> int:
