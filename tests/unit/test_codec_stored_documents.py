@@ -1,10 +1,14 @@
 """A job's stored schedule and policies: from SQLite's JSON text and from PostgreSQL's
-jsonb mapping, the same objects; cached, and the mapping cache bounded."""
+jsonb mapping, the same objects; cached, and the memo behind the mapping cache bounded
+(domain/memo.py, also parse_cron's)."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+
+from cronwheel.domain.memo import remembered
 from cronwheel.domain.models import JobPolicies
 from cronwheel.domain.schedules import cron, every
 from cronwheel.store import codec
@@ -26,17 +30,28 @@ def test_mappings_in_another_key_order_are_the_same_schedule() -> None:
     assert codec.schedule_from_stored(reordered) == codec.schedule_from_stored(doc) == every("5m")
 
 
-def test_the_mapping_cache_is_emptied_when_full_and_still_answers() -> None:
+def test_the_memo_is_emptied_when_full_and_still_answers() -> None:
     cache: dict[str, int] = {}
-    made: list[object] = []
+    made: list[str] = []
 
-    def make(value: object) -> int:
-        made.append(value)
+    def make(key: str) -> int:
+        made.append(key)
         return len(made)
 
-    assert codec._by_repr(cache, {"a": 1}, make, 2) == 1
-    assert codec._by_repr(cache, {"a": 1}, make, 2) == 1  # cached: not made again
-    assert codec._by_repr(cache, {"b": 2}, make, 2) == 2
-    assert codec._by_repr(cache, {"c": 3}, make, 2) == 3  # full: emptied, then kept
-    assert cache == {repr({"c": 3}): 3}
-    assert len(made) == 3
+    assert remembered(cache, "a", lambda: make("a"), 2) == 1
+    assert remembered(cache, "a", lambda: make("a"), 2) == 1  # remembered: not made again
+    assert remembered(cache, "b", lambda: make("b"), 2) == 2
+    assert remembered(cache, "c", lambda: make("c"), 2) == 3  # full: emptied, then kept
+    assert cache == {"c": 3}
+    assert made == ["a", "b", "c"]
+
+
+def test_an_error_is_raised_and_not_remembered() -> None:
+    cache: dict[str, int] = {}
+
+    def fail() -> int:
+        raise ValueError("no")
+
+    with pytest.raises(ValueError, match="no"):
+        remembered(cache, "x", fail, 2)
+    assert cache == {}

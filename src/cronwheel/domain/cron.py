@@ -61,6 +61,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from cronwheel.domain.memo import remembered
 from cronwheel.domain.transitions import StepBudget
 from cronwheel.errors import InvalidScheduleError
 
@@ -291,14 +292,9 @@ def parse_cron(expr: str) -> CronExpr:
     expressions parsed are remembered (an API server parses the same few again and
     again); errors are not.
     """
-    hit = _PARSED.get(expr) if isinstance(expr, str) else None
-    if hit is not None:
-        return hit
-    parsed = _parse(expr)
-    if len(_PARSED) >= _PARSED_MAX:
-        _PARSED.clear()
-    _PARSED[expr] = parsed
-    return parsed
+    if not isinstance(expr, str):
+        return _parse(expr)  # refused, naming the type
+    return remembered(_PARSED, expr, lambda: _parse(expr), _PARSED_MAX)
 
 
 def _parse(expr: str) -> CronExpr:

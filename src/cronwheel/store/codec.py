@@ -8,11 +8,12 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from cronwheel.domain.attempts import Attempt, AttemptOutcome
 from cronwheel.domain.clock import ClockEstimate
 from cronwheel.domain.firing import FiringState
+from cronwheel.domain.memo import remembered
 from cronwheel.domain.models import (
     ClaimedFiring,
     Epoch,
@@ -134,7 +135,7 @@ def schedule_from_stored(value: Any) -> Schedule:
     # a mapping is keyed by its repr: jsonb hands each document's keys in one order (its
     # own), and a repr costs a fifth of a sorted json.dumps (`bench api`'s jobs list
     # made two a row); a mapping in another order is only another entry
-    return _by_repr(_SCHEDULES, value, schedule_from_dict, 16384)
+    return remembered(_SCHEDULES, repr(value), lambda: schedule_from_dict(value), 16384)
 
 
 @lru_cache(maxsize=16384)
@@ -147,7 +148,7 @@ def policies_from_stored(value: Any) -> JobPolicies:
     claims and scans see the same few policy documents over and over."""
     if isinstance(value, str):
         return _policies_cached(value)
-    return _by_repr(_POLICIES, value, JobPolicies.from_dict, 4096)
+    return remembered(_POLICIES, repr(value), lambda: JobPolicies.from_dict(value), 4096)
 
 
 @lru_cache(maxsize=4096)
@@ -155,21 +156,9 @@ def _policies_cached(text: str) -> JobPolicies:
     return JobPolicies.from_dict(json.loads(text))
 
 
+# jsonb documents by repr (schedule_from_stored, policies_from_stored)
 _SCHEDULES: dict[str, Schedule] = {}
 _POLICIES: dict[str, JobPolicies] = {}
-V = TypeVar("V")
-
-
-def _by_repr(cache: dict[str, V], value: Any, make: Callable[[Any], V], bound: int) -> V:
-    """``make(value)`` cached by ``repr(value)``; the cache is emptied when full (its
-    documents are a deployment's few schedules and policies)."""
-    key = repr(value)
-    made = cache.get(key)
-    if made is None:
-        if len(cache) >= bound:
-            cache.clear()
-        made = cache[key] = make(value)
-    return made
 
 
 def _opt_rfc3339(text: str | None) -> datetime | None:
