@@ -13,6 +13,7 @@ from cronwheel.api.errors import install_error_handlers
 from cronwheel.api.fast import FastRoutes
 from cronwheel.api.guard import DEFAULT_MAX_BODY, BodyGuard
 from cronwheel.api.schemas import ErrorOut
+from cronwheel.api.write_group import WriteGroup
 from cronwheel.domain.clock import Clock, SystemClock
 from cronwheel.observability.tracing_switch import tracing_wanted
 from cronwheel.store.protocol import ApiStore
@@ -105,8 +106,12 @@ def create_api(
     if fast_routes and not validate_responses:
         app.add_middleware(FastRoutes, api=app)  # inside ServingMode: its mode applies
     if store_calls_on_loop or not validate_responses:
+        grouping = getattr(store, "write_group", None) if store_calls_on_loop else None
         app.add_middleware(
-            ServingMode, on_loop=store_calls_on_loop, unchecked=not validate_responses
+            ServingMode,
+            on_loop=store_calls_on_loop,
+            unchecked=not validate_responses,
+            group=None if grouping is None else WriteGroup(grouping),
         )
     app.add_middleware(BodyGuard, max_body=max_body)
     return app

@@ -52,6 +52,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
+from cronwheel.api.write_group import WriteGroup
 from cronwheel.store.async_port import AsyncCalls
 
 T = TypeVar("T")
@@ -64,6 +65,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _ON_LOOP: ContextVar[bool] = ContextVar("cronwheel_store_calls_on_loop", default=False)
 _UNCHECKED: ContextVar[bool] = ContextVar("cronwheel_unchecked_answers", default=False)
+_GROUP: ContextVar[WriteGroup | None] = ContextVar("cronwheel_write_group", default=None)
 _SUB_RESPONSE = "cronwheel_sub_response"  # the parameter that receives FastAPI's Response
 
 
@@ -103,6 +105,16 @@ async def store_call(func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     context = contextvars.copy_context()
     call = functools.partial(context.run, func, *args, **kwargs)
     return await asyncio.get_running_loop().run_in_executor(_STORE_THREADS.get(), call)
+
+
+async def store_write(func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """A write endpoint's ``func(*args, **kwargs)``: in this turn's :class:`WriteGroup`
+    (one transaction with the other writes of the turn) when the app runs its store
+    calls on the loop and its store groups writes; else as :func:`store_call`."""
+    group = _GROUP.get()
+    if group is None or not _ON_LOOP.get():
+        return await store_call(func, *args, **kwargs)
+    return await group.run(functools.partial(func, *args, **kwargs))
 
 
 async def store_read(
@@ -266,18 +278,24 @@ class ApiRoute(APIRoute):
 
 class ServingMode:
     """Pure ASGI: the requests under it run their store calls on the event loop
-    (``on_loop``) and write their answers unvalidated (``unchecked``)."""
+    (``on_loop``), their writes in ``group`` (:func:`store_write`), and write their
+    answers unvalidated (``unchecked``)."""
 
-    def __init__(self, app: ASGIApp, *, on_loop: bool, unchecked: bool) -> None:
+    def __init__(
+        self, app: ASGIApp, *, on_loop: bool, unchecked: bool, group: WriteGroup | None = None
+    ) -> None:
         self.app = app
         self.on_loop = on_loop
         self.unchecked = unchecked
+        self.group = group
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         loop_token = _ON_LOOP.set(self.on_loop)
         unchecked_token = _UNCHECKED.set(self.unchecked)
+        group_token = _GROUP.set(self.group)
         try:
             await self.app(scope, receive, send)
         finally:
+            _GROUP.reset(group_token)
             _UNCHECKED.reset(unchecked_token)
             _ON_LOOP.reset(loop_token)

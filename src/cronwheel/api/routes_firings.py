@@ -15,7 +15,13 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from cronwheel.api.auth import Principal, Reader, Writer, store_of
 from cronwheel.api.batch import batch_out, parse_item, served_once
-from cronwheel.api.calls import ApiRoute, async_calls_of, awaited, store_call, store_read
+from cronwheel.api.calls import (
+    ApiRoute,
+    async_calls_of,
+    awaited,
+    store_read,
+    store_write,
+)
 from cronwheel.api.convert import (
     AsciiInt,
     decode_cursor,
@@ -260,7 +266,7 @@ async def enqueue(
         calls = async_calls_of(request)
         firing = None if calls is None else await _enqueue_awaited(calls, principal, body, request)
     if firing is None:
-        return await store_call(_enqueue, principal, body, request, response, idempotency_key)
+        return await store_write(_enqueue, principal, body, request, response, idempotency_key)
     return firing_to_json((await ids_ready(request)).firing(firing))
 
 

@@ -13,7 +13,13 @@ from pydantic import AfterValidator
 
 from cronwheel.api.auth import Principal, Reader, Writer, store_of
 from cronwheel.api.batch import batch_out, parse_item, served_once
-from cronwheel.api.calls import ApiRoute, async_calls_of, awaited, store_call, store_read
+from cronwheel.api.calls import (
+    ApiRoute,
+    async_calls_of,
+    awaited,
+    store_read,
+    store_write,
+)
 from cronwheel.api.convert import (
     AsciiInt,
     decode_cursor,
@@ -107,7 +113,7 @@ async def create_job(body: JobCreate, principal: Writer, request: Request) -> di
     calls = async_calls_of(request)
     job = None if calls is None else await _create_awaited(calls, store, principal, body, request)
     if job is None:
-        job = await store_call(_create, store, principal, body, request)
+        job = await store_write(_create, store, principal, body, request)
     return job_out(await ids_ready(request), job, upcoming=UPCOMING)
 
 
@@ -212,7 +218,7 @@ async def put_job(
         # again, or a newer one, which this PUT then precedes)
         response.status_code = 200
         return job_out(await ids_ready(request), existing, upcoming=UPCOMING, changed=False)
-    return await store_call(_put, store, existing, name, body, principal, request, response)
+    return await store_write(_put, store, existing, name, body, principal, request, response)
 
 
 def _unchanged(

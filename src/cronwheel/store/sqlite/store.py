@@ -10,6 +10,7 @@ Wake-ups are UDP datagrams to the workers' registered addresses (wakeup.Doorbell
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,11 @@ class SqliteStore(SqliteDispatch, SqliteClaims):
 
     def close(self) -> None:
         self.db.close()
+
+    def write_group(self) -> AbstractContextManager[None]:
+        """The writes this thread makes inside it in one transaction (SqliteDb.grouped:
+        group commit, each write a savepoint of it); the API's WriteGroup uses it."""
+        return self.db.grouped()
 
     def open_wakeup(self, callback: Callable[[], None]) -> Wakeup:
         return UdpWakeup(callback)
