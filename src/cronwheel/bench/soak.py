@@ -3,10 +3,16 @@ baseline) and on one holding N days of it, at the design's rate, each reported a
 ratio (loaded / baseline).
 
 The baseline is not an empty store: the reads of a scrape, the dashboard and
-``explain`` take bounded samples (the newest N firings, the last 100 of each job
-shown, an hour of a job's occurrences), which an empty store leaves empty, so that a
-ratio to it would measure the sample, not the history. Three hours fill every sample;
-what differs between the two sides is the depth of history alone.
+``explain`` take bounded samples (the newest N firings, the newest ``SAMPLE`` (100)
+firings of each job shown, an hour of a job's occurrences), which an empty store
+leaves empty, so that a ratio to it would measure the sample, not the history. The
+baseline holds enough to fill every sample (:func:`base_days`: each job's 100 newest
+firings, and at least three hours); what differs between the two sides is the depth
+of history alone, and never more than half of the loaded side's. (Until 2026-12-05
+it held three hours: 125 firings a job at the design's rate, but 12 at a tenth of
+it, so that a soak at a tenth of the rate measured the jobs page's sample filling up,
+a ratio of 2.5-3.0; with the sample full on both sides, 2,000 jobs at a tenth of the
+rate, the page cost 21.9 ms over 2.4 days of history and 24.1 ms over 30.)
 
 Each side gets a fresh store with ``jobs`` recurring jobs, then ``days x rate``
 finished firings, generated in the engine (``load_history``: one
@@ -67,6 +73,7 @@ from cronwheel.domain.fates import explain
 from cronwheel.domain.models import ClaimedFiring, JobSpec
 from cronwheel.domain.schedules import every
 from cronwheel.domain.schedules import now as now_schedule
+from cronwheel.observability.lateness import SAMPLE
 from cronwheel.store.protocol import Completion, Store
 from cronwheel.store.url import sqlite_path
 
@@ -77,7 +84,15 @@ WARM_CALLS = 40  # 5 calls on each of the store pool's 8 connections
 PRUNING_DRAIN = 10  # the drain during the retention pass: this many times ``count`` jobs
 PRUNING_DRAIN_MIN = 5_000  # and at least this many (several seconds: see the module doc)
 DAY = timedelta(days=1)
-BASE_DAYS = 3 / 24  # the baseline's history: three hours
+BASE_DAYS = 3 / 24  # the baseline's history: at least three hours (base_days)
+
+
+def base_days(days: float, rate: int, jobs: int) -> float:
+    """The baseline's days of history: enough for each of ``jobs`` to have its newest
+    ``SAMPLE`` firings (the jobs page's sample) with a quarter to spare (a tenth of the
+    history goes to one-shot jobs), and at least ``BASE_DAYS``; at most half of the
+    loaded side's ``days``."""
+    return min(max(BASE_DAYS, 1.25 * SAMPLE * jobs / rate), days / 2)
 
 
 def _median_ms(fn: Callable[[], Any], calls: int = 5, warm: int = 0) -> float:
@@ -203,6 +218,7 @@ def _side(
     store_url: str | None,
     *,
     days: float,
+    loaded: bool,
     rate: int,
     jobs: int,
     count: int,
@@ -221,10 +237,10 @@ def _side(
         keep = {"keep_for": (days + 1) * 86400, "keep_last": 1}
         store.set_retention("default", keep)
         t0 = time.monotonic()
-        loaded = load(store, days=days, rate=rate, jobs=jobs, first_job=first_job)
+        history = load(store, days=days, rate=rate, jobs=jobs, first_job=first_job)
         analyze(url)
         doc["load_s"] = round(time.monotonic() - t0, 1)
-        doc["history_firings"] = loaded
+        doc["history_firings"] = history
         floor = int(store.list_firings(limit=1)[0].id)
         doc |= hot_paths(store)
         doc |= _reads(store)
@@ -239,9 +255,9 @@ def _side(
         doc["precision_p99_ms"] = precision.lateness_ms.get("p99")
         doc["lost"] = herd.lost + drain.lost + precision.lost
         doc["duplicated"] = herd.duplicated + drain.duplicated + precision.duplicated
-        if days > BASE_DAYS:
+        if loaded:
             size = store_bytes(store)
-            held = loaded + 3 * count
+            held = history + 3 * count
             doc["store_bytes"] = size
             doc["bytes_per_firing"] = round(size / held)
             doc["steady_state_bytes"] = round(days * rate * size / held)
@@ -319,8 +335,8 @@ def run_soak(
         "concurrency": concurrency,
         "progress": progress,
     }
-    empty = _side(store_url, days=BASE_DAYS, **args)
-    loaded = _side(store_url, days=days, **args)
+    empty = _side(store_url, days=base_days(days, rate, jobs), loaded=False, **args)
+    loaded = _side(store_url, days=days, loaded=True, **args)
     load_avg = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return {
         "workload": "soak",

@@ -58,6 +58,7 @@ _NOW = re.compile(r"(?<![:\w]):now\b")
 NOW_SQL = "(coalesce(%(_pin)s::timestamptz, now()) + %(_off)s::interval)"
 
 _WHERE = "/*where*/"
+_LIMIT = "LIMIT %(limit)s"
 _TX_RETRIES = 5  # serialization failures and deadlocks
 _READ_RETRIES = 2  # connection errors on reads; on writes that sent no COMMIT
 _GETCONN_SLICE_S = 0.5  # see Database._getconn
@@ -74,6 +75,25 @@ def query(text: str) -> LiteralString:
     (mypy treats LiteralString as str; the annotation documents the promise.)
     """
     return text
+
+
+def fixed_limit(text: str, params: Mapping[str, Any] | None) -> str:
+    """``text`` with its ``LIMIT %(limit)s`` written as the integer ``params`` give.
+
+    A statement whose LIMIT is a parameter is planned again at every call: PostgreSQL
+    costs its generic plan as if the limit were a tenth of the rows (for the firings:
+    millions), so the custom plans, planned with the value, always look cheaper. Over
+    a month of day partitions of firings that planning was most of a call (a page of
+    the newest 50 firings: 3 ms of planning, 0.5 ms of execution). With the limit in
+    the text, the generic plan is costed for the limit it has, and chosen after the
+    fifth call as for any prepared statement. A limit is one of a few values (a page's
+    size, a batch's), so a statement per value stays within psycopg's prepared ones."""
+    if params is None or _LIMIT not in text:
+        return text
+    limit = params.get("limit")
+    if type(limit) is not int:  # never text: only an int is written into the statement
+        return text
+    return text.replace(_LIMIT, f"LIMIT {limit}")
 
 
 @dataclass(eq=False)
@@ -124,7 +144,7 @@ class PgTx:
         return self.conn.execute(query(text), self.db.params(params))
 
     def all(self, name: str, params: Mapping[str, Any] | None = None) -> list[DictRow]:
-        cur = self.execute(self.db.q[name], params)
+        cur = self.execute(fixed_limit(self.db.q[name], params), params)
         try:
             return cur.fetchall()
         except psycopg.ProgrammingError:  # the statement returned no row set
@@ -135,12 +155,13 @@ class PgTx:
         return rows[0] if rows else None
 
     def run(self, name: str, params: Mapping[str, Any] | None = None) -> int:
-        return self.execute(self.db.q[name], params).rowcount
+        return self.execute(fixed_limit(self.db.q[name], params), params).rowcount
 
     def filtered(
         self, name: str, where: str, params: Mapping[str, Any] | None = None
     ) -> list[DictRow]:
-        return self.execute(self.db.q[name].replace(_WHERE, where), params).fetchall()
+        text = fixed_limit(self.db.q[name].replace(_WHERE, where), params)
+        return self.execute(text, params).fetchall()
 
     def script(self, text: str) -> None:
         self.db.stalls.unwatch(self.conn)  # a migration may legitimately take long
