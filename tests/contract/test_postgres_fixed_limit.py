@@ -32,9 +32,7 @@ def test_a_page_of_firings_is_planned_once_per_connection(h: Harness) -> None:
     clause, params = filters.firings(store.db, namespace="default")
 
     def body(tx: Any) -> tuple[list[int], Any]:
-        pages = [
-            len(tx.filtered("list_firings", clause, params | {"limit": 2})) for _ in range(15)
-        ]
+        pages = [len(tx.filtered("list_firings", clause, params | {"limit": 2})) for _ in range(15)]
         plans = tx.conn.execute(
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
             "WHERE statement LIKE '%%ORDER BY id DESC LIMIT 2'"
