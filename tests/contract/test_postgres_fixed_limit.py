@@ -1,8 +1,9 @@
 """PostgreSQL: a statement's ``LIMIT %(limit)s`` goes to the server as the integer it is
-(store/postgres/db.py ``fixed_limit``), so that a statement over the day partitions of
-firings is planned once per connection, not at every call: with the limit a parameter,
-the server costs its generic plan as if the limit were a tenth of the rows and plans
-every call afresh (3 ms a call with a month of partitions, for 0.5 ms of execution)."""
+(store/postgres/planning.py ``fixed_limit``), so that a statement over the day partitions
+of firings is planned once per connection, not at every call: with the limit a
+parameter, the server costs its generic plan as if the limit were a tenth of the rows
+and plans every call afresh (3 ms a call with a month of partitions, for 0.5 ms of
+execution)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from cronwheel.domain.schedules import now as now_schedule
 from cronwheel.store.core import filters
 from cronwheel.store.postgres import PostgresStore
-from cronwheel.store.postgres.db import fixed_limit
+from cronwheel.store.postgres.planning import fixed_limit
 from tests.contract.conftest import Harness, spec
 from tests.contract.pg_harness import postgres_harness
 

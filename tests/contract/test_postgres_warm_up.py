@@ -1,7 +1,8 @@
 """PostgreSQL: each new connection of the store's pool plans the claim's and the start's
-statements when it is opened (claims.sql ``warm_up``, db.py ``Database._warm_up``), so
-that no firing waits, at its instant, for its worker's session to plan them for every
-day partition (29-33 ms with a month of partitions). The warm-up writes nothing."""
+statements when it is opened (claims.sql ``warm_up``, store/postgres/planning.py
+``warm_up``), so that no firing waits, at its instant, for its worker's session to plan
+them for every day partition (29-33 ms with a month of partitions). The warm-up writes
+nothing."""
 
 from __future__ import annotations
 

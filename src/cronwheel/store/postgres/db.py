@@ -27,9 +27,10 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, LiteralString, Protocol, TypeVar
 
 import psycopg
@@ -45,6 +46,7 @@ from cronwheel.store.postgres.ha import (
     session_conninfo,
     with_hosts,
 )
+from cronwheel.store.postgres.planning import fixed_limit, warm_up
 from cronwheel.store.sql import load_package_queries, load_queries
 
 T = TypeVar("T")
@@ -58,7 +60,6 @@ _NOW = re.compile(r"(?<![:\w]):now\b")
 NOW_SQL = "(coalesce(%(_pin)s::timestamptz, now()) + %(_off)s::interval)"
 
 _WHERE = "/*where*/"
-_LIMIT = "LIMIT %(limit)s"
 _TX_RETRIES = 5  # serialization failures and deadlocks
 _READ_RETRIES = 2  # connection errors on reads; on writes that sent no COMMIT
 _GETCONN_SLICE_S = 0.5  # see Database._getconn
@@ -75,25 +76,6 @@ def query(text: str) -> LiteralString:
     (mypy treats LiteralString as str; the annotation documents the promise.)
     """
     return text
-
-
-def fixed_limit(text: str, params: Mapping[str, Any] | None) -> str:
-    """``text`` with its ``LIMIT %(limit)s`` written as the integer ``params`` give.
-
-    A statement whose LIMIT is a parameter is planned again at every call: PostgreSQL
-    costs its generic plan as if the limit were a tenth of the rows (for the firings:
-    millions), so the custom plans, planned with the value, always look cheaper. Over
-    a month of day partitions of firings that planning was most of a call (a page of
-    the newest 50 firings: 3 ms of planning, 0.5 ms of execution). With the limit in
-    the text, the generic plan is costed for the limit it has, and chosen after the
-    fifth call as for any prepared statement. A limit is one of a few values (a page's
-    size, a batch's), so a statement per value stays within psycopg's prepared ones."""
-    if params is None or _LIMIT not in text:
-        return text
-    limit = params.get("limit")
-    if type(limit) is not int:  # never text: only an int is written into the statement
-        return text
-    return text.replace(_LIMIT, f"LIMIT {limit}")
 
 
 @dataclass(eq=False)
@@ -266,19 +248,10 @@ class Database:
     ) -> ConnectionPool[Conn]:
         options = self.pool_options(size, timeout_s, name)
         if warm and not self.pooled:  # a transaction pooler's server sessions are not ours
-            options["configure"] = self._warm_up
+            options["configure"] = partial(warm_up, text=self.q["warm_up"])
         pool: ConnectionPool[Conn] = ConnectionPool(conninfo, connection_class=Conn, **options)
         pool.open(wait=False)
         return pool
-
-    def _warm_up(self, conn: Conn) -> None:
-        """A new connection's first statements (claims.sql ``warm_up``): the claim's and
-        the start's plans made now, in the pool's thread, not at a firing's instant
-        (their first call in a session plans them for every day partition: 29-33 ms with
-        a month of them). Nothing is written. Before ``migrate`` (no functions yet), or
-        on a standby, it fails, and the first call plans them as before."""
-        with suppress(psycopg.Error):
-            conn.execute(query(self.q["warm_up"]))
 
     def close(self) -> None:
         self.stalls.close()
