@@ -110,9 +110,10 @@ async def store_call(func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
 async def store_write(func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """A write endpoint's ``func(*args, **kwargs)``: in this turn's :class:`WriteGroup`
     (one transaction with the other writes of the turn) when the app runs its store
-    calls on the loop and its store groups writes; else as :func:`store_call`."""
+    calls on the loop and its store groups writes (ServingMode sets a group only
+    then); else as :func:`store_call`."""
     group = _GROUP.get()
-    if group is None or not _ON_LOOP.get():
+    if group is None:
         return await store_call(func, *args, **kwargs)
     return await group.run(functools.partial(func, *args, **kwargs))
 

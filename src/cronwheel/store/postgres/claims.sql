@@ -168,10 +168,10 @@ WHERE id = ANY (%(ids)s::bigint[]) AND worker_id = %(worker_id)s
 -- name: warm_up
 -- Run once on each new pooled connection (planning.py warm_up, the pool's configure):
 -- the two statements a firing waits on at its instant, the claim and a held firing's
--- start, planned in this session now rather than at a firing's instant. A session plans a function's
--- statements at their first call, for every day partition of firings: with a month of
--- them, 29 ms for cronwheel_start and 33 ms for cronwheel_claim_fast, then 0.5-1.4 ms a
--- call. Both calls match nothing: firing id 0 does not exist (ids start at 1), and the
+-- start, planned in this session now rather than at a firing's instant. A session
+-- plans a function's statements at their first call, for every day partition of
+-- firings: with a month of them, 29 ms for cronwheel_start and 33 ms for
+-- cronwheel_claim_fast, then 0.5-1.4 ms a call. Both calls match nothing: firing id 0 does not exist (ids start at 1), and the
 -- claim scans and takes at most 0 firings of a task named '' (a task has a name).
 SELECT (SELECT count(*) FROM cronwheel_start('[[0, ""]]'::json, ARRAY[now()]::timestamptz[],
                                              now())) AS started,

@@ -151,9 +151,9 @@ class SqliteDb:
         """One write transaction under SQLite's writer lock (BEGIN IMMEDIATE); the
         workers are woken after it commits if it asked to. Inside :meth:`grouped` on
         the group's thread, a savepoint of the group's transaction instead."""
-        group = self._group
-        if group is not None and group[0] == threading.get_ident():
-            with self._savepoint(group[1]) as tx:
+        outer = self._group_tx()
+        if outer is not None:
+            with self._savepoint(outer) as tx:
                 yield tx
             return
         conn = self.conn
@@ -200,7 +200,7 @@ class SqliteDb:
         checkpointed once: the commit and its checkpoint's fsync were most of what a
         small write cost. Reads made inside see the group's earlier writes, as they
         would once committed. Other threads wait for the group as for any write."""
-        if self._group is not None and self._group[0] == threading.get_ident():
+        if self._group_tx() is not None:
             yield  # already inside one: its writes join it
             return
         with self.transaction() as tx:
@@ -209,6 +209,11 @@ class SqliteDb:
                 yield
             finally:
                 self._group = None
+
+    def _group_tx(self) -> SqliteTx | None:
+        """The transaction of the group this thread is inside (:meth:`grouped`), if any."""
+        group = self._group
+        return group[1] if group is not None and group[0] == threading.get_ident() else None
 
     @contextmanager
     def _savepoint(self, outer: SqliteTx) -> Iterator[SqliteTx]:
