@@ -83,6 +83,45 @@ def test_outcomes_and_starts_go_together_each_a_compare_and_swap(harness: Harnes
     assert harness.store.complete_and_start([], "w", starts) == ([], set())  # started once
 
 
+def test_ready_is_called_once_before_the_start_and_a_cancel_meanwhile_wins(
+    harness: Harness,
+) -> None:
+    """complete_and_start's ``ready`` (the worker's wait for the instant) runs before the
+    start is written, with and without outcomes: a cancel made while it waits wins (the
+    handler never runs), and the other held firing starts at the store's time after it."""
+    _queued(harness, 3)
+    ran, held, gone = harness.store.claim("w", tasks=["t"], limit=3, start=1)
+    assert [c.started for c in (ran, held, gone)] == [True, False, False]
+    calls: list[str] = []
+
+    def ready() -> None:
+        calls.append("ready")
+        assert harness.store.get_firing(held.firing.id).state is FiringState.CLAIMED
+        assert harness.store.cancel_firing(gone.firing.id).outcome == "cancelled"
+        harness.advance(S)
+
+    at = harness.now() + S
+    starts = [(held.firing.id, held.claim_token), (gone.firing.id, gone.claim_token)]
+    accepted, started = harness.store.complete_and_start(
+        [_completion(harness, ran)], "w", starts, ready=ready, not_before=at
+    )
+    assert calls == ["ready"] and accepted == [True] and started == {held.firing.id}
+    held_ = harness.store.get_firing(held.firing.id)
+    assert held_.state is FiringState.RUNNING and held_.started_at == harness.now() == at
+    assert harness.store.get_firing(gone.firing.id).state is FiringState.CANCELLED
+    # without outcomes, and without claims: ready still runs once, first
+    _queued(harness, name="late")
+    (late,) = harness.store.claim("w", tasks=["t"], limit=1, start=0)
+    assert harness.store.complete_and_start(
+        [], "w", [(late.firing.id, late.claim_token)], ready=lambda: calls.append("alone")
+    ) == ([], {late.firing.id})
+    assert harness.store.complete_and_start([], "w", [], ready=lambda: calls.append("none")) == (
+        [],
+        set(),
+    )
+    assert calls == ["ready", "alone", "none"]
+
+
 def test_a_held_firing_cannot_complete_before_it_starts(harness: Harness) -> None:
     _queued(harness)
     (held,) = harness.store.claim("w", tasks=["t"], limit=1, start=0)

@@ -21,7 +21,8 @@ from tests.contract.pg_harness import postgres_harness
 _PLANNED = """
 SELECT ident FROM pg_backend_memory_contexts
 WHERE name = 'PL/pgSQL function'
-  AND (ident LIKE 'cronwheel_start(%%' OR ident LIKE 'cronwheel_claim_fast(%%'
+  AND (ident LIKE 'cronwheel_start(%%' OR ident LIKE 'cronwheel_start_at(%%'
+       OR ident LIKE 'cronwheel_claim_fast(%%'
        OR ident LIKE 'cronwheel_claim_scan(%%')
 """
 
@@ -44,7 +45,12 @@ def test_a_new_connection_of_the_pool_has_planned_the_claim_and_the_start(h: Har
     finally:
         for c in held:
             pool.putconn(c)
-    want = {"cronwheel_start", "cronwheel_claim_fast", "cronwheel_claim_scan"}
+    want = {
+        "cronwheel_start",
+        "cronwheel_start_at",
+        "cronwheel_claim_fast",
+        "cronwheel_claim_scan",
+    }
     assert seen == [want] * store.db.pool_size
 
 

@@ -51,12 +51,13 @@ class Writes:
         completions: Sequence[Completion],
         worker_id: str,
         claims: Sequence[tuple[FiringId, str]],
+        **at: Any,  # ready, not_before
     ) -> tuple[list[bool], set[FiringId]]:
         if completions and self.fail_carry:
             self.fail_carry = False
             self.refused += len(completions)
             raise StoreUnavailableError("injected: the store did not answer")
-        accepted, started = self._store.complete_and_start(completions, worker_id, claims)
+        accepted, started = self._store.complete_and_start(completions, worker_id, claims, **at)
         self.sent["start"] += sum(accepted)
         return accepted, started
 

@@ -20,6 +20,12 @@ class WorkerPort(Protocol):
     #: firings). Where writers run side by side (PostgreSQL), joining them only makes one
     #: wait for the other, and a worker writes each on its own connection.
     one_writer: bool
+    #: True where ``complete_and_start``'s ``not_before`` is waited for by the database
+    #: server, on its own clock, in the statement that writes the start (PostgreSQL): the
+    #: worker's ``ready`` then returns a few tenths of a millisecond before the instant,
+    #: and the statement's round trip covers the rest. False: the start is written when
+    #: ``ready`` returns, which is then at the instant.
+    waits_for_instant: bool
 
     """The worker's port: claims, heartbeats, outcomes, wake-ups, its node record."""
 
@@ -89,12 +95,21 @@ class WorkerPort(Protocol):
         completions: Sequence[Completion],
         worker_id: str,
         claims: Sequence[tuple[FiringId, str]],
+        ready: Callable[[], None] | None = None,
+        not_before: datetime | None = None,
     ) -> tuple[list[bool], set[FiringId]]:
         """``complete(completions)`` and ``start(worker_id, claims)``, with one commit where
         the store can: the held firings that take the slots of handlers that finished
         start in the transaction that records those handlers' outcomes. Returns
         complete's flags and start's firings. If it raises, neither happened, or (a
-        connection lost at commit) it is unknown: resending both is safe."""
+        connection lost at commit) it is unknown: resending both is safe.
+
+        ``ready``, when given, is called once before anything is written, after the
+        store has got ready for the write (a connection checked out, the statement's
+        path run on no firing): the worker waits there for the held firings' instant,
+        so that the start at the instant runs on warm caches. ``not_before``: the
+        instant, on the store's clock; a store that ``waits_for_instant`` writes no start
+        before it."""
         ...
 
     def heartbeat(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:

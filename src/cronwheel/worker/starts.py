@@ -11,13 +11,25 @@ sleep ends up to a millisecond late (epoll and libuv count in milliseconds), and
 hop to the store's thread adds a few tenths more. So a held firing's wait on the loop
 ends ``START_LEAD_S`` before its instant, and the call carries the batch's latest
 instant (``not_before``): the store's thread waits out the rest (a sleep the kernel
-ends within tens of microseconds) and only then writes the start. RUNNING is still
-written at the instant, never before it; the lead only moves the waiting off the loop.
+ends within tens of microseconds, then a spin of ``SPIN_S``) and only then writes the
+start. RUNNING is still written at the instant, never before it; the lead only moves
+the waiting off the loop.
+
+**On warm caches.** After 100 ms idle, the code a start runs is cold: the pool's
+checkout took 85 us instead of 4, PostgreSQL's start 1.3-1.4 ms instead of 0.35
+(docs/benchmarks.md, "A held firing's start on warm caches"). So the store's thread
+calls the store ``PRIME_S`` before the instant, and the store runs the start's path
+on no firing before calling ``ready``, the wait for the instant (WorkerPort
+``complete_and_start``). A store that ``waits_for_instant`` (PostgreSQL) has its
+server wait on its own clock: ``ready`` returns ``SERVER_WAIT_S`` early, and the
+statement's round trip overlaps the rest of the wait.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 
@@ -30,7 +42,31 @@ StartCall = Callable[[Sequence[tuple[FiringId, str]], datetime], Awaitable[set[F
 # How long before a held firing's instant its wait on the loop ends (module doc).
 # Measured with `cronwheel bench precision` (SQLite, 2 cores): from the instant to the
 # store's thread took 1.3 ms at the median and 2.7 ms at p99 without a lead.
-START_LEAD_S = 0.003
+START_LEAD_S = 0.005
+# How long before the instant the store's thread calls the store, which warms the
+# start's path before its ``ready`` waits for the instant (module doc): a primed start
+# measured 0.77 ms from the call to the write, 1.26 ms unprimed, 0.48 ms hot.
+PRIME_S = 0.0015
+# How long before the instant ``ready`` returns on a store that waits for the instant
+# on its server: under one round trip of the start (0.35 ms hot, module doc).
+SERVER_WAIT_S = 0.0004
+# The last part of a wait for an instant is spun, not slept: a timed wait ends up to a
+# few tenths of a millisecond late on a loaded host.
+SPIN_S = 0.0003
+
+_NEVER_SET = threading.Event()  # waited on for a time: never set
+
+
+def wait_until(deadline: float) -> None:
+    """Block this thread until ``time.monotonic()`` reaches ``deadline``: a timed wait
+    on the monotonic clock (time.sleep fails under libfaketime:
+    tests/faults/test_node_clocks.py), then a spin of at most ``SPIN_S``."""
+    left = deadline - time.monotonic()
+    if left > SPIN_S:
+        _NEVER_SET.wait(left - SPIN_S)
+    while time.monotonic() < deadline:
+        pass
+
 
 _RETRY_S = (0.05, 0.1, 0.25, 0.5, 1.0)
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -59,14 +58,19 @@ from cronwheel.worker.hooks import AttemptHooks
 from cronwheel.worker.outcomes import Outcomes
 from cronwheel.worker.registry import TaskRegistry
 from cronwheel.worker.slots import Slots
-from cronwheel.worker.starts import START_LEAD_S, Starter
+from cronwheel.worker.starts import (
+    PRIME_S,
+    SERVER_WAIT_S,
+    START_LEAD_S,
+    Starter,
+    wait_until,
+)
 from cronwheel.worker.threads import HandlerThreads
 from cronwheel.worker.waits import until_available, wait_any
 
 __all__ = ["Worker", "WorkerConfig", "WorkerStats", "make_worker_id"]
 
 T = TypeVar("T")
-_NEVER_SET = threading.Event()  # waited on for a time (the start's last wait)
 
 
 class Worker:
@@ -151,15 +155,15 @@ class Worker:
         done = self._outcomes.take() if joined else []
         wait_s = min(START_LEAD_S, (not_before - self.clock.now()).total_seconds())
         at = time.monotonic() + wait_s
+        # the store's server waits for the instant itself: ready returns before it
+        ready_at = at - SERVER_WAIT_S if self.store.waits_for_instant else at
         store_start = partial(self.store.complete_and_start, done, self.worker_id, claims)
 
         def at_instant() -> tuple[list[bool], set[FiringId]]:
-            left = at - time.monotonic()
-            if left > 0:
-                # a timed wait on the monotonic clock, as the loop's own: time.sleep
-                # fails under libfaketime (tests/faults/test_node_clocks.py)
-                _NEVER_SET.wait(left)
-            return store_start()
+            if at <= time.monotonic():
+                return store_start(not_before=not_before)  # late: nothing to warm up for
+            wait_until(at - PRIME_S)  # the store warms the start's path, then waits
+            return store_start(ready=partial(wait_until, ready_at), not_before=not_before)
 
         with self._outcomes.carrying() if joined else contextlib.nullcontext():
             try:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Sequence
-from datetime import timedelta
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from cronwheel.domain.models import ClaimedFiring, FiringId
@@ -17,10 +17,12 @@ from cronwheel.store.core.dialect import Dialect
 from cronwheel.store.records import Completion
 
 D = TypeVar("D", bound=Dialect)
+Ready = Callable[[], None] | None  # complete_and_start's (WorkerPort)
 
 
 class WorkFlows(AdminFlows[D]):
     one_writer: bool  # the WorkerPort's: each engine says
+    waits_for_instant = False  # the WorkerPort's: PostgreSQL's server waits (claims.py)
 
     @abstractmethod
     def _claim(self, ask: ClaimAsk) -> list[ClaimedFiring]:
@@ -38,10 +40,14 @@ class WorkFlows(AdminFlows[D]):
 
     @abstractmethod
     def _complete_and_start(
-        self, completions: Sequence[Completion], params: dict[str, Any]
+        self,
+        completions: Sequence[Completion],
+        params: dict[str, Any],
+        ready: Ready,
+        not_before: datetime | None,
     ) -> tuple[list[bool], set[FiringId]]:
         """complete_and_start() with both parts, in one transaction; ``params``: start's
-        (``_start_params``)."""
+        (``_start_params``); ``ready`` called before the transaction begins."""
 
     def claim(
         self,
@@ -76,10 +82,16 @@ class WorkFlows(AdminFlows[D]):
         must not be called."""
         if not claims:
             return set()
-        return self._started(self._start_params(claims))
+        return self._started(self._start_params(claims), None, None)
 
-    def _started(self, params: dict[str, Any]) -> set[FiringId]:
-        """``start`` in a transaction of its own, with ``_start_params``' parameters."""
+    def _started(
+        self, params: dict[str, Any], ready: Ready, not_before: datetime | None
+    ) -> set[FiringId]:
+        """``start`` in a transaction of its own, with ``_start_params``' parameters,
+        once ``ready`` returned (this engine writes the start when it is called:
+        ``not_before`` is the caller's to wait for)."""
+        if ready is not None:
+            ready()
         rows = self.db.write(lambda tx: tx.all("start", params), atomic=False)
         return {FiringId(r["id"]) for r in rows}
 
@@ -88,13 +100,18 @@ class WorkFlows(AdminFlows[D]):
         completions: Sequence[Completion],
         worker_id: str,
         claims: Sequence[tuple[FiringId, str]],
+        ready: Ready = None,
+        not_before: datetime | None = None,
     ) -> tuple[list[bool], set[FiringId]]:
         """The completions and the starts, in one transaction when there are both."""
         if not claims:
+            if ready is not None:
+                ready()
             return self.complete(completions), set()
+        params = self._start_params(claims)
         if not completions:
-            return [], self.start(worker_id, claims)
-        return self._complete_and_start(completions, self._start_params(claims))
+            return [], self._started(params, ready, not_before)
+        return self._complete_and_start(completions, params, ready, not_before)
 
     def _start_params(self, claims: Sequence[tuple[FiringId, str]]) -> dict[str, Any]:
         """``start``'s parameters: the claims as one JSON array of [id, token]."""

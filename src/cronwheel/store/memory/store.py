@@ -70,6 +70,7 @@ class MemoryStore(ApiMethods, RetentionMethods, TzMethods):
     """The Store in this process's memory (see the module docstring)."""
 
     one_writer = True  # one lock serializes every method (WorkerPort)
+    waits_for_instant = False  # the start is written when ready returns (WorkerPort)
 
     # -- lifecycle ----------------------------------------------------------------------
     def migrate(self) -> int:
@@ -248,7 +249,11 @@ class MemoryStore(ApiMethods, RetentionMethods, TzMethods):
         completions: Sequence[Completion],
         worker_id: str,
         claims: Sequence[tuple[FiringId, str]],
+        ready: Callable[[], None] | None = None,
+        not_before: datetime | None = None,
     ) -> tuple[list[bool], set[FiringId]]:
+        if ready is not None:
+            ready()  # the start is written when it returns (waits_for_instant is false)
         with self._tx() as data:
             accepted = work.complete(data, completions)
             return accepted, {FiringId(i) for i in work.start(data, claims, self._now_us())}

@@ -137,6 +137,14 @@ RETURNING f.*, j.policies::text AS job_policies, j.trace_context AS job_trace
 UPDATE firings f SET buffered_at = coalesce(f.buffered_at, :now)
 WHERE f.id = ANY (%(ids)s::bigint[]) AND f.scheduled_for = ANY (%(at)s::timestamptz[]) AND f.state = 'queued'
 
+-- name: start_at
+-- Held firings start at their instant, %(at)s on the store's clock: the server waits
+-- for it (schema.sql migration_28: at most 5 ms, none on a pinned clock), then runs
+-- core.sql's start with started_at the time of the write.
+SELECT s.o_id AS id
+FROM cronwheel_start_at(%(batch)s::json, %(instants)s::timestamptz[], %(at)s::timestamptz,
+                        %(_pin)s::timestamptz, %(_off)s::interval) s
+
 -- name: heartbeat
 -- A worker's held firings' leases renewed (schema.sql migration_18: the statement;
 -- %(instants)s from the claim tokens, params.claim_instants).
@@ -171,10 +179,13 @@ WHERE id = ANY (%(ids)s::bigint[]) AND worker_id = %(worker_id)s
 -- start, planned in this session now rather than at a firing's instant. A session
 -- plans a function's statements at their first call, for every day partition of
 -- firings: with a month of them, 29 ms for cronwheel_start and 33 ms for
--- cronwheel_claim_fast, then 0.5-1.4 ms a call. Both calls match nothing: firing id 0 does not exist (ids start at 1), and the
--- claim scans and takes at most 0 firings of a task named '' (a task has a name).
-SELECT (SELECT count(*) FROM cronwheel_start('[[0, ""]]'::json, ARRAY[now()]::timestamptz[],
-                                             now())) AS started,
+-- cronwheel_claim_fast, then 0.5-1.4 ms a call. Both calls match nothing: firing id 0
+-- does not exist (ids start at 1), and the claim scans and takes at most 0 firings of a
+-- task named '' (a task has a name). The start goes through cronwheel_start_at (an
+-- instant passed: no wait), which plans cronwheel_start too.
+SELECT (SELECT count(*)
+        FROM cronwheel_start_at('[[0, ""]]'::json, ARRAY[now()]::timestamptz[],
+                                now() - interval '1 hour', NULL, interval '0')) AS started,
        (SELECT count((c.f).id)
         FROM cronwheel_claim_fast(ARRAY['']::text[], interval '0', 0, 0, 0, '', now()) c
        ) AS claimed

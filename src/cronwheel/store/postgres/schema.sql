@@ -1327,3 +1327,34 @@ BEGIN
     RETURN NEXT created;
 END
 $fn$;
+
+-- name: migration_28
+-- A held firing's start at its instant, waited for on the server's clock (claims.sql
+-- start_at; claims.py _started). The worker sends the statement a few tenths of a
+-- millisecond before the instant (WorkerPort.waits_for_instant): its round trip then
+-- overlaps the wait instead of following it. The function spins until the instant,
+-- p_at on the store's clock (clock_timestamp() + p_off, db.py DbTime), at most 5 ms (a
+-- worker's clock estimate far ahead of the server's does not hold the statement), and
+-- not at all on a pinned clock (p_pin: the contract suite's frozen time). RUNNING is
+-- written at the instant or after it, never before, with started_at the time it was
+-- written.
+CREATE FUNCTION cronwheel_start_at(p_batch json, p_instants timestamptz[], p_at timestamptz,
+                                   p_pin timestamptz, p_off interval)
+RETURNS TABLE (o_id bigint)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_until timestamptz;
+BEGIN
+    IF p_pin IS NULL AND p_at IS NOT NULL THEN
+        v_until := least(p_at - p_off, clock_timestamp() + interval '5 milliseconds');
+        WHILE clock_timestamp() < v_until LOOP
+            NULL;
+        END LOOP;
+    END IF;
+    RETURN QUERY
+    SELECT s.o_id FROM cronwheel_start(p_batch, p_instants,
+                                       coalesce(p_pin, clock_timestamp()) + p_off) s;
+END
+$fn$;

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from cronwheel.domain.models import ClaimedFiring, FiringId
@@ -20,6 +21,7 @@ from cronwheel.store.claiming import (
 )
 from cronwheel.store.codec import duration_us, opt_us, to_us
 from cronwheel.store.core import CoreStore
+from cronwheel.store.core.work import Ready
 from cronwheel.store.protocol import Completion
 from cronwheel.store.sqlite.db import SqliteDb, SqliteTx
 
@@ -47,10 +49,17 @@ class SqliteClaims(CoreStore[SqliteDb]):
         return accepted, _claimed(rows, jobs)
 
     def _complete_and_start(
-        self, completions: Sequence[Completion], params: dict[str, Any]
+        self,
+        completions: Sequence[Completion],
+        params: dict[str, Any],
+        ready: Ready,
+        not_before: datetime | None,
     ) -> tuple[list[bool], set[FiringId]]:
         """Both in one write transaction: one commit, one take of the writer lock (a
-        crowd's starts and its outcomes no longer queue for it one after the other)."""
+        crowd's starts and its outcomes no longer queue for it one after the other).
+        ``ready`` is waited for before the writer lock is asked for."""
+        if ready is not None:
+            ready()
         with self.db.transaction() as tx:
             started = tx.all("start", params)
             accepted = self._complete_in(tx, completions)
