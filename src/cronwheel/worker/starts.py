@@ -45,8 +45,11 @@ StartCall = Callable[[Sequence[tuple[FiringId, str]], datetime], Awaitable[set[F
 START_LEAD_S = 0.005
 # How long before the instant the store's thread calls the store, which warms the
 # start's path before its ``ready`` waits for the instant (module doc): a primed start
-# measured 0.77 ms from the call to the write, 1.26 ms unprimed, 0.48 ms hot.
-PRIME_S = 0.0015
+# measured 0.77 ms from the call to the write, 1.26 ms unprimed, 0.48 ms hot. The
+# warm-up itself (PostgreSQL, after 100 ms idle) took 1.0 ms at the median, 1.7 ms at
+# p99: with 1.5 ms here its p99 ended 0.24 ms past the instant, with 2.5 ms 0.81 ms
+# before it (docs/benchmarks.md).
+PRIME_S = 0.0025
 # How long before the instant ``ready`` returns on a store that waits for the instant
 # on its server: under one round trip of the start (0.35 ms hot, module doc).
 SERVER_WAIT_S = 0.0004
