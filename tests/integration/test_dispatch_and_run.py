@@ -6,6 +6,8 @@ import asyncio
 import itertools
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from cronwheel.domain.firing import FiringState
 from cronwheel.domain.models import JobSpec
 from cronwheel.domain.schedules import at, cron, every
@@ -32,6 +34,25 @@ def test_cron_job_fires_at_its_instants_not_before(rig: Rig) -> None:
         assert f.started_at is not None and f.started_at >= f.scheduled_for
     shown = ids_for(rig.store)  # a handler's key names the job id users see
     assert [c["key"] for c in rig.calls] == [shown.firing(f).idempotency_key for f in firings]
+
+
+def test_the_leader_wakes_half_a_tick_after_a_round_instant_not_on_it(rig: Rig) -> None:
+    """The wheel's ticks are round instants, as firings' instants mostly are: the leader's
+    sleep ends half a tick after the next expiry (never on an instant a held firing may
+    be starting at), and that wake enqueues the firing."""
+    job = rig.app.schedule("record", cron("*/10 * * * * *"), name="ten-seconds")
+    quiet = dict.fromkeys(("change_poll", "scan_interval", "reap_interval"), 30 * S)
+    d = rig.dispatcher(lead=500 * MS, tick=10 * MS, lease_ttl=90 * S, **quiet)
+    d.step()  # leads, loads the job: its firing at 23:00:10 expires at 23:00:09.500
+    rig.clock.advance(9400 * MS)
+    sleep = d.step()
+    assert rig.store.list_firings(job_id=job.id) == []
+    assert sleep == pytest.approx(0.105, abs=1e-6)  # to 09.505: half a tick after 09.500
+    rig.clock.advance(timedelta(seconds=sleep))
+    d.step()
+    (f,) = rig.store.list_firings(job_id=job.id)
+    assert f.scheduled_for == datetime(2026, 3, 27, 23, 0, 10, tzinfo=UTC)
+    assert f.enqueued_at == datetime(2026, 3, 27, 23, 0, 9, 505000, tzinfo=UTC)
 
 
 def test_dst_gap_next_valid_fires_at_the_transition(rig: Rig) -> None:

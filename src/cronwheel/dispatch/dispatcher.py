@@ -221,7 +221,12 @@ class Dispatcher:
         until = min(until, self._retention.due_at())
         expiry = self._wheel.next_expiry()
         if expiry is not None:
-            until = min(until, mono + (expiry - self.clock.now()).total_seconds())
+            # half a tick after it (within the lead): the wheel's ticks are round instants
+            # (xx.000, xx.010, ...), as the instants firings are due at mostly are, where
+            # a held firing's start is being written; on SQLite the start then waited for
+            # the leader's enqueue (up to 9 ms in the peers' W3: docs/benchmarks.md)
+            wake = expiry + min(self.config.tick, self.config.lead) / 2
+            until = min(until, mono + (wake - self.clock.now()).total_seconds())
         return max(0.0, min(until - mono, 1.0))
 
     # -- leadership -------------------------------------------------------------------
