@@ -41,6 +41,7 @@ from datetime import datetime, timedelta
 from cronwheel import failpoints
 from cronwheel.dispatch import tzdata
 from cronwheel.dispatch.events import DispatchEvents, QuietDispatchEvents
+from cronwheel.dispatch.guarded import ScheduleFailure, guarded
 from cronwheel.dispatch.retention import RetentionPass
 from cronwheel.dispatch.wheel import TimingWheel
 from cronwheel.domain.clock import Clock
@@ -49,14 +50,13 @@ from cronwheel.domain.overlap import due_room
 from cronwheel.domain.policies import (
     SCHEDULE_ERROR,
     MissedRange,
-    NextAfter,
     bounded,
     coalesce_catchups,
     jitter_offset,
     plan_firings,
 )
 from cronwheel.domain.tzdb import tz_database
-from cronwheel.errors import InvalidScheduleError, LeaseLostError, StoreUnavailableError
+from cronwheel.errors import LeaseLostError, StoreUnavailableError
 from cronwheel.store.protocol import (
     DISPATCHER_LEASE,
     WORKER_ALIVE_WITHIN,
@@ -107,30 +107,6 @@ class DispatcherStats:
     tz_refusals: int = 0  # lease attempts skipped: this node's tz database is not the cluster's
     tz_moved: int = 0  # cursors re-resolved when this node adopted its tz database
     batches: list[int] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class _Failure:
-    """The first instant after which a job's schedule could not be computed, and why."""
-
-    after: datetime | None = None
-    message: str = ""
-
-
-def _guarded(next_after: NextAfter, failure: _Failure) -> NextAfter:
-    """``next_after`` that ends the schedule (None) where it cannot be computed (its work
-    budget exhausted, no instant within the horizon), noting the first such failure: one
-    job's schedule never stops the dispatcher."""
-
-    def inner(t: datetime) -> datetime | None:
-        try:
-            return next_after(t)
-        except InvalidScheduleError as exc:
-            if failure.after is None:
-                failure.after, failure.message = t, exc.message
-            return None
-
-    return inner
 
 
 def make_holder_id() -> str:
@@ -396,9 +372,9 @@ class Dispatcher:
             assert job.next_fire_at is not None
             p = job.spec.policies
             horizon = max(lead_horizon, job.next_fire_at) if early else lead_horizon
-            failure = _Failure()
+            failure = ScheduleFailure()
             plan = plan_firings(
-                _guarded(bounded(job.spec.schedule.next_after, end_at=job.spec.end_at), failure),
+                guarded(bounded(job.spec.schedule.next_after, end_at=job.spec.end_at), failure),
                 job.next_fire_at,
                 now=now,
                 horizon=horizon,
