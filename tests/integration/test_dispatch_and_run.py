@@ -55,6 +55,29 @@ def test_the_leader_wakes_half_a_tick_after_a_round_instant_not_on_it(rig: Rig) 
     assert f.enqueued_at == datetime(2026, 3, 27, 23, 0, 9, 505000, tzinfo=UTC)
 
 
+def test_the_leaders_store_upkeep_runs_between_instants_once_an_interval(rig: Rig) -> None:
+    """The store's upkeep (SQLite's checkpoint) runs in a step that enqueued, which woke
+    between instants, at most once an interval; with nothing enqueued, a whole interval
+    late at most."""
+    rig.app.schedule("record", every(3), name="every-3s")
+    quiet = dict.fromkeys(("change_poll", "scan_interval", "reap_interval"), 30 * S)
+    d = rig.dispatcher(lead=500 * MS, lease_ttl=90 * S, upkeep_interval=S, **quiet)
+    kept: list[datetime] = []
+    d.store.upkeep = lambda: kept.append(rig.clock.now())  # type: ignore[method-assign]
+    for _ in range(1200):  # 12 s in steps of 10 ms
+        d.step()
+        rig.clock.advance(10 * MS)
+    enqueued = sorted(f.enqueued_at for f in rig.store.list_firings(limit=100))
+    assert len(enqueued) == 4 and len(kept) >= 4, (enqueued, kept)  # 3, 6, 9, 12 s - lead
+    for before, t in itertools.pairwise(kept):
+        assert t - before >= S  # once an interval at most
+        # between instants, or overdue (to the step: the clock moves 10 ms at a time)
+        assert t in enqueued or 2 * S <= t - before <= 2 * S + 10 * MS
+    for t in enqueued:  # each enqueue an interval after the last upkeep had one
+        last = max(k for k in kept if k <= t)
+        assert last == t or t - last < S, (t, kept)
+
+
 def test_dst_gap_next_valid_fires_at_the_transition(rig: Rig) -> None:
     # Berlin springs forward on 2026-03-29 at 02:00 local (01:00Z): 02:30 does not exist.
     job = rig.app.schedule("record", cron("30 2 * * *", tz="Europe/Berlin"), name="berlin")

@@ -75,6 +75,7 @@ class DispatcherConfig:
     scan_interval: timedelta = timedelta(seconds=1)
     change_poll: timedelta = timedelta(milliseconds=50)
     reap_interval: timedelta = timedelta(seconds=1)
+    upkeep_interval: timedelta = timedelta(seconds=1)  # the store's (DispatchPort.upkeep)
     retention_interval: timedelta = timedelta(minutes=5)
     retention_pause: timedelta = timedelta(milliseconds=50)
     batch_size: int = 1000
@@ -139,6 +140,7 @@ class Dispatcher:
         self._scan_after: tuple[datetime, JobId] | None = None
         self._next_change_poll = 0.0
         self._next_reap = 0.0
+        self._next_upkeep = 0.0
         self._retention = RetentionPass(store, self.config.retention_interval, c.retention_pause)
         self._jobs_version = -1
         self._wake = threading.Event()
@@ -171,6 +173,7 @@ class Dispatcher:
             if self._tz_epoch != self.lease.epoch:
                 self._adopt_tz()
             self._maybe_scan(mono)
+            enqueued = self.stats.enqueued
             self._fire_expired()
             if mono >= self._next_reap:
                 self._next_reap = mono + self.config.reap_interval.total_seconds()
@@ -179,6 +182,14 @@ class Dispatcher:
                     self.stats.reaped += reaped
                     self.events.reaped(reaped)
             self.stats.pruned += self._retention.step(mono, self.clock.monotonic(), self.events)
+            # the store's upkeep between firings' instants: in a step that enqueued (it
+            # woke half a tick after a round instant), or when a whole interval more late
+            upkeep_s = self.config.upkeep_interval.total_seconds()
+            if mono >= self._next_upkeep and (
+                self.stats.enqueued > enqueued or mono >= self._next_upkeep + upkeep_s
+            ):
+                self._next_upkeep = mono + upkeep_s
+                self.store.upkeep()
         except LeaseLostError as exc:
             self._step_down(str(exc))
         except StoreUnavailableError as exc:

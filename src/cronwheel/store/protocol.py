@@ -149,6 +149,13 @@ class DispatchPort(TzPort, RetentionPort, Protocol):
         past their start deadline become MISSED. Returns the count of changes."""
         ...
 
+    def upkeep(self) -> None:
+        """The store's own upkeep, run by the leader about once a second, away from the
+        commits firings wait on: SQLite checkpoints its write-ahead log there (else the
+        commit of a claim or a start that takes the log past its threshold runs the
+        checkpoint, 5-9 ms, before it returns); the other stores have none."""
+        ...
+
 
 class JobsPort(BulkPort, Protocol):
     """Jobs and firings for the Python API and the CLI."""

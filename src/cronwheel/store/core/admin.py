@@ -83,6 +83,9 @@ class AdminFlows(Generic[D]):
         row = self.db.write(lambda tx: tx.one("acquire_lease", params), atomic=False)
         return None if row is None else codec.lease_from_row(row)
 
+    def upkeep(self) -> None:
+        """None by default (the DispatchPort's: SQLite's checkpoints)."""
+
     def release_lease(self, lease: Lease) -> None:
         params = {"name": lease.name, "holder": lease.holder, "epoch": lease.epoch}
         self.db.write(lambda tx: tx.run("release_lease", params), atomic=False)

@@ -183,6 +183,9 @@ class MemoryStore(ApiMethods, RetentionMethods, TzMethods):
             self._wake()
         return result
 
+    def upkeep(self) -> None:
+        """Nothing to keep up: no file (DispatchPort)."""
+
     def requeue_expired(self, *, limit: int = 1000) -> int:
         with self._tx() as data:
             return work.requeue_expired(data, self._now_us(), limit)

@@ -32,6 +32,10 @@ T = TypeVar("T")
 
 _PKG = "cronwheel.store.sqlite"
 _LOCK_RETRY_S = 30.0
+# The write-ahead log's size, in pages, at which a commit checkpoints it itself (SQLite's
+# default: 1,000). The leader checkpoints it about once a second (``checkpoint``), so a
+# commit reaches this only where no leader runs, or past ~40 MB written in a second.
+WAL_AUTOCHECKPOINT_PAGES = 10_000
 _WHERE = "/*where*/"
 
 
@@ -118,6 +122,9 @@ class SqliteDb:
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.execute("PRAGMA foreign_keys=ON")
         self.conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        self.conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
+        self._checkpoints: sqlite3.Connection | None = None  # checkpoint()'s, when first used
+        self._checkpoint_lock = threading.Lock()
         self.doorbell = Doorbell(wake_addresses)
         # the processes' turn at the writer lock, waited for in the kernel (turn.py)
         self.turn = WriterTurn(path) if path != ":memory:" else None
@@ -126,10 +133,34 @@ class SqliteDb:
 
     def close(self) -> None:
         self.doorbell.close()
+        with self._checkpoint_lock:
+            if self._checkpoints is not None:
+                self._checkpoints.close()
         with self._lock:
             self.conn.close()
             if self.turn is not None:
                 self.turn.close()
+
+    def checkpoint(self) -> None:
+        """Copy the write-ahead log's committed pages into the database file: a PASSIVE
+        checkpoint, which no writer or reader waits for, on a connection of its own (not
+        the writers'). The leader runs it about once a second (DispatchPort.upkeep), so
+        that the commits of claims and starts do not: with SQLite's default, the commit
+        that took the log past 1,000 pages ran it before returning, 5-9 ms, every 3 s or
+        so at the peers' W3 (docs/benchmarks.md)."""
+        if self.path == ":memory:":
+            return
+        with self._checkpoint_lock:
+            if self._checkpoints is None:
+                self._checkpoints = sqlite3.connect(
+                    self.path, isolation_level=None, check_same_thread=False
+                )
+            try:
+                self._checkpoints.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except sqlite3.OperationalError:
+                return  # busy (a checkpoint in progress): its pages wait for the next
+            except sqlite3.Error as exc:
+                raise StoreUnavailableError(f"sqlite checkpoint: {exc}") from exc
 
     # -- units of work --------------------------------------------------------------
     @contextmanager

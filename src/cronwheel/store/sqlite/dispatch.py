@@ -56,6 +56,9 @@ class SqliteDispatch(CoreStore[SqliteDb]):
     prune_batch = 50
     vacuum_pages = 512  # free pages returned to the file system after a batch, at most
 
+    def upkeep(self) -> None:
+        self.db.checkpoint()
+
     def _after_prune_batch(self) -> None:
         """The pages a pruning batch freed, returned to the file system (the file is
         created with auto_vacuum=INCREMENTAL): a short write of its own."""
