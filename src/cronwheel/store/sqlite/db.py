@@ -32,10 +32,6 @@ T = TypeVar("T")
 
 _PKG = "cronwheel.store.sqlite"
 _LOCK_RETRY_S = 30.0
-# The write-ahead log's size, in pages, at which a commit checkpoints it itself (SQLite's
-# default: 1,000). The leader checkpoints it about once a second (``checkpoint``), so a
-# commit reaches this only where no leader runs, or past ~40 MB written in a second.
-WAL_AUTOCHECKPOINT_PAGES = 10_000
 _WHERE = "/*where*/"
 
 
@@ -122,7 +118,6 @@ class SqliteDb:
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.execute("PRAGMA foreign_keys=ON")
         self.conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-        self.conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
         self._checkpoints: sqlite3.Connection | None = None  # checkpoint()'s, when first used
         self._checkpoint_lock = threading.Lock()
         self.doorbell = Doorbell(wake_addresses)
@@ -145,9 +140,11 @@ class SqliteDb:
         """Copy the write-ahead log's committed pages into the database file: a PASSIVE
         checkpoint, which no writer or reader waits for, on a connection of its own (not
         the writers'). The leader runs it about once a second (DispatchPort.upkeep), so
-        that the commits of claims and starts do not: with SQLite's default, the commit
-        that took the log past 1,000 pages ran it before returning, 5-9 ms, every 3 s or
-        so at the peers' W3 (docs/benchmarks.md)."""
+        that at a light load the commits of claims and starts do not: the commit that
+        takes the log past SQLite's 1,000 pages runs one before it returns, 5-9 ms (every
+        3 s or so at the peers' W3: docs/benchmarks.md). That threshold stays: with
+        10,000, a process with no leader (the API's) ran checkpoints ten times as long,
+        and its create p99 went from 9 to 30 ms."""
         if self.path == ":memory:":
             return
         with self._checkpoint_lock:
