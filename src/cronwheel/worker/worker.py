@@ -199,10 +199,12 @@ class Worker:
             self._held.add((firing.id, claim.claim_token))
             # the last START_LEAD_S are waited out by the start's thread (starts.py)
             delay = (firing.due_at - self.clock.now()).total_seconds() - START_LEAD_S
-            if delay > 0:
+            # its instant, then one of `concurrency` slots, on one timer for a whole
+            # crowd (worker/slots.py); no limit when driven by drain_once
+            if self._run_slots is None and delay > 0:
                 await asyncio.sleep(delay)
-            # at most `concurrency` handlers at once (no limit when driven by drain_once)
-            async with self._run_slots or contextlib.nullcontext():
+            gate = self._run_slots.after(delay) if self._run_slots else contextlib.nullcontext()
+            async with gate:
                 started = not ctx.cancel_requested and await self._starter.start(claim)
                 self._held.discard((firing.id, claim.claim_token))
                 if not started:
