@@ -40,24 +40,25 @@ def test_at_most_n_hold_a_slot_and_waiters_are_served_in_order() -> None:
     assert order == list(range(10))  # first come, first served
 
 
+async def _hold(slots: Slots, release: asyncio.Event) -> None:
+    async with slots:
+        await release.wait()
+
+
+async def _enter(slots: Slots, seen: list[str], name: str) -> None:
+    async with slots:
+        seen.append(name)
+
+
 async def _one_held_two_waiting() -> tuple[Slots, list[str], asyncio.Event, list[Any]]:
     """One slot, held until ``release`` is set; waiters "a" then "b" queued for it."""
     slots = Slots(1)
     seen: list[str] = []
     release = asyncio.Event()
-
-    async def holder() -> None:
-        async with slots:
-            await release.wait()
-
-    async def waiter(name: str) -> None:
-        async with slots:
-            seen.append(name)
-
-    h = asyncio.create_task(holder())
+    h = asyncio.create_task(_hold(slots, release))
     await asyncio.sleep(0)
-    a = asyncio.create_task(waiter("a"))
-    b = asyncio.create_task(waiter("b"))
+    a = asyncio.create_task(_enter(slots, seen, "a"))
+    b = asyncio.create_task(_enter(slots, seen, "b"))
     await asyncio.sleep(0)
     return slots, seen, release, [h, a, b]
 
@@ -144,23 +145,15 @@ def test_waits_for_instants_join_the_queue_in_the_order_of_their_instants() -> N
         seen: list[str] = []
         release = asyncio.Event()
 
-        async def holder() -> None:
-            async with slots:
-                await release.wait()
-
         async def timed(name: str, delay: float) -> None:
             async with slots.after(delay):
                 seen.append(name)
 
-        async def now(name: str) -> None:
-            async with slots:
-                seen.append(name)
-
-        h = asyncio.create_task(holder())
+        h = asyncio.create_task(_hold(slots, release))
         await asyncio.sleep(0)
         later = asyncio.create_task(timed("later", 0.06))
         sooner = asyncio.create_task(timed("sooner", 0.02))  # an earlier timer, set after
-        first = asyncio.create_task(now("queued first"))
+        first = asyncio.create_task(_enter(slots, seen, "queued first"))
         await asyncio.sleep(0.1)  # both instants passed: all three wait for the slot
         assert seen == []
         release.set()

@@ -18,9 +18,11 @@ wake; the others wake when a slot is handed to them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 from collections import deque
+from collections.abc import AsyncIterator
 from types import TracebackType
 
 
@@ -53,10 +55,15 @@ class Slots:
         for _ in range(n):
             self._release()
 
-    def after(self, delay: float) -> _After:
+    @contextlib.asynccontextmanager
+    async def after(self, delay: float) -> AsyncIterator[None]:
         """``async with slots.after(delay)``: hold a slot, taken once ``delay`` seconds
         have passed (on the event loop's clock) and a slot is free; not before."""
-        return _After(self, delay)
+        await self._acquire(delay)
+        try:
+            yield
+        finally:
+            self._release()
 
     async def __aenter__(self) -> None:
         await self._acquire(0.0)
@@ -119,22 +126,3 @@ class Slots:
                 waiter.set_result(None)
                 return
         self._free += 1
-
-
-class _After:
-    """The context manager of :meth:`Slots.after`."""
-
-    def __init__(self, slots: Slots, delay: float) -> None:
-        self._slots = slots
-        self._delay = delay
-
-    async def __aenter__(self) -> None:
-        await self._slots._acquire(self._delay)
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._slots._release()
