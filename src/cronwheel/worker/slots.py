@@ -98,10 +98,7 @@ class Slots:
             else:
                 self._timed[when] = [waiter]
                 heapq.heappush(self._instants, when)
-                if self._timer is None or when < self._timer.when():
-                    if self._timer is not None:
-                        self._timer.cancel()
-                    self._timer = loop.call_at(when, self._due, when)
+                self._arm(loop)
         try:
             await waiter  # resolved by a release that hands its slot over
         except asyncio.CancelledError:
@@ -122,13 +119,19 @@ class Slots:
             group = self._timed.pop(heapq.heappop(self._instants))
             self._waiters.extend(w for w in group if not w.done())
         while self._free > 0 and self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                self._free -= 1
-                waiter.set_result(None)
+            self._free -= 1
+            self._release()  # to the first live waiter, or back to the free ones
         if self._instants:
-            first = self._instants[0]
-            self._timer = loop.call_at(first, self._due, first)
+            self._arm(loop)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The one timer set for the earliest instant waited for."""
+        first = self._instants[0]
+        if self._timer is not None:
+            if self._timer.when() <= first:
+                return
+            self._timer.cancel()
+        self._timer = loop.call_at(first, self._due, first)
 
     def _release(self) -> None:
         while self._waiters:

@@ -203,7 +203,8 @@ class Worker:
             # crowd (worker/slots.py); no limit when driven by drain_once
             if self._run_slots is None and delay > 0:
                 await asyncio.sleep(delay)
-            gate = self._run_slots.after(delay) if self._run_slots else contextlib.nullcontext()
+            slots = self._run_slots
+            gate = contextlib.nullcontext() if slots is None else slots.after(delay)
             async with gate:
                 started = not ctx.cancel_requested and await self._starter.start(claim)
                 self._held.discard((firing.id, claim.claim_token))
