@@ -159,14 +159,30 @@ class PgPartitions(CoreStore[Database]):
         return now < day_end + longest
 
     def maintain_partitions(self) -> list[str]:
-        """Today's partition and the next ``partitions_ahead`` days' (store clock)."""
+        """Today's partition and the next ``partitions_ahead`` days' (store clock), then
+        the claim's floor raised (``raise_floor``)."""
         now = self.db.now()
         days = [now + i * DAY for i in range(self.partitions_ahead + 1)]
 
         def body(tx: PgTx) -> list[str]:
             return [str(tx.one("partition_ensure", {"at": d})["name"]) for d in days]  # type: ignore[index]
 
-        return self.db.write(body, atomic=False)
+        made = self.db.write(body, atomic=False)
+        self.raise_floor()
+        return made
+
+    def raise_floor(self) -> bool:
+        """The claim's floor moved up to the oldest partition holding an unfinished
+        firing (at most today's start), so that claims read no older partition (schema.sql
+        migration_29); False, unchanged, while an insert or a re-drive is in flight."""
+        row = self.db.write(lambda tx: tx.one("floor_raise"))
+        return bool(row and row["raised"])
+
+    def claim_floor(self) -> datetime | None:
+        """The claim's floor: no unfinished firing is scheduled before it (None: no
+        floor, every partition is read)."""
+        row = self.db.read(lambda tx: tx.one("floor_read"))
+        return None if row is None or row["at"] is None else codec.req_instant(row["at"])
 
     def partitions(self) -> list[tuple[str, datetime, datetime]]:
         """The partitions of firings: (name, lo, hi), oldest first."""

@@ -15,6 +15,16 @@ ORDER BY c.relname
 -- The partition of the day of %(at)s, created (and attached) if missing.
 SELECT cronwheel_firings_partition(%(at)s::timestamptz) AS name
 
+-- name: floor_raise
+-- The claim's floor raised to the oldest partition holding an unfinished firing, at
+-- most today's start; false (unchanged) while a writer holds its lock (schema.sql
+-- migration_29). [each older partition's firings_active]
+SELECT cronwheel_raise_floor(:now) IS NOT NULL AS raised
+
+-- name: floor_read
+-- The claim's floor; NULL for none ('-infinity': every partition is read).
+SELECT nullif(at, '-infinity') AS at FROM firings_floor
+
 -- name: retention_longest_keep_for
 -- The longest keep_for any job overrides with (NULL: none does), and the namespaces
 -- that have jobs (every firing has its job): whose policies are in use. [the jobs

@@ -1358,3 +1358,205 @@ BEGIN
                                        coalesce(p_pin, clock_timestamp()) + p_off) s;
 END
 $fn$;
+
+-- name: migration_29
+-- The claim's floor: no unfinished firing is scheduled before firings_floor.at, so the
+-- claim's scan (cronwheel_claim_scan) reads only the partitions from it on. Planned
+-- generic, a scan of every partition cost every day partition at each call: an empty
+-- claim took 0.54 ms with 32 of them against 0.19 with 2, and 0.10 ms with a bound on
+-- the instant (docs/benchmarks.md "The claim's floor").
+-- The rule kept: every firing that is unfinished (queued, claimed or running, as
+-- firings_active) is scheduled at or after the floor, in every snapshot that a claim
+-- reads the floor in.
+-- - Lowered by whoever makes such a firing: a statement inserting firings (a catch-up
+--   of old instants, a one-shot in the past) or making a finished firing unfinished
+--   again (a re-drive) lowers it to that firing's instant, in its own transaction; no
+--   write when it is below already (an insert for now or later never writes).
+-- - Raised only by the leader (cronwheel_raise_floor, at each retention pass), to the
+--   start of the oldest partition holding an unfinished firing, never above today's;
+--   only while no such statement's transaction is open: each holds a shared advisory
+--   lock (statement trigger) to its end, the raise tries the exclusive one and passes
+--   its turn if it cannot have it at once (it never waits, nor makes writers wait
+--   long), then looks at the partitions in a snapshot taken after it has the lock. An
+--   insert that comes after the raise waits for it to commit, then reads the new floor.
+CREATE TABLE firings_floor (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one),
+    at  timestamptz NOT NULL
+);
+INSERT INTO firings_floor (at) VALUES ('-infinity');  -- every partition, until raised
+CREATE FUNCTION cronwheel_floor_key() RETURNS bigint
+LANGUAGE sql IMMUTABLE
+AS $fn$ SELECT hashtextextended('cronwheel.firings_floor', 0) $fn$;
+CREATE FUNCTION cronwheel_floor_hold() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $fn$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(cronwheel_floor_key());
+    RETURN NULL;
+END
+$fn$;
+CREATE FUNCTION cronwheel_floor_inserted() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_min timestamptz := (SELECT min(n.scheduled_for) FROM new_firings n
+                          WHERE n.state IN ('queued', 'claimed', 'running'));
+BEGIN
+    IF v_min IS NOT NULL THEN
+        UPDATE firings_floor SET at = v_min WHERE at > v_min;
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+CREATE FUNCTION cronwheel_floor_revived() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $fn$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(cronwheel_floor_key());
+    UPDATE firings_floor SET at = NEW.scheduled_for WHERE at > NEW.scheduled_for;
+    RETURN NEW;
+END
+$fn$;
+CREATE TRIGGER firings_floor_hold BEFORE INSERT ON firings
+    FOR EACH STATEMENT EXECUTE FUNCTION cronwheel_floor_hold();
+CREATE TRIGGER firings_floor_inserted AFTER INSERT ON firings
+    REFERENCING NEW TABLE AS new_firings
+    FOR EACH STATEMENT EXECUTE FUNCTION cronwheel_floor_inserted();
+CREATE TRIGGER firings_floor_revived BEFORE UPDATE OF state ON firings FOR EACH ROW
+    WHEN (OLD.state NOT IN ('queued', 'claimed', 'running')
+          AND NEW.state IN ('queued', 'claimed', 'running'))
+    EXECUTE FUNCTION cronwheel_floor_revived();
+-- The floor raised (or lowered) to the start of the oldest partition holding an
+-- unfinished firing [its firings_active], at most the start of p_now's day (UTC); NULL
+-- when a writer holds the floor's lock (this pass is skipped).
+CREATE FUNCTION cronwheel_raise_floor(p_now timestamptz) RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $fn$
+DECLARE
+    v_floor timestamptz := date_trunc('day', p_now, 'UTC');
+    v_part  record;
+    v_live  boolean;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(cronwheel_floor_key()) THEN
+        RETURN NULL;
+    END IF;
+    FOR v_part IN
+        SELECT c.relname::text AS name,
+               CASE WHEN c.relname = 'firings_legacy' THEN '-infinity'::timestamptz
+                    ELSE to_date(substr(c.relname, 10), 'YYYYMMDD')::timestamp
+                         AT TIME ZONE 'UTC' END AS lo
+        FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = 'firings'::regclass
+        ORDER BY 2
+    LOOP
+        EXIT WHEN v_part.lo >= v_floor;
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I WHERE state IN '
+                       '(''queued'', ''claimed'', ''running''))', v_part.name)
+            INTO v_live;
+        IF v_live THEN
+            v_floor := v_part.lo;
+            EXIT;
+        END IF;
+    END LOOP;
+    UPDATE firings_floor SET at = v_floor;
+    RETURN v_floor;
+END
+$fn$;
+CREATE OR REPLACE FUNCTION cronwheel_claim_scan(p_tasks text[], p_horizon timestamptz,
+                                                p_scan integer)
+RETURNS TABLE (id bigint, job_id bigint, scheduled_for timestamptz, vdeadline timestamptz,
+               due_at timestamptz, overlap_override text, max_concurrency integer,
+               overlap text, max_buffer integer, start_deadline_us bigint)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+SET enable_sort = off
+SET enable_bitmapscan = off
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    -- by its key: with enable_seqscan off, a scan of the table cost 1e10, which had
+    -- each call compile it (JIT, jit_above_cost): 10 ms a claim
+    v_floor timestamptz := (SELECT fl.at FROM firings_floor fl WHERE fl.one);
+BEGIN
+    RETURN QUERY
+    SELECT f.id, f.job_id, f.scheduled_for, f.vdeadline, f.due_at, f.overlap_override,
+           j.max_concurrency, j.overlap, j.max_buffer, j.start_deadline_us
+    FROM firings f JOIN jobs j ON j.id = f.job_id
+    WHERE f.state = 'queued' AND f.due_at <= p_horizon AND f.task = ANY (p_tasks)
+      AND f.scheduled_for >= v_floor  -- the partitions that can hold one (the floor)
+      -- a buffered firing waits, unlooked-at, while its job is at its cap
+      AND NOT (f.buffered_at IS NOT NULL AND j.max_concurrency IS NOT NULL
+               AND (SELECT count(*) FROM firings r
+                    WHERE r.job_id = f.job_id AND r.state IN ('claimed', 'running')
+                      AND r.scheduled_for >= v_floor)
+                   >= j.max_concurrency)
+    ORDER BY f.vdeadline
+    LIMIT p_scan
+    FOR UPDATE OF f SKIP LOCKED;
+END
+$fn$;
+-- The claim's UPDATE bounded by the floor too (its rows come from the scan, which is):
+-- its partitions are then pruned when the plan starts, not opened for the instants of
+-- the claimed rows, which are known only as it runs.
+CREATE OR REPLACE FUNCTION cronwheel_claim_fast(p_tasks text[], p_prefetch interval, p_scan integer,
+                                     p_limit integer, p_start integer, p_worker text,
+                                     p_now timestamptz)
+RETURNS TABLE (simple boolean, f firings, job_policies text, job_trace text)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    v_floor timestamptz := (SELECT fl.at FROM firings_floor fl WHERE fl.one);
+BEGIN
+    RETURN QUERY
+    WITH cand AS MATERIALIZED (
+        SELECT s.id, s.scheduled_for, s.vdeadline,
+               (s.overlap_override IS NOT NULL
+                OR (s.max_concurrency IS NOT NULL AND s.overlap <> 'allow')
+                OR (s.start_deadline_us IS NOT NULL
+                    AND s.due_at + s.start_deadline_us * interval '1 microsecond' < p_now))
+                   AS planned
+        FROM cronwheel_claim_scan(p_tasks, p_now + p_prefetch, p_scan) s
+    ),
+    ok AS (
+        SELECT NOT coalesce(bool_or(c.planned), false) AS ok FROM cand c
+    ),
+    pick AS MATERIALIZED (
+        SELECT c.id, c.scheduled_for, row_number() OVER (ORDER BY c.vdeadline) AS rn
+        FROM cand c WHERE (SELECT o.ok FROM ok o)
+        ORDER BY c.vdeadline LIMIT p_limit
+    ),
+    upd AS (
+        UPDATE firings u
+        SET state = CASE WHEN p.rn <= p_start AND u.due_at <= p_now THEN 'running'
+                         ELSE 'claimed' END,
+            started_at = CASE WHEN p.rn <= p_start AND u.due_at <= p_now THEN p_now END,
+            attempt = u.attempt + 1,
+            claim_token = cronwheel_claim_token(u.scheduled_for),
+            worker_id = p_worker,
+            lease_until = p_now + u.visibility_us * interval '1 microsecond',
+            claimed_at = p_now,
+            finished_at = NULL,
+            buffered_at = NULL  -- a retry of it is hinted again (next_due_at)
+        FROM pick p, jobs j
+        WHERE u.id = ANY (ARRAY(SELECT p2.id FROM pick p2))
+          AND u.scheduled_for BETWEEN (SELECT min(p3.scheduled_for) FROM pick p3)
+                                  AND (SELECT max(p3.scheduled_for) FROM pick p3)
+          AND u.scheduled_for >= v_floor  -- as the scan's: the older partitions pruned
+          AND p.id = u.id AND j.id = u.job_id
+        RETURNING u AS frow, j.policies::text AS pol, j.trace_context AS trace
+    )
+    SELECT o.ok, x.frow, x.pol, x.trace FROM ok o LEFT JOIN upd x ON true;
+END
+$fn$;
+-- The first floor: this transaction's triggers locked firings against every writer
+-- until it commits, so none is in flight.
+SELECT cronwheel_raise_floor(now());
