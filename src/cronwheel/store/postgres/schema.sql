@@ -1446,9 +1446,9 @@ BEGIN
     END IF;
     FOR v_part IN
         SELECT c.relname::text AS name,
-               CASE WHEN c.relname = 'firings_legacy' THEN '-infinity'::timestamptz
-                    ELSE to_date(substr(c.relname, 10), 'YYYYMMDD')::timestamp
-                         AT TIME ZONE 'UTC' END AS lo
+               CASE WHEN c.relname ~ '^firings_p[0-9]{8}$'
+                    THEN to_date(substr(c.relname, 10), 'YYYYMMDD')::timestamp AT TIME ZONE 'UTC'
+                    ELSE '-infinity'::timestamptz END AS lo  -- firings_legacy, or not ours
         FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
         WHERE i.inhparent = 'firings'::regclass
         ORDER BY 2
