@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
+from cronwheel.bench.soak import succeeded
 from cronwheel.domain.firing import FiringState
-from cronwheel.store.protocol import Completion
 from tests.contract.conftest import Harness, spec
 from tests.contract.pg_harness import PG_URL, postgres_harness
 from tests.contract.test_store_contract import _fire
@@ -64,19 +65,13 @@ def _claim_all(h: Harness, task: str = "t") -> list[Any]:
     return h.store.claim("w-floor", tasks=[task], limit=100)
 
 
-def _complete(h: Harness, claims: list[Any]) -> None:
+def _complete(
+    h: Harness, claims: list[Any], failed: frozenset[int] | set[int] = frozenset()
+) -> None:
+    """Their outcomes: succeeded, but those whose firing ids are in ``failed``."""
     at = h.store.now()
     h.store.complete(
-        [
-            Completion(
-                firing_id=c.firing.id,
-                claim_token=c.claim_token,
-                succeeded=True,
-                started_at=at,
-                finished_at=at,
-            )
-            for c in claims
-        ]
+        [replace(succeeded(c, at), succeeded=c.firing.id not in failed) for c in claims]
     )
 
 
@@ -225,19 +220,7 @@ def test_random_histories_keep_every_unfinished_firing_at_or_above_the_floor(
         elif op == "finish" and held:
             k = rng.randint(1, len(held))
             done, held = held[:k], held[k:]
-            at = store.now()
-            store.complete(
-                [
-                    Completion(
-                        firing_id=c.firing.id,
-                        claim_token=c.claim_token,
-                        succeeded=rng.random() < 0.5,
-                        started_at=at,
-                        finished_at=at,
-                    )
-                    for c in done
-                ]
-            )
+            _complete(h, done, {c.firing.id for c in done if rng.random() < 0.5})
         elif op == "redrive":
             dead = _sql(store, "SELECT id FROM firings WHERE state = 'dead'")
             if dead:
