@@ -20,6 +20,7 @@ from cronwheel.bench.soak import succeeded
 from cronwheel.domain.firing import FiringState
 from tests.contract.conftest import Harness, spec
 from tests.contract.pg_harness import PG_URL, postgres_harness
+from tests.contract.test_postgres_partitions import _midnight, _sql
 from tests.contract.test_store_contract import _fire
 
 DAY = timedelta(days=1)
@@ -30,14 +31,6 @@ UNFINISHED = ("queued", "claimed", "running")
 @pytest.fixture
 def h(tmp_path: Any) -> Iterator[Harness]:
     yield from postgres_harness(tmp_path)
-
-
-def _sql(store: Any, text: str, *args: Any) -> list[Any]:
-    return store.db.read(lambda tx: tx.conn.execute(text, args or None).fetchall())
-
-
-def _midnight(t: datetime) -> datetime:
-    return t.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 def _oldest_unfinished(store: Any) -> datetime | None:
