@@ -84,6 +84,14 @@ class WorkerPort(Protocol):
         connection lost at commit) unknown — resending them is safe."""
         ...
 
+    def prepare_claims(self, connections: int) -> None:
+        """Called by a worker before its first claim, with the number of store calls it
+        makes side by side: the store gets ready to serve them (PostgreSQL opens that
+        many connections and plans the claim's, the start's and the outcome's statements
+        on each; a store without a pool does nothing). Best effort: a store that cannot
+        answer now raises nothing, and its first claims get ready as they go."""
+        ...
+
     def start(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
         """Held firings start: CLAIMED -> RUNNING (CAS on the claim token), ``started_at =
         now``. Returns the ones that started; a firing cancelled since its claim is not

@@ -72,6 +72,10 @@ __all__ = ["Worker", "WorkerConfig", "WorkerStats", "make_worker_id"]
 
 T = TypeVar("T")
 
+# the worker's store threads (claims and heartbeats; outcomes; held firings' starts): the
+# store calls it makes side by side
+STORE_THREADS = 3
+
 
 class Worker:
     def __init__(
@@ -96,7 +100,8 @@ class Worker:
         self.clock = self._watch.clock
         self.worker_id = worker_id or make_worker_id()
         self.stats = WorkerStats()
-        # store threads: claims; completions and heartbeats (their round trips overlap)
+        # store threads (STORE_THREADS): claims; completions and heartbeats (their round
+        # trips overlap)
         self._db = ThreadPoolExecutor(1, thread_name_prefix="cronwheel-store")
         self._db_out = ThreadPoolExecutor(1, thread_name_prefix="cronwheel-store-out")
         # held firings' starts: own thread (a claim or a flush must not delay a handler)
@@ -281,6 +286,9 @@ class Worker:
         register = partial(self._call, self.store.register_node, node)
         if await until_available(register, stop, self.events.store_unavailable):
             self.events.worker_started(self.worker_id, names, self.config.concurrency)
+        # the store ready for the calls the store threads make side by side, before the
+        # first claim (WorkerPort.prepare_claims)
+        await self._call(self.store.prepare_claims, STORE_THREADS)
         loops = [
             asyncio.create_task(self._heartbeat_loop(stop)),
             asyncio.create_task(

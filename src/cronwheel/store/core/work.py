@@ -75,6 +75,10 @@ class WorkFlows(AdminFlows[D]):
         ask = ClaimAsk(worker_id, tuple(tasks), limit, prefetch, start)
         return self._complete_and_claim(completions, ask)
 
+    def prepare_claims(self, connections: int) -> None:
+        """Nothing here (WorkerPort); PostgreSQL's engine opens and plans its pool's
+        connections (store/postgres/claims.py)."""
+
     def start(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
         """Held firings start: each CLAIMED -> RUNNING by a compare-and-swap on its claim
         token, ``started_at`` the store's clock. The ones that started; a firing

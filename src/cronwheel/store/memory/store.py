@@ -243,6 +243,9 @@ class MemoryStore(ApiMethods, RetentionMethods, TzMethods):
                 return accepted, []
             return accepted, self._claim_in(data, ask)
 
+    def prepare_claims(self, connections: int) -> None:
+        """Nothing to open: no connection (WorkerPort)."""
+
     def start(self, worker_id: str, claims: Sequence[tuple[FiringId, str]]) -> set[FiringId]:
         with self._tx() as data:
             return {FiringId(i) for i in work.start(data, claims, self._now_us())}

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from datetime import datetime
 from typing import Any
+
+import psycopg
+from psycopg_pool import PoolTimeout
 
 from cronwheel.domain.models import ClaimedFiring, FiringId
 from cronwheel.domain.quotas import UNLIMITED
@@ -246,6 +250,12 @@ class PgClaims(CoreStore[Database]):
             },
         )
         return rows, planned
+
+    def prepare_claims(self, connections: int) -> None:
+        """The pool's connections opened and planned (Database.prepare_claims); a server
+        that does not answer now is not waited for (WorkerPort)."""
+        with suppress(psycopg.Error, PoolTimeout):
+            self.db.prepare_claims(connections)
 
     def _start_params(self, claims: Sequence[tuple[FiringId, str]]) -> dict[str, Any]:
         """The core's, and the firings' partitions (claim_instants)."""
