@@ -320,14 +320,16 @@ def precision_on(
     progress: Callable[[int, int], None],
     *,
     floor: int = 0,
+    prefix: str = "precision",
 ) -> BenchResult:
-    """The precision run on a given store (the soak's, with history below ``floor``)."""
+    """The precision run on a given store (the soak's, with history below ``floor``); its
+    jobs' names begin with ``prefix``."""
     result = BenchResult(workload="precision", store=store_kind(url), expected=count)
     base = done_count(store)
     with Cluster(url, workers, concurrency, tmp):
         start = SystemClock().now() + timedelta(seconds=4)
         instants = [start + timedelta(milliseconds=spacing_ms * i) for i in range(count)]
-        ids = register_at_jobs(store, instants, "precision")
+        ids = register_at_jobs(store, instants, prefix)
         total_s = 4 + count * spacing_ms / 1000 + 30
         wait_until(lambda: report_progress(store, count, progress, base), total_s)
     collect(store, result, ids, floor=floor)
@@ -357,14 +359,16 @@ def herd_on(
     progress: Callable[[int, int], None],
     *,
     floor: int = 0,
+    prefix: str = "herd",
 ) -> BenchResult:
-    """The herd run on a given store (the soak's, with history below ``floor``)."""
+    """The herd run on a given store (the soak's, with history below ``floor``); its jobs'
+    names begin with ``prefix``."""
     result = BenchResult(workload="herd", store=store_kind(url), expected=count)
     base = done_count(store)
     with Cluster(url, workers, concurrency, tmp):
         t_reg = time.monotonic()
         due = SystemClock().now() + timedelta(seconds=6 + count / 4000)
-        ids = register_at_jobs(store, [due] * count, "herd")
+        ids = register_at_jobs(store, [due] * count, prefix)
         result.figures["register_s"] = round(time.monotonic() - t_reg, 3)
         wait_until(
             lambda: report_progress(store, count, progress, base),

@@ -28,7 +28,12 @@ Figures, each the median of a few calls where it is a call:
 - ``enqueue_ms`` / ``claim_ms``: one ``enqueue_now`` and one claim + completion
   (the hot paths), in this process;
 - ``herd``, ``drain``, ``precision``: the workloads of the same names (real scheduler and
-  worker processes), on the same store;
+  worker processes), on the same store; the drain of ten times ``count`` jobs (at least
+  ``DRAIN_MIN``): one of ``count`` (2,000) lasted a third of a second, and its rate
+  moved from 4,050 to 6,870 jobs/s between runs on one store (docs/benchmarks.md); the
+  precision run of ``count`` jobs, at most ``PRECISION`` (``bench precision``'s size:
+  with 50, its p99 was its slowest start); with ``--runs K`` the three run K times on
+  each side's store, loaded once, and each figure is their median (``runs`` lists them);
 - ``scrape_ms`` (a ``/metrics`` collection after a first one), ``status_ms``, the
   dashboard's ``overview_ms``, ``jobs_page_ms``, ``firings_page_ms``, and
   ``explain_ms`` (``jobs explain`` of one job over the newest hour of history), each
@@ -37,11 +42,10 @@ Figures, each the median of a few calls where it is a call:
   the pool hands its connections out in turn, so the first calls of a fresh store plan
   every statement for every partition (its cost is in docs/benchmarks.md "Reads
   planned once");
-- loaded side only: ``drain_while_pruning``: a drain of ten times ``count`` jobs (at
-  least ``PRUNING_DRAIN_MIN``) while
+- loaded side only: ``drain_while_pruning``: a drain of the same size while
   the leader's retention pass drops the oldest day (the namespace's ``keep_for`` set to
-  days - 1; under two days of history, half of it), its rate as a share of a plain
-  drain of the same size just before (the pass paces itself, a step then nine times its
+  days - 1; under two days of history, half of it), its rate as a share of the plain
+  drain just before (the pass paces itself, a step then nine times its
   duration of pause: a drain shorter than a few steps would measure one step, not the
   pass; and a drain of a second or so can end before the pass has decided on a day
   partition, paused and dropped it, so that it measures no pass at all), and the
@@ -81,10 +85,22 @@ CHUNK = 200_000  # firings per INSERT ... SELECT of the loader
 ONE_SHOT_SHARE = 10  # one firing in ten of the history is an immediate one-shot job
 HOT_CALLS = 50
 WARM_CALLS = 40  # 5 calls on each of the store pool's 8 connections
-PRUNING_DRAIN = 10  # the drain during the retention pass: this many times ``count`` jobs
-PRUNING_DRAIN_MIN = 5_000  # and at least this many (several seconds: see the module doc)
+DRAIN = 10  # the drains (plain, and during the retention pass): this many times ``count``
+DRAIN_MIN = 5_000  # jobs, and at least this many (several seconds: see the module doc)
+PRECISION = 200  # at most this many jobs 100 ms apart (bench precision's default size)
 DAY = timedelta(days=1)
 BASE_DAYS = 3 / 24  # the baseline's history: at least three hours (base_days)
+
+
+def drain_size(count: int) -> int:
+    """The drains' size for a run of ``count`` (module doc)."""
+    return max(DRAIN * count, DRAIN_MIN)
+
+
+def _median(values: list[Any]) -> Any:
+    """The median of the runs' figures that were measured (None when none was)."""
+    measured = [v for v in values if v is not None]
+    return statistics.median(measured) if measured else None
 
 
 def base_days(days: float, rate: int, jobs: int) -> float:
@@ -231,6 +247,7 @@ def _side(
     count: int,
     workers: int,
     concurrency: int,
+    runs: int,
     progress: Callable[[int, int], None],
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp, fresh_store(store_url, Path(tmp)) as (url, store):
@@ -252,19 +269,39 @@ def _side(
         doc |= hot_paths(store)
         doc |= _reads(store)
         tmp_path = Path(tmp)
-        herd = herd_on(url, store, tmp_path, count, workers, concurrency, progress, floor=floor)
-        drain = drain_on(url, store, tmp_path, count, workers, concurrency, progress, floor=floor)
-        precision = precision_on(
-            url, store, tmp_path, min(count, 50), 100, workers, concurrency, progress, floor=floor
-        )
-        doc["herd_firings_per_s"] = herd.figures.get("firings_per_s")
-        doc["drain_jobs_per_s"] = drain.figures.get("jobs_per_s")
-        doc["precision_p99_ms"] = precision.lateness_ms.get("p99")
-        doc["lost"] = herd.lost + drain.lost + precision.lost
-        doc["duplicated"] = herd.duplicated + drain.duplicated + precision.duplicated
+        # the drain long enough to measure a rate, not the workers' first batches (module
+        # doc); on the loaded side it is also the retention pass's reference below
+        long = drain_size(count)
+        herds, drains, precisions = [], [], []
+        doc["lost"] = doc["duplicated"] = 0
+        for k in range(runs):
+            herd = herd_on(
+                url, store, tmp_path, count, workers, concurrency, progress, floor=floor,
+                prefix=f"herd{k}",
+            )  # fmt: skip
+            drain = drain_on(
+                url, store, tmp_path, long, workers, concurrency, progress, floor=floor,
+                prefix=f"drain{k}",
+            )  # fmt: skip
+            precision = precision_on(
+                url, store, tmp_path, min(count, PRECISION), 100, workers, concurrency,
+                progress, floor=floor, prefix=f"precision{k}",
+            )  # fmt: skip
+            herds.append(herd.figures.get("firings_per_s"))
+            drains.append(drain.figures.get("jobs_per_s"))
+            precisions.append(precision.lateness_ms.get("p99"))
+            for result in (herd, drain, precision):
+                doc["lost"] += result.lost
+                doc["duplicated"] += result.duplicated
+        doc["herd_firings_per_s"] = _median(herds)
+        doc["drain_jobs_per_s"] = _median(drains)
+        doc["precision_p99_ms"] = _median(precisions)
+        if runs > 1:
+            doc["runs"] = {"herd": herds, "drain": drains, "precision_p99_ms": precisions}
         if loaded:
             size = store_bytes(store)
-            held = history + 3 * count
+            # the herds', drains' and precision runs' firings
+            held = history + runs * (count + long + min(count, PRECISION))
             doc["store_bytes"] = size
             doc["bytes_per_firing"] = round(size / held)
             doc["steady_state_bytes"] = round(days * rate * size / held)
@@ -272,16 +309,8 @@ def _side(
             keep_for = max(days - 1, days / 2) * DAY
             cutoff = store.now() - keep_for
             counter: Any = store  # the SQL engines' count (store/core/retention.py)
-            # a drain long enough to span the pass's pacing (a step, then nine times its
-            # duration of pause), against a plain drain of the same size just before
-            long = max(PRUNING_DRAIN * count, PRUNING_DRAIN_MIN)
-            reference = drain_on(
-                url, store, tmp_path, long, workers, concurrency, progress, floor=floor,
-                prefix="drain-long",
-            )  # fmt: skip
-            doc["drain_long_jobs_per_s"] = reference.figures.get("jobs_per_s")
-            doc["lost"] += reference.lost
-            doc["duplicated"] += reference.duplicated
+            # a drain of the same size as the plain one just before, long enough to span
+            # the pass's pacing (a step, then nine times its duration of pause)
             before = counter.count_finished_before(cutoff)
             store.set_retention("default", {"keep_for": keep_for})
             pruning = drain_on(
@@ -317,7 +346,7 @@ def ratios(empty: dict[str, Any], loaded: dict[str, Any]) -> dict[str, float | N
     for key in _RATE:
         a, b = empty.get(key), loaded.get(key)
         out[key] = round(a / b, 2) if a and b else None
-    drain = loaded.get("drain_long_jobs_per_s")
+    drain = loaded.get("drain_jobs_per_s")
     pruning = loaded.get("drain_while_pruning_jobs_per_s")
     out["drain_while_pruning_share"] = round(pruning / drain, 2) if drain and pruning else None
     return out
@@ -333,6 +362,7 @@ def run_soak(
     workers: int,
     concurrency: int,
     progress: Callable[[int, int], None],
+    runs: int = 1,
 ) -> dict[str, Any]:
     args: dict[str, Any] = {
         "rate": rate,
@@ -340,6 +370,7 @@ def run_soak(
         "count": count,
         "workers": workers,
         "concurrency": concurrency,
+        "runs": runs,
         "progress": progress,
     }
     empty = _side(store_url, days=base_days(days, rate, jobs), loaded=False, **args)

@@ -94,7 +94,8 @@ SMOKE: list[tuple[str, int, dict[str, Any]]] = [
     default=1,
     show_default=True,
     help="Repeat each workload K times and report the median of each figure "
-    "(lost/duplicated: the worst run).",
+    "(lost/duplicated: the worst run); soak: its herd, drain and precision runs, on "
+    "each side's store loaded once (lost/duplicated: their sum).",
 )
 @click.option(
     "--from",
@@ -206,7 +207,10 @@ def bench_command(
         from cronwheel.cli.soak_view import soak
 
         default_days = 7.0 if is_sqlite else 30.0
-        soak(store_url, days or default_days, rate, count, workers or 2, concurrency, as_json)
+        soak(
+            store_url, days or default_days, rate, count, workers or 2, concurrency, runs,
+            as_json,
+        )  # fmt: skip
         return
     plan: list[tuple[str, int, dict[str, Any]]]
     if workload == "smoke":

@@ -16,6 +16,7 @@ def soak(
     count: int | None,
     workers: int,
     concurrency: int,
+    runs: int,
     as_json: bool,
 ) -> None:
     from rich.progress import Progress
@@ -36,6 +37,7 @@ def soak(
             count=count or 2000,
             workers=workers,
             concurrency=concurrency,
+            runs=runs,
             progress=update,
         )
     if as_json:
@@ -61,7 +63,7 @@ def _table(doc: dict[str, Any]) -> None:
         table.add_column(col)
     for key, ratio in ratios.items():
         table.add_row(key, str(empty.get(key, "")), str(loaded.get(key, "")), str(ratio))
-    for key in ("drain_long_jobs_per_s", "drain_while_pruning_jobs_per_s", "bytes_per_firing",
+    for key in ("drain_while_pruning_jobs_per_s", "bytes_per_firing",
                 "steady_state_bytes", "pruned_during_drain", "load_s"):  # fmt: skip
         table.add_row(key, "", str(loaded.get(key)), "")
     Console().print(table)
