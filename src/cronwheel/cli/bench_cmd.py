@@ -207,10 +207,7 @@ def bench_command(
         from cronwheel.cli.soak_view import soak
 
         default_days = 7.0 if is_sqlite else 30.0
-        soak(
-            store_url, days or default_days, rate, count, workers or 2, concurrency, runs,
-            as_json,
-        )  # fmt: skip
+        soak(store_url, days or default_days, rate, count, workers or 2, concurrency, runs, as_json)
         return
     plan: list[tuple[str, int, dict[str, Any]]]
     if workload == "smoke":

@@ -252,10 +252,10 @@ class PgClaims(CoreStore[Database]):
         return rows, planned
 
     def prepare_claims(self, connections: int) -> None:
-        """The pool's connections opened and planned (Database.prepare_claims); a server
-        that does not answer now is not waited for (WorkerPort)."""
+        """The pool's connections opened and planned (planning.py ClaimPlans); a server
+        that does not answer within the pool's timeout is not waited for (WorkerPort)."""
         with suppress(psycopg.Error, PoolTimeout):
-            self.db.prepare_claims(connections)
+            self.db.claim_plans.prepare(self.db.pool, connections, self.db.timeout_s)
 
     def _start_params(self, claims: Sequence[tuple[FiringId, str]]) -> dict[str, Any]:
         """The core's, and the firings' partitions (claim_instants)."""

@@ -45,7 +45,7 @@ from cronwheel.store.postgres.ha import (
     session_conninfo,
     with_hosts,
 )
-from cronwheel.store.postgres.planning import fixed_limit, warm_up
+from cronwheel.store.postgres.planning import ClaimPlans, fixed_limit
 from cronwheel.store.sql import load_package_queries, load_queries
 
 T = TypeVar("T")
@@ -196,9 +196,7 @@ class Database:
         self._timeout_s = timeout_s
         self._max_size = pool_size
         self.stalls = StallWatchdog(self.url.stall_timeout)
-        # set by prepare_claims (a worker): from then on every connection the pool opens
-        # plans the claim's path before it is handed out (planning.py warm_up)
-        self.claims_prepared = False
+        self.claim_plans = ClaimPlans(self.q["warm_up"])  # a worker's (claims.py)
         self.pool = self._pool(self.conninfo, pool_size, timeout_s, "cronwheel", warm=True)
         self.replica_pool: ConnectionPool[Conn] | None = None
         if self.url.replica_hosts is not None:
@@ -250,39 +248,10 @@ class Database:
     ) -> ConnectionPool[Conn]:
         options = self.pool_options(size, timeout_s, name)
         if warm and not self.pooled:  # a transaction pooler's server sessions are not ours
-            options["configure"] = self._configure
+            options["configure"] = self.claim_plans.configure
         pool: ConnectionPool[Conn] = ConnectionPool(conninfo, connection_class=Conn, **options)
         pool.open(wait=False)
         return pool
-
-    def _configure(self, conn: Conn) -> None:
-        """A new pooled connection, before it is handed out: in a process that claims
-        (``prepare_claims``), the claim's path planned on it (planning.py warm_up)."""
-        if self.claims_prepared:
-            warm_up(conn, text=self.q["warm_up"])
-
-    def prepare_claims(self, connections: int) -> None:
-        """``connections`` of the pool opened now, each with the claim's, the start's
-        and the outcome's statements planned (planning.py warm_up), and every connection
-        opened later planned as it opens: a worker calls it before its first claim.
-
-        Only a process that claims asks: the first call of those statements in a session
-        plans them for every day partition of firings (84 ms at the median, up to 300 ms
-        with four sessions planning at once, on a month of partitions), so a scheduler's,
-        an API's or a CLI command's connections skip it. And a worker asks for the
-        connections its store threads use side by side before it claims: a pool that
-        grew on demand planned its second and third connection during a drain's first
-        batches, on the cores the drain ran on."""
-        self.claims_prepared = True
-        held: list[Conn] = []
-        try:
-            for _ in range(min(connections, self._max_size)):
-                held.append(self._getconn(self.pool))
-            for conn in held:
-                warm_up(conn, text=self.q["warm_up"])  # those opened before the flag
-        finally:
-            for conn in held:
-                self.pool.putconn(conn)
 
     def close(self) -> None:
         self.stalls.close()
