@@ -77,10 +77,8 @@ def test_a_store_that_does_not_claim_plans_none_of_it(h: Harness) -> None:
     assert _planned_on_each(store) == [set()] * store.db.pool_size
 
 
-def test_preparing_a_store_whose_server_does_not_answer_raises_nothing(h: Harness) -> None:
-    from cronwheel.store.postgres import PostgresStore as Pg
-
-    store = Pg("postgresql://postgres@127.0.0.1:1/none", timeout_s=0.5)
+def test_preparing_a_store_whose_server_does_not_answer_raises_nothing() -> None:
+    store = PostgresStore("postgresql://postgres@127.0.0.1:1/none", timeout_s=0.5)
     try:
         store.prepare_claims(2)
     finally:

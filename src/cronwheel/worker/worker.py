@@ -286,9 +286,10 @@ class Worker:
         register = partial(self._call, self.store.register_node, node)
         if await until_available(register, stop, self.events.store_unavailable):
             self.events.worker_started(self.worker_id, names, self.config.concurrency)
-        # the store ready for the calls the store threads make side by side, before the
-        # first claim (WorkerPort.prepare_claims)
-        await self._call(self.store.prepare_claims, STORE_THREADS)
+            # the store ready for the calls the store threads make side by side, before
+            # the first claim (WorkerPort.prepare_claims); not when stopped before it
+            # answered: a store that is down would be waited for (the pool's timeout)
+            await self._call(self.store.prepare_claims, STORE_THREADS)
         loops = [
             asyncio.create_task(self._heartbeat_loop(stop)),
             asyncio.create_task(
