@@ -154,6 +154,12 @@ def test_bench_api_needs_wrk_and_other_workloads_keep_their_duration_floor(
     assert code == 2 and "--duration" in err and "at least 5 seconds" in err
 
 
+def test_bench_soak_runs_must_be_a_positive_count(capsys: pytest.CaptureFixture[str]) -> None:
+    # refused before any store is made or loaded: one line naming the option
+    code, out, err = run(["bench", "soak", "--runs", "0"], capsys)
+    assert code == 2 and "--runs" in err and len(err.strip().splitlines()) == 1 and not out
+
+
 def test_api_workers_must_be_a_positive_count(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["api", "--workers", "0"], capsys)
     assert code == 2 and "--workers" in err
