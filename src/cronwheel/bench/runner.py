@@ -86,8 +86,11 @@ class Cluster:
         *,
         schedulers: int = 1,
         scheduler_args: Sequence[str] = (),
+        workers_after: Callable[[], bool] | None = None,
     ) -> None:
         self.store_url = store_url
+        # the workers start once this is true (or after GATE_S): the schedulers first
+        self.workers_after = workers_after
         self.workers = workers
         self.concurrency = concurrency
         self.log_dir = log_dir
@@ -115,6 +118,8 @@ class Cluster:
             name = "scheduler" if i == 0 else f"scheduler-{i + 1}"
             self.schedulers.append(self._spawn(name, "scheduler", *self.scheduler_args))
         self.scheduler = self.schedulers[0]
+        if self.workers_after is not None:
+            wait_until(self.workers_after, GATE_S, DRAIN_POLL_S)
         for i in range(self.workers):
             self._spawn(f"worker-{i + 1}", "worker", "--concurrency", str(self.concurrency))
 
@@ -193,6 +198,7 @@ POLL_S = 1.0
 # the drain polls four times a second: its CPU per job is read from the first poll that
 # saw a job done to the one that saw the last, most of a drain of a few seconds
 DRAIN_POLL_S = 0.25
+GATE_S = 60.0  # at most this long for a Cluster's workers_after (then they start anyway)
 
 
 def wait_until(done: Callable[[], bool], timeout_s: float, interval_s: float = 0.2) -> bool:
@@ -406,8 +412,10 @@ def drain_on(
     *,
     floor: int = 0,
     prefix: str = "drain",
+    gate: Callable[[], bool] | None = None,
 ) -> BenchResult:
-    """The drain run on a given store (the soak's, with history below ``floor``)."""
+    """The drain run on a given store (the soak's, with history below ``floor``); with
+    ``gate``, the workers start only once it is true (Cluster's ``workers_after``)."""
     from cronwheel.domain.schedules import now as now_schedule
 
     result = BenchResult(workload="drain", store=store_kind(url), expected=count)
@@ -418,7 +426,7 @@ def drain_on(
     for i in range(count):
         spec = JobSpec(name=f"{prefix}-{i}", task=TASK, schedule=now_schedule())
         ids.add(store.enqueue_now(spec).job_id)
-    with Cluster(url, workers, concurrency, tmp) as cluster:
+    with Cluster(url, workers, concurrency, tmp, workers_after=gate) as cluster:
         procs = [p for p in cluster.procs if p not in cluster.schedulers]
         server = store_kind(url) == "postgresql" and on_this_host(url)
         cpu = SideMeter.of_processes(procs, cluster.schedulers, server=server)

@@ -310,23 +310,28 @@ def _side(
             cutoff = store.now() - keep_for
             counter: Any = store  # the SQL engines' count (store/core/retention.py)
             # a drain of the same size as the plain one just before, long enough to span
-            # the pass's pacing (a step, then nine times its duration of pause)
-            before = counter.count_finished_before(cutoff)
+            # the pass's pacing (a step, then nine times its duration of pause); its
+            # workers start once the new leader's pass has deleted its first batch (a
+            # drain of a second could otherwise end before a slow leader's first term)
+            prunable = [counter.count_finished_before(cutoff)]
             store.set_retention("default", {"keep_for": keep_for})
+
+            def pass_started() -> bool:
+                left = counter.count_finished_before(cutoff)
+                if left < prunable[0]:
+                    prunable.append(left)
+                return len(prunable) > 1
+
             pruning = drain_on(
-                url,
-                store,
-                tmp_path,
-                long,
-                workers,
-                concurrency,
-                progress,
-                floor=floor,
-                prefix="drain-pruning",
-            )
+                url, store, tmp_path, long, workers, concurrency, progress, floor=floor,
+                prefix="drain-pruning", gate=pass_started,
+            )  # fmt: skip
             doc["drain_while_pruning_jobs_per_s"] = pruning.figures.get("jobs_per_s")
-            doc["pruned_during_drain"] = before - counter.count_finished_before(cutoff)
-            doc["prunable_when_drain_started"] = before
+            # from the retention's setting to the workers' start (the gate), and from
+            # then to the drain's end; 0 before: the pass did not start within GATE_S
+            doc["pruned_before_drain"] = prunable[0] - prunable[-1]
+            doc["prunable_when_drain_started"] = prunable[-1]
+            doc["pruned_during_drain"] = prunable[-1] - counter.count_finished_before(cutoff)
             doc["lost"] += pruning.lost
             doc["duplicated"] += pruning.duplicated
         return doc
