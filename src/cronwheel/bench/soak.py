@@ -47,9 +47,10 @@ Figures, each the median of a few calls where it is a call:
   days - 1; under two days of history, half of it), its rate as a share of the plain
   drain just before (the pass paces itself, a step then nine times its
   duration of pause: a drain shorter than a few steps would measure one step, not the
-  pass; and a drain of a second or so can end before the pass has decided on a day
-  partition, paused and dropped it, so that it measures no pass at all), and the
-  firings the pass deleted meanwhile;
+  pass; and a drain of a second or so could end before a new leader's first step, so
+  the drain's workers start once the pass has deleted its first firings, at most
+  ``GATE_S`` after its scheduler), and the firings the pass deleted before the
+  workers started (``pruned_before_drain``) and during the drain;
   ``bytes_per_firing`` (the store's size over the firings it holds) and the size at
   steady state for the retention period (``days x rate x bytes_per_firing``).
 """
