@@ -74,3 +74,35 @@ def test_the_leaders_upkeep_checkpoints_the_log_below_sqlites_threshold(tmp_path
     assert len(store.list_jobs(limit=1000)) == 600
     store.upkeep()  # nothing left to copy: a no-op
     store.close()
+
+
+def test_a_held_start_reads_its_rows_before_ready_and_writes_after(tmp_path: Path) -> None:
+    """The held start's warm-up (claims.py ``start_peek``): before ``ready`` (the wait
+    for the instant) the start's rows are read by primary key, outside any transaction
+    (a cancel made during the wait still wins, test_claimed_state.py); the start is
+    written after ``ready``, with the clock read then."""
+    from cronwheel.domain.models import JobSpec
+    from cronwheel.domain.schedules import now
+
+    assert any("USING INTEGER PRIMARY KEY" in d for d in _plan(tmp_path, "start_peek"))
+    store = SqliteStore(str(tmp_path / "peek.db"))
+    store.migrate()
+    store.enqueue_now(JobSpec(name="p", task="t", schedule=now()))
+    (held,) = store.claim("w", tasks=["t"], limit=1, start=0)
+    statements: list[str] = []
+    store.db.conn.set_trace_callback(statements.append)
+
+    def ready() -> None:
+        assert not store.db.conn.in_transaction
+        statements.append("-- ready")
+
+    claims = [(held.firing.id, held.claim_token)]
+    assert store.complete_and_start([], "w", claims, ready=ready) == ([], {held.firing.id})
+    store.db.conn.set_trace_callback(None)
+    # each statement by its first line that is not a comment
+    heads = [next((ln for ln in s.splitlines() if not ln.startswith("--")), s) for s in statements]
+    at = statements.index("-- ready")
+    assert any(h.startswith("SELECT firings.id") for h in heads[:at]), heads
+    assert not any(h.startswith(("UPDATE", "BEGIN", "INSERT")) for h in heads[:at]), heads
+    assert any(h.startswith("UPDATE firings") for h in heads[at:]), heads
+    store.close()

@@ -57,13 +57,24 @@ class SqliteClaims(CoreStore[SqliteDb]):
     ) -> tuple[list[bool], set[FiringId]]:
         """Both in one write transaction: one commit, one take of the writer lock (a
         crowd's starts and its outcomes no longer queue for it one after the other).
-        ``ready`` is waited for before the writer lock is asked for."""
+        With ``ready``, the start's rows are read first (``start_peek``: their pages and
+        the statement's path warm at the instant, not after 100 ms idle), then ``ready``
+        waits for the instant before the writer lock is asked for: a cancel made
+        meanwhile still wins."""
         if ready is not None:
+            self.db.read(lambda tx: tx.all("start_peek", params))
             ready()
         with self.db.transaction() as tx:
             started = tx.all("start", params)
             accepted = self._complete_in(tx, completions)
         return accepted, {FiringId(r["id"]) for r in started}
+
+    def _started(
+        self, params: dict[str, Any], ready: Ready, not_before: datetime | None
+    ) -> set[FiringId]:
+        if ready is None:
+            return super()._started(params, None, not_before)
+        return self._complete_and_start([], params, ready, not_before)[1]
 
     def _claim_in(self, tx: SqliteTx, ask: ClaimAsk) -> _Claimed:
         """The claimed rows and their jobs' stored policies, as read in the transaction;

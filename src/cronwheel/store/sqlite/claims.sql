@@ -133,3 +133,10 @@ SET state = 'cancelled', started_at = :started_at, finished_at = :finished_at,
     error = :error
 WHERE id = :id AND claim_token = :token AND state = 'running'
 RETURNING attempt
+
+-- name: start_peek
+-- `start`'s rows read, before the instant: the held start's warm-up (claims.py).
+SELECT firings.id, firings.state
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token
+      FROM json_each(:batch)) AS c
+JOIN firings ON firings.id = c.id AND firings.claim_token = c.token
