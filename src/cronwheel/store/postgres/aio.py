@@ -64,6 +64,7 @@ from cronwheel.store import codec
 from cronwheel.store.coalesced import Coalesced
 from cronwheel.store.core.bulk import job_exists
 from cronwheel.store.core.flows import firing_and_attempts, job_from_rows
+from cronwheel.store.postgres import jsonload
 from cronwheel.store.postgres.db import (
     Database,
     getconn_slice,
@@ -100,6 +101,7 @@ class PgAsyncCalls:
         pool: AsyncConnectionPool[AConn] = AsyncConnectionPool(
             db.conninfo,
             connection_class=AConn,
+            configure=jsonload.configure_async,
             **db.pool_options(db.pool_size, db.timeout_s, "cronwheel-async"),
         )
         await pool.open(wait=False)

@@ -38,6 +38,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from cronwheel.errors import CronwheelError, StoreError, StoreUnavailableError
+from cronwheel.store.postgres import jsonload
 from cronwheel.store.postgres.ha import (
     PrimaryCheck,
     StallWatchdog,
@@ -235,9 +236,8 @@ class Database:
             # which after a server restart stalls a leader past its lease. _checkout
             # checks each connection itself and retries at once instead.
             "timeout": timeout_s,
-            # give a failed connection attempt up at once: the next caller starts a
-            # fresh one, so the pool is back the moment the server is (the default
-            # backs off for up to 5 minutes); callers see StoreUnavailableError meanwhile
+            # a failed connection attempt given up at once: the next caller starts a fresh one
+            # (the pool is back with the server; the default backs off up to 5 minutes)
             "reconnect_timeout": 0,
             "name": name,
             "open": False,
@@ -247,8 +247,8 @@ class Database:
         self, conninfo: str, size: int, timeout_s: float, name: str, *, warm: bool = False
     ) -> ConnectionPool[Conn]:
         options = self.pool_options(size, timeout_s, name)
-        if warm and not self.pooled:  # a transaction pooler's server sessions are not ours
-            options["configure"] = self.claim_plans.configure
+        plans = self.claim_plans.configure if warm and not self.pooled else None  # pooler: not ours
+        options["configure"] = jsonload.configure(plans)  # orjson's JSON (jsonload.py)
         pool: ConnectionPool[Conn] = ConnectionPool(conninfo, connection_class=Conn, **options)
         pool.open(wait=False)
         return pool
