@@ -1,6 +1,6 @@
 """``cronwheel bench soak`` at smoke size (CI): both sides run, nothing is lost or
-duplicated, history is loaded and the retention pass has deleted some of it when the
-last drain starts. Timings are asserted nowhere here: README "Soak" has the measured figures
+duplicated, history is loaded and the retention pass has deleted some of it by the end of
+the last drain. Timings are asserted nowhere here: README "Soak" has the measured figures
 (full size: ``cronwheel bench soak`` with its defaults, or CRONWHEEL_SOAK_DAYS)."""
 
 from __future__ import annotations
@@ -36,10 +36,9 @@ def _check(doc: dict) -> None:
     for side in (empty, loaded):
         assert side["lost"] == 0 and side["duplicated"] == 0, side
         assert side["drain_jobs_per_s"] and side["herd_firings_per_s"]
-    # the pass started (the drain's workers wait for its first deletion, at most 60 s);
-    # what it deleted during the drain depends on its pacing (README "Soak")
-    assert loaded["pruned_before_drain"] > 0, loaded
-    assert loaded["pruned_during_drain"] >= 0
+    # the leader's pass deleted history by the drain's end (the drain's workers wait for
+    # that leader's term); how much of it during the drain depends on its pacing
+    assert loaded["pruned_before_drain"] + loaded["pruned_during_drain"] > 0, loaded
     assert loaded["bytes_per_firing"] > 0
     assert set(doc["ratios"]) >= {"claim_ms", "enqueue_ms", "scrape_ms", "status_ms"}
 

@@ -48,9 +48,9 @@ Figures, each the median of a few calls where it is a call:
   drain just before (the pass paces itself, a step then nine times its
   duration of pause: a drain shorter than a few steps would measure one step, not the
   pass; and a drain of a second or so could end before a new leader's first step, so
-  the drain's workers start once the pass has deleted its first firings, at most
-  ``GATE_S`` after its scheduler), and the firings the pass deleted before the
-  workers started (``pruned_before_drain``) and during the drain;
+  the drain's workers start once the new leader holds its term, at most ``GATE_S``
+  after its scheduler), and the firings the pass deleted before the workers started
+  (``pruned_before_drain``) and during the drain;
   ``bytes_per_firing`` (the store's size over the firings it holds) and the size at
   steady state for the retention period (``days x rate x bytes_per_firing``).
 """
@@ -79,7 +79,7 @@ from cronwheel.domain.models import ClaimedFiring, JobSpec
 from cronwheel.domain.schedules import every
 from cronwheel.domain.schedules import now as now_schedule
 from cronwheel.observability.lateness import SAMPLE
-from cronwheel.store.protocol import Completion, Store
+from cronwheel.store.protocol import DISPATCHER_LEASE, Completion, Store
 from cronwheel.store.url import sqlite_path
 
 CHUNK = 200_000  # firings per INSERT ... SELECT of the loader
@@ -312,24 +312,27 @@ def _side(
             counter: Any = store  # the SQL engines' count (store/core/retention.py)
             # a drain of the same size as the plain one just before, long enough to span
             # the pass's pacing (a step, then nine times its duration of pause); its
-            # workers start once the new leader's pass has deleted its first batch (a
-            # drain of a second could otherwise end before a slow leader's first term)
+            # workers start once the new leader holds its term, whose first step starts
+            # the pass (a drain of a second could otherwise end before that leader's
+            # first step: CI saw it once)
+            set_at = store.now()
             prunable = [counter.count_finished_before(cutoff)]
             store.set_retention("default", {"keep_for": keep_for})
 
-            def pass_started() -> bool:
-                left = counter.count_finished_before(cutoff)
-                if left < prunable[0]:
-                    prunable.append(left)
-                return len(prunable) > 1
+            def leader_up() -> bool:
+                lease = store.get_lease(DISPATCHER_LEASE)
+                if lease is None or lease.acquired_at < set_at:
+                    return False
+                prunable.append(counter.count_finished_before(cutoff))
+                return True
 
             pruning = drain_on(
                 url, store, tmp_path, long, workers, concurrency, progress, floor=floor,
-                prefix="drain-pruning", gate=pass_started,
+                prefix="drain-pruning", gate=leader_up,
             )  # fmt: skip
             doc["drain_while_pruning_jobs_per_s"] = pruning.figures.get("jobs_per_s")
             # from the retention's setting to the workers' start (the gate), and from
-            # then to the drain's end; 0 before: the pass did not start within GATE_S
+            # then to the drain's end
             doc["pruned_before_drain"] = prunable[0] - prunable[-1]
             doc["prunable_when_drain_started"] = prunable[-1]
             doc["pruned_during_drain"] = prunable[-1] - counter.count_finished_before(cutoff)
