@@ -80,7 +80,7 @@ def test_a_held_start_reads_its_rows_before_ready_and_writes_after(tmp_path: Pat
     """The held start's warm-up (claims.py ``start_peek``): before ``ready`` (the wait
     for the instant) the start's rows are read by primary key, outside any transaction
     (a cancel made during the wait still wins, test_claimed_state.py); the start is
-    written after ``ready``, with the clock read then."""
+    written after ``ready``."""
     from cronwheel.domain.models import JobSpec
     from cronwheel.domain.schedules import now
 

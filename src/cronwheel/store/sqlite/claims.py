@@ -57,10 +57,10 @@ class SqliteClaims(CoreStore[SqliteDb]):
     ) -> tuple[list[bool], set[FiringId]]:
         """Both in one write transaction: one commit, one take of the writer lock (a
         crowd's starts and its outcomes no longer queue for it one after the other).
-        With ``ready``, the start's rows are read first (``start_peek``: their pages and
-        the statement's path warm at the instant, not after 100 ms idle), then ``ready``
-        waits for the instant before the writer lock is asked for: a cancel made
-        meanwhile still wins."""
+        With ``ready``, the start's rows are read first (``start_peek``: their pages in
+        this connection's cache at the instant, not read after 100 ms idle), then
+        ``ready`` waits for the instant before the writer lock is asked for: a cancel
+        made meanwhile still wins."""
         if ready is not None:
             self.db.read(lambda tx: tx.all("start_peek", params))
             ready()
@@ -72,6 +72,7 @@ class SqliteClaims(CoreStore[SqliteDb]):
     def _started(
         self, params: dict[str, Any], ready: Ready, not_before: datetime | None
     ) -> set[FiringId]:
+        """The core's, with ``ready`` after the read above (``_complete_and_start``)."""
         if ready is None:
             return super()._started(params, None, not_before)
         return self._complete_and_start([], params, ready, not_before)[1]
