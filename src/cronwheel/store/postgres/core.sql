@@ -206,11 +206,9 @@ VALUES (%(namespace)s, %(key_hash)s, %(request_hash)s, %(firing_id)s, :now)
 -- When the earliest queued firing not yet due becomes due (a buffered one is due
 -- already: not a hint). Written as an ordered walk that stops at its first entry:
 -- min() lets the planner, with stale statistics, aggregate over every matching entry
--- (thousands when a burst is queued ahead of its instant). [firings_queued_due]
-SELECT due_at AS d FROM firings
-WHERE state = 'queued' AND buffered_at IS NULL AND due_at > :now
-ORDER BY due_at
-LIMIT 1
+-- (thousands when a burst is queued ahead of its instant). From the claim's floor on
+-- (schema.sql migration_30). [firings_queued_due]
+SELECT cronwheel_next_due(:now) AS d
 
 -- name: cancel_requested
 -- Which of a worker's claims were asked to stop. [firings primary key]
@@ -293,13 +291,11 @@ SELECT * FROM nodes ORDER BY kind, id
 SELECT * FROM nodes WHERE heartbeat_at >= :now - %(within)s::interval ORDER BY kind, id
 
 -- name: status_counts
--- Queued, claimed and running now (partial indexes: bounded by the live work). No
--- parameter: planned once per session (a prepared statement without parameters keeps
--- its generic plan), where planning it afresh cost 18-22 ms with 32 day partitions.
--- [firings_claim, firings_lease]
-SELECT 'queued' AS state, count(*) AS n FROM firings WHERE state = 'queued'
-UNION ALL
-SELECT state, count(*) FROM firings WHERE state IN ('claimed', 'running') GROUP BY state
+-- Queued, claimed and running now (partial indexes: bounded by the live work, and by
+-- the claim's floor: schema.sql migration_30). No parameter: planned once per session
+-- (a prepared statement without parameters keeps its generic plan), where planning it
+-- afresh cost 18-22 ms with 32 day partitions. [firings_claim, firings_lease]
+SELECT state, n FROM cronwheel_live_counts(NULL)
 
 -- name: status_finished
 -- The finishes of the minutes within %(window)s, counted as they happened
@@ -312,11 +308,11 @@ GROUP BY state
 -- name: status_jobs
 -- Registered jobs (the jobs quota's counters: every job but immediate one-shots), paused
 -- jobs, the oldest queued firing's due instant, and the clock: no scan of the jobs,
--- which hold a one-shot per `app.enqueue` until retention prunes it.
--- [quota_jobs, jobs_paused, firings_claim]
+-- which hold a one-shot per `app.enqueue` until retention prunes it. The oldest from
+-- the claim's floor on (schema.sql migration_30). [quota_jobs, jobs_paused, firings_claim]
 SELECT (SELECT coalesce(sum(used), 0) FROM quota_jobs) AS n,
        (SELECT count(*) FROM jobs WHERE paused) AS p,
-       (SELECT min(due_at) FROM firings WHERE state = 'queued') AS oldest,
+       cronwheel_oldest_queued(NULL) AS oldest,
        :now AS now
 
 -- name: recent_lateness
@@ -328,10 +324,7 @@ SELECT lateness_ms FROM cronwheel_recent_lateness(:now - %(window)s::interval, N
 -- name: status_counts_of_namespace
 -- status_counts of one namespace's firings (what a namespace token may see).
 -- [firings_claim, firings_held_namespace]
-SELECT 'queued' AS state, count(*) AS n FROM firings WHERE state = 'queued' AND namespace = %(namespace)s
-UNION ALL
-SELECT state, count(*) FROM firings
-WHERE state IN ('claimed', 'running') AND namespace = %(namespace)s GROUP BY state
+SELECT state, n FROM cronwheel_live_counts(%(namespace)s)
 
 -- name: status_finished_of_namespace
 -- status_finished of one namespace. [finished_counts primary key]
@@ -344,7 +337,7 @@ GROUP BY state
 -- status_jobs of one namespace. [quota_jobs primary key, jobs_paused, firings_claim]
 SELECT (SELECT coalesce(sum(used), 0) FROM quota_jobs WHERE namespace = %(namespace)s) AS n,
        (SELECT count(*) FROM jobs WHERE paused AND namespace = %(namespace)s) AS p,
-       (SELECT min(due_at) FROM firings WHERE state = 'queued' AND namespace = %(namespace)s) AS oldest,
+       cronwheel_oldest_queued(%(namespace)s) AS oldest,
        :now AS now
 
 -- name: recent_lateness_of_namespace
