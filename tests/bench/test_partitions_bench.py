@@ -33,6 +33,7 @@ def test_partitions_bench_reports_each_count() -> None:
     assert held == sorted(held) and held[0] >= 2 and held[-1] >= 41
     for row in doc["rows"]:
         assert row["enqueue_ms"] > 0 and row["claim_ms"] > 0 and row["held_ms"] > 0
+        assert row["status_ms"] > 0 and row["next_due_ms"] > 0
     assert doc["rows"][0]["claim_ratio"] == 1.0
 
 

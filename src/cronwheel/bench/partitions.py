@@ -7,7 +7,9 @@ completion of a recurring job with the default policies (``claim_recurring_ms``:
 planned claim, which counts each job's held firings, see store/claiming.py); and a held
 firing's own calls (``held_ms``: a firing claimed ahead of its start, then its start, one
 heartbeat and its completion: the statements that find a held firing by its claim
-token, planned for the partition the token names). The leader keeps
+token, planned for the partition the token names); and the periodic reads of the live
+work (``status_ms``: ``status``; ``next_due_ms``: an idle worker's hint of the next
+instant), each after ``WARM_CALLS`` calls (soak's). The leader keeps
 about ``keep_for`` + 2 partitions (README "Partitions by day"): 9 with the default
 7 days, 32 with 30."""
 
@@ -22,13 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from cronwheel.bench.runner import fresh_store
-from cronwheel.bench.soak import claim_and_complete, hot_paths, succeeded
+from cronwheel.bench.soak import WARM_CALLS, _median_ms, claim_and_complete, hot_paths, succeeded
 from cronwheel.domain.models import JobSpec
 from cronwheel.domain.schedules import every
 from cronwheel.domain.schedules import now as now_schedule
 from cronwheel.store.protocol import DISPATCHER_LEASE, JobAdvance, PlannedFiring
 
 DEFAULT_COUNTS = (2, 10, 40)  # days back from today (tomorrow's is made too)
+TIMED = ("enqueue_ms", "claim_ms", "claim_recurring_ms", "held_ms", "status_ms", "next_due_ms")
 ROUNDS = 3
 
 
@@ -58,11 +61,13 @@ def run_partitions(
                     "claim_ms": round(statistics.median(x["claim_ms"] for x in runs), 2),
                     "claim_recurring_ms": _recurring(store, calls),
                     "held_ms": _held(store, calls),
+                    "status_ms": _median_ms(store.status, calls, warm=WARM_CALLS),
+                    "next_due_ms": _median_ms(store.next_due_at, calls, warm=WARM_CALLS),
                 }
             )
     base = rows[0]
     for row in rows:
-        for key in ("enqueue_ms", "claim_ms", "claim_recurring_ms", "held_ms"):
+        for key in TIMED:
             row[key.replace("_ms", "_ratio")] = round(row[key] / base[key], 2)
     return {"workload": "partitions", "calls": calls, "rows": rows}
 

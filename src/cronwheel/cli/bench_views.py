@@ -51,15 +51,14 @@ def partitions(store_url: str, calls: int, as_json: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from cronwheel.bench.partitions import run_partitions
+    from cronwheel.bench.partitions import TIMED, run_partitions
 
     doc = run_partitions(store_url, calls=calls)
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return
     table = Table(title=f"partitions: hot paths, median of {calls} calls", title_justify="left")
-    cols = ("partitions", "enqueue_ms", "claim_ms", "claim_recurring_ms", "held_ms",
-            "enqueue_ratio", "claim_ratio", "claim_recurring_ratio", "held_ratio")  # fmt: skip
+    cols = ("partitions", *TIMED, *(key.replace("_ms", "_ratio") for key in TIMED))
     for col in cols:
         table.add_column(col)
     for row in doc["rows"]:
