@@ -156,8 +156,8 @@ def bench_command(
     api        (needs wrk) `cronwheel api --auth` under wrk: req/s, p50/p99 per endpoint
     soak       --days of history at --rate/day, then hot paths, scrape, status, pages,
                explain, a drain during retention: ratios to a near-empty store; size
-    partitions (PostgreSQL) enqueue and claim + completion with 3, 11 and 41 day
-               partitions of firings (--count calls each, default 50): ms and ratios
+    partitions (PostgreSQL) enqueue, claim + completion, a held start, status, next due
+               at 3, 11 and 41 day partitions (--count calls each, default 50): ms, ratios
     tz-steps   (no store) cost of one schedule step at vs away from DST transitions,
                every zone with a transition in the 2 years from --from (--smoke: 6 zones)
     smoke      small precision/herd/drain/cron-mix/limit runs (CI): zero lost/duplicated
