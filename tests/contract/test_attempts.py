@@ -160,3 +160,27 @@ def test_status_lateness_counts_first_attempts_only(harness: Harness) -> None:
     assert mine.lateness_ms == [1000.0] and mine.counts.get("succeeded") == 2
     other = harness.store.status(namespace="other")
     assert other.lateness_ms == [] and other.counts.get("succeeded") is None
+
+
+def test_status_of_a_namespace_counts_only_its_live_firings(harness: Harness) -> None:
+    """A namespace token's view: queued and held counts, and the oldest queued instant,
+    of its own firings only."""
+    now = harness.now()
+    due = {"a": [now, now + S], "b": [now + 2 * S]}
+    for ns, instants in due.items():
+        for i, at in enumerate(instants):
+            job = harness.store.create_job(spec(f"{ns}{i}", namespace=ns), first_fire_at=at)
+            _enqueue_instants(harness, job, [at])
+    harness.advance(3 * S)
+    (held,) = harness.store.claim("w", tasks=["t"], limit=1)
+    due[held.firing.namespace].remove(held.firing.due_at)
+    for ns in ("a", "b"):
+        status = harness.store.status(namespace=ns)
+        mine = int(held.firing.namespace == ns)
+        assert status.counts["queued"] == len(due[ns])
+        assert status.counts["claimed"] + status.counts["running"] == mine
+        assert status.oldest_queued_due_at == min(due[ns], default=None)
+    everyone = harness.store.status()
+    assert everyone.counts["queued"] == 2
+    assert everyone.counts["claimed"] + everyone.counts["running"] == 1
+    assert everyone.oldest_queued_due_at == min(due["a"] + due["b"])

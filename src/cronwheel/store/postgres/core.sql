@@ -323,7 +323,7 @@ SELECT lateness_ms FROM cronwheel_recent_lateness(:now - %(window)s::interval, N
 
 -- name: status_counts_of_namespace
 -- status_counts of one namespace's firings (what a namespace token may see).
--- [firings_claim, firings_held_namespace]
+-- [firings_claim, firings_lease]
 SELECT state, n FROM cronwheel_live_counts(%(namespace)s)
 
 -- name: status_finished_of_namespace

@@ -1574,8 +1574,10 @@ CREATE FUNCTION cronwheel_floor() RETURNS timestamptz
 LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $fn$ SELECT fl.at FROM firings_floor fl WHERE fl.one $fn$;
--- Queued, claimed and running now, of one namespace or (NULL) of all.
--- [firings_claim, firings_lease; firings_claim, firings_held_namespace]
+-- Queued, claimed and running now, of one namespace or (NULL) of all; and the oldest
+-- queued firing's due instant. A namespace filters the rows the walks find: the held
+-- ones are bounded by the workers' slots, the queued ones are walked for every
+-- namespace alike. [firings_claim, firings_lease]
 CREATE FUNCTION cronwheel_live_counts(p_namespace text)
 RETURNS TABLE (state text, n bigint)
 LANGUAGE plpgsql STABLE
@@ -1585,28 +1587,17 @@ AS $fn$
 DECLARE
     v_floor timestamptz := (SELECT fl.at FROM firings_floor fl WHERE fl.one);
 BEGIN
-    IF p_namespace IS NULL THEN
-        RETURN QUERY
-        SELECT 'queued'::text, count(*) FROM firings f
-        WHERE f.state = 'queued' AND f.scheduled_for >= v_floor
-        UNION ALL
-        SELECT f.state::text, count(*) FROM firings f
-        WHERE f.state IN ('claimed', 'running') AND f.scheduled_for >= v_floor
-        GROUP BY f.state;
-    ELSE
-        RETURN QUERY
-        SELECT 'queued'::text, count(*) FROM firings f
-        WHERE f.state = 'queued' AND f.namespace = p_namespace AND f.scheduled_for >= v_floor
-        UNION ALL
-        SELECT f.state::text, count(*) FROM firings f
-        WHERE f.state IN ('claimed', 'running') AND f.namespace = p_namespace
-          AND f.scheduled_for >= v_floor
-        GROUP BY f.state;
-    END IF;
+    RETURN QUERY
+    SELECT 'queued'::text, count(*) FROM firings f
+    WHERE f.state = 'queued' AND f.scheduled_for >= v_floor
+      AND (p_namespace IS NULL OR f.namespace = p_namespace)
+    UNION ALL
+    SELECT f.state::text, count(*) FROM firings f
+    WHERE f.state IN ('claimed', 'running') AND f.scheduled_for >= v_floor
+      AND (p_namespace IS NULL OR f.namespace = p_namespace)
+    GROUP BY f.state;
 END
 $fn$;
--- The oldest queued firing's due instant, of one namespace or (NULL) of all.
--- [firings_claim]
 CREATE FUNCTION cronwheel_oldest_queued(p_namespace text) RETURNS timestamptz
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
@@ -1615,13 +1606,9 @@ AS $fn$
 DECLARE
     v_floor timestamptz := (SELECT fl.at FROM firings_floor fl WHERE fl.one);
 BEGIN
-    IF p_namespace IS NULL THEN
-        RETURN (SELECT min(f.due_at) FROM firings f
-                WHERE f.state = 'queued' AND f.scheduled_for >= v_floor);
-    END IF;
     RETURN (SELECT min(f.due_at) FROM firings f
-            WHERE f.state = 'queued' AND f.namespace = p_namespace
-              AND f.scheduled_for >= v_floor);
+            WHERE f.state = 'queued' AND f.scheduled_for >= v_floor
+              AND (p_namespace IS NULL OR f.namespace = p_namespace));
 END
 $fn$;
 -- When the earliest queued firing not yet due at p_now becomes due (an ordered walk
