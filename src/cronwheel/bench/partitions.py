@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from cronwheel.bench.runner import fresh_store
-from cronwheel.bench.soak import WARM_CALLS, _median_ms, claim_and_complete, hot_paths, succeeded
+from cronwheel.bench.soak import WARM_CALLS, claim_and_complete, hot_paths, median_ms, succeeded
 from cronwheel.domain.models import JobSpec
 from cronwheel.domain.schedules import every
 from cronwheel.domain.schedules import now as now_schedule
@@ -61,8 +61,8 @@ def run_partitions(
                     "claim_ms": round(statistics.median(x["claim_ms"] for x in runs), 2),
                     "claim_recurring_ms": _recurring(store, calls),
                     "held_ms": _held(store, calls),
-                    "status_ms": _median_ms(store.status, calls, warm=WARM_CALLS),
-                    "next_due_ms": _median_ms(store.next_due_at, calls, warm=WARM_CALLS),
+                    "status_ms": median_ms(store.status, calls, warm=WARM_CALLS),
+                    "next_due_ms": median_ms(store.next_due_at, calls, warm=WARM_CALLS),
                 }
             )
     base = rows[0]

@@ -112,7 +112,7 @@ def base_days(days: float, rate: int, jobs: int) -> float:
     return min(max(BASE_DAYS, 1.25 * SAMPLE * jobs / rate), days / 2)
 
 
-def _median_ms(fn: Callable[[], Any], calls: int = 5, warm: int = 0) -> float:
+def median_ms(fn: Callable[[], Any], calls: int = 5, warm: int = 0) -> float:
     for _ in range(warm):
         fn()
     times = []
@@ -227,14 +227,14 @@ def _reads(store: Any) -> dict[str, float]:
 
     w = WARM_CALLS
     return {
-        "scrape_ms": _median_ms(lambda: list(collector.collect()), warm=w),
-        "status_ms": _median_ms(store.status, warm=w),
-        "overview_ms": _median_ms(lambda: data.overview(store, "default", cluster=True), warm=w),
-        "jobs_page_ms": _median_ms(lambda: data.jobs(store, "default"), calls=3, warm=w),
-        "firings_page_ms": _median_ms(
+        "scrape_ms": median_ms(lambda: list(collector.collect()), warm=w),
+        "status_ms": median_ms(store.status, warm=w),
+        "overview_ms": median_ms(lambda: data.overview(store, "default", cluster=True), warm=w),
+        "jobs_page_ms": median_ms(lambda: data.jobs(store, "default"), calls=3, warm=w),
+        "firings_page_ms": median_ms(
             lambda: data.firings(store, "default", state=None, job_id=None), warm=w
         ),
-        "explain_ms": _median_ms(explain_day, calls=3, warm=w),
+        "explain_ms": median_ms(explain_day, calls=3, warm=w),
     }
 
 
