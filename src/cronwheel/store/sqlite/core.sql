@@ -194,6 +194,15 @@ SELECT * FROM firings WHERE id = :id
 -- [firings_job_id for a job's firings, else the primary key]
 SELECT * FROM firings WHERE /*where*/ ORDER BY id DESC LIMIT :limit
 
+-- name: list_firings_page
+-- A keyset page of every firing (of one namespace, or all) between two ids, newest
+-- first: the list with no filter but these (the scrape's walk of new firings, the
+-- firings page). [the primary key]
+SELECT * FROM firings
+WHERE id > coalesce(:after_id, -1) AND id < coalesce(:before_id, 9223372036854775807)
+  AND (:namespace IS NULL OR namespace = :namespace)
+ORDER BY id DESC LIMIT :limit
+
 -- name: start
 -- Held firings start: CLAIMED -> RUNNING, each a CAS on (claimed, claim token); a
 -- cancel since the claim makes it fail, and the handler is never called.
