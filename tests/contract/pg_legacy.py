@@ -221,15 +221,9 @@ def _fill(store: PostgresStore) -> Legacy:
     fire("work", now - 2 * H, now - H, now - 30 * M, now - 20 * M)
     out.running = claim_v15(store, "w-old")
     out.claimed = claim_v15(store, "w-old", start=False)
-    # read by SQL: today's list of firings calls a function of migration 30
-    queued = store.db.read(
-        lambda tx: tx.conn.execute(
-            "SELECT id FROM firings WHERE namespace = %s AND state = 'queued' ORDER BY id DESC",
-            (NS,),
-        ).fetchall()
-    )
-    out.queued = queued[0]["id"]
-    store.cancel_firing(queued[1]["id"])
+    queued = [f for f in store.list_firings(namespace=NS, limit=100) if f.state.value == "queued"]
+    out.queued = queued[0].id
+    store.cancel_firing(queued[1].id)
     store.skip_occurrences(NS, "skip", [now - 3 * DAY + H], "maintenance")
     f, created = store.enqueue_now_once(
         spec("once", task=TASK, namespace=NS, schedule=now_schedule()),

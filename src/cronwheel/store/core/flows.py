@@ -325,12 +325,10 @@ class CoreStore(
         scheduled_to: datetime | None = None,
         after_id: int | None = None,
     ) -> list[Firing]:
-        if (job_id, job_name, scheduled_from, scheduled_to) == (None,) * 4 and not states:
-            # a page between two ids, of a namespace or all: one plan (core.sql)
-            page = {"namespace": namespace, "after_id": after_id, "before_id": before_id}
-            rows = self.db.read_replica(
-                lambda tx: tx.all("list_firings_page", page | {"limit": limit})
-            )
+        unfiltered = (job_id, job_name, namespace, scheduled_from, scheduled_to) == (None,) * 5
+        if unfiltered and not states:  # every firing between two ids: one plan (core.sql)
+            page = {"after_id": after_id, "before_id": before_id, "limit": limit}
+            rows = self.db.read_replica(lambda tx: tx.all("list_firings_page", page))
             return [codec.firing_from_row(r) for r in rows]
         where = filters.firings(
             self.db,

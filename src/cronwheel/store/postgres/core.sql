@@ -224,13 +224,13 @@ SELECT * FROM firings WHERE id = %(id)s
 SELECT * FROM firings WHERE /*where*/ ORDER BY id DESC LIMIT %(limit)s
 
 -- name: list_firings_page
--- A keyset page of every firing (of one namespace, or all) between two ids, newest
--- first: the list with no filter but these (the scrape's walk of new firings, the
--- firings page). A function planned once (schema.sql migration_30): as a statement it
--- was planned afresh at each call (its LIMIT, a parameter, made the generic plan look
--- costlier), 2.2 ms with 32 day partitions. [each partition's primary key]
-SELECT * FROM cronwheel_firings_page(%(namespace)s::text, %(after_id)s::bigint,
-                                     %(before_id)s::bigint, %(limit)s::integer)
+-- A keyset page of every firing between two ids, newest first: the list with no filter
+-- but these (the scrape's walk of new firings). A function planned once (schema.sql
+-- migration_30): as a statement it was planned afresh at each call (its bounds and
+-- LIMIT, parameters, made the generic plan look costlier), 2.2 ms with 32 day
+-- partitions. [each partition's primary key]
+SELECT * FROM cronwheel_firings_page(%(after_id)s::bigint, %(before_id)s::bigint,
+                                     %(limit)s::integer)
 
 -- name: start
 -- Held firings start: CLAIMED -> RUNNING (schema.sql migration_18: the statement).

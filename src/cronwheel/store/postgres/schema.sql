@@ -1628,11 +1628,10 @@ BEGIN
             LIMIT 1);
 END
 $fn$;
--- A keyset page of every firing (of one namespace, or all) between two ids, newest
--- first (core.sql list_firings_page): each partition's id index walked backwards, the
--- walks merged, stopped at p_limit. [each partition's primary key]
-CREATE FUNCTION cronwheel_firings_page(p_namespace text, p_after bigint, p_before bigint,
-                                       p_limit integer)
+-- A keyset page of every firing between two ids, newest first (core.sql
+-- list_firings_page): each partition's id index walked backwards, the walks merged,
+-- stopped at p_limit. [each partition's primary key]
+CREATE FUNCTION cronwheel_firings_page(p_after bigint, p_before bigint, p_limit integer)
 RETURNS SETOF firings
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
@@ -1642,7 +1641,6 @@ BEGIN
     RETURN QUERY
     SELECT f.* FROM firings f
     WHERE f.id > coalesce(p_after, -1) AND f.id < coalesce(p_before, 9223372036854775807)
-      AND (p_namespace IS NULL OR f.namespace = p_namespace)
     ORDER BY f.id DESC
     LIMIT p_limit;
 END

@@ -195,12 +195,10 @@ SELECT * FROM firings WHERE id = :id
 SELECT * FROM firings WHERE /*where*/ ORDER BY id DESC LIMIT :limit
 
 -- name: list_firings_page
--- A keyset page of every firing (of one namespace, or all) between two ids, newest
--- first: the list with no filter but these (the scrape's walk of new firings, the
--- firings page). [the primary key]
+-- A keyset page of every firing between two ids, newest first: the list with no
+-- filter but these (the scrape's walk of new firings). [the primary key]
 SELECT * FROM firings
 WHERE id > coalesce(:after_id, -1) AND id < coalesce(:before_id, 9223372036854775807)
-  AND (:namespace IS NULL OR namespace = :namespace)
 ORDER BY id DESC LIMIT :limit
 
 -- name: start
