@@ -90,11 +90,6 @@ class Dialect(Protocol):
     def text_list(self, items: Sequence[str]) -> Any: ...
 
     # -- SQL fragments for filters assembled at run time -------------------------------
-    #: a predicate on firings that every unfinished (queued, claimed, running) firing
-    #: meets in any snapshot, which lets a read of them skip history ("" for none):
-    #: PostgreSQL's claim floor, below which its day partitions are left unopened
-    live_bound: str
-
     def param(self, name: str) -> str:
         """The placeholder of a named parameter."""
         ...

@@ -96,8 +96,6 @@ def firings(
         c.add(d.in_list("state", "states"), "states", d.text_list([s.value for s in states]))
         if {s.value for s in states} <= _ACTIVE:  # the walk of firings_active, not of history
             c.add(_ACTIVE_SQL)
-            if d.live_bound:
-                c.add(d.live_bound)
     if scheduled_from is not None:
         c.add(f"scheduled_for >= {d.param('from')}", "from", d.instant(scheduled_from))
     if scheduled_to is not None:

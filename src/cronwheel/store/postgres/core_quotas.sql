@@ -76,10 +76,9 @@ WHERE (%(namespace)s::text IS NULL OR u.namespace = %(namespace)s::text)
 
 -- name: quota_held
 -- Firings held by workers (claimed or running) per namespace, of one namespace or
--- (namespace NULL) every one. From the claim's floor on (schema.sql migration_30).
--- [firings_held_namespace]
+-- (namespace NULL) every one. [firings_held_namespace]
 SELECT namespace, count(*) AS n FROM firings
-WHERE state IN ('claimed', 'running') AND scheduled_for >= cronwheel_floor()
+WHERE state IN ('claimed', 'running')
   AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s::text)
 GROUP BY namespace
 

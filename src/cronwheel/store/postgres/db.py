@@ -164,9 +164,9 @@ class Database:
     """The PostgreSQL dialect of the store core: a pool of autocommit connections;
     ``run`` executes one unit of work with the retry rules below."""
 
-    #: a unit of work on a connection of its own: an error ends its statement alone
+    #: each unit of work runs on a connection of its own (not in a caller's transaction):
+    #: an error of one autocommitted statement ends that statement alone
     own_units = True
-    live_bound = "scheduled_for >= cronwheel_floor()"  # Dialect.live_bound (migration_30)
 
     def __init__(
         self,

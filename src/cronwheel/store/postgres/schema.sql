@@ -1557,23 +1557,17 @@ $fn$;
 SELECT cronwheel_raise_floor(now());
 
 -- name: migration_30
--- The periodic reads of the live work bounded by the claim's floor (migration_29), as
--- the claim's scan is: status' counts and oldest queued instant, the workers' hint of
--- the next instant (next_due_at), the scrape's pass over the active firings and its
--- unserved tasks. Each read every day partition's partial index, and with 32 of them
--- status took 1.9-2.1 ms against 1.1-1.3 with 3 (docs/benchmarks.md "Status and the
--- scrape bounded by the claim's floor").
--- - cronwheel_floor(): the floor, for a statement's own WHERE (a STABLE function: the
---   executor prunes the partitions below it when the plan starts, in the statement's
---   snapshot, in which the floor's rule holds).
--- - The functions read it into a variable, which prunes at the plan's start too, at half
---   the cost a call in a statement of two scans (25 against 52 us on 32 partitions,
---   server-side loops). STABLE: one snapshot for the floor and the scans, so that a
---   firing made unfinished below the old floor is counted with the floor it lowered.
-CREATE FUNCTION cronwheel_floor() RETURNS timestamptz
-LANGUAGE sql STABLE
-SET search_path FROM CURRENT
-AS $fn$ SELECT fl.at FROM firings_floor fl WHERE fl.one $fn$;
+-- Periodic reads of the live work bounded by the claim's floor (migration_29), as the
+-- claim's scan is: status' counts and oldest queued instant, and the workers' hint of
+-- the next instant (next_due_at). Each read every day partition's partial index: with
+-- 32 of them status took 1.70 ms against 1.31 with 5 (docs/benchmarks.md "Status and
+-- the scrape bounded by the claim's floor").
+-- - Each function reads the floor into a variable: a parameter of its plan, which prunes
+--   the partitions below it when the plan starts. (A STABLE function in the statement
+--   prunes too, but is called again for every row the scans find: 20,000 queued firings
+--   counted in 49.8 ms against 3.3.)
+-- - STABLE: one snapshot for the floor and the scans, so that a firing made unfinished
+--   below the old floor is counted with the floor it lowered.
 -- Queued, claimed and running now, of one namespace or (NULL) of all; and the oldest
 -- queued firing's due instant. A namespace filters the rows the walks find: the held
 -- ones are bounded by the workers' slots, the queued ones are walked for every

@@ -86,8 +86,6 @@ class SqliteTx:
 class SqliteDb:
     """One connection per store object, shared by its threads under a lock."""
 
-    live_bound = ""  # Dialect.live_bound: one table, no history to skip
-
     def __init__(
         self,
         path: str,
