@@ -1,9 +1,9 @@
 """PostgreSQL: the periodic reads of the live work bounded by the claim's floor
-(schema.sql migration_30): status' counts and oldest queued instant, and the workers'
-next due instant. They read the day partitions from ``firings_floor.at`` on, and must
+(schema.sql migrations 30 and 31): status' counts and oldest queued instant, the
+workers' next due instant, the active list, the unserved tasks and the held firings
+per namespace. They read the day partitions from ``firings_floor.at`` on, and must
 still see every unfinished firing, the floor's rule being what makes that true
-(test_postgres_claim_floor.py). The other live reads (the active list, the unserved
-tasks, the held firings per namespace) are checked beside them."""
+(test_postgres_claim_floor.py)."""
 
 from __future__ import annotations
 
@@ -48,6 +48,14 @@ def assert_live_reads(store: Any) -> None:
     assert store.next_due_at() == (min(later) if later else None)
     listed = store.list_firings(states=ACTIVE, limit=1000)
     assert {f.id for f in listed} == {r["id"] for r in rows}
+    for state in ACTIVE:  # one state, one namespace, and a keyset page between two ids
+        ids = sorted((r["id"] for r in rows if r["state"] == state.value), reverse=True)
+        of = store.list_firings(states=[state], namespace="default", limit=1000)
+        assert [f.id for f in of] == ids
+        if len(ids) > 2:
+            page = store.list_firings(states=[state], before_id=ids[0], after_id=ids[-1])
+            assert [f.id for f in page] == ids[1:-1]
+    assert store.list_firings(states=ACTIVE, namespace="elsewhere") == []
     unserved = store.unserved_queued(alive_within=timedelta(minutes=1))
     by_task: dict[str, int] = {}
     for r in rows:
@@ -130,6 +138,11 @@ def test_the_bounded_reads_leave_the_partitions_below_the_floor_unopened(h: Harn
         "SELECT cronwheel_oldest_queued(NULL)",
         "SELECT cronwheel_oldest_queued('default')",
         "SELECT cronwheel_next_due(now())",
+        "SELECT * FROM cronwheel_active_page('{queued,claimed,running}', NULL, NULL, NULL, 100)",
+        "SELECT * FROM cronwheel_active_page('{queued}', 'default', 0, 1000000, 100)",
+        "SELECT * FROM cronwheel_queued_tasks(NULL, 1000)",
+        "SELECT * FROM cronwheel_held_counts(NULL)",
+        "SELECT * FROM cronwheel_held_counts('default')",
     ]
     with psycopg.connect(PG_URL) as conn:
         conn.execute(f'SET search_path TO "{store.schema}"')

@@ -10,7 +10,9 @@ deletes nothing and counts the same.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -18,7 +20,7 @@ from cronwheel.domain.firing import FiringState
 from cronwheel.domain.retention import DEFAULT_RETENTION, Retention, pruned_counts
 from cronwheel.domain.schedules import at, now
 from cronwheel.errors import ValidationError
-from tests.contract.conftest import Harness, spec
+from tests.contract.conftest import STORE_KINDS, Harness, spec
 from tests.contract.test_store_contract import _complete, _fire, _job
 
 DAY = timedelta(days=1)
@@ -204,3 +206,33 @@ def test_sqlite_pruning_returns_the_space_to_the_file(tmp_path) -> None:
         assert store.database_size() < full / 4  # the freed pages left the file
     finally:
         store.close()
+
+
+@pytest.fixture(params=sorted(set(STORE_KINDS) - {"memory"}))
+def sql_harness(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Harness]:
+    """The SQL stores: the memory store's walk reads everything (a dictionary)."""
+    yield from STORE_KINDS[request.param](tmp_path)
+
+
+def test_a_pass_reads_no_firing_that_every_policy_in_use_keeps(sql_harness: Harness) -> None:
+    """The walk stops at the shortest keep_for of the namespaces that have jobs: where
+    the one namespace keeps 30 days, a pass 8 days on (the default's 7 passed) reads
+    nothing; once a namespace on the default has a job, its firings are read and go,
+    and the 30 days' stay."""
+    harness = sql_harness
+    store = harness.store
+    store.set_retention("default", {"keep_for": 30 * 86400, "keep_last": 0})
+    kept = _job(harness, "kept", max_concurrency=100)
+    _history(harness, kept, 3)
+    harness.advance(8 * DAY)
+    report = store.prune_history()
+    assert (report.scanned, report.deleted) == (0, 0)
+    other = harness.store.create_job(
+        spec("other", namespace="elsewhere", schedule=at(harness.now() - S)),
+        first_fire_at=harness.now(),
+    )
+    assert other.namespace == "elsewhere"
+    harness.advance(8 * DAY)
+    report = store.prune_history()
+    assert report.scanned > 0
+    assert len(_states(harness, kept)) == 5  # 3 finished, 1 queued, 1 held: 16 days < 30

@@ -223,10 +223,15 @@ def add_pruned(old: PrunedSummary | None, add: PrunedSummary) -> PrunedSummary:
 def pass_bounds(
     policies: list[Retention], job_keep_for: timedelta | None, job_keep_last: int | None
 ) -> tuple[timedelta, int]:
-    """The shortest keep_for and longest keep_last in use (the namespaces' own, the
-    default and the jobs' overrides): a pass looks only at firings finished longer ago
-    than the first, and counts newer same-outcome firings up to the second."""
-    keep_for = min([p.keep_for for p in policies] + [DEFAULT_RETENTION.keep_for])
+    """The shortest keep_for in use (``policies``: those of the namespaces that have
+    jobs, each its own or the default; and the jobs' overrides) and the longest
+    keep_last (any of those, the default's, the jobs' overrides): a pass looks only at
+    firings finished longer ago than the first, and counts newer same-outcome firings
+    up to the second. (Until 2026-12-07 the default's keep_for counted even where every
+    namespace had its own: a store whose one namespace kept 30 days had each pass read
+    23 days of firings to keep them all, docs/benchmarks.md "The retention pass's
+    walk bounded by the policies in use".)"""
+    keep_for = min([p.keep_for for p in policies] or [DEFAULT_RETENTION.keep_for])
     keep_last = max([p.keep_last for p in policies] + [DEFAULT_RETENTION.keep_last, 1])
     if job_keep_for is not None:
         keep_for = min(keep_for, job_keep_for)

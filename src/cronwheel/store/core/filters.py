@@ -26,7 +26,7 @@ _JOB_STATES = {
 
 # the predicate of the partial index firings_active, written as it is there so that
 # either engine's planner sees the index apply (a bound list parameter does not show it)
-_ACTIVE = frozenset({"queued", "claimed", "running"})
+ACTIVE = frozenset({"queued", "claimed", "running"})
 _ACTIVE_SQL = "state IN ('queued', 'claimed', 'running')"
 
 
@@ -94,7 +94,7 @@ def firings(
         c.eq("job_name", "job_name", job_name)
     if states:
         c.add(d.in_list("state", "states"), "states", d.text_list([s.value for s in states]))
-        if {s.value for s in states} <= _ACTIVE:  # the walk of firings_active, not of history
+        if {s.value for s in states} <= ACTIVE:  # the walk of firings_active, not of history
             c.add(_ACTIVE_SQL)
     if scheduled_from is not None:
         c.add(f"scheduled_for >= {d.param('from')}", "from", d.instant(scheduled_from))

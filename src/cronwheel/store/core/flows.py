@@ -325,11 +325,17 @@ class CoreStore(
         scheduled_to: datetime | None = None,
         after_id: int | None = None,
     ) -> list[Firing]:
-        unfiltered = (job_id, job_name, namespace, scheduled_from, scheduled_to) == (None,) * 5
-        if unfiltered and not states:  # every firing between two ids: one plan (core.sql)
-            page = {"after_id": after_id, "before_id": before_id, "limit": limit}
-            rows = self.db.read_replica(lambda tx: tx.all("list_firings_page", page))
-            return [codec.firing_from_row(r) for r in rows]
+        page: dict[str, Any] = {"after_id": after_id, "before_id": before_id, "limit": limit}
+        if (job_id, job_name, scheduled_from, scheduled_to) == (None,) * 4:
+            # one plan each (core.sql): every firing between two ids, or the live ones
+            # from the claim's floor on
+            if not states and namespace is None:
+                return self._page("list_firings_page", page)
+            if states and {s.value for s in states} <= filters.ACTIVE:
+                listed = self.db.text_list([s.value for s in states])
+                return self._page(
+                    "list_active_page", page | {"states": listed, "namespace": namespace}
+                )
         where = filters.firings(
             self.db,
             job_id=job_id,
@@ -342,6 +348,10 @@ class CoreStore(
             after_id=after_id,
         )
         return self._firings(where, limit)
+
+    def _page(self, name: str, params: dict[str, Any]) -> list[Firing]:
+        rows = self.db.read_replica(lambda tx: tx.all(name, params))
+        return [codec.firing_from_row(r) for r in rows]
 
     def list_attempts(self, firing_id: FiringId) -> list[Attempt]:
         return self.firing_with_attempts(firing_id)[1]

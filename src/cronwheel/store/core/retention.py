@@ -142,6 +142,12 @@ class RetentionFlows(QuotaFlows[D]):
         assert row is not None
         return int(row["n"])
 
+    def namespaces_in_use(self) -> list[str]:
+        """The namespaces that have jobs (every firing has its job): those whose policy,
+        their own or the default, applies to some firing. [one index probe each]"""
+        rows = self.db.read(lambda tx: tx.all("retention_namespaces"))
+        return [str(r["namespace"]) for r in rows]
+
     # -- pruning ------------------------------------------------------------------------
     def prune_history(
         self,
@@ -163,7 +169,10 @@ class RetentionFlows(QuotaFlows[D]):
             None if bounds["keep_for_s"] is None else timedelta(seconds=float(bounds["keep_for_s"]))
         )
         job_keep_last = None if bounds["keep_last"] is None else int(bounds["keep_last"])
-        shortest, keep_cap = pass_bounds(list(policies.values()), job_keep_for, job_keep_last)
+        in_use = self.namespaces_in_use() if namespace is None else [namespace]
+        shortest, keep_cap = pass_bounds(
+            [policies.get(ns, DEFAULT_RETENTION) for ns in in_use], job_keep_for, job_keep_last
+        )
         report = PruneReport(dry_run=dry_run)
         if cursor is None and not dry_run:
             self._prune_counters(now)

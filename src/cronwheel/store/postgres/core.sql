@@ -232,6 +232,15 @@ SELECT * FROM firings WHERE /*where*/ ORDER BY id DESC LIMIT %(limit)s
 SELECT * FROM cronwheel_firings_page(%(after_id)s::bigint, %(before_id)s::bigint,
                                      %(limit)s::integer)
 
+-- name: list_active_page
+-- A keyset page of the firings in some of the live states (%(states)s, a subset of
+-- queued, claimed and running), of one namespace or all, between two ids, newest first
+-- (the scrape's walk of the active firings): from the claim's floor on, planned once
+-- (schema.sql migration_31). [firings_active]
+SELECT * FROM cronwheel_active_page(%(states)s::text[], %(namespace)s::text,
+                                    %(after_id)s::bigint, %(before_id)s::bigint,
+                                    %(limit)s::integer)
+
 -- name: start
 -- Held firings start: CLAIMED -> RUNNING (schema.sql migration_18: the statement).
 -- %(batch)s: a JSON array of [id, token]; %(instants)s from the tokens.

@@ -76,11 +76,9 @@ WHERE (%(namespace)s::text IS NULL OR u.namespace = %(namespace)s::text)
 
 -- name: quota_held
 -- Firings held by workers (claimed or running) per namespace, of one namespace or
--- (namespace NULL) every one. [firings_held_namespace]
-SELECT namespace, count(*) AS n FROM firings
-WHERE state IN ('claimed', 'running')
-  AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s::text)
-GROUP BY namespace
+-- (namespace NULL) every one, from the claim's floor on (schema.sql migration_31).
+-- [firings_held_namespace]
+SELECT namespace, n FROM cronwheel_held_counts(%(namespace)s::text)
 
 -- name: quota_skip
 -- Scheduled firings the leader enqueued over their namespace's firings_per_minute:

@@ -24,6 +24,17 @@ RETURNING *
 -- A namespace back on the default policy.
 DELETE FROM retention WHERE namespace = %(namespace)s
 
+-- name: retention_namespaces
+-- The namespaces that have jobs (every firing has its job): whose policies are in use.
+-- [a skip scan of the (namespace, name) unique index, one probe per namespace]
+WITH RECURSIVE ns (namespace) AS (
+    SELECT min(namespace) FROM jobs
+    UNION ALL
+    SELECT (SELECT min(j.namespace) FROM jobs j WHERE j.namespace > ns.namespace)
+    FROM ns WHERE ns.namespace IS NOT NULL
+)
+SELECT namespace FROM ns WHERE namespace IS NOT NULL ORDER BY namespace
+
 -- name: retention_job_bounds
 -- The shortest keep_for and the longest keep_last any job overrides with (once per
 -- pruning pass). [jobs_retention_override: only the jobs that override]

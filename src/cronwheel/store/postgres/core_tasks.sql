@@ -25,13 +25,11 @@ SELECT task, first_seen, last_seen FROM served_tasks ORDER BY task LIMIT %(limit
 -- name: unserved_queued
 -- Queued firings by task (of namespace %(namespace)s, or all when null), for the tasks no worker that heartbeated within %(within)s
 -- serves (its info's tasks): at most %(scan)s queued firings counted, at most %(limit)s
--- tasks, most waiting first. [firings_claim; nodes scanned, a few rows]
+-- tasks, most waiting first. The queued firings from the claim's floor on (schema.sql
+-- migration_31). [firings_claim; nodes scanned, a few rows]
 SELECT g.task, g.n
 FROM (SELECT q.task, count(*) AS n
-      FROM (SELECT task FROM firings
-            WHERE state = 'queued'
-              AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s::text)
-            LIMIT %(scan)s) AS q
+      FROM cronwheel_queued_tasks(%(namespace)s::text, %(scan)s::integer) AS q
       GROUP BY q.task) AS g
 WHERE NOT EXISTS (
     SELECT 1 FROM nodes AS n

@@ -202,7 +202,7 @@ class PgPartitions(CoreStore[Database]):
         assert row is not None
         # the policies of the namespaces that have jobs (the default for one without its
         # own): a namespace's policy set for a namespace with no job holds nothing
-        used = [policies.get(ns, DEFAULT_RETENTION).keep_for for ns in row["namespaces"] or []]
+        used = [policies.get(ns, DEFAULT_RETENTION).keep_for for ns in self.namespaces_in_use()]
         used = used or [DEFAULT_RETENTION.keep_for]
         longest = max(used)
         if row["keep_for_s"] is not None:

@@ -26,20 +26,10 @@ SELECT cronwheel_raise_floor(:now) IS NOT NULL AS raised
 SELECT nullif(at, '-infinity') AS at FROM firings_floor
 
 -- name: retention_longest_keep_for
--- The longest keep_for any job overrides with (NULL: none does), and the namespaces
--- that have jobs (every firing has its job): whose policies are in use. [the jobs
--- that override, by jobs_retention_override; the namespaces by a skip scan of the
--- (namespace, name) unique index, one probe per namespace]
-WITH RECURSIVE ns (namespace) AS (
-    SELECT min(namespace) FROM jobs
-    UNION ALL
-    SELECT (SELECT min(j.namespace) FROM jobs j WHERE j.namespace > ns.namespace)
-    FROM ns WHERE ns.namespace IS NOT NULL
-)
-SELECT (SELECT max((policies->>'keep_for_s')::float8) FROM jobs
-        WHERE policies ? 'keep_for_s' OR policies ? 'keep_last') AS keep_for_s,
-       (SELECT array_agg(namespace ORDER BY namespace) FROM ns
-        WHERE namespace IS NOT NULL) AS namespaces
+-- The longest keep_for any job overrides with (NULL: none does). [the jobs that
+-- override, by jobs_retention_override]
+SELECT max((policies->>'keep_for_s')::float8) AS keep_for_s FROM jobs
+WHERE policies ? 'keep_for_s' OR policies ? 'keep_last'
 
 -- name: partition_facts
 -- Whether a partition holds an unfinished firing [its firings_active], and when its last

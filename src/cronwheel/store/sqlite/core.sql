@@ -201,6 +201,17 @@ SELECT * FROM firings
 WHERE id > coalesce(:after_id, -1) AND id < coalesce(:before_id, 9223372036854775807)
 ORDER BY id DESC LIMIT :limit
 
+-- name: list_active_page
+-- A keyset page of the firings in some of the live states (:states, a JSON array of a
+-- subset of queued, claimed and running), of one namespace or all, between two ids,
+-- newest first (the scrape's walk of the active firings). [firings_active]
+SELECT * FROM firings
+WHERE state IN ('queued', 'claimed', 'running')
+  AND state IN (SELECT value FROM json_each(:states))
+  AND (:namespace IS NULL OR namespace = :namespace)
+  AND id > coalesce(:after_id, -1) AND id < coalesce(:before_id, 9223372036854775807)
+ORDER BY id DESC LIMIT :limit
+
 -- name: start
 -- Held firings start: CLAIMED -> RUNNING, each a CAS on (claimed, claim token); a
 -- cancel since the claim makes it fail, and the handler is never called.
