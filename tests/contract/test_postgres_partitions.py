@@ -371,3 +371,100 @@ def test_a_one_shot_job_changed_during_the_chunks_keeps_its_day(h: Harness) -> N
     assert recurring[0]["n"] == 0
     (event,) = [e for e in store.job_events(job.id) if e.kind == "pruned"]
     assert event.count == 24
+
+
+def _dependents(store: Any, name: str) -> tuple[int, int]:
+    """The attempts and idempotency keys of the firings of partition ``name``."""
+    (row,) = _sql(
+        store,
+        f"SELECT (SELECT count(*) FROM firing_attempts a JOIN {name} p ON p.id = a.firing_id)"
+        f" AS a, (SELECT count(*) FROM idempotency_keys k JOIN {name} p ON p.id = k.firing_id)"
+        " AS k",
+    )
+    return int(row["a"]), int(row["k"])
+
+
+def _day_with_dependents(h: Harness) -> tuple[str, list[int]]:
+    """A day of 24 finished firings ten days ago, each with an attempt and a key."""
+    store: Any = h.store
+    job = store.create_job(spec("attempted"), first_fire_at=h.now())
+    start = _midnight(h.now()) - 10 * DAY
+    store.load_history(first_job=job.id, jobs=1, start=start, step=H, count=24)
+    store.load_history(first_job=job.id, jobs=1, start=_midnight(h.now()), step=H, count=1)
+    name = f"firings_p{start:%Y%m%d}"
+    ids = [int(r["id"]) for r in _sql(store, f"SELECT id FROM {name} ORDER BY id")]
+    for fid in ids:
+        _sql(
+            store,
+            "INSERT INTO firing_attempts (firing_id, attempt, worker_id, started_at,"
+            " finished_at, outcome) SELECT id, 1, 'w', scheduled_for, finished_at, 'succeeded'"
+            " FROM firings WHERE id = %s RETURNING firing_id",
+            fid,
+        )
+        _sql(
+            store,
+            "INSERT INTO idempotency_keys (namespace, key_hash, request_hash, firing_id,"
+            " created_at) VALUES ('default', %s, 'r', %s, now()) RETURNING firing_id",
+            f"k{fid}",
+            fid,
+        )
+    assert _dependents(store, name) == (24, 24)
+    return name, ids
+
+
+def test_a_days_attempts_and_keys_go_a_chunk_per_leader_step(h: Harness) -> None:
+    """Before its drop, a day's attempts and idempotency keys are deleted a chunk of its
+    firings per step (the drop's own transaction then has none of that work); the drop
+    leaves none behind."""
+    store: Any = h.store
+    name, _ids = _day_with_dependents(h)
+    store.one_shot_scan = 10
+    left: list[tuple[int, int]] = []
+    cursor = None
+    for _ in range(50):
+        report = store.prune_history(max_batches=1, cursor=cursor)
+        cursor = report.cursor
+        if name in _parts(store):
+            left.append(_dependents(store, name))
+        if report.done:
+            break
+    assert name not in _parts(store)
+    # decided (24, 24), then 10, 10 and 4 firings' attempts and keys, each its own step
+    assert [a for a, _ in left] == [24, 14, 4, 0]
+    assert [k for _, k in left] == [24, 14, 4, 0]
+    orphans = _sql(
+        store,
+        "SELECT (SELECT count(*) FROM firing_attempts a WHERE NOT EXISTS"
+        " (SELECT 1 FROM firings f WHERE f.id = a.firing_id)) AS a, (SELECT count(*) FROM"
+        " idempotency_keys k WHERE NOT EXISTS (SELECT 1 FROM firings f WHERE f.id ="
+        " k.firing_id)) AS k",
+    )
+    assert (orphans[0]["a"], orphans[0]["k"]) == (0, 0)
+
+
+def test_a_firing_redriven_during_the_chunks_keeps_its_attempts_and_its_day(h: Harness) -> None:
+    """A firing of the day re-driven after the decision, before the chunks reach it: its
+    attempt and key stay, and so does the day (its firings go row by row later)."""
+    store: Any = h.store
+    name, ids = _day_with_dependents(h)
+    store.one_shot_scan = 10
+    first = store.prune_history(max_batches=1)  # the decision
+    assert first.partitions == 0 and not first.done
+    redriven = ids[-1]
+    _sql(
+        store,
+        "UPDATE firings SET state = 'queued', finished_at = NULL, due_at = now()"
+        " WHERE id = %s RETURNING id",
+        redriven,
+    )
+    cursor = first.cursor
+    for _ in range(50):
+        report = store.prune_history(max_batches=1, cursor=cursor)
+        cursor = report.cursor
+        if report.done:
+            break
+    assert name in _parts(store)
+    assert _dependents(store, name) == (1, 1)
+    kept = _sql(store, "SELECT firing_id FROM firing_attempts WHERE firing_id = %s", redriven)
+    assert len(kept) == 1
+    assert store.get_firing(redriven).state is FiringState.QUEUED

@@ -86,20 +86,33 @@ WHERE id = ANY (%(ids)s::bigint[]) AND schedule->>'kind' IN ('at', 'now')
                        OR f.finished_at IS NULL OR f.finished_at >= %(cutoff)s))
 RETURNING id, namespace, schedule->>'kind' AS kind
 
--- name: pruned_event_get
--- A job's one `pruned` event (what pruning removed, summed). [job_events_job]
-SELECT * FROM job_events WHERE job_id = %(job_id)s AND kind = 'pruned'
+-- name: pruned_events_get
+-- Jobs' `pruned` events (what pruning removed, summed: one a job), of %(job_ids)s.
+-- [job_events_job]
+SELECT * FROM job_events WHERE job_id = ANY (%(job_ids)s::bigint[]) AND kind = 'pruned'
 
--- name: pruned_event_insert
--- A job's first `pruned` event.
+-- name: pruned_events_update
+-- Jobs' `pruned` events with what a batch or a day removed added, in one statement:
+-- %(events)s a JSON array of [event id, job id, first_at, last_at (epoch µs), count,
+-- detail]; the rows without an event id are pruned_events_insert's. [job_events
+-- primary key]
+UPDATE job_events j
+SET at = :now, first_at = timestamptz 'epoch' + (e.v->>2)::bigint * interval '1 microsecond',
+    last_at = timestamptz 'epoch' + (e.v->>3)::bigint * interval '1 microsecond',
+    count = (e.v->>4)::bigint, detail = e.v->>5
+FROM json_array_elements(%(events)s::json) AS e (v)
+WHERE json_typeof(e.v->0) = 'number' AND j.id = (e.v->>0)::bigint
+
+-- name: pruned_events_insert
+-- The first `pruned` event of each job of %(events)s (pruned_events_update's array)
+-- that has none.
 INSERT INTO job_events (job_id, at, kind, first_at, last_at, count, exact, detail)
-VALUES (%(job_id)s, :now, 'pruned', %(first_at)s, %(last_at)s, %(count)s, true, %(detail)s)
-
--- name: pruned_event_update
--- A job's `pruned` event with a batch added. [job_events primary key]
-UPDATE job_events SET at = :now, first_at = %(first_at)s, last_at = %(last_at)s,
-                      count = %(count)s, detail = %(detail)s
-WHERE id = %(id)s
+SELECT (e.v->>1)::bigint, :now, 'pruned',
+       timestamptz 'epoch' + (e.v->>2)::bigint * interval '1 microsecond',
+       timestamptz 'epoch' + (e.v->>3)::bigint * interval '1 microsecond',
+       (e.v->>4)::bigint, true, e.v->>5
+FROM json_array_elements(%(events)s::json) AS e (v)
+WHERE json_typeof(e.v->0) = 'null'
 
 -- name: prune_quota_windows
 -- Quota counters of windows that ended before %(before_us)s (per minute, per day): only

@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -49,7 +50,6 @@ from cronwheel.domain.retention import (
 from cronwheel.errors import StoreError, StoreUnavailableError
 from cronwheel.store import codec
 from cronwheel.store.codec import Row
-from cronwheel.store.core.dialect import Tx
 from cronwheel.store.core.flows import CoreStore
 from cronwheel.store.postgres.db import Database, PgTx, query
 
@@ -65,7 +65,8 @@ class _Abandoned(Exception):
 @dataclass(slots=True)
 class _Drop:
     """A partition decided droppable (its groups, under these policies at ``now``), its
-    one-shot jobs being deleted a chunk at a time (``after_id``: the last firing read)."""
+    one-shot jobs being deleted a chunk at a time (``after_id``: the last firing read),
+    then its firings' attempts and keys (``dependents_after``)."""
 
     name: str
     groups: list[Row]
@@ -75,6 +76,8 @@ class _Drop:
     after_id: int = 0
     one_shots_done: bool = False
     one_shots_deleted: int = 0
+    dependents_after: int = 0
+    dependents_done: bool = False
 
     def recurring(self) -> list[Row]:
         return [g for g in self.groups if g["kind"] not in ONE_SHOT_KINDS]
@@ -222,7 +225,8 @@ class PgPartitions(CoreStore[Database]):
     # partitions still to look at, and the one being dropped
     _drop_queue: list[tuple[str, datetime]] | None = None
     _dropping: _Drop | None = None
-    one_shot_scan = 5_000  # firings a chunk of a drop reads (its one-shot jobs deleted)
+    # firings a chunk of a drop reads (its one-shot jobs deleted; then, its attempts and keys)
+    one_shot_scan = 5_000
 
     def start_drops(self) -> None:
         """A pass's drop work: every partition whose day is over, oldest first."""
@@ -249,6 +253,8 @@ class PgPartitions(CoreStore[Database]):
                     return None
             elif not self._dropping.one_shots_done:
                 self._one_shots_chunk(self._dropping, report)
+            elif not self._dropping.dependents_done:
+                self._dependents_chunk(self._dropping, report)
             else:
                 drop, self._dropping = self._dropping, None
                 if drop.one_shots_deleted != drop.one_shots():
@@ -315,6 +321,21 @@ class PgPartitions(CoreStore[Database]):
         if scanned < self.one_shot_scan or drop.one_shots_deleted >= drop.one_shots():
             drop.one_shots_done = True
 
+    def _dependents_chunk(self, drop: _Drop, report: PruneReport) -> None:
+        """The next chunk of the partition's firings: their attempts and keys deleted
+        (partitions.sql partition_dependents_chunk)."""
+        params = {
+            "after_id": drop.dependents_after,
+            "scan": self.one_shot_scan,
+            "decided_at": self.db.instant(drop.now),
+        }
+        row = self.db.write(lambda tx: _one(tx, "partition_dependents_chunk", drop.name, params))
+        scanned = int(row["scanned"])
+        report.scanned += scanned
+        if row["last_id"] is not None:
+            drop.dependents_after = int(row["last_id"])
+        drop.dependents_done = scanned < self.one_shot_scan
+
     def _read_part(self, name: str, part: str, params: dict[str, Any] | None = None) -> list[Row]:
         return self.db.read(lambda tx: _all(tx, name, part, params))
 
@@ -337,8 +358,8 @@ class PgPartitions(CoreStore[Database]):
                 if g["kind"] in ONE_SHOT_KINDS:
                     continue
                 per_job.setdefault(int(g["job_id"]), []).append(g)
-            for job_id, rows in per_job.items():
-                self._add_pruned_summary(tx, job_id, _summary(rows))
+            merges = {job: partial(add_pruned, add=_summary(rows)) for job, rows in per_job.items()}
+            self._merge_pruned_events(tx, merges)
             tx.execute(_sql(self.db, "partition_drop_dependents", name))
             tx.run("partition_lock_timeout")
             tx.execute(_sql(self.db, "partition_detach", name))
@@ -349,10 +370,6 @@ class PgPartitions(CoreStore[Database]):
             tx.execute(_sql(self.db, "partition_drop", name))
 
         self.db.write(body)
-
-    def _add_pruned_summary(self, tx: Tx, job_id: int, add: PrunedSummary) -> None:
-        """A job's ``pruned`` event with a whole partition's firings of it added."""
-        self._merge_pruned_event(tx, job_id, lambda old: add_pruned(old, add))
 
 
 def _prepare(conn: psycopg.Connection[Any], q: dict[str, str]) -> datetime | None:

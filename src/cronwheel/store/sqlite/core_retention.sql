@@ -87,20 +87,31 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND json_extract(schedule, '$.ki
                        OR f.finished_at IS NULL OR f.finished_at >= :cutoff))
 RETURNING id, namespace, json_extract(schedule, '$.kind') AS kind
 
--- name: pruned_event_get
--- A job's one `pruned` event (what pruning removed, summed). [job_events_job]
-SELECT * FROM job_events WHERE job_id = :job_id AND kind = 'pruned'
+-- name: pruned_events_get
+-- Jobs' `pruned` events (what pruning removed, summed: one a job), of :job_ids.
+-- [job_events_job]
+SELECT * FROM job_events
+WHERE job_id IN (SELECT value FROM json_each(:job_ids)) AND kind = 'pruned'
 
--- name: pruned_event_insert
--- A job's first `pruned` event.
+-- name: pruned_events_update
+-- Jobs' `pruned` events with what a batch removed added, in one statement: :events a
+-- JSON array of [event id, job id, first_at, last_at (epoch µs), count, detail]; the
+-- rows without an event id are pruned_events_insert's. [job_events primary key]
+UPDATE job_events
+SET at = :now, first_at = json_extract(e.value, '$[2]'), last_at = json_extract(e.value, '$[3]'),
+    count = json_extract(e.value, '$[4]'), detail = json_extract(e.value, '$[5]')
+FROM json_each(:events) AS e
+WHERE json_type(e.value, '$[0]') = 'integer' AND job_events.id = json_extract(e.value, '$[0]')
+
+-- name: pruned_events_insert
+-- The first `pruned` event of each job of :events (pruned_events_update's array) that
+-- has none.
 INSERT INTO job_events (job_id, at, kind, first_at, last_at, count, exact, detail)
-VALUES (:job_id, :now, 'pruned', :first_at, :last_at, :count, 1, :detail)
-
--- name: pruned_event_update
--- A job's `pruned` event with a batch added. [job_events primary key]
-UPDATE job_events SET at = :now, first_at = :first_at, last_at = :last_at, count = :count,
-                      detail = :detail
-WHERE id = :id
+SELECT json_extract(e.value, '$[1]'), :now, 'pruned', json_extract(e.value, '$[2]'),
+       json_extract(e.value, '$[3]'), json_extract(e.value, '$[4]'), 1,
+       json_extract(e.value, '$[5]')
+FROM json_each(:events) AS e
+WHERE json_type(e.value, '$[0]') = 'null'
 
 -- name: prune_quota_windows
 -- Quota counters of windows that ended before :before_us (per minute, per day): only the
