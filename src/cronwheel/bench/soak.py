@@ -23,10 +23,17 @@ on PostgreSQL the history is then vacuumed and analyzed (VACUUM (ANALYZE)), as
 autovacuum leaves it in steady state.
 Both sides keep everything during the runs (retention ``keep_for`` = days + 1).
 
-Figures, each the median of a few calls where it is a call:
+Both stores are loaded first and kept side by side; then each figure is taken on the two
+in turns: the in-process ones in rounds (each round times every figure on one side, then
+on the other: :func:`interleaved`), the runs (herd, drain, precision) one side after the
+other, run after run. (Until 2026-12-07 each side was measured whole, one after the
+other: a slow spell of this VM during the loaded side's minutes made every in-process
+ratio of that run 1.5-2.0, the hot paths' too, which no history touches.)
 
-- ``enqueue_ms`` / ``claim_ms``: one ``enqueue_now`` and one claim + completion
-  (the hot paths), in this process;
+Figures, each the median of its calls where it is a call:
+
+- ``enqueue_ms`` / ``claim_ms``: ``enqueue_now`` and a claim + completion (the hot
+  paths), in this process, 50 calls of each a side in 5 rounds;
 - ``herd``, ``drain``, ``precision``: the workloads of the same names (real scheduler and
   worker processes), on the same store; the drain of ten times ``count`` jobs (at least
   ``DRAIN_MIN``): one of ``count`` (2,000) lasted a third of a second, and its rate
@@ -36,12 +43,12 @@ Figures, each the median of a few calls where it is a call:
   each side's store, loaded once, and each figure is their median (``runs`` lists them);
 - ``scrape_ms`` (a ``/metrics`` collection after a first one), ``status_ms``, the
   dashboard's ``overview_ms``, ``jobs_page_ms``, ``firings_page_ms``, and
-  ``explain_ms`` (``jobs explain`` of one job over the newest hour of history), each
-  after ``WARM_CALLS`` calls, as in an API process that has served them before: on
-  PostgreSQL a statement is prepared at its fifth call on a connection (psycopg) and
-  the pool hands its connections out in turn, so the first calls of a fresh store plan
-  every statement for every partition (its cost is in docs/benchmarks.md "Reads
-  planned once");
+  ``explain_ms`` (``jobs explain`` of one job over the newest hour of history), 10 calls
+  of each a side in 5 rounds, after ``WARM_CALLS`` calls, as in an API process that
+  has served them before: on PostgreSQL a statement is prepared at its fifth call on a
+  connection (psycopg) and the pool hands its connections out in turn, so the first
+  calls of a fresh store plan every statement for every partition (its cost is in
+  docs/benchmarks.md "Reads planned once");
 - loaded side only: ``drain_while_pruning``: a drain of the same size while
   the leader's retention pass drops the oldest day (the namespace's ``keep_for`` set to
   days - 1; under two days of history, half of it), its rate as a share of the plain
@@ -62,6 +69,8 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -84,7 +93,8 @@ from cronwheel.store.url import sqlite_path
 
 CHUNK = 200_000  # firings per INSERT ... SELECT of the loader
 ONE_SHOT_SHARE = 10  # one firing in ten of the history is an immediate one-shot job
-HOT_CALLS = 50
+HOT_ROUNDS, HOT_CALLS = 5, 10  # the hot paths: 5 rounds of 10 calls a side (interleaved)
+READ_ROUNDS, READ_CALLS = 5, 2  # the reads: 5 rounds of 2 calls a side
 WARM_CALLS = 40  # 5 calls on each of the store pool's 8 connections
 DRAIN = 10  # the drains (plain, and during the retention pass): this many times ``count``
 DRAIN_MIN = 5_000  # jobs, and at least this many (several seconds: see the module doc)
@@ -189,25 +199,26 @@ def claim_and_complete(store: Store, task: str) -> None:
     store.complete([succeeded(c, store.now())])
 
 
-def hot_paths(store: Store, *, calls: int = HOT_CALLS, prefix: str = "hot") -> dict[str, float]:
-    """One ``enqueue_now`` and one claim + completion, ``calls`` times: the medians (ms)."""
-    enqueue, claim = [], []
-    for i in range(calls):
-        spec = JobSpec(name=f"{prefix}-{i}", task="soak.hot", schedule=now_schedule())
-        t0 = time.perf_counter()
+def _hot_timers(store: Store, side: str) -> dict[str, Callable[[], None]]:
+    """The hot paths (``enqueue_now`` of an immediate job, a claim + completion of it),
+    each call a fresh job: the round's timer calls them in turn."""
+    made = iter(range(10**9))
+
+    def enqueue() -> None:
+        spec = JobSpec(name=f"hot-{side}-{next(made)}", task="soak.hot", schedule=now_schedule())
         store.enqueue_now(spec)
-        t1 = time.perf_counter()
-        claim_and_complete(store, "soak.hot")
-        t2 = time.perf_counter()
-        enqueue.append((t1 - t0) * 1000)
-        claim.append((t2 - t1) * 1000)
-    return {
-        "enqueue_ms": round(statistics.median(enqueue), 2),
-        "claim_ms": round(statistics.median(claim), 2),
-    }
+
+    return {"enqueue_ms": enqueue, "claim_ms": lambda: claim_and_complete(store, "soak.hot")}
 
 
-def _reads(store: Any) -> dict[str, float]:
+def hot_paths(store: Store, *, calls: int = HOT_CALLS, prefix: str = "hot") -> dict[str, float]:
+    """``calls`` calls of each hot path on one store: the medians (ms)."""
+    return interleaved([_hot_timers(store, prefix)], 1, calls)[0]
+
+
+def _readers(store: Any) -> dict[str, Callable[[], Any]]:
+    """The periodic reads, each already called ``WARM_CALLS`` times (as in an API process
+    that has served them before: module doc)."""
     from cronwheel.dashboard import data
     from cronwheel.observability.cluster import ClusterCollector
 
@@ -225,120 +236,151 @@ def _reads(store: Any) -> dict[str, float]:
         events = store.job_events(job.id, limit=5000)
         explain(job, since=since, until=until, now=now, firings=firings, events=events)
 
-    w = WARM_CALLS
-    return {
-        "scrape_ms": median_ms(lambda: list(collector.collect()), warm=w),
-        "status_ms": median_ms(store.status, warm=w),
-        "overview_ms": median_ms(lambda: data.overview(store, "default", cluster=True), warm=w),
-        "jobs_page_ms": median_ms(lambda: data.jobs(store, "default"), calls=3, warm=w),
-        "firings_page_ms": median_ms(
-            lambda: data.firings(store, "default", state=None, job_id=None), warm=w
-        ),
-        "explain_ms": median_ms(explain_day, calls=3, warm=w),
+    reads: dict[str, Callable[[], Any]] = {
+        "scrape_ms": lambda: list(collector.collect()),
+        "status_ms": store.status,
+        "overview_ms": lambda: data.overview(store, "default", cluster=True),
+        "jobs_page_ms": lambda: data.jobs(store, "default"),
+        "firings_page_ms": lambda: data.firings(store, "default", state=None, job_id=None),
+        "explain_ms": explain_day,
     }
+    for read in reads.values():
+        for _ in range(WARM_CALLS):
+            read()
+    return reads
 
 
-def _side(
-    store_url: str | None,
-    *,
-    days: float,
-    loaded: bool,
-    rate: int,
-    jobs: int,
-    count: int,
-    workers: int,
-    concurrency: int,
-    runs: int,
-    progress: Callable[[int, int], None],
-) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp, fresh_store(store_url, Path(tmp)) as (url, store):
-        store.migrate()
-        doc: dict[str, Any] = {"store": store_kind(url), "days": days}
-        specs = [
-            (JobSpec(name=f"soak-{i}", task=TASK, schedule=every("1d")), None) for i in range(jobs)
-        ]
-        store.create_jobs(specs)
-        first_job = store.get_job("default", "soak-0").id
-        keep = {"keep_for": (days + 1) * 86400, "keep_last": 1}
-        store.set_retention("default", keep)
-        t0 = time.monotonic()
-        history = load(store, days=days, rate=rate, jobs=jobs, first_job=first_job)
-        analyze(url)
-        doc["load_s"] = round(time.monotonic() - t0, 1)
-        doc["history_firings"] = history
-        floor = int(store.list_firings(limit=1)[0].id)
-        doc |= hot_paths(store)
-        doc |= _reads(store)
-        tmp_path = Path(tmp)
-        # the drain long enough to measure a rate, not the workers' first batches (module
-        # doc); on the loaded side it is also the retention pass's reference below
-        long = drain_size(count)
-        herds, drains, precisions = [], [], []
-        doc["lost"] = doc["duplicated"] = 0
-        for k in range(runs):
+def interleaved(
+    sides: list[dict[str, Callable[[], Any]]], rounds: int, calls: int
+) -> list[dict[str, float]]:
+    """Each side's figures timed in turns: ``rounds`` rounds, in each of which every side
+    times each of its figures ``calls`` times; each figure the median (ms) of its
+    ``rounds x calls`` calls. The sides' calls are spread over the same minutes, so that
+    a slow spell of the host (a VM's neighbours, a checkpoint) falls on both sides, not
+    on the one measured while it lasted."""
+    times: list[dict[str, list[float]]] = [{k: [] for k in side} for side in sides]
+    for _ in range(rounds):
+        for side, out in zip(sides, times, strict=True):
+            for key, fn in side.items():
+                for _ in range(calls):
+                    start = time.perf_counter()
+                    fn()
+                    out[key].append((time.perf_counter() - start) * 1000)
+    return [{k: round(statistics.median(v), 2) for k, v in out.items()} for out in times]
+
+
+@dataclass
+class _Side:
+    """One side of the soak: its store, loaded with ``days`` of history."""
+
+    url: str
+    store: Store
+    tmp: Path
+    days: float
+    loaded: bool
+    history: int = 0
+    floor: int = 0
+    doc: dict[str, Any] = field(default_factory=dict)
+
+
+def _prepare(side: _Side, *, rate: int, jobs: int) -> None:
+    store = side.store
+    store.migrate()
+    side.doc |= {"store": store_kind(side.url), "days": side.days}
+    specs = [
+        (JobSpec(name=f"soak-{i}", task=TASK, schedule=every("1d")), None) for i in range(jobs)
+    ]
+    store.create_jobs(specs)
+    first_job = store.get_job("default", "soak-0").id
+    keep = {"keep_for": (side.days + 1) * 86400, "keep_last": 1}
+    store.set_retention("default", keep)
+    t0 = time.monotonic()
+    side.history = load(store, days=side.days, rate=rate, jobs=jobs, first_job=first_job)
+    analyze(side.url)
+    side.doc["load_s"] = round(time.monotonic() - t0, 1)
+    side.doc["history_firings"] = side.history
+    side.floor = int(store.list_firings(limit=1)[0].id)
+
+
+def _runs(sides: list[_Side], *, runs: int, count: int, workers: int, concurrency: int,
+          progress: Callable[[int, int], None]) -> None:  # fmt: skip
+    """Herd, drain and precision ``runs`` times on each side, the sides in turns."""
+    long = drain_size(count)
+    figures: list[dict[str, list[Any]]] = [{"herd": [], "drain": [], "precision_p99_ms": []}
+                                           for _ in sides]  # fmt: skip
+    for side in sides:
+        side.doc["lost"] = side.doc["duplicated"] = 0
+    for k in range(runs):
+        for side, got in zip(sides, figures, strict=True):
+            url, store, tmp, floor = side.url, side.store, side.tmp, side.floor
             herd = herd_on(
-                url, store, tmp_path, count, workers, concurrency, progress, floor=floor,
+                url, store, tmp, count, workers, concurrency, progress, floor=floor,
                 prefix=f"herd{k}",
             )  # fmt: skip
             drain = drain_on(
-                url, store, tmp_path, long, workers, concurrency, progress, floor=floor,
+                url, store, tmp, long, workers, concurrency, progress, floor=floor,
                 prefix=f"drain{k}",
             )  # fmt: skip
             precision = precision_on(
-                url, store, tmp_path, min(count, PRECISION), 100, workers, concurrency,
+                url, store, tmp, min(count, PRECISION), 100, workers, concurrency,
                 progress, floor=floor, prefix=f"precision{k}",
             )  # fmt: skip
-            herds.append(herd.figures.get("firings_per_s"))
-            drains.append(drain.figures.get("jobs_per_s"))
-            precisions.append(precision.lateness_ms.get("p99"))
+            got["herd"].append(herd.figures.get("firings_per_s"))
+            got["drain"].append(drain.figures.get("jobs_per_s"))
+            got["precision_p99_ms"].append(precision.lateness_ms.get("p99"))
             for result in (herd, drain, precision):
-                doc["lost"] += result.lost
-                doc["duplicated"] += result.duplicated
-        doc["herd_firings_per_s"] = _median(herds)
-        doc["drain_jobs_per_s"] = _median(drains)
-        doc["precision_p99_ms"] = _median(precisions)
+                side.doc["lost"] += result.lost
+                side.doc["duplicated"] += result.duplicated
+    for side, got in zip(sides, figures, strict=True):
+        side.doc["herd_firings_per_s"] = _median(got["herd"])
+        side.doc["drain_jobs_per_s"] = _median(got["drain"])
+        side.doc["precision_p99_ms"] = _median(got["precision_p99_ms"])
         if runs > 1:
-            doc["runs"] = {"herd": herds, "drain": drains, "precision_p99_ms": precisions}
-        if loaded:
-            size = store_bytes(store)
-            # the herds', drains' and precision runs' firings
-            held = history + runs * (count + long + min(count, PRECISION))
-            doc["store_bytes"] = size
-            doc["bytes_per_firing"] = round(size / held)
-            doc["steady_state_bytes"] = round(days * rate * size / held)
-            # the oldest day goes (half the history when there is less than two days)
-            keep_for = max(days - 1, days / 2) * DAY
-            cutoff = store.now() - keep_for
-            counter: Any = store  # the SQL engines' count (store/core/retention.py)
-            # a drain of the same size as the plain one just before, long enough to span
-            # the pass's pacing (a step, then nine times its duration of pause); its
-            # workers start once the new leader holds its term, whose first step starts
-            # the pass (a drain of a second could otherwise end before that leader's
-            # first step: CI saw it once)
-            set_at = store.now()
-            prunable = [counter.count_finished_before(cutoff)]
-            store.set_retention("default", {"keep_for": keep_for})
+            side.doc["runs"] = got
 
-            def leader_up() -> bool:
-                lease = store.get_lease(DISPATCHER_LEASE)
-                if lease is None or lease.acquired_at < set_at:
-                    return False
-                prunable.append(counter.count_finished_before(cutoff))
-                return True
 
-            pruning = drain_on(
-                url, store, tmp_path, long, workers, concurrency, progress, floor=floor,
-                prefix="drain-pruning", gate=leader_up,
-            )  # fmt: skip
-            doc["drain_while_pruning_jobs_per_s"] = pruning.figures.get("jobs_per_s")
-            # from the retention's setting to the workers' start (the gate), and from
-            # then to the drain's end
-            doc["pruned_before_drain"] = prunable[0] - prunable[-1]
-            doc["prunable_when_drain_started"] = prunable[-1]
-            doc["pruned_during_drain"] = prunable[-1] - counter.count_finished_before(cutoff)
-            doc["lost"] += pruning.lost
-            doc["duplicated"] += pruning.duplicated
-        return doc
+def _pruning(side: _Side, *, rate: int, runs: int, count: int, workers: int, concurrency: int,
+             progress: Callable[[int, int], None]) -> None:  # fmt: skip
+    """The loaded side's size, and its drain while the leader's pass drops the oldest day."""
+    store, days, history = side.store, side.days, side.history
+    long = drain_size(count)
+    size = store_bytes(store)
+    # the herds', drains' and precision runs' firings
+    held = history + runs * (count + long + min(count, PRECISION))
+    side.doc["store_bytes"] = size
+    side.doc["bytes_per_firing"] = round(size / held)
+    side.doc["steady_state_bytes"] = round(days * rate * size / held)
+    # the oldest day goes (half the history when there is less than two days)
+    keep_for = max(days - 1, days / 2) * DAY
+    cutoff = store.now() - keep_for
+    counter: Any = store  # the SQL engines' count (store/core/retention.py)
+    # a drain of the same size as the plain ones, long enough to span the pass's pacing
+    # (a step, then nine times its duration of pause); its workers start once the new
+    # leader holds its term, whose first step starts the pass (a drain of a second could
+    # otherwise end before that leader's first step: CI saw it once)
+    set_at = store.now()
+    prunable = [counter.count_finished_before(cutoff)]
+    store.set_retention("default", {"keep_for": keep_for})
+
+    def leader_up() -> bool:
+        lease = store.get_lease(DISPATCHER_LEASE)
+        if lease is None or lease.acquired_at < set_at:
+            return False
+        prunable.append(counter.count_finished_before(cutoff))
+        return True
+
+    pruning = drain_on(
+        side.url, store, side.tmp, long, workers, concurrency, progress, floor=side.floor,
+        prefix="drain-pruning", gate=leader_up,
+    )  # fmt: skip
+    side.doc["drain_while_pruning_jobs_per_s"] = pruning.figures.get("jobs_per_s")
+    # from the retention's setting to the workers' start (the gate), and from then to the
+    # drain's end
+    side.doc["pruned_before_drain"] = prunable[0] - prunable[-1]
+    side.doc["prunable_when_drain_started"] = prunable[-1]
+    side.doc["pruned_during_drain"] = prunable[-1] - counter.count_finished_before(cutoff)
+    side.doc["lost"] += pruning.lost
+    side.doc["duplicated"] += pruning.duplicated
 
 
 _COST = ("enqueue_ms", "claim_ms", "precision_p99_ms", "scrape_ms", "status_ms",
@@ -373,22 +415,29 @@ def run_soak(
     progress: Callable[[int, int], None],
     runs: int = 1,
 ) -> dict[str, Any]:
-    args: dict[str, Any] = {
-        "rate": rate,
-        "jobs": jobs,
-        "count": count,
-        "workers": workers,
-        "concurrency": concurrency,
-        "runs": runs,
-        "progress": progress,
-    }
-    empty = _side(store_url, days=base_days(days, rate, jobs), loaded=False, **args)
-    loaded = _side(store_url, days=days, loaded=True, **args)
+    with ExitStack() as stack:
+        sides = []
+        for loaded, d in ((False, base_days(days, rate, jobs)), (True, days)):
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            url, store = stack.enter_context(fresh_store(store_url, tmp))
+            side = _Side(url=url, store=store, tmp=tmp, days=d, loaded=loaded)
+            _prepare(side, rate=rate, jobs=jobs)
+            sides.append(side)
+        hot = interleaved(
+            [_hot_timers(s.store, str(i)) for i, s in enumerate(sides)], HOT_ROUNDS, HOT_CALLS
+        )
+        reads = interleaved([_readers(s.store) for s in sides], READ_ROUNDS, READ_CALLS)
+        for side, h, r in zip(sides, hot, reads, strict=True):
+            side.doc |= h | r
+        args = {"count": count, "workers": workers, "concurrency": concurrency}
+        _runs(sides, runs=runs, progress=progress, **args)
+        _pruning(sides[1], rate=rate, runs=runs, progress=progress, **args)
+        empty, loaded_doc = sides[0].doc, sides[1].doc
     load_avg = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return {
         "workload": "soak",
         "baseline": empty,
-        "loaded": loaded,
-        "ratios": ratios(empty, loaded),
+        "loaded": loaded_doc,
+        "ratios": ratios(empty, loaded_doc),
         "load_average": None if load_avg is None else round(load_avg, 2),
     }
