@@ -49,15 +49,19 @@ Figures, each the median of its calls where it is a call:
   connection (psycopg) and the pool hands its connections out in turn, so the first
   calls of a fresh store plan every statement for every partition (its cost is in
   docs/benchmarks.md "Reads planned once");
-- loaded side only: ``drain_while_pruning``: a drain of the same size while
-  the leader's retention pass drops the oldest day (the namespace's ``keep_for`` set to
-  days - 1; under two days of history, half of it), its rate as a share of the plain
-  drain just before (the pass paces itself, a step then nine times its
-  duration of pause: a drain shorter than a few steps would measure one step, not the
-  pass; and a drain of a second or so could end before a new leader's first step, so
-  the drain's workers start once the new leader holds its term, at most ``GATE_S``
-  after its scheduler), and the firings the pass deleted before the workers started
-  (``pruned_before_drain``) and during the drain;
+- loaded side only: ``drain_while_pruning``: a drain of the same size while the
+  leader's retention pass drops the oldest day (the namespace's ``keep_for`` set to
+  days - 1; under two days of history, half of it), its rate as a share of
+  ``drain_gated``, the same drain while the pass has nothing to delete, run just before
+  it; with ``--runs K``, K such pairs, each dropping the next oldest day, the share
+  that of their medians. The pass paces itself, a step then nine times its duration of
+  pause: a drain shorter than a few steps would measure one step, not the pass; and a
+  drain of a second or so could end before a new leader's first step, so each drain's
+  workers start once a new leader holds its term, at most ``GATE_S`` after its
+  scheduler. (Until 2026-12-07 the reference was the plain drain, whose workers start
+  with the cluster: a new leader's first steps fell on the pruning drain only.) The
+  firings the pass deleted before the workers started (``pruned_before_drain``) and
+  during the drains are summed over the pairs;
   ``bytes_per_firing`` (the store's size over the firings it holds) and the size at
   steady state for the retention period (``days x rate x bytes_per_firing``).
 """
@@ -341,7 +345,8 @@ def _runs(sides: list[_Side], *, runs: int, count: int, workers: int, concurrenc
 
 def _pruning(side: _Side, *, rate: int, runs: int, count: int, workers: int, concurrency: int,
              progress: Callable[[int, int], None]) -> None:  # fmt: skip
-    """The loaded side's size, and its drain while the leader's pass drops the oldest day."""
+    """The loaded side's size, and its drains while the leader's pass drops the oldest
+    day, each beside the same drain while the pass has nothing to delete."""
     store, days, history = side.store, side.days, side.history
     long = drain_size(count)
     size = store_bytes(store)
@@ -350,37 +355,55 @@ def _pruning(side: _Side, *, rate: int, runs: int, count: int, workers: int, con
     side.doc["store_bytes"] = size
     side.doc["bytes_per_firing"] = round(size / held)
     side.doc["steady_state_bytes"] = round(days * rate * size / held)
-    # the oldest day goes (half the history when there is less than two days)
-    keep_for = max(days - 1, days / 2) * DAY
-    cutoff = store.now() - keep_for
     counter: Any = store  # the SQL engines' count (store/core/retention.py)
-    # a drain of the same size as the plain ones, long enough to span the pass's pacing
-    # (a step, then nine times its duration of pause); its workers start once the new
-    # leader holds its term, whose first step starts the pass (a drain of a second could
-    # otherwise end before that leader's first step: CI saw it once)
-    set_at = store.now()
-    prunable = [counter.count_finished_before(cutoff)]
-    store.set_retention("default", {"keep_for": keep_for})
+    plain: list[Any] = []
+    pruning: list[Any] = []
+    before = during = 0
+    for k in range(runs):
+        # the next oldest day goes (half the history when there is less than two days)
+        keep_for = max(days - 1 - k, days / 2) * DAY
+        cutoff = store.now() - keep_for
+        for drops in (False, True):
+            # a drain of the plain ones' size, long enough to span the pass's pacing (a
+            # step, then nine times its duration of pause); its workers start once a new
+            # leader holds its term, whose first step starts the pass (a drain of a
+            # second could otherwise end before that leader's first step: CI saw it
+            # once). The drain beside it starts the same way, with nothing to delete: a
+            # new leader's first steps (its catch-up, the pass's reads) fall on both.
+            set_at = store.now()
+            prunable = [counter.count_finished_before(cutoff)]
+            if drops:
+                store.set_retention("default", {"keep_for": keep_for})
 
-    def leader_up() -> bool:
-        lease = store.get_lease(DISPATCHER_LEASE)
-        if lease is None or lease.acquired_at < set_at:
-            return False
-        prunable.append(counter.count_finished_before(cutoff))
-        return True
+            def leader_up(
+                set_at: datetime = set_at, prunable: list[int] = prunable, cutoff: datetime = cutoff
+            ) -> bool:
+                lease = store.get_lease(DISPATCHER_LEASE)
+                if lease is None or lease.acquired_at < set_at:
+                    return False
+                prunable.append(counter.count_finished_before(cutoff))
+                return True
 
-    pruning = drain_on(
-        side.url, store, side.tmp, long, workers, concurrency, progress, floor=side.floor,
-        prefix="drain-pruning", gate=leader_up,
-    )  # fmt: skip
-    side.doc["drain_while_pruning_jobs_per_s"] = pruning.figures.get("jobs_per_s")
-    # from the retention's setting to the workers' start (the gate), and from then to the
-    # drain's end
-    side.doc["pruned_before_drain"] = prunable[0] - prunable[-1]
-    side.doc["prunable_when_drain_started"] = prunable[-1]
-    side.doc["pruned_during_drain"] = prunable[-1] - counter.count_finished_before(cutoff)
-    side.doc["lost"] += pruning.lost
-    side.doc["duplicated"] += pruning.duplicated
+            result = drain_on(
+                side.url, store, side.tmp, long, workers, concurrency, progress,
+                floor=side.floor, prefix=f"drain-{'pruning' if drops else 'gated'}{k}",
+                gate=leader_up,
+            )  # fmt: skip
+            (pruning if drops else plain).append(result.figures.get("jobs_per_s"))
+            side.doc["lost"] += result.lost
+            side.doc["duplicated"] += result.duplicated
+            if drops:
+                # from the retention's setting to the workers' start (the gate), and from
+                # then to the drain's end
+                before += prunable[0] - prunable[-1]
+                during += prunable[-1] - counter.count_finished_before(cutoff)
+                side.doc["prunable_when_drain_started"] = prunable[-1]
+    side.doc["drain_gated_jobs_per_s"] = _median(plain)
+    side.doc["drain_while_pruning_jobs_per_s"] = _median(pruning)
+    if runs > 1:
+        side.doc["runs"] |= {"drain_gated": plain, "drain_while_pruning": pruning}
+    side.doc["pruned_before_drain"] = before
+    side.doc["pruned_during_drain"] = during
 
 
 _COST = ("enqueue_ms", "claim_ms", "precision_p99_ms", "scrape_ms", "status_ms",
@@ -397,7 +420,7 @@ def ratios(empty: dict[str, Any], loaded: dict[str, Any]) -> dict[str, float | N
     for key in _RATE:
         a, b = empty.get(key), loaded.get(key)
         out[key] = round(a / b, 2) if a and b else None
-    drain = loaded.get("drain_jobs_per_s")
+    drain = loaded.get("drain_gated_jobs_per_s")
     pruning = loaded.get("drain_while_pruning_jobs_per_s")
     out["drain_while_pruning_share"] = round(pruning / drain, 2) if drain and pruning else None
     return out

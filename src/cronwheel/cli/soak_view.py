@@ -63,7 +63,8 @@ def _table(doc: dict[str, Any]) -> None:
         table.add_column(col)
     for key, ratio in ratios.items():
         table.add_row(key, str(empty.get(key, "")), str(loaded.get(key, "")), str(ratio))
-    for key in ("drain_while_pruning_jobs_per_s", "bytes_per_firing", "steady_state_bytes",
-                "pruned_before_drain", "pruned_during_drain", "load_s"):  # fmt: skip
+    for key in ("drain_gated_jobs_per_s", "drain_while_pruning_jobs_per_s", "bytes_per_firing",
+                "steady_state_bytes", "pruned_before_drain", "pruned_during_drain",
+                "load_s"):  # fmt: skip
         table.add_row(key, "", str(loaded.get(key)), "")
     Console().print(table)
