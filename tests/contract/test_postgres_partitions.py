@@ -340,6 +340,28 @@ def test_a_day_of_one_shot_jobs_goes_a_chunk_per_leader_step(h: Harness) -> None
     assert [r["n"] for r in _sql(store, "SELECT count(*) AS n FROM firings")] == [1]
 
 
+def _redrive_after_the_decision(store: Any, column: str, value: int) -> None:
+    """A pass as the leader runs it (a step at a time, chunks of 10 firings): its first
+    step decides the oldest day, then the firings whose ``column`` is ``value`` are
+    queued again (a re-drive), then the pass runs to its end."""
+    store.one_shot_scan = 10
+    first = store.prune_history(max_batches=1)  # the decision
+    assert first.deleted == 0 and first.partitions == 0 and not first.done
+    _sql(
+        store,
+        "UPDATE firings SET state = 'queued', finished_at = NULL, due_at = now()"
+        f" WHERE {column} = %s RETURNING id",
+        value,
+    )
+    cursor = first.cursor
+    for _ in range(50):
+        report = store.prune_history(max_batches=1, cursor=cursor)
+        cursor = report.cursor
+        if report.done:
+            return
+    raise AssertionError("the pass did not end in 50 steps")
+
+
 def test_a_one_shot_job_changed_during_the_chunks_keeps_its_day(h: Harness) -> None:
     """A one-shot firing of a day being dropped re-queued after the decision (a re-drive):
     its job stays, the day is not dropped (what the chunks deleted before stays deleted,
@@ -347,22 +369,8 @@ def test_a_one_shot_job_changed_during_the_chunks_keeps_its_day(h: Harness) -> N
     that follows (their day ended more than keep_for ago)."""
     store: Any = h.store
     job, name, _start = _day_of_mixed_history(h)
-    store.one_shot_scan = 10
-    first = store.prune_history(max_batches=1)  # the decision
-    assert first.deleted == 0 and not first.done
     redriven = max(_one_shot_ids(store, name))
-    _sql(
-        store,
-        "UPDATE firings SET state = 'queued', finished_at = NULL, due_at = now()"
-        " WHERE job_id = %s RETURNING id",
-        redriven,
-    )
-    cursor = first.cursor
-    for _ in range(50):
-        report = store.prune_history(max_batches=1, cursor=cursor)
-        cursor = report.cursor
-        if report.done:
-            break
+    _redrive_after_the_decision(store, "job_id", redriven)
     assert name in _parts(store)
     assert _one_shot_ids(store, name) == {redriven}
     states = _sql(store, f"SELECT state FROM {name} WHERE job_id = %s", redriven)
@@ -447,22 +455,8 @@ def test_a_firing_redriven_during_the_chunks_keeps_its_attempts_and_its_day(h: H
     attempt and key stay, and so does the day (its firings go row by row later)."""
     store: Any = h.store
     name, ids = _day_with_dependents(h)
-    store.one_shot_scan = 10
-    first = store.prune_history(max_batches=1)  # the decision
-    assert first.partitions == 0 and not first.done
     redriven = ids[-1]
-    _sql(
-        store,
-        "UPDATE firings SET state = 'queued', finished_at = NULL, due_at = now()"
-        " WHERE id = %s RETURNING id",
-        redriven,
-    )
-    cursor = first.cursor
-    for _ in range(50):
-        report = store.prune_history(max_batches=1, cursor=cursor)
-        cursor = report.cursor
-        if report.done:
-            break
+    _redrive_after_the_decision(store, "id", redriven)
     assert name in _parts(store)
     assert _dependents(store, name) == (1, 1)
     kept = _sql(store, "SELECT firing_id FROM firing_attempts WHERE firing_id = %s", redriven)
