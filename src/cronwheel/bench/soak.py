@@ -258,9 +258,8 @@ def interleaved(
     sides: list[dict[str, Callable[[], Any]]], rounds: int, calls: int
 ) -> list[dict[str, float]]:
     """Each side's figures timed in turns: ``rounds`` rounds, in each of which every side
-    (the first one, then the last one first) times each of its figures ``calls`` times
-    (a SQLite run with the baseline always first gave it enqueue 0.43 ms against the
-    loaded side's 0.21); each figure the median (ms) of its
+    (the first one, then the last one first: neither side always follows the other)
+    times each of its figures ``calls`` times; each figure the median (ms) of its
     ``rounds x calls`` calls. The sides' calls are spread over the same minutes, so that
     a slow spell of the host (a VM's neighbours, a checkpoint) falls on both sides, not
     on the one measured while it lasted."""
