@@ -236,3 +236,25 @@ def test_a_pass_reads_no_firing_that_every_policy_in_use_keeps(sql_harness: Harn
     report = store.prune_history()
     assert report.scanned > 0
     assert len(_states(harness, kept)) == 5  # 3 finished, 1 queued, 1 held: 16 days < 30
+
+
+def test_the_soak_history_s_one_shot_chunks_are_a_job_per_firing(sql_harness: Harness) -> None:
+    """load_history(one_shots=True), the soak's `app.enqueue` history: every firing of the
+    chunk is moved to a `now` job of its own (each named by its firing), and nothing
+    loaded before it moves."""
+    store = sql_harness.store
+    store.create_jobs([(spec(f"r{i}"), None) for i in range(3)])
+    first = store.get_job("default", "r0").id
+    start = sql_harness.now() - 2 * DAY
+    store.load_history(first_job=first, jobs=3, start=start, step=S, count=6)
+    store.load_history(
+        first_job=first, jobs=3, start=start + 6 * S, step=S, count=9, one_shots=True
+    )
+    firings = sorted(store.list_firings(limit=100), key=lambda f: f.id)
+    assert len(firings) == 15
+    for f in firings[:6]:
+        assert f.job_name in {"r0", "r1", "r2"}
+    for f in firings[6:]:
+        assert f.job_name == f"once-{f.id}"
+        assert store.get_job_by_id(f.job_id).spec.schedule.kind == "now"
+    assert len({f.job_id for f in firings[6:]}) == 9

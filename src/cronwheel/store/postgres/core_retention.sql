@@ -142,8 +142,9 @@ JOIN jobs j ON j.id = %(first_job)s + n.i %% %(jobs)s
 
 -- name: load_history_one_shots
 -- The soak benchmark's immediate jobs (``app.enqueue``): a `now` one-shot job per firing
--- of history loaded since %(first_firing)s whose job is %(template)s (copies of its
--- row, named by the firing). [firings primary key]
+-- of history loaded since %(first_firing)s, each a copy of the row of job %(template)s
+-- named by the firing (the firings then move to them: move_to_one_shots). [firings
+-- primary key]
 INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
                   max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at,
                   shard, max_concurrency, overlap, max_buffer, cancel_grace_us,
@@ -153,14 +154,14 @@ SELECT t.namespace, 'once-' || f.id, t.task, '{"kind": "now"}', t.payload, t.pol
        f.enqueued_at, t.shard, t.max_concurrency, t.overlap, t.max_buffer, t.cancel_grace_us,
        t.start_deadline_us, t.bounds, 1
 FROM firings f JOIN jobs t ON t.id = %(template)s
-WHERE f.id >= %(first_firing)s AND f.job_id = %(template)s
+WHERE f.id >= %(first_firing)s
 
 -- name: move_to_one_shots
 -- The firings load_history_one_shots made jobs for, each moved to its job.
 -- [jobs (namespace, name) unique]
 UPDATE firings f SET job_id = j.id, job_name = j.name
 FROM jobs j
-WHERE f.id >= %(first_firing)s AND f.job_id = %(template)s
+WHERE f.id >= %(first_firing)s
   AND j.namespace = f.namespace AND j.name = 'once-' || f.id
 
 -- name: max_firing_id

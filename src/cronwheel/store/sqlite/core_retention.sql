@@ -140,8 +140,9 @@ JOIN jobs j ON j.id = :first_job + n.i % :jobs
 
 -- name: load_history_one_shots
 -- The soak benchmark's immediate jobs (``app.enqueue``): a `now` one-shot job per firing
--- of history loaded since :first_firing whose job is :template (copies of its row, named
--- by the firing), each firing moved to its own job. [firings primary key]
+-- of history loaded since :first_firing, each a copy of the row of job :template named
+-- by the firing (the firings then move to them: move_to_one_shots). [firings primary
+-- key]
 INSERT INTO jobs (namespace, name, task, schedule, payload, policies, spec_hash, priority,
                   max_attempts, visibility_us, paused, next_fire_at, created_at, updated_at,
                   shard, max_concurrency, overlap, max_buffer, cancel_grace_us,
@@ -151,7 +152,7 @@ SELECT t.namespace, 'once-' || f.id, t.task, '{"kind": "now"}', t.payload, t.pol
        f.enqueued_at, t.shard, t.max_concurrency, t.overlap, t.max_buffer, t.cancel_grace_us,
        t.start_deadline_us, t.bounds, 1
 FROM firings f JOIN jobs t ON t.id = :template
-WHERE f.id >= :first_firing AND f.job_id = :template
+WHERE f.id >= :first_firing
 
 -- name: move_to_one_shots
 -- The firings load_history_one_shots made jobs for, each moved to its job.
@@ -160,7 +161,7 @@ UPDATE firings SET job_id = (SELECT j.id FROM jobs j
                              WHERE j.namespace = firings.namespace
                                AND j.name = 'once-' || firings.id),
                    job_name = 'once-' || id
-WHERE id >= :first_firing AND job_id = :template
+WHERE id >= :first_firing
 
 -- name: max_firing_id
 -- The highest firing id (0: none). [firings primary key]
