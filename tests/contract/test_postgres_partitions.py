@@ -146,12 +146,16 @@ def test_a_day_changed_between_the_decision_and_the_drop_is_left_whole(h: Harnes
     store.load_history(first_job=job.id, jobs=1, start=start, step=H, count=24)
     store.load_history(first_job=job.id, jobs=1, start=_midnight(h.now()), step=H, count=1)
     name = f"firings_p{start:%Y%m%d}"
-    params = {"hi": start + DAY, "keep_cap": 1}
-    groups = store._read_part("partition_groups", name, params)
+    store.start_drops()
+    store._drop_queue = [(n, hi) for n, hi in store._drop_queue if n == name]
+    while store._dropping is None or store._dropping.phase in ("groups", "newer"):
+        store.drop_step()  # the decision's steps
+    drop = store._dropping
+    assert drop.name == name and drop.longest == DEFAULT_RETENTION.keep_for
     job = store.get_job_by_id(job.id)
     (late,) = _fire(h, job, start + timedelta(minutes=30)).inserted  # a catch-up, after it
     with pytest.raises(_Abandoned):
-        store._drop_partition(name, groups, {}, h.now(), DEFAULT_RETENTION.keep_for)
+        store._detach(drop)
     assert name in _parts(store)
     assert len(_sql(store, f"SELECT id FROM {name}")) == 25
     assert store.get_firing(late).state is FiringState.QUEUED
@@ -340,6 +344,81 @@ def test_a_day_of_one_shot_jobs_goes_a_chunk_per_leader_step(h: Harness) -> None
     assert [r["n"] for r in _sql(store, "SELECT count(*) AS n FROM firings")] == [1]
 
 
+def _pass_steps(store: Any) -> list[Any]:
+    """A whole pass as the leader runs it, a step at a time: each step's report."""
+    reports: list[Any] = []
+    cursor = None
+    while not reports or not reports[-1].done:
+        report = store.prune_history(max_batches=1, cursor=cursor)
+        reports.append(report)
+        cursor = report.cursor
+        assert len(reports) < 100, "the pass did not end in 100 steps"
+    return reports
+
+
+def test_a_day_is_decided_and_its_one_shot_jobs_deleted_in_bounded_steps(h: Harness) -> None:
+    """The decision reads the day ``decide_scan`` firings a step (its 54: 6 steps, then
+    one counting the recurring job's newer firings), and a step deletes at most
+    ``one_shot_jobs`` one-shot jobs (the 30: 8 steps of at most 4): every one-shot
+    job goes, the day is dropped, its recurring firings summed in the pruned event."""
+    store: Any = h.store
+    job, name, _start = _day_of_mixed_history(h)
+    store.decide_scan, store.one_shot_scan, store.one_shot_jobs = 10, 100, 4
+    reports = _pass_steps(store)
+    assert name not in _parts(store)
+    assert sum(r.partitions for r in reports) == 1
+    deciding = [r for r in reports if r.scanned and not r.jobs and not r.partitions]
+    assert [r.scanned for r in deciding[:6]] == [10, 10, 10, 10, 10, 4]
+    chunks = [r.jobs for r in reports if r.jobs]
+    assert max(chunks) == 4 and sum(chunks) == 30 and len(chunks) == 8
+    left = _sql(store, "SELECT count(*) AS n FROM jobs WHERE schedule->>'kind' IN ('at', 'now')")
+    assert left[0]["n"] == 0
+    (event,) = [e for e in store.job_events(job.id) if e.kind == "pruned"]
+    assert event.count == 24
+
+
+def test_a_day_with_a_scheduled_firing_is_not_dropped(h: Harness) -> None:
+    """A firing in SCHEDULED state (not terminal, not in the facts' live states) found
+    by a chunk of the decision keeps its day: the decision stops at that chunk (the
+    third of 10: the recurring job's 24 firings come first), nothing of the day is
+    deleted by the drop work, and the walk that follows leaves the firing too."""
+    store: Any = h.store
+    job, name, _start = _day_of_mixed_history(h)
+    (row,) = _sql(
+        store,
+        f"UPDATE {name} SET state = 'scheduled', finished_at = NULL"
+        f" WHERE id = (SELECT max(id) FROM {name} WHERE job_id = %s) RETURNING id",
+        job.id,
+    )
+    store.decide_scan = 10
+    chunks: list[int] = []
+    read = store._groups_chunk
+    store._groups_chunk = lambda drop, report: chunks.append(drop.after_id) or read(drop, report)
+    reports = _pass_steps(store)
+    assert len(chunks) == 3
+    assert sum(r.partitions for r in reports) == 0
+    assert name in _parts(store)
+    assert store.get_firing(row["id"]).state is FiringState.SCHEDULED
+
+
+def test_a_day_detached_and_not_dropped_is_dropped_by_the_next_pass(h: Harness) -> None:
+    """The drop is two transactions: DETACH (the parent's lock) and, the next step, DROP
+    TABLE (its commit unlinks the files, off that lock). A leader stopped between them
+    leaves the table detached: it is out of firings at once, and the next pass drops it."""
+    store: Any = h.store
+    _job, name, _start = _day_of_mixed_history(h)
+    store.start_drops()
+    for _ in range(50):
+        store.drop_step()
+        if store._dropping is not None and store._dropping.phase == "release":
+            break
+    assert name not in _parts(store)
+    assert _sql(store, "SELECT to_regclass(%s) IS NOT NULL AS t", name)[0]["t"]
+    store._dropping = store._drop_queue = None  # the leader stops here
+    _pass_steps(store)
+    assert not _sql(store, "SELECT to_regclass(%s) IS NOT NULL AS t", name)[0]["t"]
+
+
 def _redrive_after_the_decision(store: Any, column: str, value: int) -> None:
     """A pass as the leader runs it (a step at a time, chunks of 10 firings): its first
     step decides the oldest day, then the firings whose ``column`` is ``value`` are
@@ -437,9 +516,10 @@ def test_a_days_attempts_and_keys_go_a_chunk_per_leader_step(h: Harness) -> None
         if report.done:
             break
     assert name not in _parts(store)
-    # decided (24, 24), then 10, 10 and 4 firings' attempts and keys, each its own step
-    assert [a for a, _ in left] == [24, 14, 4, 0]
-    assert [k for _, k in left] == [24, 14, 4, 0]
+    # read, then decided (its newer firings counted): (24, 24); then 10, 10 and 4
+    # firings' attempts and keys, each its own step
+    assert [a for a, _ in left] == [24, 24, 14, 4, 0]
+    assert [k for _, k in left] == [24, 24, 14, 4, 0]
     orphans = _sql(
         store,
         "SELECT (SELECT count(*) FROM firing_attempts a WHERE NOT EXISTS"

@@ -8,28 +8,29 @@ the migration) holding every instant before the boundary.
   (db.py, ``missing_partition``). A partition is created as a table, then ATTACHed:
   SHARE UPDATE EXCLUSIVE on the parent, so reads and writes go on.
 - Drop (``start_drops`` at the start of each retention pass, then ``drop_step``, one
-  step per leader step, paced like the batches of the walk): a partition whose day
-  is over goes as a whole when none of its firings must stay — none unfinished, each
-  finished longer ago than its policy's keep_for, and each (job, outcome) group of a
-  recurring job with at least keep_last newer firings of the same outcome in later
-  partitions (the rules of domain/retention.py, decided per group on its newest
-  firing, which the older ones follow). Deciding reads the partition once (an
-  aggregate per job and outcome: a step). Its one-shot jobs (a job row each, as
-  ``app.enqueue`` leaves them) then go as a whole, a chunk of the partition's firings
-  per step, each chunk one DELETE of jobs (a prune of its own). The last step, one
-  transaction: the recurring jobs' ``pruned`` events summed, attempts and idempotency
-  keys deleted, DETACH (the parent's ACCESS EXCLUSIVE lock, waited for at most 200 ms),
-  the partition checked again through two index probes — anything written to it since
-  the decision (a re-drive, a late insert) is unfinished or finished recently — and
-  DROP TABLE: no row deleted, no dead tuple, no vacuum; rolled back if the check fails
-  or a chunk kept a one-shot job. A partition that cannot go whole is left to the
+  step per leader step, paced like the batches of the walk, each a bounded chunk): a
+  partition whose day is over goes as a whole when none of its firings must stay —
+  none unfinished, each finished longer ago than its policy's keep_for, and each (job,
+  outcome) group of a recurring job with at least keep_last newer firings of the same
+  outcome in later partitions (the rules of domain/retention.py, decided per group on
+  its newest firing, which the older ones follow). The steps: the partition read a
+  chunk at a time into its groups; the recurring groups' newer firings counted; its
+  one-shot jobs deleted (with their history, as ``app.enqueue`` leaves a job per call);
+  its firings' attempts and keys deleted; then one transaction: the recurring jobs'
+  ``pruned`` events summed, DETACH (the parent's ACCESS EXCLUSIVE lock, waited for at
+  most 200 ms), the partition checked again through two index probes — anything
+  written to it since the decision (a re-drive, a late insert) is unfinished or
+  finished recently — rolled back if the check fails or a chunk kept a one-shot job;
+  then, in the next step, DROP TABLE (its commit unlinks the files, off the parent's
+  lock; a table detached and not dropped is dropped by the next pass): no row
+  deleted, no dead tuple, no vacuum. A partition that cannot go whole is left to the
   batched pass (core/retention.py), like the rest of the history.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -47,15 +48,18 @@ from cronwheel.domain.retention import (
     add_pruned,
     prunable,
 )
-from cronwheel.errors import StoreError, StoreUnavailableError
+from cronwheel.errors import StoreUnavailableError
 from cronwheel.store import codec
 from cronwheel.store.codec import Row
 from cronwheel.store.core.flows import CoreStore
-from cronwheel.store.postgres.db import Database, PgTx, query
+from cronwheel.store.postgres.db import Database, PgTx
+from cronwheel.store.postgres.partition_prep import prepare_partitioning
 
 _NAME = re.compile(r"firings_(legacy|p(\d{4})(\d{2})(\d{2}))")
 _PART = "/*part*/"
 DAY = timedelta(days=1)
+_GROUP = ("job_id", "state", "n", "first_at", "last_at", "last_finished", "namespace",
+          "keep_for_s", "keep_last", "kind")  # fmt: skip
 
 
 class _Abandoned(Exception):
@@ -64,27 +68,53 @@ class _Abandoned(Exception):
 
 @dataclass(slots=True)
 class _Drop:
-    """A partition decided droppable (its groups, under these policies at ``now``), its
-    one-shot jobs being deleted a chunk at a time (``after_id``: the last firing read),
-    then its firings' attempts and keys (``dependents_after``)."""
+    """A partition being decided, then dropped, a step at a time (``phase``): its firings
+    read a chunk per step into their groups (``groups``: a recurring job's per
+    (job, outcome), the one-shot jobs' per (namespace, overrides, kind, outcome)), the
+    recurring groups' newer firings counted (``newer``), then, decided droppable under
+    ``policies`` at ``now``, its one-shot jobs deleted and its firings' attempts and keys,
+    a chunk per step, its detach and its table's drop. ``after_id``: the last firing the
+    phase's walk read."""
 
     name: str
-    groups: list[Row]
+    hi: datetime
     policies: dict[str, Retention]
     now: datetime
     longest: timedelta
+    keep_cap: int
+    phase: str = "groups"  # groups, newer, one_shots, dependents, drop, release
     after_id: int = 0
-    one_shots_done: bool = False
-    one_shots_deleted: int = 0
-    dependents_after: int = 0
-    dependents_done: bool = False
+    groups: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
+    newer_at: int = 0  # the recurring groups counted so far (phase newer)
+    one_shots_seen: int = 0  # one-shot firings the one_shots phase read
+    one_shots_left: int = 0  # one-shot firings the dependents phase found
 
-    def recurring(self) -> list[Row]:
-        return [g for g in self.groups if g["kind"] not in ONE_SHOT_KINDS]
+    def recurring(self) -> list[dict[str, Any]]:
+        return [g for g in self.groups.values() if g["job_id"] is not None]
 
     def one_shots(self) -> int:
-        """The partition's one-shot jobs (a firing each) at the decision."""
-        return len({g["job_id"] for g in self.groups if g["kind"] in ONE_SHOT_KINDS})
+        """The partition's one-shot firings (their jobs go whole) at the decision."""
+        return sum(int(g["n"]) for g in self.groups.values() if g["job_id"] is None)
+
+    def add(self, row: Row) -> None:
+        """A chunk's group, merged into the partition's."""
+        key = (row["job_id"], row["state"], row["namespace"], row["keep_for_s"],
+               row["keep_last"], row["kind"])  # fmt: skip
+        got = self.groups.get(key)
+        if got is None:
+            self.groups[key] = {c: row[c] for c in _GROUP} | {"newer": 0}
+            return
+        got["n"] = int(got["n"]) + int(row["n"])
+        got["first_at"] = min(got["first_at"], row["first_at"])
+        got["last_at"] = max(got["last_at"], row["last_at"])
+        if row["last_finished"] is not None:
+            last = got["last_finished"]
+            got["last_finished"] = row["last_finished"] if last is None else max(
+                last, row["last_finished"]
+            )  # fmt: skip
+
+    def next_phase(self, phase: str) -> None:
+        self.phase, self.after_id = phase, 0
 
 
 def partition_range(name: str, legacy_to: datetime | None) -> tuple[datetime, datetime] | None:
@@ -106,31 +136,9 @@ class PgPartitions(CoreStore[Database]):
     partitions_ahead = 1  # days after today with a partition made in advance
 
     def prepare_partitioning(self) -> datetime | None:
-        """On a database at migration 15, what migration_16 needs done first, each step
-        without blocking writers (a session of its own, autocommit): the boundary B (two
-        UTC midnights ahead, or the day after the latest instant held), the CHECK
-        (scheduled_for < B) added NOT VALID then VALIDATEd (a scan under SHARE UPDATE
-        EXCLUSIVE), the unique index on (id, scheduled_for) built CONCURRENTLY (an
-        invalid one left by an interrupted build dropped first). Idempotent; B, or None
-        when the database is not at version 15."""
-        if not self.db.read(lambda tx: tx.one("prep_has_meta"))["ok"]:  # type: ignore[index]
-            return None
-        state = self.db.read(lambda tx: tx.one("prep_state"))
-        if state is None or state["version"] != "15":
-            return None  # every process of a migrated deployment returns here, lock-free
-        if self.db.pooled:  # a session lock and CONCURRENTLY need a session of their own
-            raise StoreError(
-                "migration 16 from version 15 needs a direct connection, not one through "
-                "a transaction pooler: run `cronwheel migrate` with the primary's own URL",
-                field="store",
-            )
-        q = dict(self.db.q)
-        with psycopg.connect(self.db.conninfo, autocommit=True) as conn:
-            conn.execute(query(q["prep_lock"]))
-            try:
-                return _prepare(conn, q)
-            finally:
-                conn.execute(query(q["prep_unlock"]))
+        """On a database at migration 15, what migration_16 needs done first, online
+        (partition_prep.py); the boundary, or None when not at version 15."""
+        return prepare_partitioning(self.db)
 
     # the longest keep_for in use, as the last retention_bounds found it
     _longest_keep_for: timedelta | None = None
@@ -222,56 +230,75 @@ class PgPartitions(CoreStore[Database]):
         return longest, keep_cap
 
     # the drop work of the pass under way (a pass is started by start_drops): the
-    # partitions still to look at, and the one being dropped
+    # partitions still to look at, and the one being decided or dropped
     _drop_queue: list[tuple[str, datetime]] | None = None
     _dropping: _Drop | None = None
-    # firings a chunk of a drop reads (its one-shot jobs deleted; then, its attempts and keys)
+    # a step's bounds: firings a chunk of the decision reads; firings a chunk of the
+    # drop reads (its one-shot jobs deleted, then its attempts and keys); one-shot jobs a
+    # chunk deletes; recurring groups whose newer firings a step counts
+    decide_scan = 10_000
     one_shot_scan = 5_000
+    one_shot_jobs = 100
+    newer_batch = 2_000
+
+    _orphans: list[str] | None = None  # tables detached and not dropped (partitions.sql)
 
     def start_drops(self) -> None:
-        """A pass's drop work: every partition whose day is over, oldest first."""
+        """A pass's drop work: every partition whose day is over, oldest first, after
+        the tables an earlier pass detached and did not drop."""
         now = self.db.now()
         self._drop_queue = [(name, hi) for name, _lo, hi in self.partitions() if hi <= now]
+        self._orphans = [str(r["name"]) for r in self.db.read(lambda t: t.all("partition_orphans"))]
         self._dropping = None
 
     def drops_pending(self) -> bool:
-        return bool(self._drop_queue) or self._dropping is not None
+        return bool(self._drop_queue) or bool(self._orphans) or self._dropping is not None
 
     def drop_step(self) -> PruneReport | None:
         """The next piece of the pass's drop work, a short transaction or read of its own
-        (None: there is none left): deciding the next partition, a chunk of the one-shot
-        jobs of the one decided, or its drop. The leader runs one per step, paced like a
-        batch of the walk (dispatch/retention.py), so that a day of a million firings
-        (a hundred thousand one-shot jobs, each a job row to delete) never holds the
-        dispatcher, a claim or the writer for more than a chunk."""
+        (None: there is none left): a chunk of the decision of a partition, a chunk of
+        the deletion of its one-shot jobs or of its attempts and keys, or its drop. The
+        leader runs one per step, paced like a batch of the walk (dispatch/retention.py),
+        so that a day of a million firings (a hundred thousand one-shot jobs, each a job
+        row to delete) never holds the dispatcher, a claim or the writer for more than a
+        chunk (tens of milliseconds)."""
         report = PruneReport(dry_run=False)
+        drop = self._dropping
         try:
-            if self._dropping is None:
-                self._dropping = self._decide_next(report)
+            if drop is None and self._orphans:
+                self._release(self._orphans.pop(0))
+            elif drop is None:
+                self._dropping = self._start_next(report)
                 if self._dropping is None and not self._drop_queue:
                     self._drop_queue = None
                     return None
-            elif not self._dropping.one_shots_done:
-                self._one_shots_chunk(self._dropping, report)
-            elif not self._dropping.dependents_done:
-                self._dependents_chunk(self._dropping, report)
-            else:
-                drop, self._dropping = self._dropping, None
-                if drop.one_shots_deleted != drop.one_shots():
+            elif drop.phase == "groups":
+                self._groups_chunk(drop, report)
+            elif drop.phase == "newer":
+                self._newer_chunk(drop)
+            elif drop.phase == "one_shots":
+                self._one_shots_chunk(drop, report)
+            elif drop.phase == "dependents":
+                self._dependents_chunk(drop, report)
+            elif drop.phase == "drop":
+                if drop.one_shots_left:
                     raise _Abandoned(drop.name)  # one kept: changed since the decision
-                self._drop_partition(
-                    drop.name, drop.recurring(), drop.policies, drop.now, drop.longest
-                )
+                self._detach(drop)
+                drop.phase = "release"
                 for g in drop.recurring():
                     report.firings[g["state"]] = report.firings.get(g["state"], 0) + int(g["n"])
                 report.partitions = 1
+            else:
+                self._dropping = None
+                self._release(drop.name)
         except (_Abandoned, StoreUnavailableError, psycopg.errors.UndefinedTable):
             self._dropping = None  # the next pass decides again
         return report
 
-    def _decide_next(self, report: PruneReport) -> _Drop | None:
-        """The next partition of the queue whose firings may all go (its facts, then its
-        groups: one aggregate read of it), or None when this step found none."""
+    def _start_next(self, report: PruneReport) -> _Drop | None:
+        """The next partition of the queue whose facts allow its drop (none unfinished,
+        the last finish older than the longest keep_for), its decision started with its
+        first chunk; None when this step found none."""
         now = self.db.now()
         policies = self.list_retention()
         longest, keep_cap = self.retention_bounds(policies)
@@ -281,20 +308,60 @@ class PgPartitions(CoreStore[Database]):
             last = facts["last_finished"]
             if facts["active"] or (last is not None and now - last < longest):
                 continue
-            params = {"hi": self.db.instant(hi), "keep_cap": keep_cap}
-            groups = self._read_part("partition_groups", name, params)
-            report.scanned += sum(int(g["n"]) for g in groups)
-            if all(_group_prunable(g, policies, now) for g in groups):
-                drop = _Drop(name, groups, policies, now, longest)
-                drop.one_shots_done = drop.one_shots() == 0
-                return drop
-            return None  # one read of a partition per step
+            drop = _Drop(name, hi, policies, now, longest, keep_cap)
+            return drop if self._groups_chunk(drop, report) else None
         return None
+
+    def _groups_chunk(self, drop: _Drop, report: PruneReport) -> bool:
+        """The next chunk of the decision's read of the partition, merged into its
+        groups; False (the partition stays, the next pass decides again) as soon as a
+        group cannot go whatever its newer firings."""
+        params = {"after_id": drop.after_id, "scan": self.decide_scan}
+        rows = self._read_part("partition_groups_chunk", drop.name, params)
+        scanned = int(rows[0]["scanned"])
+        report.scanned += scanned
+        for r in rows:
+            if r["state"] is None:
+                continue
+            if not _group_prunable(r, drop.policies, drop.now, newer=drop.keep_cap):
+                self._dropping = None
+                return False
+            drop.add(r)
+        if rows[0]["last_id"] is not None:
+            drop.after_id = int(rows[0]["last_id"])
+        if scanned < self.decide_scan:
+            drop.next_phase("newer")
+        return True
+
+    def _newer_chunk(self, drop: _Drop) -> None:
+        """The newer firings of the next ``newer_batch`` recurring groups, counted; after
+        the last, the decision: the drop goes on, or the partition stays."""
+        recurring = drop.recurring()
+        batch = recurring[drop.newer_at : drop.newer_at + self.newer_batch]
+        if batch:
+            params = {
+                "job_ids": [int(g["job_id"]) for g in batch],
+                "states": [str(g["state"]) for g in batch],
+                "hi": self.db.instant(drop.hi),
+                "keep_cap": drop.keep_cap,
+            }
+            rows = self.db.read(lambda tx: tx.all("partition_newer", params))
+            newer = {(int(r["job_id"]), str(r["state"])): int(r["newer"]) for r in rows}
+            for g in batch:
+                g["newer"] = newer[(int(g["job_id"]), str(g["state"]))]
+        drop.newer_at += len(batch)
+        if drop.newer_at < len(recurring):
+            return
+        if not all(_group_prunable(g, drop.policies, drop.now) for g in recurring):
+            self._dropping = None
+        else:
+            drop.next_phase("one_shots" if drop.one_shots() else "dependents")
 
     def _one_shots_chunk(self, drop: _Drop, report: PruneReport) -> None:
         params = {
             "after_id": drop.after_id,
             "scan": self.one_shot_scan,
+            "jobs": self.one_shot_jobs,
             "decided_at": self.db.instant(drop.now),
         }
 
@@ -309,90 +376,69 @@ class PgPartitions(CoreStore[Database]):
             return rows
 
         rows = self.db.write(body)
-        scanned = int(rows[0]["scanned"]) if rows else 0
+        first = rows[0]
+        scanned, seen = int(first["scanned"]), int(first["one_shots"])
         report.scanned += scanned
         for r in rows:
             if r["state"] is not None:
                 report.firings[r["state"]] = report.firings.get(r["state"], 0) + int(r["n"])
                 report.jobs += int(r["n"])
-                drop.one_shots_deleted += int(r["n"])
-        if rows and rows[0]["last_id"] is not None:
-            drop.after_id = int(rows[0]["last_id"])
-        if scanned < self.one_shot_scan or drop.one_shots_deleted >= drop.one_shots():
-            drop.one_shots_done = True
+        if first["last_id"] is not None:
+            drop.after_id = int(first["last_id"])
+        drop.one_shots_seen += seen
+        walked = scanned < self.one_shot_scan and seen < self.one_shot_jobs
+        if walked or drop.one_shots_seen >= drop.one_shots():
+            drop.next_phase("dependents")
 
     def _dependents_chunk(self, drop: _Drop, report: PruneReport) -> None:
         """The next chunk of the partition's firings: their attempts and keys deleted
-        (partitions.sql partition_dependents_chunk)."""
+        (partitions.sql partition_dependents_chunk), and any one-shot job's firing
+        counted (the drop is then abandoned)."""
         params = {
-            "after_id": drop.dependents_after,
+            "after_id": drop.after_id,
             "scan": self.one_shot_scan,
             "decided_at": self.db.instant(drop.now),
         }
         row = self.db.write(lambda tx: _one(tx, "partition_dependents_chunk", drop.name, params))
         scanned = int(row["scanned"])
         report.scanned += scanned
+        drop.one_shots_left += int(row["one_shots"])
         if row["last_id"] is not None:
-            drop.dependents_after = int(row["last_id"])
-        drop.dependents_done = scanned < self.one_shot_scan
+            drop.after_id = int(row["last_id"])
+        if scanned < self.one_shot_scan:
+            drop.phase = "drop"  # after_id kept: where the drop's own deletion starts
 
     def _read_part(self, name: str, part: str, params: dict[str, Any] | None = None) -> list[Row]:
         return self.db.read(lambda tx: _all(tx, name, part, params))
 
-    def _drop_partition(
-        self,
-        name: str,
-        groups: list[Row],
-        policies: dict[str, Retention],
-        now: datetime,
-        longest: timedelta,
-    ) -> None:
-        """The drop of a partition whose one-shot jobs are gone (drop_step's chunks):
-        the recurring jobs' ``pruned`` events summed, the firings' attempts and keys
-        deleted, DETACH, the facts checked again, DROP; abandoned (rolled back) when a
-        one-shot job or a change is found."""
+    def _detach(self, drop: _Drop) -> None:
+        """A partition whose one-shot jobs, attempts and keys are gone (the chunks
+        before) out of firings: the recurring jobs' ``pruned`` events summed, what was
+        written after the chunks deleted, DETACH, the facts checked again; abandoned
+        (rolled back) when a change is found. Its table is dropped in the next step
+        (``_release``)."""
+        name = drop.name
 
         def body(tx: PgTx) -> None:
-            per_job: dict[int, list[Row]] = {}
-            for g in groups:
-                if g["kind"] in ONE_SHOT_KINDS:
-                    continue
+            per_job: dict[int, list[dict[str, Any]]] = {}
+            for g in drop.recurring():
                 per_job.setdefault(int(g["job_id"]), []).append(g)
             merges = {job: partial(add_pruned, add=_summary(rows)) for job, rows in per_job.items()}
             self._merge_pruned_events(tx, merges)
-            tx.execute(_sql(self.db, "partition_drop_dependents", name))
+            after = {"after_id": drop.after_id}
+            tx.execute(_sql(self.db, "partition_drop_dependents", name), after)
             tx.run("partition_lock_timeout")
             tx.execute(_sql(self.db, "partition_detach", name))
             facts = _one(tx, "partition_facts", name)
             last = facts["last_finished"]
-            if facts["active"] or (last is not None and now - last < longest):
+            if facts["active"] or (last is not None and drop.now - last < drop.longest):
                 raise _Abandoned(name)
-            tx.execute(_sql(self.db, "partition_drop", name))
 
         self.db.write(body)
 
-
-def _prepare(conn: psycopg.Connection[Any], q: dict[str, str]) -> datetime | None:
-    def one(name: str, text: str | None = None) -> Any:
-        cur = conn.execute(query(text or q[name]))
-        return cur.fetchone() if cur.description is not None else None
-
-    state = one("prep_state")
-    version, boundary, check_valid, index_valid = state
-    if version != "15":
-        return None
-    if boundary is None:
-        (boundary,) = one("prep_boundary")
-    if check_valid is None:
-        text = q["prep_check_add"].replace("/*boundary*/", boundary.isoformat())
-        one("prep_check_add", text)
-    if not check_valid:
-        one("prep_check_validate")
-    if index_valid is False:
-        one("prep_index_drop")
-    if not index_valid:
-        one("prep_index_build")
-    return boundary if isinstance(boundary, datetime) else None
+    def _release(self, name: str) -> None:
+        """A detached partition's table dropped, a transaction of its own."""
+        self.db.write(lambda tx: tx.execute(_sql(self.db, "partition_drop", name)))
 
 
 def _sql(db: Database, name: str, part: str) -> str:
@@ -417,19 +463,22 @@ def _policy(row: Row, policies: dict[str, Retention]) -> Retention:
     return policies.get(row["namespace"], DEFAULT_RETENTION).resolved(keep_for, keep_last)
 
 
-def _group_prunable(g: Row, policies: dict[str, Retention], now: datetime) -> bool:
+def _group_prunable(
+    g: Row, policies: dict[str, Retention], now: datetime, newer: int | None = None
+) -> bool:
     """The group's newest firing may go (its older ones then may too: they finished no
-    later and have more newer firings of the same outcome)."""
+    later and have more newer firings of the same outcome); ``newer``: its count of
+    newer firings, when not yet counted (an upper bound: whether it may go at all)."""
     candidate = Candidate(
         state=FiringState(g["state"]),
         finished_at=codec.opt_instant(g["last_finished"]),
         one_shot=g["kind"] in ONE_SHOT_KINDS,
-        newer_same_outcome=int(g["newer"]),
+        newer_same_outcome=int(g["newer"]) if newer is None else newer,
     )
     return prunable(candidate, _policy(g, policies), now)
 
 
-def _summary(rows: list[Row]) -> PrunedSummary:
+def _summary(rows: list[dict[str, Any]]) -> PrunedSummary:
     return PrunedSummary(
         first_at=min(codec.req_instant(r["first_at"]) for r in rows),
         last_at=max(codec.req_instant(r["last_at"]) for r in rows),
