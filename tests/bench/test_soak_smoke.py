@@ -41,6 +41,10 @@ def _check(doc: dict) -> None:
     assert loaded["pruned_before_drain"] + loaded["pruned_during_drain"] > 0, loaded
     assert loaded["bytes_per_firing"] > 0
     assert set(doc["ratios"]) >= {"claim_ms", "enqueue_ms", "scrape_ms", "status_ms"}
+    # the last pass, timed a step at a time: it started, then walked or dropped in steps
+    steps = loaded["pass_steps"]
+    assert steps["start"]["steps"] >= 1 and sum(f["steps"] for f in steps.values()) >= 2, steps
+    assert all(0 < f["p50_ms"] <= f["max_ms"] for f in steps.values()), steps
 
 
 @pytest.mark.slow

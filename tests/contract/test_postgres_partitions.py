@@ -311,10 +311,11 @@ def _day_of_mixed_history(h: Harness) -> tuple[Any, str, datetime]:
 
 
 def test_a_day_of_one_shot_jobs_goes_a_chunk_per_leader_step(h: Harness) -> None:
-    """The leader's pass (max_batches=1 per dispatcher step) decides a day in one step,
-    deletes its one-shot jobs a chunk per step (never more than a chunk's firings), then
-    drops the day: every one-shot job gone, the recurring job's firings summed in its
-    pruned event, nothing else touched."""
+    """The leader's pass (max_batches=1 per dispatcher step) decides a day (its 54
+    firings read in a step, its newer firings counted in the next), deletes its one-shot
+    jobs a chunk per step (never more than a chunk's firings), then drops the day: every
+    one-shot job gone, the recurring job's firings summed in its pruned event, nothing
+    else touched."""
     store: Any = h.store
     job, name, _start = _day_of_mixed_history(h)
     one_shots = _one_shot_ids(store, name)

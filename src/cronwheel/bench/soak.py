@@ -63,7 +63,9 @@ Figures, each the median of its calls where it is a call:
   firings the pass deleted before the workers started (``pruned_before_drain``) and
   during the drains are summed over the pairs;
   ``bytes_per_firing`` (the store's size over the firings it holds) and the size at
-  steady state for the retention period (``days x rate x bytes_per_firing``).
+  steady state for the retention period (``days x rate x bytes_per_firing``);
+- loaded side only, last: ``pass_steps``: the leader's retention steps timed one by
+  one in this process while the pass drops the next oldest day (:func:`pass_steps`).
 """
 
 from __future__ import annotations
@@ -408,6 +410,39 @@ def _pruning(side: _Side, *, rate: int, runs: int, count: int, workers: int, con
     side.doc["pruned_during_drain"] = during
 
 
+def pass_steps(store: Store, keep_days: float) -> dict[str, dict[str, float]]:
+    """The leader's retention steps, timed one by one in this process, while the pass
+    drops the next oldest day (``keep_for`` set to ``keep_days``: the pruning runs'
+    last, less a day, or a quarter of the history): per kind of step (PostgreSQL's drop phases,
+    ``drop_phase``; ``start``: a partition's facts and first chunk, or the walk's
+    bounds; ``walk``: a batch of the batched pass), how many, the median and the
+    longest in ms. No step may hold the leader near its lead (500 ms): the leader
+    enqueues nothing during one."""
+    pg: Any = store
+    store.set_retention("default", {"keep_for": keep_days * 86400, "keep_last": 1})
+    times: dict[str, list[float]] = {}
+    cursor = None
+    for _ in range(1_000_000):
+        phase = pg.drop_phase() if hasattr(pg, "drop_phase") else None
+        if phase is None:
+            pending = cursor is None or (hasattr(pg, "drops_pending") and pg.drops_pending())
+            phase = "start" if pending else "walk"
+        started = time.perf_counter()
+        report = store.prune_history(max_batches=1, cursor=cursor)
+        times.setdefault(phase, []).append((time.perf_counter() - started) * 1000)
+        cursor = report.cursor
+        if report.done:
+            break
+    return {
+        phase: {
+            "steps": len(ms),
+            "p50_ms": round(statistics.median(ms), 1),
+            "max_ms": round(max(ms), 1),
+        }
+        for phase, ms in times.items()
+    }
+
+
 _COST = ("enqueue_ms", "claim_ms", "precision_p99_ms", "scrape_ms", "status_ms",
          "overview_ms", "jobs_page_ms", "firings_page_ms", "explain_ms")  # fmt: skip
 _RATE = ("herd_firings_per_s", "drain_jobs_per_s")
@@ -457,6 +492,8 @@ def run_soak(
         args = {"count": count, "workers": workers, "concurrency": concurrency}
         _runs(sides, runs=runs, progress=progress, **args)
         _pruning(sides[1], rate=rate, runs=runs, progress=progress, **args)
+        keep = max(sides[1].days - 1 - runs, sides[1].days / 4)  # the next oldest day
+        sides[1].doc["pass_steps"] = pass_steps(sides[1].store, keep)
         empty, loaded_doc = sides[0].doc, sides[1].doc
     load_avg = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return {

@@ -67,4 +67,7 @@ def _table(doc: dict[str, Any]) -> None:
                 "steady_state_bytes", "pruned_before_drain", "pruned_during_drain",
                 "load_s"):  # fmt: skip
         table.add_row(key, "", str(loaded.get(key)), "")
+    for phase, f in loaded.get("pass_steps", {}).items():
+        shown = f"{f['steps']} steps, p50 {f['p50_ms']} ms, max {f['max_ms']} ms"
+        table.add_row(f"retention pass step: {phase}", "", shown, "")
     Console().print(table)

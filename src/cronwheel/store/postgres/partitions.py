@@ -254,6 +254,11 @@ class PgPartitions(CoreStore[Database]):
     def drops_pending(self) -> bool:
         return bool(self._drop_queue) or bool(self._orphans) or self._dropping is not None
 
+    def drop_phase(self) -> str | None:
+        """What the next drop step does to the partition under way (``_Drop.phase``;
+        None: none is, the next step starts one, drops an orphan or walks)."""
+        return None if self._dropping is None else self._dropping.phase
+
     def drop_step(self) -> PruneReport | None:
         """The next piece of the pass's drop work, a short transaction or read of its own
         (None: there is none left): a chunk of the decision of a partition, a chunk of
