@@ -100,6 +100,7 @@ from cronwheel.store.url import sqlite_path
 
 CHUNK = 200_000  # firings per INSERT ... SELECT of the loader
 ONE_SHOT_SHARE = 10  # one firing in ten of the history is an immediate one-shot job
+ONE_SHOT_CHUNK = 20_000  # firings per transaction of a one-shot chunk
 HOT_ROUNDS, HOT_CALLS = 5, 10  # the hot paths: 5 rounds of 10 calls a side (interleaved)
 READ_ROUNDS, READ_CALLS = 5, 2  # the reads: 5 rounds of 2 calls a side
 WARM_CALLS = 40  # 5 calls on each of the store pool's 8 connections
@@ -148,8 +149,11 @@ def load(store: Store, *, days: float, rate: int, jobs: int, first_job: int) -> 
     loader: Any = store
     done = 0
     while done < total:
-        n = min(CHUNK, total - done)
         one_shots = (done // CHUNK) % ONE_SHOT_SHARE == ONE_SHOT_SHARE - 1
+        # a one-shot chunk in transactions of ONE_SHOT_CHUNK: each of its firings is
+        # also a job row written and a firing moved (200,000 in one transaction ran past
+        # the store's 30 s stall_timeout on a store of 20 days at 1,000,000 a day)
+        n = min(ONE_SHOT_CHUNK if one_shots else CHUNK, CHUNK - done % CHUNK, total - done)
         loader.load_history(
             first_job=first_job,
             jobs=jobs,
