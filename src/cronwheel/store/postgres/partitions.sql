@@ -96,10 +96,13 @@ r AS (SELECT CASE WHEN (SELECT count(*) FROM o) = %(jobs)s THEN (SELECT max(id) 
                   ELSE (SELECT max(id) FROM c) END AS last_id),
 gone AS (DELETE FROM jobs j USING o
          WHERE j.id = o.job_id
-           AND NOT EXISTS (SELECT 1 FROM firings f WHERE f.job_id = j.id
+           -- a scalar subquery, probed per job: as NOT EXISTS the planner made it a hash
+           -- anti join over a sequential scan of every partition (8.8 s for 100 jobs on
+           -- 30 days of 1,000,000 a day; 118 ms so)
+           AND NOT (SELECT EXISTS (SELECT 1 FROM firings f WHERE f.job_id = j.id
                            AND (f.state NOT IN ('succeeded', 'dead', 'cancelled', 'skipped',
                                                 'missed')
-                                OR f.finished_at IS NULL OR f.finished_at >= %(decided_at)s))
+                                OR f.finished_at IS NULL OR f.finished_at >= %(decided_at)s)))
          RETURNING j.namespace, j.schedule->>'kind' AS kind, o.state)
 SELECT r.last_id, (SELECT count(*) FROM c WHERE c.id <= r.last_id) AS scanned,
        (SELECT count(*) FROM o) AS one_shots, g.namespace, g.kind, g.state, count(g.*) AS n
