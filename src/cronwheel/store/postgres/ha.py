@@ -326,7 +326,11 @@ def session_conninfo(url: str, schema: str | None, *, pooled: bool = False) -> s
     params.setdefault("connect_timeout", 5)
     if pooled:
         return make_conninfo("", **params)
-    options = [str(params.pop("options", "") or "").strip(), "-c TimeZone=UTC"]
+    # jit off: cronwheel's statements read a few rows, but a generic plan over a month of
+    # day partitions is estimated past jit_above_cost, and PostgreSQL compiles JIT code at
+    # every execution (193 ms a status call at 30 days of 1,000,000 a day: schema.sql
+    # migration_32, which sets it on the functions too, for pooled sessions)
+    options = [str(params.pop("options", "") or "").strip(), "-c TimeZone=UTC", "-c jit=off"]
     if schema is not None:
         if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):
             raise StoreError(f"bad schema name {schema!r}", field="schema")

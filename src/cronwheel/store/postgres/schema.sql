@@ -1707,3 +1707,31 @@ BEGIN
     GROUP BY f.namespace;
 END
 $fn$;
+
+-- name: migration_32
+-- No JIT in cronwheel's functions. A generic plan over a month of day partitions of a
+-- million rows each is estimated past jit_above_cost (100,000) however few rows it
+-- reads, and PostgreSQL compiles a JIT plan at every execution, not once per plan:
+-- status' recent lateness (cronwheel_recent_lateness, 0.3 ms of work) took 193 ms a
+-- call on a store of 30 days at 1,000,000 a day, 225 functions compiled each time
+-- (docs/benchmarks.md "The soak at the design's rate"). Set on each plpgsql function and
+-- each SQL function already not inlined: a transaction pooler passes no session option
+-- (cronwheel's direct sessions also start with jit off: postgres/ha.py
+-- session_conninfo). A function created or replaced later carries `SET jit = off`
+-- itself (tests/contract/test_postgres_jit.py checks every one).
+DO $do$
+DECLARE
+    v_fn regprocedure;
+BEGIN
+    FOR v_fn IN
+        SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+        WHERE p.pronamespace = current_schema()::regnamespace
+          AND p.proname LIKE 'cronwheel\_%'
+          -- a SQL function without a SET clause may be inlined in its caller's plan
+          -- (cronwheel_floor_key is folded to a constant): a SET would prevent that
+          AND (l.lanname = 'plpgsql' OR p.proconfig IS NOT NULL)
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SET jit = off', v_fn);
+    END LOOP;
+END
+$do$;
