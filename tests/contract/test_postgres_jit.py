@@ -36,19 +36,20 @@ def h(tmp_path: Any) -> Iterator[Harness]:
     yield from postgres_harness(tmp_path)
 
 
+def _pg(h: Harness) -> PostgresStore:
+    assert isinstance(h.store, PostgresStore)
+    return h.store
+
+
 def _schema(h: Harness) -> str:
-    store = h.store
-    assert isinstance(store, PostgresStore)
-    with store.db.pool.connection() as conn:
+    with _pg(h).db.pool.connection() as conn:
         row = conn.execute("SELECT current_schema() AS s").fetchone()
         assert row is not None
         return str(row["s"])
 
 
 def test_every_function_that_is_not_inlined_runs_without_jit(h: Harness) -> None:
-    store = h.store
-    assert isinstance(store, PostgresStore)
-    with store.db.pool.connection() as conn:
+    with _pg(h).db.pool.connection() as conn:
         listed = conn.execute(_UNSET.replace("%%", "%")).fetchall()
         off = conn.execute(
             "SELECT proname FROM pg_proc WHERE pronamespace = current_schema()::regnamespace"
@@ -67,9 +68,7 @@ def test_every_function_that_is_not_inlined_runs_without_jit(h: Harness) -> None
 
 
 def test_a_store_s_own_sessions_start_with_jit_off(h: Harness) -> None:
-    store = h.store
-    assert isinstance(store, PostgresStore)
-    with store.db.pool.connection() as conn:
+    with _pg(h).db.pool.connection() as conn:
         row = conn.execute("SHOW jit").fetchone()
     assert row == {"jit": "off"}
 
