@@ -15,10 +15,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from cronwheel.store.postgres import PostgresStore
 from tests.conftest import PG_URL
 from tests.contract.conftest import Harness
-from tests.contract.pg_harness import postgres_harness
+from tests.contract.pg_harness import pg_store, postgres_harness
 
 # the functions that may be inlined in a caller's plan carry no SET clause (a SET
 # prevents inlining) and are left as they are
@@ -36,20 +35,15 @@ def h(tmp_path: Any) -> Iterator[Harness]:
     yield from postgres_harness(tmp_path)
 
 
-def _pg(h: Harness) -> PostgresStore:
-    assert isinstance(h.store, PostgresStore)
-    return h.store
-
-
 def _schema(h: Harness) -> str:
-    with _pg(h).db.pool.connection() as conn:
+    with pg_store(h).db.pool.connection() as conn:
         row = conn.execute("SELECT current_schema() AS s").fetchone()
         assert row is not None
         return str(row["s"])
 
 
 def test_every_function_that_is_not_inlined_runs_without_jit(h: Harness) -> None:
-    with _pg(h).db.pool.connection() as conn:
+    with pg_store(h).db.pool.connection() as conn:
         listed = conn.execute(_UNSET.replace("%%", "%")).fetchall()
         off = conn.execute(
             "SELECT proname FROM pg_proc WHERE pronamespace = current_schema()::regnamespace"
@@ -68,7 +62,7 @@ def test_every_function_that_is_not_inlined_runs_without_jit(h: Harness) -> None
 
 
 def test_a_store_s_own_sessions_start_with_jit_off(h: Harness) -> None:
-    with _pg(h).db.pool.connection() as conn:
+    with pg_store(h).db.pool.connection() as conn:
         row = conn.execute("SHOW jit").fetchone()
     assert row == {"jit": "off"}
 
