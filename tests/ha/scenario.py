@@ -223,6 +223,13 @@ class HaScenario(Cluster):
         self.promoted_at = time.time()
         return lead
 
+    def timeline_began(self, node: str, timeline: int) -> float:
+        """The wall-clock instant ``node`` began ``timeline``: the mtime of its history
+        file, which the server writes at the promotion, before it accepts a write on that
+        timeline (no commit of the timeline precedes it)."""
+        history = self.ha.data_dir(node) / "pg_wal" / f"{timeline:08X}.history"
+        return history.stat().st_mtime
+
     def recovery_figures(self, t_fault: float, timeline: int) -> dict[str, Any]:
         """Seconds from the fault to the new primary (as Patroni reports it), to the
         first firing a leader enqueued after the fault under an epoch of ``timeline``
