@@ -39,6 +39,9 @@ def _check(doc: dict) -> None:
     # the leader's pass deleted history by the drain's end (the drain's workers wait for
     # that leader's term); how much of it during the drain depends on its pacing
     assert loaded["pruned_before_drain"] + loaded["pruned_during_drain"] > 0, loaded
+    # the one-shot jobs' rows it deleted, net of the drain's own jobs (none at this size)
+    assert loaded["jobs_pruned_before_drain"] >= 0, loaded
+    assert loaded["jobs_pruned_during_drain"] >= 0, loaded
     assert loaded["bytes_per_firing"] > 0
     assert set(doc["ratios"]) >= {"claim_ms", "enqueue_ms", "scrape_ms", "status_ms"}
     # the last pass, timed a step at a time: it started, then walked or dropped in steps

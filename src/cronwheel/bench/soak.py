@@ -61,7 +61,10 @@ Figures, each the median of its calls where it is a call:
   scheduler. (Until 2026-12-07 the reference was the plain drain, whose workers start
   with the cluster: a new leader's first steps fell on the pruning drain only.) The
   firings the pass deleted before the workers started (``pruned_before_drain``) and
-  during the drains are summed over the pairs;
+  during the drains are summed over the pairs, and so are the one-shot jobs' rows it
+  deleted (``jobs_pruned_before_drain``, ``jobs_pruned_during_drain``): at the design's
+  rate a day's drop on PostgreSQL deletes its one-shot jobs in paced steps for minutes
+  before its partition goes, so a drain of seconds meets those deletes, not the drop;
   ``bytes_per_firing`` (the store's size over the firings it holds) and the size at
   steady state for the retention period (``days x rate x bytes_per_firing``);
 - loaded side only, last: ``pass_steps``: the leader's retention steps timed one by
@@ -367,7 +370,7 @@ def _pruning(side: _Side, *, rate: int, runs: int, count: int, workers: int, con
     counter: Any = store  # the SQL engines' count (store/core/retention.py)
     plain: list[Any] = []
     pruning: list[Any] = []
-    before = during = 0
+    before = during = jobs_before = jobs_during = 0
     for k in range(runs):
         # the next oldest day goes (half the history when there is less than two days)
         keep_for = max(days - 1 - k, days / 2) * DAY
@@ -381,16 +384,21 @@ def _pruning(side: _Side, *, rate: int, runs: int, count: int, workers: int, con
             # new leader's first steps (its catch-up, the pass's reads) fall on both.
             set_at = store.now()
             prunable = [counter.count_finished_before(cutoff)]
+            job_rows = [counter.count_job_rows()]
             if drops:
                 store.set_retention("default", {"keep_for": keep_for})
 
             def leader_up(
-                set_at: datetime = set_at, prunable: list[int] = prunable, cutoff: datetime = cutoff
+                set_at: datetime = set_at,
+                prunable: list[int] = prunable,
+                job_rows: list[int] = job_rows,
+                cutoff: datetime = cutoff,
             ) -> bool:
                 lease = store.get_lease(DISPATCHER_LEASE)
                 if lease is None or lease.acquired_at < set_at:
                     return False
                 prunable.append(counter.count_finished_before(cutoff))
+                job_rows.append(counter.count_job_rows())
                 return True
 
             result = drain_on(
@@ -406,6 +414,12 @@ def _pruning(side: _Side, *, rate: int, runs: int, count: int, workers: int, con
                 # then to the drain's end
                 before += prunable[0] - prunable[-1]
                 during += prunable[-1] - counter.count_finished_before(cutoff)
+                # the drain added its ``long`` jobs after the first count (kept: they
+                # are newer than keep_for); what left the jobs table were one-shot jobs
+                # of the history (PostgreSQL deletes a day's before it drops the day's
+                # partition, its firings with it)
+                jobs_before += job_rows[0] + long - job_rows[-1]
+                jobs_during += job_rows[-1] - counter.count_job_rows()
                 side.doc["prunable_when_drain_started"] = prunable[-1]
     side.doc["drain_gated_jobs_per_s"] = _median(plain)
     side.doc["drain_while_pruning_jobs_per_s"] = _median(pruning)
@@ -413,6 +427,8 @@ def _pruning(side: _Side, *, rate: int, runs: int, count: int, workers: int, con
         side.doc["runs"] |= {"drain_gated": plain, "drain_while_pruning": pruning}
     side.doc["pruned_before_drain"] = before
     side.doc["pruned_during_drain"] = during
+    side.doc["jobs_pruned_before_drain"] = jobs_before
+    side.doc["jobs_pruned_during_drain"] = jobs_during
 
 
 _COST = ("enqueue_ms", "claim_ms", "precision_p99_ms", "scrape_ms", "status_ms",

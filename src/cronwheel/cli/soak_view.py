@@ -65,7 +65,7 @@ def _table(doc: dict[str, Any]) -> None:
         table.add_row(key, str(empty.get(key, "")), str(loaded.get(key, "")), str(ratio))
     for key in ("drain_gated_jobs_per_s", "drain_while_pruning_jobs_per_s", "bytes_per_firing",
                 "steady_state_bytes", "pruned_before_drain", "pruned_during_drain",
-                "load_s"):  # fmt: skip
+                "jobs_pruned_before_drain", "jobs_pruned_during_drain", "load_s"):  # fmt: skip
         table.add_row(key, "", str(loaded.get(key)), "")
     for phase, f in loaded.get("pass_steps", {}).items():
         shown = f"{f['steps']} steps, p50 {f['p50_ms']} ms, max {f['max_ms']} ms"

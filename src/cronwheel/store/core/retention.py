@@ -144,6 +144,12 @@ class RetentionFlows(QuotaFlows[D]):
         assert row is not None
         return int(row["n"])
 
+    def count_job_rows(self) -> int:
+        """Every job row (a count of the jobs table)."""
+        row = self.db.read(lambda tx: tx.one("count_job_rows", {}))
+        assert row is not None
+        return int(row["n"])
+
     def namespaces_in_use(self) -> list[str]:
         """The namespaces that have jobs (every firing has its job): those whose policy,
         their own or the default, applies to some firing. [one index probe each]"""

@@ -172,6 +172,11 @@ SELECT coalesce(max(id), 0) AS id FROM firings
 -- The database's size in bytes, for the soak benchmark.
 SELECT pg_database_size(current_database()) AS bytes
 
+-- name: count_job_rows
+-- Every job row, one-shot jobs' included (the soak benchmark's measure of the
+-- one-shot jobs the retention pass deleted).
+SELECT count(*) AS n FROM jobs
+
 -- name: count_finished_before
 -- Finished firings that finished before %(before)s (the soak benchmark's measure of
 -- what the retention pass deleted). [firings_finished]

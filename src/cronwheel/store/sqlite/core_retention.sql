@@ -171,6 +171,11 @@ SELECT coalesce(max(id), 0) AS id FROM firings
 -- The file's size in bytes (pages in use and free), for the soak benchmark.
 SELECT p.page_count * s.page_size AS bytes FROM pragma_page_count() p, pragma_page_size() s
 
+-- name: count_job_rows
+-- Every job row, one-shot jobs' included (the soak benchmark's measure of the
+-- one-shot jobs the retention pass deleted).
+SELECT count(*) AS n FROM jobs
+
 -- name: count_finished_before
 -- Finished firings that finished before :before (the soak benchmark's measure of
 -- what the retention pass deleted). [firings_finished]
