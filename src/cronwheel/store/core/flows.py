@@ -327,17 +327,14 @@ class CoreStore(
     ) -> list[Firing]:
         page: dict[str, Any] = {"after_id": after_id, "before_id": before_id, "limit": limit}
         if (job_id, job_name, scheduled_from, scheduled_to) == (None,) * 4:
-            # one plan each (core.sql): every firing between two ids, the live ones from
-            # the claim's floor on, or those in other states
+            # one plan each (core.sql): every firing between two ids, or the live ones
+            # from the claim's floor on
             if not states and namespace is None:
                 return self._page("list_firings_page", page)
-            if states:
-                # the live states from the claim's floor on; any others by id
-                live = {s.value for s in states} <= filters.ACTIVE
+            if states and {s.value for s in states} <= filters.ACTIVE:
                 listed = self.db.text_list([s.value for s in states])
                 return self._page(
-                    "list_active_page" if live else "list_state_page",
-                    page | {"states": listed, "namespace": namespace},
+                    "list_active_page", page | {"states": listed, "namespace": namespace}
                 )
         where = filters.firings(
             self.db,

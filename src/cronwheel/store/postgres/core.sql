@@ -241,14 +241,6 @@ SELECT * FROM cronwheel_active_page(%(states)s::text[], %(namespace)s::text,
                                     %(after_id)s::bigint, %(before_id)s::bigint,
                                     %(limit)s::integer)
 
--- name: list_state_page
--- A keyset page of the firings in some states (%(states)s), of one namespace or all,
--- between two ids, newest first (the dashboard's lateness sample), planned once
--- (schema.sql migration_33). [each partition's primary key]
-SELECT * FROM cronwheel_state_page(%(states)s::text[], %(namespace)s::text,
-                                   %(after_id)s::bigint, %(before_id)s::bigint,
-                                   %(limit)s::integer)
-
 -- name: start
 -- Held firings start: CLAIMED -> RUNNING (schema.sql migration_18: the statement).
 -- %(batch)s: a JSON array of [id, token]; %(instants)s from the tokens.

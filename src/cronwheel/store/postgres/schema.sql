@@ -1735,30 +1735,3 @@ BEGIN
     END LOOP;
 END
 $do$;
-
--- name: migration_33
--- A keyset page of the firings in some states (p_states), of one namespace or (NULL) of
--- all, between two ids, newest first: the dashboard's lateness sample (the overview's
--- p50/p99 and its charts: the newest 300 finished firings) and any list filtered by
--- state and namespace alone (core.sql list_state_page). As a statement it was planned
--- afresh at each call, 3.3-5.8 ms of planning on a store of 30 days at 1,000,000 a day
--- (32 partitions), as migration_30's page was (docs/benchmarks.md "The overview's
--- sample planned once"). [each partition's primary key]
-CREATE FUNCTION cronwheel_state_page(p_states text[], p_namespace text, p_after bigint,
-                                     p_before bigint, p_limit integer)
-RETURNS SETOF firings
-LANGUAGE plpgsql STABLE
-SET search_path FROM CURRENT
-SET plan_cache_mode = force_generic_plan
-SET jit = off
-AS $fn$
-BEGIN
-    RETURN QUERY
-    SELECT f.* FROM firings f
-    WHERE f.state = ANY (p_states)
-      AND (p_namespace IS NULL OR f.namespace = p_namespace)
-      AND f.id > coalesce(p_after, -1) AND f.id < coalesce(p_before, 9223372036854775807)
-    ORDER BY f.id DESC
-    LIMIT p_limit;
-END
-$fn$;

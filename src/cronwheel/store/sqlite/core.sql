@@ -212,15 +212,6 @@ WHERE state IN ('queued', 'claimed', 'running')
   AND id > coalesce(:after_id, -1) AND id < coalesce(:before_id, 9223372036854775807)
 ORDER BY id DESC LIMIT :limit
 
--- name: list_state_page
--- A keyset page of the firings in some states (:states, a JSON array), of one namespace
--- or all, between two ids, newest first (the dashboard's lateness sample). [primary key]
-SELECT * FROM firings
-WHERE state IN (SELECT value FROM json_each(:states))
-  AND (:namespace IS NULL OR namespace = :namespace)
-  AND id > coalesce(:after_id, -1) AND id < coalesce(:before_id, 9223372036854775807)
-ORDER BY id DESC LIMIT :limit
-
 -- name: start
 -- Held firings start: CLAIMED -> RUNNING, each a CAS on (claimed, claim token); a
 -- cancel since the claim makes it fail, and the handler is never called.
