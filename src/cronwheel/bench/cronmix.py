@@ -28,13 +28,13 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from cronwheel.bench.registry import all_jobs
 from cronwheel.bench.runner import (
     ACTIVE,
     TASK,
     BenchResult,
     Cluster,
     all_firings,
-    all_jobs,
     fresh_store,
     percentile,
     rounded,

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-from cronwheel.bench.runner import TASK, BenchResult, all_jobs, fresh_store, store_kind
+from cronwheel.bench.registry import all_jobs
+from cronwheel.bench.runner import TASK, BenchResult, fresh_store, store_kind
 from cronwheel.domain.clock import SystemClock
 from cronwheel.domain.models import ClaimedFiring, JobPolicies, JobSpec
 from cronwheel.domain.schedules import at

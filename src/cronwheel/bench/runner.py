@@ -33,6 +33,8 @@ from cronwheel.errors import StoreUnavailableError
 from cronwheel.store.protocol import Store
 from cronwheel.store.url import open_store, sqlite_path
 
+from .registry import jobs_from
+
 # the states of a firing not finished yet, as status() counts them
 ACTIVE = ("queued", "claimed", "running")
 
@@ -288,16 +290,7 @@ def register_at_jobs(store: Store, instants: list[Any], prefix: str) -> set[int]
     ]
     for start in range(0, len(items), 5000):
         store.create_jobs(items[start : start + 5000])
-    return {j.id for j in all_jobs(store) if j.name.startswith(f"{prefix}-")}
-
-
-def all_jobs(store: Store) -> list[Any]:
-    out: list[Any] = []
-    after = 0
-    while page := store.list_jobs(after_id=after, limit=10_000):
-        out += page
-        after = page[-1].id
-    return out
+    return jobs_from(store, prefix, len(items))
 
 
 def run_precision(
