@@ -9,12 +9,13 @@ from pathlib import Path
 from cronwheel.store.sqlite import SqliteStore
 
 
-def _plan(tmp_path: Path, name: str) -> list[str]:
-    """EXPLAIN QUERY PLAN of the store's query ``name`` on a fresh, migrated store."""
+def _plan(tmp_path: Path, name: str, where: str = "") -> list[str]:
+    """EXPLAIN QUERY PLAN of the store's query ``name`` on a fresh, migrated store (its
+    ``/*where*/``, for a filtered one, replaced by ``where``)."""
     path = tmp_path / "plan.db"
     store = SqliteStore(str(path))
     store.migrate()
-    sql = store.db.queries()[name]
+    sql = store.db.queries()[name].replace("/*where*/", where)
     store.close()
     params = dict.fromkeys(re.findall(r":(\w+)", sql), 0)
     with sqlite3.connect(path) as conn:
@@ -115,15 +116,11 @@ def test_a_namespaces_jobs_page_walks_its_ids_in_order(tmp_path: Path) -> None:
     rate keeps 700,000 one-shot jobs in it: the page took 148 ms)."""
     from cronwheel.store.core import filters
 
-    path = tmp_path / "plan.db"
-    store = SqliteStore(str(path))
-    store.migrate()
+    store = SqliteStore(str(tmp_path / "dialect.db"))  # the filters' SQL dialect
     for task, prefix in ((None, None), ("t", None), (None, "soak-")):
         where, _ = filters.jobs(
             store.db, namespace="default", task=task, name_prefix=prefix, after_id=0
         )
-        sql = store.db.queries()["list_jobs"].replace("/*where*/", where)
-        params = dict.fromkeys(re.findall(r":(\w+)", sql), 0)
-        plan = [str(r[-1]) for r in store.db.conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+        plan = _plan(tmp_path, "list_jobs", where)
         assert plan == ["SEARCH jobs USING INDEX jobs_namespace_id (namespace=? AND id>?)"], plan
     store.close()
