@@ -529,6 +529,78 @@ def test_concurrent_migrations_apply_once(schema: str) -> None:
             s.close()
 
 
+def _hold_migration_lock(store: Any) -> psycopg.Connection[Any]:
+    """Another session holding the schema's migration lock (a migration under way)."""
+    conn = psycopg.connect(store.db.conninfo, autocommit=True)
+    conn.execute(
+        "SELECT pg_advisory_lock(hashtextextended('cronwheel.migrate:' || current_schema(), 0))"
+    )
+    return conn
+
+
+def _migrate_within(store: Any, seconds: float) -> list[Any]:
+    """``store.migrate()`` in a thread: its version or error, if it ended in ``seconds``."""
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(store.migrate())
+        except Exception as exc:  # reported to the test
+            out.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    return out
+
+
+def test_a_migrated_schema_is_migrated_again_without_the_lock(schema: str) -> None:
+    """Every process of a deployment migrates as it starts: on a schema already at the
+    code's last migration that is a read, not a turn on the lock (a fleet starting
+    through a pooler queued there, each waiter holding a server connection)."""
+    from cronwheel.store.postgres import PostgresStore
+
+    store = PostgresStore(PG_URL, schema=schema, pool_size=2)
+    try:
+        latest = store.migrate()
+        holder = _hold_migration_lock(store)
+        try:
+            assert _migrate_within(store, 10) == [latest]
+        finally:
+            holder.close()
+    finally:
+        store.close()
+
+
+def test_a_migration_waits_for_anothers_past_the_stall_timeout(schema: str) -> None:
+    """A migrate with work to do waits for the lock as long as another process's
+    migration holds it (migrations are exempt from ``stall_timeout``): the wait is not
+    shut as a frozen server's would be."""
+    from cronwheel.store.postgres import PostgresStore
+
+    sep = "&" if "?" in PG_URL else "?"
+    store = PostgresStore(f"{PG_URL}{sep}stall_timeout=0.5", schema=schema, pool_size=2)
+    try:
+        latest = store.migrate()
+        with psycopg.connect(store.db.conninfo, autocommit=True) as conn:
+            conn.execute("DELETE FROM meta WHERE key = 'id_key'")  # a write left to do
+        holder = _hold_migration_lock(store)
+        try:
+            waiting = _migrate_within(store, 2.0)  # four stall bounds
+            assert waiting == []  # still waiting for the lock, not failed
+        finally:
+            holder.close()
+        deadline = time.monotonic() + 10
+        while not waiting and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert waiting == [latest]
+        with psycopg.connect(store.db.conninfo, autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM meta WHERE key = 'id_key'").fetchone()
+        assert row == (1,)
+    finally:
+        store.close()
+
+
 def test_payload_and_error_text_round_trip_exactly(h: Harness) -> None:
     from cronwheel.domain.models import JobSpec
     from cronwheel.domain.schedules import every

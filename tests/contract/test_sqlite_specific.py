@@ -124,3 +124,21 @@ def test_a_namespaces_jobs_page_walks_its_ids_in_order(tmp_path: Path) -> None:
         plan = _plan(tmp_path, "list_jobs", where)
         assert plan == ["SEARCH jobs USING INDEX jobs_namespace_id (namespace=? AND id>?)"], plan
     store.close()
+
+
+def test_a_migrated_store_is_migrated_again_without_a_write(tmp_path: Path) -> None:
+    """Every process on the file migrates as it starts: on a store already at the code's
+    last migration that is a read, which another program's write lock does not delay
+    (a write would wait for it, here past the store's busy timeout, and fail)."""
+    path = tmp_path / "migrated.db"
+    store = SqliteStore(str(path), busy_timeout_ms=200)
+    try:
+        latest = store.migrate()
+        holder = sqlite3.connect(path, isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")  # the file's write lock, held
+            assert store.migrate() == latest
+        finally:
+            holder.close()
+    finally:
+        store.close()

@@ -50,10 +50,19 @@ class AdminFlows(Generic[D]):
     # -- lifecycle ----------------------------------------------------------------------
     def migrate(self) -> int:
         """Apply the engine's ``migration_<n>`` scripts above the stored version, in one
-        transaction that concurrent migrators serialize on (the migration lock)."""
+        transaction that concurrent migrators serialize on (the migration lock).
+
+        A schema already at this code's last migration (every process of a migrated
+        deployment, starting) is read without the lock and left unwritten: a fleet's
+        start does not queue its processes one by one on the lock, each holding a
+        server connection (through a transaction pooler, the server pool)."""
         migrations = self.db.migrations()
+        current = self._migrated_version()
+        if current is not None and f"migration_{current + 1}" not in migrations:
+            return current
 
         def body(tx: Tx) -> int:
+            tx.unbounded()  # the lock may wait for another process's migration
             tx.run("migration_lock")
             tx.run("create_meta")
             row = tx.one("schema_version")
@@ -68,6 +77,15 @@ class AdminFlows(Generic[D]):
             return n
 
         return self.db.write(body)
+
+    def _migrated_version(self) -> int | None:
+        """The schema's version, when it has one and the ids' key (both are written by
+        the migration that reached it); None before."""
+        has_meta = self._one("has_meta")
+        if has_meta is None or not has_meta["ok"]:
+            return None
+        row = self._one("migrated_version")
+        return None if row is None else int(row["value"])
 
     def ping(self) -> None:
         try:

@@ -44,6 +44,11 @@ class Tx(Protocol):
         """Execute a migration script (many statements, no parameters)."""
         ...
 
+    def unbounded(self) -> None:
+        """What follows in this unit may legitimately take long (a migration, or the wait
+        for another process's): no stall bound applies to it."""
+        ...
+
     def wake_workers(self) -> None:
         """Tell the workers new work is queued, when (and only if) this unit commits."""
         ...

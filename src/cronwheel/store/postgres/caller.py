@@ -237,6 +237,9 @@ class CallerTx(PgTx):
     def script(self, text: str) -> None:
         raise StoreError("migrations never run on a caller's connection", field=_FIELD)
 
+    def unbounded(self) -> None:
+        pass  # the caller's connection: no watchdog of ours
+
     def copy_rows(self, text: str, rows: Iterable[Sequence[Any]]) -> None:
         self.link.copy(text, rows)
 

@@ -19,6 +19,16 @@ CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)
 -- [meta primary key]
 SELECT value FROM meta WHERE key = 'schema_version'
 
+-- name: has_meta
+-- Whether the schema has been migrated at all (a new one has no meta table yet).
+SELECT to_regclass('meta') IS NOT NULL AS ok
+
+-- name: migrated_version
+-- The schema version, once the migration that reached it also wrote the ids' key (a
+-- migrate that finds it at the code's last migration takes no lock). [meta primary key]
+SELECT value FROM meta WHERE key = 'schema_version'
+  AND EXISTS (SELECT 1 FROM meta WHERE key = 'id_key')
+
 -- name: set_schema_version
 -- The schema version the migrations reached. [meta primary key]
 INSERT INTO meta (key, value) VALUES ('schema_version', %(version)s)

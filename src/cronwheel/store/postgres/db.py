@@ -14,10 +14,8 @@ Error mapping (the only place psycopg exceptions are turned into cronwheel's):
 - any other driver error: :class:`StoreError` (a bug or a schema mismatch).
 
 Domain errors raised by the transaction body (ConflictError, LeaseLostError, ...)
-pass through untouched and roll the transaction back.
-
-High availability (the URL, the primary check at checkout, replica reads, the stall
-watchdog, transaction poolers): ha.py.
+pass through untouched and roll the transaction back. High availability (the URL, the
+primary check at checkout, replica reads, the stall watchdog, poolers): ha.py.
 """
 
 from __future__ import annotations
@@ -71,10 +69,8 @@ def load_sql() -> dict[str, str]:
 
 
 def query(text: str) -> LiteralString:
-    """SQL text of this package's .sql files (never user text) as psycopg's query type.
-
-    (mypy treats LiteralString as str; the annotation documents the promise.)
-    """
+    """SQL text of this package's .sql files (never user text) as psycopg's query type
+    (mypy treats LiteralString as str; the annotation documents the promise)."""
     return text
 
 
@@ -146,8 +142,11 @@ class PgTx:
         return self.execute(text, params).fetchall()
 
     def script(self, text: str) -> None:
-        self.db.stalls.unwatch(self.conn)  # a migration may legitimately take long
-        self.conn.execute(query(text))  # no parameters: many statements
+        self.unbounded()  # a migration may legitimately take long (no parameters)
+        self.conn.execute(query(text))
+
+    def unbounded(self) -> None:
+        self.db.stalls.unwatch(self.conn)
 
     def copy_rows(self, text: str, rows: Iterable[Sequence[Any]]) -> None:
         """``COPY ... FROM STDIN`` (this package's SQL) of ``rows``, each in the

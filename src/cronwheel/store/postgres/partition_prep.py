@@ -20,7 +20,7 @@ def prepare_partitioning(db: Database) -> datetime | None:
     EXCLUSIVE), the unique index on (id, scheduled_for) built CONCURRENTLY (an
     invalid one left by an interrupted build dropped first). Idempotent; B, or None
     when the database is not at version 15."""
-    if not db.read(lambda tx: tx.one("prep_has_meta"))["ok"]:  # type: ignore[index]
+    if not db.read(lambda tx: tx.one("has_meta"))["ok"]:  # type: ignore[index]
         return None
     state = db.read(lambda tx: tx.one("prep_state"))
     if state is None or state["version"] != "15":

@@ -216,7 +216,3 @@ DROP INDEX CONCURRENTLY firings_id_at
 -- name: prep_index_build
 -- The unique index the parent's key adopts, built without blocking writers.
 CREATE UNIQUE INDEX CONCURRENTLY firings_id_at ON firings (id, scheduled_for)
-
--- name: prep_has_meta
--- Whether the schema has been migrated at all (a new one has no meta table yet).
-SELECT to_regclass('meta') IS NOT NULL AS ok

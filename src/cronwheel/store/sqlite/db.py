@@ -79,6 +79,9 @@ class SqliteTx:
         for statement in _statements(text):
             self.conn.execute(statement)
 
+    def unbounded(self) -> None:
+        pass  # no stall watchdog: a busy database is waited for within busy_timeout
+
     def wake_workers(self) -> None:
         self.ring = True  # rung after the commit (see SqliteDb.write)
 
