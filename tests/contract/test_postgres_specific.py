@@ -539,7 +539,8 @@ def _hold_migration_lock(store: Any) -> psycopg.Connection[Any]:
 
 
 def _migrate_within(store: Any, seconds: float) -> list[Any]:
-    """``store.migrate()`` in a thread: its version or error, if it ended in ``seconds``."""
+    """``store.migrate()`` in a thread, joined for ``seconds``: a list that holds its
+    version or error once it ends (empty if still running then; filled when it ends)."""
     out: list[Any] = []
 
     def run() -> None:
